@@ -1,0 +1,70 @@
+#include "env/host.hpp"
+
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <filesystem>
+#include <memory>
+#include <system_error>
+
+#include "env/worker_env.hpp"
+
+namespace ddprun::env {
+
+std::string Hostname() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::string Fqdn() {
+  std::string host = Hostname();
+  addrinfo hints{};
+  hints.ai_flags = AI_CANONNAME;
+  hints.ai_family = AF_UNSPEC;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return host;
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
+  if (res->ai_canonname != nullptr && std::string(res->ai_canonname).find('.') != std::string::npos) {
+    return res->ai_canonname;
+  }
+  return host;
+}
+
+int CpuCount() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+namespace {
+
+bool IsDeviceIndex(const std::string& s, int physical) {
+  if (s.empty() || s.size() > 4) return false;
+  for (char c : s) {
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  }
+  return std::stoi(s) < physical;
+}
+
+}  // namespace
+
+int GpuCount(const std::optional<std::string>& cuda_visible_devices, const std::string& proc_root) {
+  std::error_code ec;
+  int physical = 0;
+  for (std::filesystem::directory_iterator it(proc_root + "/driver/nvidia/gpus", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    ++physical;
+  }
+  if (!cuda_visible_devices) return physical;
+  int visible = 0;
+  for (const auto& entry : SplitList(*cuda_visible_devices)) {
+    bool uuid = entry.rfind("GPU-", 0) == 0 || entry.rfind("MIG-", 0) == 0;
+    if (!(uuid && physical > 0) && !IsDeviceIndex(entry, physical)) break;
+    ++visible;
+  }
+  return visible;
+}
+
+}  // namespace ddprun::env

@@ -1,0 +1,91 @@
+#include "env/log_layout.hpp"
+
+#include <stdlib.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+namespace ddprun::env {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+StatusOr<std::string> MakeTempDir(const std::string& pattern) {
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (mkdtemp(buf.data()) == nullptr) return ErrnoStatus("create " + pattern, errno);
+  return std::string(buf.data());
+}
+
+std::string TempRoot() {
+  const char* tmp = getenv("TMPDIR");
+  return (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+}
+
+}  // namespace
+
+StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::string& run_id) {
+  LogLayout layout;
+  if (log_dir == "/dev/null") {
+    layout.disabled_ = true;
+    return layout;
+  }
+  if (log_dir.empty()) {
+    auto base = MakeTempDir(TempRoot() + "/ddprun_XXXXXX");
+    if (!base.ok()) return base.status();
+    layout.base_ = *base;
+    layout.temporary_ = true;
+  } else {
+    std::error_code ec;
+    fs::create_directories(log_dir, ec);
+    if (ec) {
+      return PermissionDenied("--log_dir " + log_dir + ": " + ec.message() +
+                              ": choose a writable directory");
+    }
+    layout.base_ = fs::absolute(log_dir).string();
+  }
+  auto run = MakeTempDir(layout.base_ + "/" + run_id + "_XXXXXX");
+  if (!run.ok()) return run.status().Annotate("--log_dir " + layout.base_);
+  layout.run_ = *run;
+  return layout;
+}
+
+std::string LogLayout::AttemptDir(int attempt) const {
+  return run_ + "/attempt_" + std::to_string(attempt);
+}
+
+Status LogLayout::PrepareAttempt(int attempt, int local_world_size) const {
+  if (disabled_) return Status::Ok();
+  std::error_code ec;
+  fs::remove_all(AttemptDir(attempt), ec);
+  for (int r = 0; r < local_world_size && !ec; ++r) {
+    fs::create_directories(AttemptDir(attempt) + "/" + std::to_string(r), ec);
+  }
+  if (ec) return Internal("create " + AttemptDir(attempt) + ": " + ec.message());
+  return Status::Ok();
+}
+
+std::string LogLayout::RankFile(int attempt, int local_rank, const std::string& name) const {
+  return AttemptDir(attempt) + "/" + std::to_string(local_rank) + "/" + name;
+}
+
+std::string LogLayout::StdoutPath(int attempt, int local_rank) const {
+  return disabled_ ? "/dev/null" : RankFile(attempt, local_rank, "stdout.log");
+}
+
+std::string LogLayout::StderrPath(int attempt, int local_rank) const {
+  return disabled_ ? "/dev/null" : RankFile(attempt, local_rank, "stderr.log");
+}
+
+std::string LogLayout::ErrorFile(int attempt, int local_rank) const {
+  return disabled_ ? "" : RankFile(attempt, local_rank, "error.json");
+}
+
+std::string LogLayout::FilteredPath(int attempt, const std::string& stream) const {
+  return disabled_ ? "/dev/null" : AttemptDir(attempt) + "/filtered_" + stream + ".log";
+}
+
+}  // namespace ddprun::env

@@ -1,0 +1,44 @@
+// torchrun's log directory layout:
+//   <base>/<run_id>_<random>/attempt_<N>/<local_rank>/{stdout.log,stderr.log,error.json}
+// where <base> is --log_dir, or a fresh /tmp/ddprun_XXXXXX when none is given.
+// --log_dir=/dev/null turns every file off (error file paths become "").
+//
+// Not thread-safe; one per launcher.
+#pragma once
+
+#include <string>
+
+#include "base/status.hpp"
+
+namespace ddprun::env {
+
+class LogLayout {
+ public:
+  // Creates the run directory. `log_dir` empty means a temporary base.
+  static StatusOr<LogLayout> Create(const std::string& log_dir, const std::string& run_id);
+
+  bool disabled() const { return disabled_; }
+  bool base_is_temporary() const { return temporary_; }
+  const std::string& base_dir() const { return base_; }
+  const std::string& run_dir() const { return run_; }
+
+  // Removes and recreates attempt_<attempt>/ with one folder per local rank.
+  Status PrepareAttempt(int attempt, int local_world_size) const;
+
+  std::string AttemptDir(int attempt) const;
+  // Paths of one worker's files; "/dev/null" (or "" for the error file) when disabled.
+  std::string StdoutPath(int attempt, int local_rank) const;
+  std::string StderrPath(int attempt, int local_rank) const;
+  std::string ErrorFile(int attempt, int local_rank) const;
+  std::string FilteredPath(int attempt, const std::string& stream) const;
+
+ private:
+  std::string RankFile(int attempt, int local_rank, const std::string& name) const;
+
+  bool disabled_ = false;
+  bool temporary_ = false;
+  std::string base_;
+  std::string run_;
+};
+
+}  // namespace ddprun::env

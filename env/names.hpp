@@ -1,0 +1,38 @@
+// Every environment variable in the launcher-worker contract, in one place.
+//
+// Workers get exactly torchrun 2.x's set (see docs/worker-contract.md and the
+// man page); ddprun reads a few more for its own configuration.
+#pragma once
+
+namespace ddprun::env {
+
+// Set for every worker, as torchrun sets them.
+inline constexpr char kLocalRank[] = "LOCAL_RANK";
+inline constexpr char kRank[] = "RANK";
+inline constexpr char kGroupRank[] = "GROUP_RANK";
+inline constexpr char kRoleRank[] = "ROLE_RANK";
+inline constexpr char kRoleName[] = "ROLE_NAME";
+inline constexpr char kLocalWorldSize[] = "LOCAL_WORLD_SIZE";
+inline constexpr char kWorldSize[] = "WORLD_SIZE";
+inline constexpr char kGroupWorldSize[] = "GROUP_WORLD_SIZE";
+inline constexpr char kRoleWorldSize[] = "ROLE_WORLD_SIZE";
+inline constexpr char kMasterAddr[] = "MASTER_ADDR";
+inline constexpr char kMasterPort[] = "MASTER_PORT";
+inline constexpr char kRestartCount[] = "TORCHELASTIC_RESTART_COUNT";
+inline constexpr char kMaxRestarts[] = "TORCHELASTIC_MAX_RESTARTS";
+inline constexpr char kRunId[] = "TORCHELASTIC_RUN_ID";
+inline constexpr char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
+inline constexpr char kErrorFile[] = "TORCHELASTIC_ERROR_FILE";
+inline constexpr char kNcclAsyncErrorHandling[] = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
+inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
+inline constexpr char kSignalsToHandle[] = "TORCHELASTIC_SIGNALS_TO_HANDLE";
+inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
+
+// Read by ddprun itself.
+inline constexpr char kPythonExec[] = "PYTHON_EXEC";
+inline constexpr char kLinePrefixTemplate[] = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
+inline constexpr char kShutdownTimeout[] = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+inline constexpr char kLogLevel[] = "LOGLEVEL";
+inline constexpr char kPetPrefix[] = "PET_";
+
+}  // namespace ddprun::env

@@ -1,0 +1,77 @@
+#include "env/worker_env.hpp"
+
+#include "env/names.hpp"
+
+namespace ddprun::env {
+
+std::vector<std::string> SplitList(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  if (s.empty()) return out;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    out.push_back(s.substr(start, pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return out;
+}
+
+std::optional<std::string> VisibleDevices(const GroupInfo& group, const Environ& base) {
+  if (group.gpus) return group.gpus;
+  return Lookup(base, kCudaVisibleDevices);
+}
+
+namespace {
+
+// torchrun's --virtual-local-rank: the i-th visible device, or "i" when the
+// launcher had no CUDA_VISIBLE_DEVICES.
+StatusOr<std::string> VirtualDevice(const GroupInfo& group, int local_rank, const Environ& base) {
+  auto visible = VisibleDevices(group, base);
+  if (!visible) return std::to_string(local_rank);
+  auto devices = SplitList(*visible);
+  if (local_rank >= static_cast<int>(devices.size())) {
+    return InvalidArgument("--virtual_local_rank: local rank " + std::to_string(local_rank) +
+                           " exceeds the " + std::to_string(devices.size()) +
+                           " devices in CUDA_VISIBLE_DEVICES=" + *visible +
+                           ": lower --nproc_per_node or list more devices");
+  }
+  return devices[local_rank];
+}
+
+}  // namespace
+
+StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank,
+                                const std::string& error_file, const Environ& base) {
+  Environ e = base;
+  const int rank = group.base_rank + local_rank;
+  e[kLocalRank] = std::to_string(group.virtual_local_rank ? 0 : local_rank);
+  e[kRank] = std::to_string(rank);
+  e[kGroupRank] = std::to_string(group.group_rank);
+  e[kRoleRank] = std::to_string(rank);
+  e[kRoleName] = group.role;
+  e[kLocalWorldSize] = std::to_string(group.local_world_size);
+  e[kWorldSize] = std::to_string(group.world_size);
+  e[kGroupWorldSize] = std::to_string(group.group_world_size);
+  e[kRoleWorldSize] = std::to_string(group.world_size);
+  e[kMasterAddr] = group.master_addr;
+  e[kMasterPort] = std::to_string(group.master_port);
+  e[kRestartCount] = std::to_string(group.restart_count);
+  e[kMaxRestarts] = std::to_string(group.max_restarts);
+  e[kRunId] = group.run_id;
+  e[kUseAgentStore] = group.use_agent_store ? "True" : "False";
+  e[kErrorFile] = error_file;
+  e[kNcclAsyncErrorHandling] = Lookup(base, kNcclAsyncErrorHandling).value_or("1");
+  if (group.local_world_size > 1 && !Lookup(base, kOmpNumThreads)) e[kOmpNumThreads] = "1";
+  e[kSignalsToHandle] = group.signals_to_handle;
+  if (group.virtual_local_rank) {
+    auto device = VirtualDevice(group, local_rank, base);
+    if (!device.ok()) return device.status();
+    e[kCudaVisibleDevices] = *device;
+  } else if (group.gpus) {
+    e[kCudaVisibleDevices] = *group.gpus;
+  }
+  return e;
+}
+
+}  // namespace ddprun::env

@@ -1,0 +1,49 @@
+// Computing each worker's environment: torchrun 2.x's variables laid over the
+// launcher's own environment (see reference torchrun.md section 2).
+//
+// Pure functions of their inputs; thread-compatible.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.hpp"
+#include "env/environ.hpp"
+
+namespace ddprun::env {
+
+// What is common to every worker of one attempt on this node.
+struct GroupInfo {
+  std::string role = "default";
+  std::string run_id = "none";
+  int local_world_size = 1;
+  int world_size = 1;
+  int group_rank = 0;
+  int group_world_size = 1;
+  int base_rank = 0;  // global rank of local rank 0
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  int max_restarts = 0;
+  bool use_agent_store = false;
+  std::string signals_to_handle;
+  bool virtual_local_rank = false;
+  // ddprun's --gpus: replaces CUDA_VISIBLE_DEVICES for every worker when set.
+  std::optional<std::string> gpus;
+};
+
+// The environment of local rank `local_rank`, given the launcher's environment
+// `base` and the worker's error file path ("" when logs go to /dev/null).
+// Fails when --virtual_local_rank asks for more devices than are visible.
+StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank,
+                                const std::string& error_file, const Environ& base);
+
+// The comma-separated device list workers see, before per-worker narrowing:
+// --gpus if given, else the launcher's CUDA_VISIBLE_DEVICES (if set).
+std::optional<std::string> VisibleDevices(const GroupInfo& group, const Environ& base);
+
+// Splits "a,b,c" on commas; an empty string gives no elements.
+std::vector<std::string> SplitList(const std::string& s, char sep = ',');
+
+}  // namespace ddprun::env

@@ -1,0 +1,58 @@
+// LaunchConfig: everything the command line and PET_* variables say, parsed
+// and validated once; passed down by const reference from main.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+// -r / -t: which of a worker's streams go to files: 1 stdout, 2 stderr, 3 both.
+struct StreamSelection {
+  int all = 0;                 // the value for ranks without their own entry
+  std::map<int, int> by_rank;  // "0:1,1:2"
+  int For(int local_rank) const {
+    auto it = by_rank.find(local_rank);
+    return it == by_rank.end() ? all : it->second;
+  }
+};
+
+struct LaunchConfig {
+  int nnodes_min = 1;
+  int nnodes_max = 1;
+  int nproc_per_node = 1;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_conf;
+  bool standalone = false;
+  int max_restarts = 0;
+  double monitor_interval = 0.1;
+  std::string start_method = "spawn";
+  std::string role = "default";
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string log_dir;
+  StreamSelection redirects;
+  StreamSelection tee;
+  std::set<int> local_ranks_filter;  // empty = every rank
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  std::optional<int> master_port;  // unset: ddprun picks a free port
+  std::string local_addr;
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  std::set<int> handled_signals;
+  double shutdown_timeout = 30.0;
+  bool virtual_local_rank = false;
+  std::optional<std::string> gpus;
+  std::string program;
+  std::vector<std::string> program_args;
+};
+
+}  // namespace ddprun::launcher

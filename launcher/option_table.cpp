@@ -1,0 +1,216 @@
+#include "launcher/option_table.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+namespace ddprun::launcher {
+
+const std::vector<OptionDef>& OptionTable() {
+  static const std::vector<OptionDef> kTable = {
+      {"nnodes", 0, "N|MIN:MAX", "1:1", true,
+       "number of nodes, or the range an elastic job may use (more than one node is not "
+       "supported yet)"},
+      {"nproc_per_node", 0, "N|cpu|gpu|auto", "1", true,
+       "workers per node: a number, cpu (one per CPU), gpu (one per visible GPU), auto (gpu if "
+       "there are GPUs, else cpu)"},
+      {"rdzv_backend", 0, "NAME", "static", true,
+       "rendezvous backend: static or c10d (etcd and etcd-v2 are not supported yet)"},
+      {"rdzv_endpoint", 0, "HOST[:PORT]", nullptr, true, "rendezvous endpoint"},
+      {"rdzv_id", 0, "ID", "none", true,
+       "job id: becomes TORCHELASTIC_RUN_ID and names the log sub-directory"},
+      {"rdzv_conf", 0, "K=V,...", nullptr, true, "rendezvous settings (torchrun's keys)"},
+      {"standalone", 0, nullptr, nullptr, true,
+       "single-node job on a free local port with a random run id (implies c10d)"},
+      {"max_restarts", 0, "N", "0", true, "worker group restarts allowed after failures"},
+      {"monitor_interval", 0, "SECONDS", "0.1", true,
+       "accepted for torchrun compatibility; ddprun reacts to events, not polls"},
+      {"start_method", 0, "spawn|fork|forkserver", "spawn", true,
+       "accepted for torchrun compatibility; workers are always new processes"},
+      {"event_log_handler", 0, "NAME", "null", true,
+       "torchelastic events handler (only null is supported)"},
+      {"role", 0, "NAME", "default", true, "worker role: ROLE_NAME and the tee line prefix"},
+      {"module", 'm', nullptr, nullptr, true, "run the program as a Python module (python -m)"},
+      {"no_python", 0, nullptr, nullptr, true, "execute the program directly, never under Python"},
+      {"run_path", 0, nullptr, nullptr, true,
+       "run the script (an absolute path) with runpy.run_path in each worker"},
+      {"log_dir", 0, "DIR", nullptr, true,
+       "base directory for worker logs and error files (/dev/null: none)"},
+      {"redirects", 'r', "0|1|2|3|R:V,...", "0", true,
+       "send worker stdout (1), stderr (2) or both (3) to files only, for all or some local ranks"},
+      {"tee", 't', "0|1|2|3|R:V,...", "0", true,
+       "copy worker streams to files and show them with a line prefix"},
+      {"local_ranks_filter", 0, "R,R,...", nullptr, true,
+       "show only these local ranks' output on the console"},
+      {"duplicate_stdout_filters", 0, "TEXT,...", nullptr, true,
+       "copy stdout lines containing any TEXT to attempt_N/filtered_stdout.log (,, is a comma)"},
+      {"duplicate_stderr_filters", 0, "TEXT,...", nullptr, true,
+       "copy stderr lines containing any TEXT to attempt_N/filtered_stderr.log (,, is a comma)"},
+      {"node_rank", 0, "N", "0", true, "rank of this node (static backend)"},
+      {"master_addr", 0, "HOST", "127.0.0.1", true, "address of the rank-0 node (static backend)"},
+      {"master_port", 0, "PORT", "a free port", true, "port workers use for MASTER_PORT"},
+      {"local_addr", 0, "HOST", nullptr, true,
+       "this node's address (MASTER_ADDR on rank 0 under c10d)"},
+      {"logs_specs", 0, "NAME", nullptr, false, "torchrun.logs_specs entry point (not supported yet)"},
+      {"numa_binding", 0, "MODE", nullptr, false, "NUMA binding of workers (not supported yet)"},
+      {"signals_to_handle", 0, "SIG,...", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", true,
+       "signals ddprun traps and forwards to workers; SIGUSR1/SIGUSR2 are forwarded without "
+       "stopping the job"},
+      {"shutdown_timeout", 0, "SECONDS", "30", true,
+       "grace between SIGTERM (or the forwarded signal) and SIGKILL when stopping workers"},
+      {"virtual_local_rank", 0, nullptr, nullptr, true,
+       "give every worker LOCAL_RANK=0 and exactly one device in CUDA_VISIBLE_DEVICES"},
+      {"gpus", 0, "LIST", nullptr, false,
+       "ddprun: set CUDA_VISIBLE_DEVICES=LIST for every worker (e.g. 0,6,7)"},
+      {"help", 'h', nullptr, nullptr, false, "show this help and exit"},
+      {"version", 0, nullptr, nullptr, false, "show the version and exit"},
+  };
+  return kTable;
+}
+
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+namespace {
+
+std::string Underscored(std::string s) {
+  std::replace(s.begin(), s.end(), '-', '_');
+  return s;
+}
+
+std::string Closest(const std::string& wanted) {
+  const OptionDef* best = nullptr;
+  size_t best_d = SIZE_MAX;
+  for (const auto& def : OptionTable()) {
+    std::string name = def.name;
+    // A misspelt prefix ("nprocs") is as close as its match to the option's start.
+    size_t d = std::min(EditDistance(wanted, name),
+                        EditDistance(wanted, name.substr(0, wanted.size())) + 1);
+    if (d < best_d) best_d = d, best = &def;
+  }
+  std::string dashed = Underscored(best->name);
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  return "--" + dashed;
+}
+
+}  // namespace
+
+StatusOr<const OptionDef*> FindLongOption(const std::string& name) {
+  std::string wanted = Underscored(name);
+  std::vector<const OptionDef*> prefixed;
+  for (const auto& def : OptionTable()) {
+    if (wanted == def.name) return &def;
+    if (!wanted.empty() && std::string(def.name).rfind(wanted, 0) == 0) prefixed.push_back(&def);
+  }
+  if (prefixed.size() == 1) return prefixed[0];
+  if (prefixed.size() > 1) {
+    std::string names;
+    for (const auto* d : prefixed) names += std::string(names.empty() ? "" : ", ") + "--" + d->name;
+    return InvalidArgument("ambiguous option --" + name + ": could be " + names);
+  }
+  return InvalidArgument("unknown option --" + name + ": did you mean " + Closest(wanted) +
+                         "? (ddprun --help lists every option)");
+}
+
+const OptionDef* FindShortOption(char c) {
+  for (const auto& def : OptionTable()) {
+    if (def.short_name == c) return &def;
+  }
+  return nullptr;
+}
+
+namespace {
+
+// Rewrites one option token (and maybe takes the next one as its value).
+Status TakeOption(const std::vector<std::string>& args, size_t& i, SplitArgs& out) {
+  const std::string& arg = args[i];
+  const OptionDef* def = nullptr;
+  std::optional<std::string> value;
+  if (arg.rfind("--", 0) == 0) {
+    size_t eq = arg.find('=');
+    auto found = FindLongOption(arg.substr(2, eq == std::string::npos ? eq : eq - 2));
+    if (!found.ok()) return found.status();
+    def = *found;
+    if (eq != std::string::npos) value = arg.substr(eq + 1);
+  } else {
+    def = FindShortOption(arg[1]);
+    if (def == nullptr) {
+      return InvalidArgument("unknown option " + arg.substr(0, 2) +
+                             ": the short options are -m, -r, -t and -h");
+    }
+    if (arg.size() > 2) {
+      if (def->value_name == nullptr) {
+        return InvalidArgument("option -" + std::string(1, arg[1]) + " takes no value (got " +
+                               arg + ")");
+      }
+      value = arg.substr(arg[2] == '=' ? 3 : 2);
+    }
+  }
+  if (def->value_name == nullptr && value) {
+    return InvalidArgument("option --" + std::string(def->name) + " takes no value (got " + arg +
+                           ")");
+  }
+  if (def->value_name != nullptr && !value) {
+    if (i + 1 >= args.size()) {
+      return InvalidArgument("option --" + std::string(def->name) + " needs a value: " +
+                             def->value_name);
+    }
+    value = args[++i];
+  }
+  out.launcher.push_back("--" + std::string(def->name) + (value ? "=" + *value : ""));
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<SplitArgs> SplitCommandLine(const std::vector<std::string>& args) {
+  SplitArgs out;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg.size() < 2 || arg[0] != '-') break;
+    if (Status s = TakeOption(args, i, out); !s.ok()) return s;
+  }
+  if (i < args.size()) {
+    out.program = args[i];
+    out.program_args.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+  }
+  return out;
+}
+
+std::string HelpText() {
+  std::ostringstream o;
+  o << "usage: ddprun [options] PROGRAM [ARGS...]\n\n"
+       "Launches and supervises PROGRAM on every local worker, as torchrun does. A .py file runs\n"
+       "under python3 -u, an executable runs directly. Every option has a dashed spelling too\n"
+       "(--nproc-per-node), and most read PET_<NAME> when not given.\n\noptions:\n";
+  for (const auto& def : OptionTable()) {
+    std::string names;
+    if (def.short_name != 0) names += std::string("-") + def.short_name + ", ";
+    names += std::string("--") + def.name;
+    if (def.value_name != nullptr) names += std::string(" ") + def.value_name;
+    o << "  " << names << "\n      " << def.help;
+    if (def.default_text != nullptr) o << " (default: " << def.default_text << ")";
+    o << "\n";
+  }
+  o << "\nexit status: 0 success; the root-cause worker's exit code, or 128+N if it died of\n"
+       "signal N; 2 usage error; 126/127 program not executable/not found; 128+N when ddprun\n"
+       "itself was stopped by signal N. See ddprun(1).\n";
+  return o.str();
+}
+
+}  // namespace ddprun::launcher

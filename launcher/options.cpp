@@ -1,0 +1,441 @@
+#include "launcher/options.hpp"
+
+#include <boost/program_options.hpp>
+#include <cctype>
+#include <csignal>
+#include <random>
+
+#include "env/names.hpp"
+#include "env/worker_env.hpp"
+#include "launcher/option_table.hpp"
+#include "supervisor/exit_status.hpp"
+
+namespace ddprun::launcher {
+
+namespace po = boost::program_options;
+
+namespace {
+
+// Values as given: from the command line, else from PET_<NAME>.
+class RawOptions {
+ public:
+  RawOptions(po::variables_map vm, const env::Environ& environ) : vm_(std::move(vm)), env_(environ) {}
+
+  std::optional<std::string> Get(const OptionDef& def) const {
+    if (vm_.count(def.name) != 0) return vm_[def.name].as<std::vector<std::string>>().back();
+    if (!def.pet_fallback) return std::nullopt;
+    return env::Lookup(env_, PetName(def.name));
+  }
+  std::optional<std::string> Get(const std::string& name) const { return Get(*Find(name)); }
+  bool GivenOnCommandLine(const std::string& name) const { return vm_.count(name) != 0; }
+
+  static std::string PetName(const std::string& name) {
+    std::string upper = env::kPetPrefix + name;
+    for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    return upper;
+  }
+
+  static const OptionDef* Find(const std::string& name) { return *FindLongOption(name); }
+
+ private:
+  po::variables_map vm_;
+  const env::Environ& env_;
+};
+
+Status Bad(const std::string& option, const std::string& value, const std::string& accepted) {
+  return InvalidArgument("invalid --" + option + "=" + value + ": " + accepted);
+}
+
+StatusOr<long long> ParseInt(const std::string& option, const std::string& v, long long lo,
+                             long long hi, const std::string& accepted) {
+  size_t used = 0;
+  long long n = 0;
+  try {
+    n = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    return Bad(option, v, accepted);
+  }
+  if (used != v.size() || n < lo || n > hi) return Bad(option, v, accepted);
+  return n;
+}
+
+StatusOr<double> ParseSeconds(const std::string& option, const std::string& v, bool allow_zero) {
+  size_t used = 0;
+  double d = 0;
+  try {
+    d = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || d < 0 || (!allow_zero && d == 0) || d > 1e9) {
+    return Bad(option, v, allow_zero ? "a number of seconds >= 0" : "a number of seconds > 0");
+  }
+  return d;
+}
+
+StatusOr<bool> ParseBool(const std::string& option, const std::string& v) {
+  std::string l;
+  for (char c : v) l.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
+  if (l == "1" || l == "true" || l == "yes" || l == "on") return true;
+  if (l == "0" || l == "false" || l == "no" || l == "off" || l.empty()) return false;
+  return Bad(option, v, "1 or 0 (true or false)");
+}
+
+StatusOr<int> ParseNproc(const std::string& v, const HostCounts& host) {
+  if (v == "cpu") return host.cpus;
+  if (v == "gpu") {
+    if (host.gpus == 0) {
+      return Bad("nproc_per_node", v,
+                 "this machine has no visible CUDA device (check CUDA_VISIBLE_DEVICES and the "
+                 "driver); give a number or cpu");
+    }
+    return host.gpus;
+  }
+  if (v == "auto") return host.gpus > 0 ? host.gpus : host.cpus;
+  auto n = ParseInt("nproc_per_node", v, 1, 1 << 16, "a number >= 1, cpu, gpu or auto");
+  if (!n.ok()) return n.status();
+  return static_cast<int>(*n);
+}
+
+Status ParseNnodes(const std::string& v, LaunchConfig& c) {
+  auto parts = env::SplitList(v, ':');
+  const std::string accepted = "N or MIN:MAX with 0 < MIN <= MAX";
+  if (parts.empty() || parts.size() > 2) return Bad("nnodes", v, accepted);
+  auto lo = ParseInt("nnodes", parts[0], 1, 1 << 20, accepted);
+  if (!lo.ok()) return lo.status();
+  auto hi = parts.size() == 2 ? ParseInt("nnodes", parts[1], 1, 1 << 20, accepted) : lo;
+  if (!hi.ok()) return hi.status();
+  if (*lo > *hi) return Bad("nnodes", v, "MIN must not exceed MAX (" + accepted + ")");
+  c.nnodes_min = static_cast<int>(*lo);
+  c.nnodes_max = static_cast<int>(*hi);
+  return Status::Ok();
+}
+
+StatusOr<StreamSelection> ParseStreams(const std::string& option, const std::string& v) {
+  const std::string accepted = "0, 1, 2 or 3, or LOCAL_RANK:VALUE pairs such as 0:1,1:2";
+  StreamSelection sel;
+  if (v.find(':') == std::string::npos) {
+    auto n = ParseInt(option, v, 0, 3, accepted);
+    if (!n.ok()) return n.status();
+    sel.all = static_cast<int>(*n);
+    return sel;
+  }
+  for (const auto& pair : env::SplitList(v)) {
+    auto kv = env::SplitList(pair, ':');
+    if (kv.size() != 2) return Bad(option, v, accepted);
+    auto r = ParseInt(option, kv[0], 0, 1 << 16, accepted);
+    auto s = ParseInt(option, kv[1], 0, 3, accepted);
+    if (!r.ok() || !s.ok()) return Bad(option, v, accepted);
+    sel.by_rank[static_cast<int>(*r)] = static_cast<int>(*s);
+  }
+  return sel;
+}
+
+// Comma list where ",," stands for a literal comma.
+std::vector<std::string> ParseFilters(const std::string& v) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (v[i] == ',' && i + 1 < v.size() && v[i + 1] == ',') {
+      cur.push_back(',');
+      ++i;
+    } else if (v[i] == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur.push_back(v[i]);
+    }
+  }
+  if (!cur.empty()) out.push_back(cur);
+  return out;
+}
+
+StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::string& v) {
+  std::map<std::string, std::string> conf;
+  for (const auto& item : env::SplitList(v)) {
+    auto eq = item.find('=');
+    if (item.empty() || eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+      return Bad("rdzv_conf", v, "KEY=VALUE pairs separated by commas; \"" + item +
+                                     "\" has no KEY=VALUE form");
+    }
+    conf[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return conf;
+}
+
+Status ParseSignals(const std::string& v, LaunchConfig& c) {
+  c.handled_signals.clear();
+  for (const auto& name : env::SplitList(v)) {
+    int sig = supervisor::SignalNumber(name);
+    if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
+      return Bad("signals_to_handle", v,
+                 "a comma list of catchable signal names such as SIGTERM,SIGINT,SIGUSR1 (\"" +
+                     name + "\" is not one)");
+    }
+    c.handled_signals.insert(sig);
+  }
+  c.signals_to_handle = v;
+  return Status::Ok();
+}
+
+Status ParseGpus(const std::string& v, LaunchConfig& c) {
+  auto items = env::SplitList(v);
+  if (items.empty()) return Bad("gpus", v, "a comma list of device indices or UUIDs, e.g. 0,6,7");
+  for (const auto& item : items) {
+    bool uuid = item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0;
+    if (!uuid && !ParseInt("gpus", item, 0, 1 << 16, "").ok()) {
+      return Bad("gpus", v, "a comma list of device indices or UUIDs, e.g. 0,6,7 (\"" + item +
+                                "\" is neither)");
+    }
+  }
+  c.gpus = v;
+  return Status::Ok();
+}
+
+std::string NewRunId() {
+  std::random_device rd;
+  std::mt19937_64 gen(rd());
+  const char* hex = "0123456789abcdef";
+  std::string id;
+  for (int i = 0; i < 32; ++i) {
+    if (i == 8 || i == 12 || i == 16 || i == 20) id.push_back('-');
+    id.push_back(hex[gen() % 16]);
+  }
+  id[14] = '4';
+  return id;
+}
+
+}  // namespace
+
+namespace {
+
+Status ApplyFlags(const RawOptions& raw, LaunchConfig& c) {
+  for (auto [name, field] : {std::pair{"standalone", &c.standalone}, {"module", &c.module},
+                             {"no_python", &c.no_python}, {"run_path", &c.run_path},
+                             {"virtual_local_rank", &c.virtual_local_rank}}) {
+    if (auto v = raw.Get(name)) {
+      auto b = ParseBool(name, *v);
+      if (!b.ok()) return b.status().Annotate("PET_" + std::string(name));
+      *field = *b;
+    }
+  }
+  if (c.module && c.no_python) {
+    return InvalidArgument("-m/--module and --no_python cannot be used together: -m runs a "
+                           "Python module, --no_python runs a program without Python");
+  }
+  return Status::Ok();
+}
+
+// Options ddprun accepts but that cannot change what it does: said once.
+void NoteIneffective(const RawOptions& raw, ParsedCommandLine& parsed) {
+  if (auto v = raw.Get("monitor_interval")) {
+    parsed.notices.push_back("--monitor_interval=" + *v +
+                             " has no effect: ddprun reacts to worker exits as they happen");
+  }
+  if (auto v = raw.Get("start_method"); v && *v != "spawn") {
+    parsed.notices.push_back("--start_method=" + *v +
+                             " has no effect: ddprun always starts workers as new processes");
+  }
+}
+
+Status ApplyUnsupported(const RawOptions& raw) {
+  if (auto v = raw.Get("logs_specs")) {
+    return Unimplemented("--logs_specs=" + *v +
+                         " is not supported yet: ddprun has one log layout (torchrun's default); "
+                         "drop the option");
+  }
+  if (auto v = raw.Get("numa_binding")) {
+    return Unimplemented("--numa_binding=" + *v +
+                         " is not supported yet: bind with numactl through --no_python meanwhile");
+  }
+  if (auto v = raw.Get("event_log_handler"); v && *v != "null") {
+    return Unimplemented("--event_log_handler=" + *v +
+                         " is not supported yet: only null is accepted");
+  }
+  return Status::Ok();
+}
+
+Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
+  if (auto v = raw.Get("nnodes")) {
+    if (Status s = ParseNnodes(*v, c); !s.ok()) return s;
+  }
+  if (auto v = raw.Get("rdzv_backend")) c.rdzv_backend = *v;
+  if (c.rdzv_backend != "static" && c.rdzv_backend != "c10d") {
+    if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
+      return Unimplemented("--rdzv_backend=" + c.rdzv_backend +
+                           " is not supported yet: use static or c10d");
+    }
+    return Bad("rdzv_backend", c.rdzv_backend, "static or c10d");
+  }
+  if (auto v = raw.Get("rdzv_endpoint")) c.rdzv_endpoint = *v;
+  if (auto v = raw.Get("rdzv_id")) c.rdzv_id = *v;
+  if (auto v = raw.Get("rdzv_conf")) {
+    auto conf = ParseRdzvConf(*v);
+    if (!conf.ok()) return conf.status();
+    c.rdzv_conf = *conf;
+  }
+  if (auto v = raw.Get("node_rank")) {
+    auto n = ParseInt("node_rank", *v, 0, 1 << 20, "a number >= 0");
+    if (!n.ok()) return n.status();
+    c.node_rank = static_cast<int>(*n);
+  }
+  if (auto v = raw.Get("master_addr")) c.master_addr = *v;
+  if (auto v = raw.Get("master_port")) {
+    auto n = ParseInt("master_port", *v, 0, 65535, "a port number from 0 to 65535");
+    if (!n.ok()) return n.status();
+    if (*n != 0) c.master_port = static_cast<int>(*n);
+  }
+  if (auto v = raw.Get("local_addr")) c.local_addr = *v;
+  if (c.standalone) {
+    c.rdzv_backend = "c10d";
+    c.rdzv_endpoint = "localhost:0";
+    c.rdzv_id = NewRunId();
+  }
+  if (c.nnodes_max > 1) {
+    return Unimplemented("--nnodes=" + raw.Get("nnodes").value_or("") +
+                         ": jobs on more than one node are not supported yet; use --nnodes=1");
+  }
+  if (c.node_rank >= c.nnodes_max) {
+    return Bad("node_rank", std::to_string(c.node_rank),
+               "a number below --nnodes (" + std::to_string(c.nnodes_max) + ")");
+  }
+  return Status::Ok();
+}
+
+Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig& c) {
+  if (auto v = raw.Get("nproc_per_node")) {
+    auto n = ParseNproc(*v, host);
+    if (!n.ok()) return n.status();
+    c.nproc_per_node = *n;
+  }
+  if (auto v = raw.Get("max_restarts")) {
+    auto n = ParseInt("max_restarts", *v, 0, 1 << 30, "a number >= 0");
+    if (!n.ok()) return n.status();
+    c.max_restarts = static_cast<int>(*n);
+  }
+  if (auto v = raw.Get("monitor_interval")) {
+    auto d = ParseSeconds("monitor_interval", *v, false);
+    if (!d.ok()) return d.status();
+    c.monitor_interval = *d;
+  }
+  if (auto v = raw.Get("start_method")) {
+    if (*v != "spawn" && *v != "fork" && *v != "forkserver") {
+      return Bad("start_method", *v, "spawn, fork or forkserver");
+    }
+    c.start_method = *v;
+  }
+  if (auto v = raw.Get("role")) c.role = *v;
+  if (auto v = raw.Get("gpus")) {
+    if (Status s = ParseGpus(*v, c); !s.ok()) return s;
+  }
+  return Status::Ok();
+}
+
+Status ApplyOutput(const RawOptions& raw, LaunchConfig& c) {
+  if (auto v = raw.Get("log_dir")) c.log_dir = *v;
+  for (auto [name, field] : {std::pair{"redirects", &c.redirects}, {"tee", &c.tee}}) {
+    if (auto v = raw.Get(name)) {
+      auto sel = ParseStreams(name, *v);
+      if (!sel.ok()) return sel.status();
+      *field = *sel;
+    }
+  }
+  if (auto v = raw.Get("local_ranks_filter")) {
+    for (const auto& r : env::SplitList(*v)) {
+      auto n = ParseInt("local_ranks_filter", r, 0, c.nproc_per_node - 1, "");
+      if (!n.ok()) {
+        return Bad("local_ranks_filter", *v,
+                   "a comma list of local ranks from 0 to " + std::to_string(c.nproc_per_node - 1));
+      }
+      c.local_ranks_filter.insert(static_cast<int>(*n));
+    }
+  }
+  if (auto v = raw.Get("duplicate_stdout_filters")) c.duplicate_stdout_filters = ParseFilters(*v);
+  if (auto v = raw.Get("duplicate_stderr_filters")) c.duplicate_stderr_filters = ParseFilters(*v);
+  return Status::Ok();
+}
+
+Status ApplyShutdown(const RawOptions& raw, const env::Environ& environ, LaunchConfig& c) {
+  if (auto v = raw.Get("signals_to_handle")) {
+    if (Status s = ParseSignals(*v, c); !s.ok()) return s;
+  } else {
+    (void)ParseSignals(c.signals_to_handle, c);
+  }
+  std::optional<std::string> timeout = raw.Get("shutdown_timeout");
+  std::string option = "shutdown_timeout";
+  if (!timeout) {
+    timeout = env::Lookup(environ, env::kShutdownTimeout);
+    option = std::string("shutdown_timeout (from ") + env::kShutdownTimeout + ")";
+  }
+  if (timeout) {
+    auto d = ParseSeconds(option, *timeout, true);
+    if (!d.ok()) return d.status();
+    c.shutdown_timeout = *d;
+  }
+  return Status::Ok();
+}
+
+Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const HostCounts& host,
+                    ParsedCommandLine& parsed) {
+  LaunchConfig& c = parsed.config;
+  if (Status s = ApplyFlags(raw, c); !s.ok()) return s;
+  if (Status s = ApplyRendezvous(raw, c); !s.ok()) return s;
+  if (Status s = ApplyUnsupported(raw); !s.ok()) return s;
+  if (Status s = ApplyWorkers(raw, host, c); !s.ok()) return s;
+  if (Status s = ApplyOutput(raw, c); !s.ok()) return s;
+  if (Status s = ApplyShutdown(raw, environ, c); !s.ok()) return s;
+  NoteIneffective(raw, parsed);
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                             const env::Environ& environ,
+                                             const HostCounts& host) {
+  auto split = SplitCommandLine(args);
+  if (!split.ok()) return split.status();
+  po::options_description desc;
+  for (const auto& def : OptionTable()) {
+    if (def.value_name == nullptr) {
+      desc.add_options()(def.name, po::value<std::vector<std::string>>()->implicit_value(
+                                       std::vector<std::string>{"1"}, "1"));
+    } else {
+      desc.add_options()(def.name, po::value<std::vector<std::string>>());
+    }
+  }
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(split->launcher)
+                  .options(desc)
+                  .style(po::command_line_style::unix_style &
+                         ~po::command_line_style::allow_guessing)
+                  .run(),
+              vm);
+  } catch (const po::error& e) {
+    return InvalidArgument(e.what());
+  }
+  ParsedCommandLine parsed;
+  if (vm.count("help") != 0) {
+    parsed.action = Action::kHelp;
+    return parsed;
+  }
+  if (vm.count("version") != 0) {
+    parsed.action = Action::kVersion;
+    return parsed;
+  }
+  RawOptions raw(std::move(vm), environ);
+  if (Status s = ApplyOptions(raw, environ, host, parsed); !s.ok()) return s;
+  if (!split->program) {
+    return InvalidArgument("no program to run: give one after the options, e.g. "
+                           "ddprun --nproc_per_node=2 ./train or ddprun train.py");
+  }
+  parsed.config.program = *split->program;
+  parsed.config.program_args = split->program_args;
+  if (parsed.config.run_path && parsed.config.program[0] != '/') {
+    return Bad("run_path", parsed.config.program, "an absolute path to the script");
+  }
+  return parsed;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,35 @@
+// Turning ddprun's command line (and PET_* variables) into a LaunchConfig,
+// with torchrun's validation rules and messages that name the option, the
+// value and what is accepted.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.hpp"
+#include "env/environ.hpp"
+#include "launcher/launch_config.hpp"
+
+namespace ddprun::launcher {
+
+// Host facts the options depend on (injected so tests need no GPU).
+struct HostCounts {
+  int cpus = 1;
+  int gpus = 0;
+};
+
+enum class Action { kRun, kHelp, kVersion };
+
+struct ParsedCommandLine {
+  Action action = Action::kRun;
+  LaunchConfig config;
+  std::vector<std::string> notices;  // one-line notes for the log (ignored options etc.)
+};
+
+// `args` excludes argv[0]. Errors are kInvalidArgument (usage) or
+// kUnimplemented (an option ddprun does not support yet); both exit 2.
+StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                             const env::Environ& environ,
+                                             const HostCounts& host);
+
+}  // namespace ddprun::launcher

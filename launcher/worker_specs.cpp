@@ -1,0 +1,76 @@
+#include "launcher/worker_specs.hpp"
+
+#include "env/host.hpp"
+#include "env/names.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+constexpr int kStdoutBit = 1;
+constexpr int kStderrBit = 2;
+constexpr char kDefaultPrefix[] = "[${role_name}${local_rank}]:";
+
+void Replace(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
+    s.replace(pos, from.size(), to);
+  }
+}
+
+// torchrun's routing: a redirected stream goes to its file; teed means
+// redirected and also shown with a prefix; a rank outside
+// --local_ranks_filter is not shown at all.
+supervisor::StreamSpec Route(const LaunchConfig& c, int local_rank, int bit, std::string file,
+                             const std::string& prefix) {
+  supervisor::StreamSpec s;
+  bool teed = (c.tee.For(local_rank) & bit) != 0;
+  bool redirected = teed || (c.redirects.For(local_rank) & bit) != 0;
+  bool shown = c.local_ranks_filter.empty() || c.local_ranks_filter.count(local_rank) != 0;
+  s.file = redirected ? std::move(file) : "";
+  s.console = redirected ? (teed && shown) : shown;
+  s.prefix = teed ? prefix : "";
+  return s;
+}
+
+}  // namespace
+
+std::string LinePrefix(const std::string& tmpl, const std::string& role, int rank, int local_rank,
+                       const std::string& host) {
+  std::string s = tmpl;
+  Replace(s, "${role_name}", role);
+  Replace(s, "${local_rank}", std::to_string(local_rank));
+  Replace(s, "${rank}", std::to_string(rank));
+  Replace(s, "${host}", host);
+  return s;
+}
+
+StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfig& c,
+                                                               const Program& program,
+                                                               const env::GroupInfo& group,
+                                                               const env::LogLayout& layout,
+                                                               const env::Environ& environ) {
+  const std::string tmpl = env::Lookup(environ, env::kLinePrefixTemplate).value_or(kDefaultPrefix);
+  const std::string host = tmpl.find("${host}") != std::string::npos ? env::Hostname() : "";
+  const int attempt = group.restart_count;
+  std::vector<supervisor::WorkerSpec> specs;
+  for (int r = 0; r < c.nproc_per_node; ++r) {
+    auto e = env::WorkerEnviron(group, r, layout.ErrorFile(attempt, r), environ);
+    if (!e.ok()) return e.status();
+    supervisor::WorkerSpec w;
+    w.local_rank = r;
+    w.rank = group.base_rank + r;
+    w.argv = program.argv;
+    w.envp = env::ToEnvp(*e);
+    std::string prefix = LinePrefix(tmpl, c.role, w.rank, r, host);
+    w.out = Route(c, r, kStdoutBit, layout.StdoutPath(attempt, r), prefix);
+    w.err = Route(c, r, kStderrBit, layout.StderrPath(attempt, r), prefix);
+    w.out.duplicate_filters = c.duplicate_stdout_filters;
+    w.out.filter_file = layout.FilteredPath(attempt, "stdout");
+    w.err.duplicate_filters = c.duplicate_stderr_filters;
+    w.err.filter_file = layout.FilteredPath(attempt, "stderr");
+    specs.push_back(std::move(w));
+  }
+  return specs;
+}
+
+}  // namespace ddprun::launcher

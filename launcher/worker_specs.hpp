@@ -1,0 +1,30 @@
+// One attempt's WorkerSpecs: argv, environment and output routing per local
+// rank, from the config (-r, -t, --local_ranks_filter, duplicate filters and
+// the line prefix template).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.hpp"
+#include "env/log_layout.hpp"
+#include "env/worker_env.hpp"
+#include "launcher/launch_config.hpp"
+#include "launcher/program.hpp"
+#include "supervisor/worker_spec.hpp"
+
+namespace ddprun::launcher {
+
+StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfig& config,
+                                                               const Program& program,
+                                                               const env::GroupInfo& group,
+                                                               const env::LogLayout& layout,
+                                                               const env::Environ& environ);
+
+// The tee prefix: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (default
+// "[${role_name}${local_rank}]:") with ${role_name}, ${rank}, ${local_rank}
+// and ${host} substituted.
+std::string LinePrefix(const std::string& tmpl, const std::string& role, int rank, int local_rank,
+                       const std::string& host);
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Configures and builds ddprun into build/ (or $DDPRUN_BUILD_DIR).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${DDPRUN_BUILD_DIR:-build}"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="${DDPRUN_BUILD_TYPE:-RelWithDebInfo}" \
+  -DDDPRUN_PYTHON="${DDPRUN_VENV:-$HOME/.cache/ddprun/venv}/bin/python" >/dev/null
+cmake --build "$BUILD" -j"$(nproc)"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs everything ddprun needs on a fresh Debian 12 machine:
+#   - the Debian packages it builds against and runs with (apt-get), and
+#   - the test-only Python packages (PyTorch 2.x, pytest) into a virtual
+#     environment outside the work tree, reused when present so CI does not
+#     download PyTorch again on a machine that has it.
+# Usage: scripts/setup.sh [--no-python]     (--no-python: skip the venv)
+set -euo pipefail
+
+VENV="${DDPRUN_VENV:-$HOME/.cache/ddprun/venv}"
+TORCH_VERSION="${DDPRUN_TORCH_VERSION:-2.12.1}"
+
+debian_packages=(
+  build-essential cmake pkg-config git
+  libboost-program-options-dev libboost-filesystem-dev libboost-dev
+  libuv1-dev libspdlog-dev nlohmann-json3-dev doctest-dev
+  libgloo-dev libopenblas-dev
+  elfutils groff-base procps python3 python3-venv
+)
+
+missing=()
+for p in "${debian_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ "${1:-}" = "--no-python" ]; then exit 0; fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating the test virtual environment $VENV"
+  mkdir -p "$(dirname "$VENV")"
+  python3 -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import torch, pytest, sys; sys.exit(torch.__version__.split('+')[0] != '$TORCH_VERSION')" 2>/dev/null; then
+  echo "setup: installing torch==$TORCH_VERSION and pytest into $VENV (large download, once)"
+  "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy pytest
+fi
+echo "setup: ready (venv $VENV, $("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

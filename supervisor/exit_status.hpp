@@ -1,0 +1,30 @@
+// How a worker ended: an exit code or a signal, decoded from waitpid().
+#pragma once
+
+#include <string>
+
+namespace ddprun::supervisor {
+
+struct ExitStatus {
+  int code = 0;    // exit code when signal == 0
+  int signal = 0;  // terminating signal, or 0
+
+  static ExitStatus FromWaitStatus(int wstatus);
+  static ExitStatus Exited(int code) { return {code, 0}; }
+  static ExitStatus Signaled(int sig) { return {0, sig}; }
+
+  bool success() const { return signal == 0 && code == 0; }
+  // The shell's convention: the code, or 128+N for death by signal N.
+  int ShellCode() const { return signal != 0 ? 128 + signal : code; }
+  // torchrun's convention: the code, or -N for death by signal N.
+  int TorchCode() const { return signal != 0 ? -signal : code; }
+  // "exit code 3" or "signal 9 (SIGKILL)".
+  std::string Describe() const;
+};
+
+// "SIGTERM" for 15; "SIG<n>" for numbers without a name.
+std::string SignalName(int sig);
+// 15 for "SIGTERM" or "TERM" (any case); 0 if unknown.
+int SignalNumber(const std::string& name);
+
+}  // namespace ddprun::supervisor

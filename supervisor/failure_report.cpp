@@ -1,0 +1,150 @@
+#include "supervisor/failure_report.hpp"
+
+#include <algorithm>
+#include <ctime>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace ddprun::supervisor {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr char kNotAvailable[] = "<N/A>";
+constexpr size_t kMaxWidth = 60;
+
+std::string Indent(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    out.push_back(c);
+    if (c == '\n') out += "  ";
+  }
+  return out;
+}
+
+std::string IsoTime(long long ts) {
+  std::time_t t = static_cast<std::time_t>(ts);
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d_%H:%M:%S", &tm);
+  return buf;
+}
+
+std::string FormatOne(size_t idx, const std::string& host, const FailureRecord& f) {
+  std::ostringstream o;
+  o << "[" << idx << "]:\n"
+    << "  time      : " << IsoTime(f.timestamp) << "\n"
+    << "  host      : " << host << "\n"
+    << "  rank      : " << f.rank << " (local_rank: " << f.local_rank << ")\n"
+    << "  exitcode  : " << f.exit.TorchCode() << " (pid: " << f.pid << ") "
+    << (f.exit.signal != 0 ? " (" + SignalName(f.exit.signal) + ")" : "") << "\n"
+    << "  error_file: " << f.error_file << "\n"
+    << "  traceback : " << Indent(f.message);
+  return o.str();
+}
+
+size_t Widest(const std::string& text) {
+  size_t widest = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) widest = std::max(widest, line.size());
+  return widest;
+}
+
+std::string DefaultMessage(const FailureRecord& f) {
+  if (f.exit.signal != 0) {
+    return "Signal " + std::to_string(f.exit.signal) + " (" + SignalName(f.exit.signal) +
+           ") received by PID " + std::to_string(f.pid);
+  }
+  return "no traceback: the worker wrote no error file (Python: decorate the entry point with "
+         "torch.distributed.elastic.multiprocessing.errors.record)";
+}
+
+}  // namespace
+
+bool ReadErrorFile(const std::string& path, FailureRecord& record) {
+  if (path.empty()) return false;
+  std::ifstream in(path);
+  if (!in) return false;
+  json data = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (data.is_discarded() || !data.is_object() || !data.contains("message")) return false;
+  const json& msg = data["message"];
+  if (msg.is_string()) {
+    record.message = msg.get<std::string>();
+    if (data.contains("timestamp") && data["timestamp"].is_number()) {
+      record.timestamp = data["timestamp"].get<long long>();
+    }
+  } else if (msg.is_object()) {
+    json extra = msg.value("extraInfo", json::object());
+    record.message = extra.value("py_callstack", msg.value("message", std::string(kNotAvailable)));
+    std::string ts = extra.value("timestamp", std::string());
+    if (!ts.empty()) record.timestamp = std::atoll(ts.c_str());
+  } else {
+    return false;
+  }
+  record.error_file = path;
+  return true;
+}
+
+std::vector<FailureRecord> CollectFailures(const GroupResult& result,
+                                           const std::vector<std::string>& error_files) {
+  std::vector<FailureRecord> out;
+  for (size_t idx : result.failures) {
+    const WorkerRecord& w = result.workers[idx];
+    FailureRecord f{w.local_rank, w.rank, w.pid, w.exit,
+                    std::chrono::system_clock::to_time_t(w.exit_time), kNotAvailable, ""};
+    if (!w.start_error.empty()) {
+      f.message = w.start_error;
+    } else if (static_cast<size_t>(w.local_rank) >= error_files.size() ||
+               !ReadErrorFile(error_files[w.local_rank], f)) {
+      f.message = DefaultMessage(f);
+    }
+    out.push_back(std::move(f));
+  }
+  // Earliest timestamp first; ties keep the observed order.
+  std::stable_sort(out.begin(), out.end(), [](const FailureRecord& a, const FailureRecord& b) {
+    return a.timestamp < b.timestamp;
+  });
+  return out;
+}
+
+std::string FormatReport(const std::string& name, const std::string& host,
+                         const std::vector<FailureRecord>& failures) {
+  std::string title = name + " FAILED";
+  std::string root;
+  std::vector<std::string> others;
+  size_t width = title.size();
+  for (size_t i = 0; i < failures.size(); ++i) {
+    std::string one = FormatOne(i, host, failures[i]);
+    width = std::max(width, Widest(one));
+    (i == 0 ? root : others.emplace_back()) = one;
+  }
+  width = std::min(width, kMaxWidth);
+  std::string border(width, '='), section(width, '-');
+  std::ostringstream o;
+  o << border << "\n" << title << "\n" << section << "\nFailures:\n";
+  if (others.empty()) o << "  <NO_OTHER_FAILURES>\n";
+  for (const auto& f : others) o << f << "\n";
+  o << section << "\nRoot Cause (first observed failure):\n" << root << "\n" << border << "\n";
+  return o.str();
+}
+
+void DumpRootCause(const FailureRecord& root, const std::string& path) {
+  json data;
+  std::ifstream in(root.error_file);
+  if (in) data = json::parse(in, nullptr, false);
+  if (!data.is_object() || !data.contains("message")) {
+    data = {{"message",
+             {{"message", root.message},
+              {"extraInfo", {{"timestamp", std::to_string(root.timestamp)}}}}}};
+  }
+  if (root.exit.TorchCode() != 0 && data["message"].is_object()) {
+    data["message"]["errorCode"] = root.exit.TorchCode();
+  }
+  std::ofstream out(path, std::ios::trunc);
+  out << data.dump();
+}
+
+}  // namespace ddprun::supervisor

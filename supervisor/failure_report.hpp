@@ -1,0 +1,43 @@
+// Failure records and torchrun's ChildFailedError report.
+//
+// The report keeps torchrun's layout ("<name> FAILED", "Failures:",
+// "Root Cause (first observed failure):", the same field names) so that
+// people and log scrapers recognise it; the root cause is the failure with
+// the earliest error-file timestamp, else the first one observed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "supervisor/supervisor.hpp"
+
+namespace ddprun::supervisor {
+
+struct FailureRecord {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = 0;
+  ExitStatus exit;
+  long long timestamp = 0;  // seconds since the epoch
+  std::string error_file;   // "<N/A>" when the worker wrote none
+  std::string message;      // traceback, error message, or what happened
+};
+
+// Reads a worker's error file (torchrun's JSON, nested or flat form). Returns
+// false, leaving `record` alone, when the file is missing or unreadable.
+bool ReadErrorFile(const std::string& path, FailureRecord& record);
+
+// One record per failed worker of `result`, root cause first.
+// `error_files[i]` is the error file path of local rank i.
+std::vector<FailureRecord> CollectFailures(const GroupResult& result,
+                                           const std::vector<std::string>& error_files);
+
+// The report text, starting and ending with a border line.
+std::string FormatReport(const std::string& name, const std::string& host,
+                         const std::vector<FailureRecord>& failures);
+
+// Copies the root cause into the launcher's own error file (what torchrun's
+// @record does for a scheduler that set TORCHELASTIC_ERROR_FILE on it).
+void DumpRootCause(const FailureRecord& root, const std::string& path);
+
+}  // namespace ddprun::supervisor

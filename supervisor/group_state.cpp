@@ -1,0 +1,111 @@
+#include "supervisor/group_state.hpp"
+
+#include <csignal>
+
+namespace ddprun::supervisor {
+
+GroupState::GroupState(GroupOptions options, ProcessControl* control, Timer* timer)
+    : options_(std::move(options)), control_(control), timer_(timer) {}
+
+void GroupState::AddWorker(int local_rank, int rank, pid_t pid) {
+  workers_.push_back(WorkerRecord{local_rank, rank, pid, WorkerState::kRunning, {}, {}, {}});
+}
+
+Outcome GroupState::outcome() const {
+  if (phase_ != Phase::kDone) return Outcome::kRunning;
+  if (!failures_.empty()) return Outcome::kFailed;
+  if (received_signal_ != 0) return Outcome::kInterrupted;
+  return Outcome::kSucceeded;
+}
+
+bool GroupState::AnyRunning() const {
+  for (const auto& w : workers_) {
+    if (w.state == WorkerState::kRunning) return true;
+  }
+  return false;
+}
+
+void GroupState::OnExits(const std::vector<std::pair<pid_t, ExitStatus>>& exits, WallTime now) {
+  bool new_failure = false;
+  for (const auto& [pid, status] : exits) {
+    for (size_t i = 0; i < workers_.size(); ++i) {
+      WorkerRecord& w = workers_[i];
+      if (w.pid != pid || w.state != WorkerState::kRunning) continue;
+      w.exit = status;
+      w.exit_time = now;
+      if (status.success()) {
+        w.state = WorkerState::kSucceeded;
+      } else if (phase_ == Phase::kRunning) {
+        w.state = WorkerState::kFailed;
+        failures_.push_back(i);
+        new_failure = true;
+      } else {
+        w.state = WorkerState::kStopped;
+      }
+    }
+  }
+  if (new_failure) BeginStop(SIGTERM);
+  FinishIfAllExited();
+}
+
+void GroupState::OnStartFailure(int local_rank, int rank, ExitStatus as_exit, WallTime now,
+                                std::string why) {
+  workers_.push_back(
+      WorkerRecord{local_rank, rank, 0, WorkerState::kFailed, as_exit, now, std::move(why)});
+  failures_.push_back(workers_.size() - 1);
+  BeginStop(SIGTERM);
+  FinishIfAllExited();
+}
+
+void GroupState::OnSignal(int sig) {
+  if (phase_ == Phase::kDone) return;
+  if (options_.forward_only.count(sig) != 0) {
+    SignalSurvivors(sig);
+    return;
+  }
+  if (phase_ == Phase::kRunning) {
+    received_signal_ = sig;
+    BeginStop(sig);
+    FinishIfAllExited();
+    return;
+  }
+  // A second terminating signal while stopping: do not wait out the grace.
+  if (phase_ == Phase::kStopping) OnTimer();
+}
+
+void GroupState::OnTimer() {
+  if (phase_ == Phase::kStopping) {
+    phase_ = Phase::kKilling;
+    SignalSurvivors(SIGKILL);
+    timer_->Arm(options_.kill_timeout);
+    return;
+  }
+  if (phase_ == Phase::kKilling) {
+    for (auto& w : workers_) {
+      if (w.state == WorkerState::kRunning) w.state = WorkerState::kAbandoned;
+    }
+    FinishIfAllExited();
+  }
+}
+
+void GroupState::BeginStop(int sig) {
+  if (phase_ != Phase::kRunning) return;
+  phase_ = Phase::kStopping;
+  if (!AnyRunning()) return;
+  SignalSurvivors(sig);
+  timer_->Arm(options_.shutdown_timeout);
+}
+
+void GroupState::SignalSurvivors(int sig) {
+  for (const auto& w : workers_) {
+    if (w.state == WorkerState::kRunning) control_->SignalGroup(w.pid, sig);
+  }
+}
+
+void GroupState::FinishIfAllExited() {
+  if (AnyRunning() || phase_ == Phase::kDone) return;
+  timer_->Cancel();
+  phase_ = Phase::kDone;
+}
+
+}  // namespace ddprun::supervisor

@@ -1,0 +1,107 @@
+// The supervision state machine of one worker group (one attempt on a node).
+//
+// It decides, and the event loop (supervisor/supervisor.hpp) or a test fake
+// carries out: events come in (child exits, signals to the launcher, timer
+// expiries); actions go out through ProcessControl (signal a worker's process
+// group) and Timer (arm the one deadline this machine needs at a time).
+//
+// Lifecycle: Running -> (first failure or terminating signal) Stopping: every
+// surviving worker's group gets SIGTERM (or the received signal) and the
+// grace period starts -> Killing: SIGKILL, and a bounded wait for the kernel
+// to reap -> Done. Workers that do not die even then (D state) are abandoned
+// and named, so the launcher never blocks forever.
+//
+// Not thread-safe: drive it from one thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "supervisor/exit_status.hpp"
+
+namespace ddprun::supervisor {
+
+using Duration = std::chrono::duration<double>;
+using WallTime = std::chrono::system_clock::time_point;
+
+// Signals a worker's process group; the OS seam of this state machine.
+class ProcessControl {
+ public:
+  virtual ~ProcessControl() = default;
+  virtual void SignalGroup(pid_t pgid, int sig) = 0;
+};
+
+// One deadline at a time; Arm() replaces the previous one.
+class Timer {
+ public:
+  virtual ~Timer() = default;
+  virtual void Arm(Duration after) = 0;
+  virtual void Cancel() = 0;
+};
+
+enum class WorkerState { kRunning, kSucceeded, kFailed, kStopped, kAbandoned };
+
+struct WorkerRecord {
+  int local_rank = 0;
+  int rank = 0;
+  pid_t pid = 0;
+  WorkerState state = WorkerState::kRunning;
+  ExitStatus exit;
+  WallTime exit_time;
+  std::string start_error;  // why it could not be started, if it could not
+};
+
+enum class Phase { kRunning, kStopping, kKilling, kDone };
+enum class Outcome { kRunning, kSucceeded, kFailed, kInterrupted };
+
+struct GroupOptions {
+  Duration shutdown_timeout{30.0};  // SIGTERM -> SIGKILL
+  Duration kill_timeout{10.0};      // SIGKILL -> give up on a process
+  std::set<int> forward_only;       // signals passed on without teardown (SIGUSR1/2)
+};
+
+class GroupState {
+ public:
+  GroupState(GroupOptions options, ProcessControl* control, Timer* timer);
+
+  // REQUIRES: called before any event, once per started worker.
+  void AddWorker(int local_rank, int rank, pid_t pid);
+
+  // Child exits reaped together; every failure among them counts as observed
+  // before the teardown they cause. Unknown pids are ignored.
+  void OnExits(const std::vector<std::pair<pid_t, ExitStatus>>& exits, WallTime now);
+  // A worker that could not be started: counts as a failure of that rank.
+  void OnStartFailure(int local_rank, int rank, ExitStatus as_exit, WallTime now,
+                      std::string why);
+  // A signal the launcher received and handles.
+  void OnSignal(int sig);
+  void OnTimer();
+
+  Phase phase() const { return phase_; }
+  bool done() const { return phase_ == Phase::kDone; }
+  Outcome outcome() const;
+  int received_signal() const { return received_signal_; }
+  const std::vector<WorkerRecord>& workers() const { return workers_; }
+  // Failures in the order observed (indices into workers()).
+  const std::vector<size_t>& failures() const { return failures_; }
+
+ private:
+  void BeginStop(int sig);
+  void SignalSurvivors(int sig);
+  bool AnyRunning() const;
+  void FinishIfAllExited();
+
+  GroupOptions options_;
+  ProcessControl* control_;
+  Timer* timer_;
+  std::vector<WorkerRecord> workers_;
+  std::vector<size_t> failures_;
+  Phase phase_ = Phase::kRunning;
+  int received_signal_ = 0;
+};
+
+}  // namespace ddprun::supervisor

@@ -1,0 +1,98 @@
+#include "supervisor/spawn.hpp"
+
+#include <linux/close_range.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <boost/process/args.hpp>
+#include <boost/process/child.hpp>
+#include <boost/process/env.hpp>
+#include <boost/process/environment.hpp>
+#include <boost/process/exe.hpp>
+#include <boost/process/extend.hpp>
+#include <cerrno>
+#include <system_error>
+
+namespace ddprun::supervisor {
+
+namespace bp = boost::process;
+
+namespace {
+
+// Runs in the forked child: async-signal-safe calls only.
+void SetUpChild(const SpawnRequest& req, pid_t parent) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(137);  // the launcher died before prctl took hold
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  dup2(req.stdin_fd, 0);
+  dup2(req.stdout_fd, 1);
+  dup2(req.stderr_fd, 2);
+  // Marks rather than closes: Boost.Process's exec-error pipe must stay open
+  // until execve() succeeds.
+  syscall(SYS_close_range, 3U, ~0U, CLOSE_RANGE_CLOEXEC);
+}
+
+// Blocks every signal in the launcher while it forks, so that no handler of
+// the launcher's (libuv's signal pipe) runs in the child before exec.
+class BlockAllSignals {
+ public:
+  BlockAllSignals() {
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved_);
+  }
+  ~BlockAllSignals() { pthread_sigmask(SIG_SETMASK, &saved_, nullptr); }
+  BlockAllSignals(const BlockAllSignals&) = delete;
+  BlockAllSignals& operator=(const BlockAllSignals&) = delete;
+
+ private:
+  sigset_t saved_;
+};
+
+}  // namespace
+
+StatusOr<pid_t> SpawnWorker(const SpawnRequest& req) {
+  bp::environment env;
+  env.clear();
+  for (const auto& entry : req.envp) {
+    auto eq = entry.find('=');
+    env[entry.substr(0, eq)] = entry.substr(eq + 1);
+  }
+  std::vector<std::string> args(req.argv.begin() + 1, req.argv.end());
+  const pid_t parent = getpid();
+  std::error_code ec;
+  pid_t pid = -1;
+  {
+    BlockAllSignals block;
+    bp::child child(bp::exe = req.argv[0], bp::args = args, env, ec,
+                    bp::extend::on_exec_setup = [&req, parent](auto&) { SetUpChild(req, parent); });
+    if (!ec) {
+      pid = child.id();
+      child.detach();  // the supervisor reaps with waitpid()
+    }
+  }
+  if (ec) {
+    int err = ec.value();
+    if (err == EAGAIN) {
+      return Unavailable("start " + req.argv[0] +
+                         ": fork failed with EAGAIN: the process/thread limit (RLIMIT_NPROC, "
+                         "ulimit -u) is reached: raise it or run fewer processes");
+    }
+    return ErrnoStatus("start " + req.argv[0], err);
+  }
+  return pid;
+}
+
+void PosixProcessControl::SignalGroup(pid_t pgid, int sig) {
+  if (pgid > 0) killpg(pgid, sig);
+}
+
+}  // namespace ddprun::supervisor

@@ -1,0 +1,299 @@
+#include "supervisor/supervisor.hpp"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+#include <string_view>
+
+#include "supervisor/line_splitter.hpp"
+
+namespace ddprun::supervisor {
+
+namespace {
+
+constexpr size_t kReadBufferSize = 64 * 1024;
+// After the last worker exited, how long output still held open by its
+// leftover children may take to drain before the pipes are closed.
+constexpr uint64_t kDrainMillis = 2000;
+
+uint64_t ToMillis(Duration d) {
+  double ms = d.count() * 1000.0;
+  return ms <= 0 ? 0 : static_cast<uint64_t>(ms + 0.5);
+}
+
+}  // namespace
+
+// Reads one worker stream through a pipe and routes it by line.
+struct Supervisor::PipeReader {
+  uv_pipe_t pipe{};
+  Supervisor* owner = nullptr;
+  StreamSpec spec;
+  int console_fd = -1;
+  UniqueFd file;
+  int filter_fd = -1;
+  LineSplitter splitter;
+  std::string buffer;  // reused for reads
+  std::string out;     // console bytes of one read, written at once
+  bool open = false;
+  bool closing = false;
+
+  void Line(std::string_view line) {
+    if (spec.console) {
+      out.append(spec.prefix);
+      out.append(line);
+    }
+    if (filter_fd < 0) return;
+    for (const auto& f : spec.duplicate_filters) {
+      if (line.find(f) == std::string_view::npos) continue;
+      std::string copy = spec.prefix + std::string(line);
+      WriteAll(filter_fd, copy.data(), copy.size());
+      break;
+    }
+  }
+
+  void Consume(std::string_view data) {
+    if (file.valid()) WriteAll(file.get(), data.data(), data.size());
+    splitter.Feed(data, [this](std::string_view l) { Line(l); });
+    Flush();
+  }
+
+  void Finish() {
+    splitter.Finish([this](std::string_view l) { Line(l); });
+    Flush();
+  }
+
+  void Flush() {
+    if (out.empty()) return;
+    WriteAll(console_fd, out.data(), out.size());  // a closed console must not stop the job
+    out.clear();
+  }
+};
+
+// Adapts the group's one deadline to a libuv timer.
+class Supervisor::LoopTimer : public Timer {
+ public:
+  explicit LoopTimer(uv_loop_t* loop) {
+    uv_timer_init(loop, &timer_);
+    timer_.data = this;
+  }
+  void Arm(Duration after) override {
+    uv_timer_start(
+        &timer_,
+        [](uv_timer_t* t) {
+          auto* self = static_cast<LoopTimer*>(t->data);
+          if (self->target_ != nullptr) self->target_->OnTimer();
+        },
+        ToMillis(after), 0);
+  }
+  void Cancel() override { uv_timer_stop(&timer_); }
+  void Target(GroupState* state) { target_ = state; }
+  uv_timer_t* handle() { return &timer_; }
+
+ private:
+  uv_timer_t timer_{};
+  GroupState* target_ = nullptr;
+};
+
+Supervisor::Supervisor() = default;
+
+StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& handled_signals) {
+  std::unique_ptr<Supervisor> s(new Supervisor());  // private constructor
+  if (int rc = uv_loop_init(&s->loop_); rc != 0) {
+    return Internal(std::string("uv_loop_init: ") + uv_strerror(rc));
+  }
+  s->loop_.data = s.get();
+  signal(SIGPIPE, SIG_IGN);
+  uv_signal_init(&s->loop_, &s->sigchld_);
+  s->sigchld_.data = s.get();
+  uv_signal_start(
+      &s->sigchld_, [](uv_signal_t* h, int) { static_cast<Supervisor*>(h->data)->ReapChildren(); },
+      SIGCHLD);
+  for (int sig : handled_signals) {
+    auto h = std::make_unique<uv_signal_t>();
+    uv_signal_init(&s->loop_, h.get());
+    h->data = s.get();
+    int rc = uv_signal_start(
+        h.get(), [](uv_signal_t* sh, int signum) { static_cast<Supervisor*>(sh->data)->OnSignal(signum); },
+        sig);
+    if (rc != 0) {
+      return InvalidArgument("--signals_to_handle: cannot handle signal " + std::to_string(sig) +
+                             ": " + uv_strerror(rc));
+    }
+    s->signals_.push_back(std::move(h));
+  }
+  s->timer_ = std::make_unique<LoopTimer>(&s->loop_);
+  s->dev_null_in_ = UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  s->dev_null_out_ = UniqueFd(open("/dev/null", O_WRONLY | O_CLOEXEC));
+  if (!s->dev_null_in_.valid() || !s->dev_null_out_.valid()) {
+    return ErrnoStatus("open /dev/null", errno);
+  }
+  return s;
+}
+
+Supervisor::~Supervisor() {
+  uv_close(reinterpret_cast<uv_handle_t*>(&sigchld_), nullptr);
+  for (auto& h : signals_) uv_close(reinterpret_cast<uv_handle_t*>(h.get()), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(timer_->handle()), nullptr);
+  uv_run(&loop_, UV_RUN_DEFAULT);  // runs the close callbacks
+  uv_loop_close(&loop_);
+}
+
+void Supervisor::OnSignal(int sig) {
+  if (running_ != nullptr) {
+    running_->OnSignal(sig);
+  } else if (pending_signal_ == 0 && sig != SIGUSR1 && sig != SIGUSR2) {
+    pending_signal_ = sig;
+  }
+}
+
+void Supervisor::ReapChildren() {
+  if (running_ == nullptr) return;
+  std::vector<std::pair<pid_t, ExitStatus>> exits;
+  for (const auto& w : running_->workers()) {
+    if (w.state != WorkerState::kRunning) continue;
+    int status = 0;
+    pid_t r;
+    do {
+      r = waitpid(w.pid, &status, WNOHANG);
+    } while (r < 0 && errno == EINTR);
+    if (r == w.pid) exits.emplace_back(w.pid, ExitStatus::FromWaitStatus(status));
+  }
+  if (!exits.empty()) running_->OnExits(exits, std::chrono::system_clock::now());
+}
+
+int Supervisor::FilterFd(const std::string& path) {
+  auto it = filter_files_.find(path);
+  if (it == filter_files_.end()) {
+    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    it = filter_files_.emplace(path, std::move(fd)).first;
+  }
+  return it->second.get();
+}
+
+StatusOr<int> Supervisor::ChildFd(const WorkerSpec& spec, const StreamSpec& stream, int console_fd,
+                                  std::vector<UniqueFd>& parent_side) {
+  if (!stream.NeedsPipe()) {
+    if (!stream.file.empty()) {
+      UniqueFd fd(open(stream.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!fd.valid()) return ErrnoStatus("open " + stream.file, errno);
+      int raw = fd.get();
+      parent_side.push_back(std::move(fd));
+      return raw;
+    }
+    return stream.console ? console_fd : dev_null_out_.get();
+  }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  UniqueFd read_end(fds[0]);
+  parent_side.emplace_back(fds[1]);
+  auto reader = std::make_unique<PipeReader>();
+  reader->owner = this;
+  reader->spec = stream;
+  reader->console_fd = console_fd;
+  if (!stream.file.empty()) {
+    reader->file = UniqueFd(open(stream.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!reader->file.valid()) return ErrnoStatus("open " + stream.file, errno);
+  }
+  if (!stream.duplicate_filters.empty()) reader->filter_fd = FilterFd(stream.filter_file);
+  uv_pipe_init(&loop_, &reader->pipe, 0);
+  reader->pipe.data = reader.get();
+  uv_pipe_open(&reader->pipe, read_end.Release());
+  reader->open = true;
+  uv_read_start(
+      reinterpret_cast<uv_stream_t*>(&reader->pipe),
+      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
+        auto* r = static_cast<PipeReader*>(h->data);
+        r->buffer.resize(kReadBufferSize);
+        *buf = uv_buf_init(r->buffer.data(), kReadBufferSize);
+      },
+      [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
+        auto* r = static_cast<PipeReader*>(s->data);
+        if (n > 0) r->Consume(std::string_view(buf->base, static_cast<size_t>(n)));
+        if (n < 0) r->owner->CloseReader(*r);
+      });
+  readers_.push_back(std::move(reader));
+  (void)spec;
+  return parent_side.back().get();
+}
+
+void Supervisor::CloseReader(PipeReader& r) {
+  if (r.closing) return;
+  r.closing = true;
+  r.Finish();
+  uv_read_stop(reinterpret_cast<uv_stream_t*>(&r.pipe));
+  uv_close(reinterpret_cast<uv_handle_t*>(&r.pipe),
+           [](uv_handle_t* h) { static_cast<PipeReader*>(h->data)->open = false; });
+}
+
+void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
+  std::vector<UniqueFd> child_side;  // closed here once the child has its copies
+  auto out = ChildFd(spec, spec.out, STDOUT_FILENO, child_side);
+  auto err = out.ok() ? ChildFd(spec, spec.err, STDERR_FILENO, child_side) : out;
+  StatusOr<pid_t> pid = Internal("not started");
+  if (!out.ok() || !err.ok()) {
+    pid = (out.ok() ? err : out).status();
+  } else {
+    pid = SpawnWorker(SpawnRequest{spec.argv, spec.envp, dev_null_in_.get(), *out, *err});
+  }
+  if (pid.ok()) {
+    state.AddWorker(spec.local_rank, spec.rank, *pid);
+    return;
+  }
+  int code = pid.status().code() == StatusCode::kNotFound           ? 127
+             : pid.status().code() == StatusCode::kPermissionDenied ? 126
+                                                                    : 1;
+  state.OnStartFailure(spec.local_rank, spec.rank, ExitStatus::Exited(code),
+                       std::chrono::system_clock::now(), pid.status().message());
+}
+
+void Supervisor::Drain(GroupState& state) {
+  // Children the workers left behind would hold the pipes open: workers are
+  // gone, so their process groups go too.
+  for (const auto& w : state.workers()) {
+    if (w.pid > 0 && w.state != WorkerState::kAbandoned) control_.SignalGroup(w.pid, SIGKILL);
+  }
+  uv_timer_t drain{};
+  uv_timer_init(&loop_, &drain);
+  drain.data = this;
+  uv_timer_start(
+      &drain,
+      [](uv_timer_t* t) {
+        auto* self = static_cast<Supervisor*>(t->data);
+        for (auto& r : self->readers_) self->CloseReader(*r);
+      },
+      kDrainMillis, 0);
+  auto any_open = [this] {
+    for (auto& r : readers_) {
+      if (r->open) return true;
+    }
+    return false;
+  };
+  while (any_open()) uv_run(&loop_, UV_RUN_ONCE);
+  uv_close(reinterpret_cast<uv_handle_t*>(&drain), nullptr);
+  uv_run(&loop_, UV_RUN_NOWAIT);
+  readers_.clear();
+  filter_files_.clear();
+}
+
+GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs, const GroupOptions& options) {
+  GroupState state(options, &control_, timer_.get());
+  running_ = &state;
+  timer_->Target(&state);
+  if (pending_signal_ != 0) state.OnSignal(pending_signal_);
+  for (const auto& spec : specs) {
+    if (state.phase() != Phase::kRunning) break;
+    StartWorker(spec, state);
+  }
+  ReapChildren();  // exits that raced with the start-up
+  while (!state.done()) uv_run(&loop_, UV_RUN_ONCE);
+  running_ = nullptr;
+  timer_->Target(nullptr);
+  Drain(state);
+  return GroupResult{state.outcome(), state.received_signal(), state.workers(), state.failures()};
+}
+
+}  // namespace ddprun::supervisor

@@ -1,0 +1,74 @@
+// The event loop that runs worker groups: one libuv loop on the launcher's
+// main thread where child exits (SIGCHLD), output pipes, the teardown timer
+// and the signals the launcher handles are all events. No polling interval
+// decides how fast a failure is noticed.
+//
+// One Supervisor lives for the whole launcher run, so handled signals are
+// caught between attempts too. Not thread-safe; use from one thread.
+#pragma once
+
+#include <uv.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "base/status.hpp"
+#include "base/unique_fd.hpp"
+#include "supervisor/group_state.hpp"
+#include "supervisor/spawn.hpp"
+#include "supervisor/worker_spec.hpp"
+
+namespace ddprun::supervisor {
+
+struct GroupResult {
+  Outcome outcome = Outcome::kSucceeded;
+  int received_signal = 0;
+  std::vector<WorkerRecord> workers;
+  std::vector<size_t> failures;  // indices into workers, in observed order
+};
+
+class Supervisor {
+ public:
+  // Installs handlers for `handled_signals`; SIGPIPE is ignored from now on.
+  static StatusOr<std::unique_ptr<Supervisor>> Create(const std::set<int>& handled_signals);
+  ~Supervisor();
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  // Starts the workers and supervises them until every one has exited (or
+  // was abandoned after SIGKILL) and their output is drained.
+  GroupResult RunGroup(const std::vector<WorkerSpec>& specs, const GroupOptions& options);
+
+  // A terminating signal received while no group ran, or 0.
+  int pending_signal() const { return pending_signal_; }
+
+ private:
+  struct PipeReader;
+  class LoopTimer;
+
+  Supervisor();
+  void StartWorker(const WorkerSpec& spec, GroupState& state);
+  StatusOr<int> ChildFd(const WorkerSpec& spec, const StreamSpec& stream, int console_fd,
+                        std::vector<UniqueFd>& parent_side);
+  int FilterFd(const std::string& path);
+  void ReapChildren();
+  void OnSignal(int sig);
+  void Drain(GroupState& state);
+  void CloseReader(PipeReader& reader);
+
+  uv_loop_t loop_;
+  uv_signal_t sigchld_;
+  std::vector<std::unique_ptr<uv_signal_t>> signals_;
+  std::unique_ptr<LoopTimer> timer_;
+  PosixProcessControl control_;
+  GroupState* running_ = nullptr;
+  int pending_signal_ = 0;
+  UniqueFd dev_null_in_;
+  UniqueFd dev_null_out_;
+  std::vector<std::unique_ptr<PipeReader>> readers_;
+  std::map<std::string, UniqueFd> filter_files_;
+};
+
+}  // namespace ddprun::supervisor
