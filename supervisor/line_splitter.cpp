@@ -5,23 +5,23 @@ namespace ddprun::supervisor {
 void LineSplitter::Feed(std::string_view data, const LineFn& emit) {
   while (!data.empty()) {
     size_t nl = data.find('\n');
-    if (nl == std::string_view::npos) {
-      partial_.append(data);
-      while (partial_.size() >= max_line_) {
-        std::string piece = partial_.substr(0, max_line_) + "\n";
-        emit(piece);
-        partial_.erase(0, max_line_);
-      }
-      return;
+    size_t take = nl == std::string_view::npos ? data.size() : nl + 1;
+    if (partial_.empty() && nl != std::string_view::npos && nl <= max_line_) {
+      emit(data.substr(0, take));  // the common case: a whole line, no copy
+      data.remove_prefix(take);
+      continue;
     }
-    if (partial_.empty()) {
-      emit(data.substr(0, nl + 1));
-    } else {
-      partial_.append(data.substr(0, nl + 1));
+    partial_.append(data.substr(0, take));
+    data.remove_prefix(take);
+    bool complete = partial_.back() == '\n';
+    while (partial_.size() - (complete ? 1 : 0) > max_line_) {
+      emit(partial_.substr(0, max_line_) + "\n");
+      partial_.erase(0, max_line_);
+    }
+    if (complete) {
       emit(partial_);
       partial_.clear();
     }
-    data.remove_prefix(nl + 1);
   }
 }
 

@@ -1,1 +1,112 @@
+#include "env/worker_env.hpp"
+
 #include <doctest/doctest.h>
+
+#include <filesystem>
+
+#include "env/host.hpp"
+
+namespace ddprun::env {
+namespace {
+
+GroupInfo Group() {
+  GroupInfo g;
+  g.local_world_size = 4;
+  g.world_size = 8;
+  g.group_rank = 1;
+  g.group_world_size = 2;
+  g.base_rank = 4;
+  g.master_addr = "node0";
+  g.master_port = 29500;
+  g.restart_count = 2;
+  g.max_restarts = 3;
+  g.run_id = "job7";
+  g.signals_to_handle = "SIGTERM,SIGINT";
+  return g;
+}
+
+TEST_CASE("a worker gets torchrun's variables laid over the launcher's environment") {
+  Environ base{{"PATH", "/bin"}, {"CUDA_VISIBLE_DEVICES", "3,4"}};
+  auto e = WorkerEnviron(Group(), 2, "/logs/attempt_2/2/error.json", base);
+  REQUIRE(e.ok());
+  CHECK(e->at("PATH") == "/bin");
+  CHECK(e->at("LOCAL_RANK") == "2");
+  CHECK(e->at("RANK") == "6");
+  CHECK(e->at("ROLE_RANK") == "6");
+  CHECK(e->at("GROUP_RANK") == "1");
+  CHECK(e->at("LOCAL_WORLD_SIZE") == "4");
+  CHECK(e->at("WORLD_SIZE") == "8");
+  CHECK(e->at("ROLE_WORLD_SIZE") == "8");
+  CHECK(e->at("GROUP_WORLD_SIZE") == "2");
+  CHECK(e->at("ROLE_NAME") == "default");
+  CHECK(e->at("MASTER_ADDR") == "node0");
+  CHECK(e->at("MASTER_PORT") == "29500");
+  CHECK(e->at("TORCHELASTIC_RESTART_COUNT") == "2");
+  CHECK(e->at("TORCHELASTIC_MAX_RESTARTS") == "3");
+  CHECK(e->at("TORCHELASTIC_RUN_ID") == "job7");
+  CHECK(e->at("TORCHELASTIC_USE_AGENT_STORE") == "False");
+  CHECK(e->at("TORCHELASTIC_ERROR_FILE") == "/logs/attempt_2/2/error.json");
+  CHECK(e->at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "1");
+  CHECK(e->at("OMP_NUM_THREADS") == "1");
+  CHECK(e->at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGINT");
+  CHECK(e->at("CUDA_VISIBLE_DEVICES") == "3,4");  // passed through
+}
+
+TEST_CASE("existing OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are kept") {
+  Environ base{{"OMP_NUM_THREADS", "8"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
+  auto e = WorkerEnviron(Group(), 0, "", base);
+  CHECK(e->at("OMP_NUM_THREADS") == "8");
+  CHECK(e->at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
+}
+
+TEST_CASE("a single worker does not get OMP_NUM_THREADS") {
+  GroupInfo g = Group();
+  g.local_world_size = 1;
+  auto e = WorkerEnviron(g, 0, "", {});
+  CHECK(e->count("OMP_NUM_THREADS") == 0);
+}
+
+TEST_CASE("--gpus sets the device list for every worker") {
+  GroupInfo g = Group();
+  g.gpus = "0,6,7";
+  auto e = WorkerEnviron(g, 1, "", {{"CUDA_VISIBLE_DEVICES", "1"}});
+  CHECK(e->at("CUDA_VISIBLE_DEVICES") == "0,6,7");
+}
+
+TEST_CASE("--virtual_local_rank narrows to one device and sets LOCAL_RANK=0") {
+  GroupInfo g = Group();
+  g.virtual_local_rank = true;
+  auto e = WorkerEnviron(g, 1, "", {{"CUDA_VISIBLE_DEVICES", "5,6,7"}});
+  CHECK(e->at("CUDA_VISIBLE_DEVICES") == "6");
+  CHECK(e->at("LOCAL_RANK") == "0");
+  CHECK(e->at("RANK") == "5");
+  auto none = WorkerEnviron(g, 3, "", {});
+  CHECK(none->at("CUDA_VISIBLE_DEVICES") == "3");
+  auto too_few = WorkerEnviron(g, 3, "", {{"CUDA_VISIBLE_DEVICES", "5,6"}});
+  REQUIRE_FALSE(too_few.ok());
+  CHECK(too_few.status().message().find("CUDA_VISIBLE_DEVICES=5,6") != std::string::npos);
+}
+
+TEST_CASE("GpuCount reads the driver's list and CUDA_VISIBLE_DEVICES like CUDA does") {
+  CHECK(GpuCount(std::nullopt, "/nonexistent") == 0);
+  CHECK(GpuCount(std::string("0,1"), "/nonexistent") == 0);
+  CHECK(GpuCount(std::string(""), "/nonexistent") == 0);
+  auto root = std::filesystem::temp_directory_path() / "ddprun_gpu_test";
+  for (const char* bus : {"0000:01:00.0", "0000:02:00.0", "0000:03:00.0"}) {
+    std::filesystem::create_directories(root / "driver/nvidia/gpus" / bus);
+  }
+  CHECK(GpuCount(std::nullopt, root.string()) == 3);
+  CHECK(GpuCount(std::string("2,0"), root.string()) == 2);
+  CHECK(GpuCount(std::string("1,7,0"), root.string()) == 1);  // CUDA stops at device 7
+  CHECK(GpuCount(std::string("GPU-8a1b"), root.string()) == 1);
+  CHECK(GpuCount(std::string(""), root.string()) == 0);
+  std::filesystem::remove_all(root);
+}
+
+TEST_CASE("SplitList") {
+  CHECK(SplitList("").empty());
+  CHECK(SplitList("a,,b") == std::vector<std::string>{"a", "", "b"});
+}
+
+}  // namespace
+}  // namespace ddprun::env

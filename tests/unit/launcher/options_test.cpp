@@ -1,1 +1,144 @@
+#include "launcher/options.hpp"
+
 #include <doctest/doctest.h>
+
+#include <csignal>
+
+#include "launcher/option_table.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+const HostCounts kHost{16, 0};
+
+StatusOr<ParsedCommandLine> Parse(std::vector<std::string> args, env::Environ environ = {},
+                                  HostCounts host = kHost) {
+  return ParseCommandLine(args, environ, host);
+}
+
+std::string Error(std::vector<std::string> args, env::Environ environ = {}) {
+  auto p = Parse(std::move(args), std::move(environ));
+  REQUIRE_FALSE(p.ok());
+  return p.status().message();
+}
+
+bool Contains(const std::string& s, const std::string& part) {
+  return s.find(part) != std::string::npos;
+}
+
+TEST_CASE("both spellings and unique prefixes reach the same option") {
+  for (auto arg : {"--nproc_per_node=3", "--nproc-per-node=3", "--nproc=3"}) {
+    auto p = Parse({arg, "./train"});
+    REQUIRE(p.ok());
+    CHECK(p->config.nproc_per_node == 3);
+  }
+  auto spaced = Parse({"--nproc-per-node", "5", "./train"});
+  CHECK(spaced->config.nproc_per_node == 5);
+}
+
+TEST_CASE("everything after the program goes to the program untouched") {
+  auto p = Parse({"--max_restarts=1", "train.py", "--nproc_per_node=9", "-m", "--", "x"});
+  REQUIRE(p.ok());
+  CHECK(p->config.program == "train.py");
+  CHECK(p->config.program_args ==
+        std::vector<std::string>{"--nproc_per_node=9", "-m", "--", "x"});
+  CHECK(p->config.nproc_per_node == 1);
+  CHECK(p->config.max_restarts == 1);
+}
+
+TEST_CASE("PET_ variables are fallbacks; the command line wins") {
+  env::Environ e{{"PET_NPROC_PER_NODE", "4"}, {"PET_MAX_RESTARTS", "2"}, {"PET_STANDALONE", "1"}};
+  auto p = Parse({"--max-restarts=5", "t"}, e);
+  REQUIRE(p.ok());
+  CHECK(p->config.nproc_per_node == 4);
+  CHECK(p->config.max_restarts == 5);
+  CHECK(p->config.standalone);
+  CHECK(p->config.rdzv_backend == "c10d");
+  CHECK(p->config.rdzv_id.size() == 36);
+}
+
+TEST_CASE("nproc_per_node takes cpu, gpu and auto") {
+  CHECK(Parse({"--nproc_per_node=cpu", "t"})->config.nproc_per_node == 16);
+  CHECK(Parse({"--nproc_per_node=auto", "t"})->config.nproc_per_node == 16);
+  CHECK(Parse({"--nproc_per_node=auto", "t"}, {}, {16, 2})->config.nproc_per_node == 2);
+  CHECK(Parse({"--nproc_per_node=gpu", "t"}, {}, {16, 8})->config.nproc_per_node == 8);
+  CHECK(Contains(Error({"--nproc_per_node=gpu", "t"}), "no visible CUDA device"));
+}
+
+TEST_CASE("usage errors name the option, the value and what is accepted") {
+  CHECK(Contains(Error({"--nproc_per_node=0", "t"}), "--nproc_per_node=0: a number >= 1"));
+  CHECK(Contains(Error({"--nproc_per_node=-1", "t"}), "--nproc_per_node=-1"));
+  CHECK(Contains(Error({"--nproc_per_node=abc", "t"}), "cpu, gpu or auto"));
+  CHECK(Contains(Error({"--nnodes=3:2", "t"}), "--nnodes=3:2: MIN must not exceed MAX"));
+  CHECK(Contains(Error({"--nnodes=1:2:3", "t"}), "--nnodes=1:2:3"));
+  CHECK(Contains(Error({"--master_port=70000", "t"}), "--master_port=70000: a port number"));
+  CHECK(Contains(Error({"-m", "--no_python", "t"}), "-m/--module and --no_python"));
+  CHECK(Contains(Error({"--max_restarts=-1", "t"}), "--max_restarts=-1: a number >= 0"));
+  CHECK(Contains(Error({"--rdzv_conf=join_timeout", "t"}), "KEY=VALUE"));
+  CHECK(Contains(Error({"--rdzv_conf=a=", "t"}), "KEY=VALUE"));
+  CHECK(Contains(Error({"--shutdown_timeout=-3", "t"}), "seconds >= 0"));
+  CHECK(Contains(Error({"--signals_to_handle=SIGFOO", "t"}), "SIGFOO"));
+  CHECK(Contains(Error({"--tee=4", "t"}), "--tee=4"));
+  CHECK(Contains(Error({"--start_method=thread", "t"}), "spawn, fork or forkserver"));
+  CHECK(Contains(Error({"--local_ranks_filter=3", "t"}), "from 0 to 0"));
+  CHECK(Contains(Error({"--gpus=a,b", "t"}), "\"a\" is neither"));
+  CHECK(Contains(Error({"--run_path", "rel.py"}), "absolute path"));
+  CHECK(Contains(Error({"--nproc_per_node=2"}), "no program to run"));
+  CHECK(Contains(Error({"--nproc_per_node"}), "needs a value"));
+  CHECK(Contains(Error({"--standalone=1", "t"}), "takes no value"));
+}
+
+TEST_CASE("an unknown option gets the closest valid spelling") {
+  CHECK(Contains(Error({"--nproc_per_nodes=2", "t"}), "did you mean --nproc-per-node"));
+  CHECK(Contains(Error({"--max_restrats=2", "t"}), "--max-restarts"));
+  CHECK(Contains(Error({"--master=x", "t"}), "ambiguous option --master"));
+  CHECK(Contains(Error({"-x", "t"}), "unknown option -x"));
+}
+
+TEST_CASE("later work is refused with not supported yet") {
+  for (auto arg : {"--nnodes=2", "--nnodes=1:4", "--rdzv_backend=etcd", "--numa_binding=node",
+                   "--logs_specs=x", "--event_log_handler=console"}) {
+    auto p = Parse({arg, "t"});
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().code() == StatusCode::kUnimplemented);
+    CHECK(Contains(p.status().message(), "not supported yet"));
+  }
+  CHECK(Contains(Error({"--rdzv_backend=zookeeper", "t"}), "static or c10d"));
+}
+
+TEST_CASE("stream selections per rank, signals and timeouts") {
+  auto p = Parse({"-r", "0:1,1:2", "-t3", "--signals_to_handle=SIGTERM,USR1",
+                  "--shutdown-timeout=2.5", "t"});
+  REQUIRE(p.ok());
+  CHECK(p->config.redirects.For(0) == 1);
+  CHECK(p->config.redirects.For(1) == 2);
+  CHECK(p->config.redirects.For(7) == 0);
+  CHECK(p->config.tee.For(5) == 3);
+  CHECK(p->config.handled_signals == std::set<int>{SIGTERM, SIGUSR1});
+  CHECK(p->config.shutdown_timeout == doctest::Approx(2.5));
+  auto env_timeout = Parse({"t"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "7"}});
+  CHECK(env_timeout->config.shutdown_timeout == doctest::Approx(7));
+  CHECK(Parse({"t"})->config.shutdown_timeout == doctest::Approx(30));
+}
+
+TEST_CASE("options with no effect in ddprun are said, not silently dropped") {
+  auto p = Parse({"--monitor_interval=5", "t"});
+  REQUIRE(p.ok());
+  REQUIRE(p->notices.size() == 1);
+  CHECK(Contains(p->notices[0], "--monitor_interval=5 has no effect"));
+}
+
+TEST_CASE("help and version") {
+  CHECK(Parse({"--help"})->action == Action::kHelp);
+  CHECK(Parse({"-h"})->action == Action::kHelp);
+  CHECK(Parse({"--version"})->action == Action::kVersion);
+  for (const auto& def : OptionTable()) CHECK(Contains(HelpText(), std::string("--") + def.name));
+}
+
+TEST_CASE("duplicate filters treat ,, as a literal comma") {
+  auto p = Parse({"--duplicate_stdout_filters=ERROR,a,,b", "t"});
+  CHECK(p->config.duplicate_stdout_filters == std::vector<std::string>{"ERROR", "a,b"});
+}
+
+}  // namespace
+}  // namespace ddprun::launcher

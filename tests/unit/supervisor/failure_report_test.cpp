@@ -1,1 +1,77 @@
+#include "supervisor/failure_report.hpp"
+
 #include <doctest/doctest.h>
+
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+namespace ddprun::supervisor {
+namespace {
+
+std::string TempFile(const std::string& name, const std::string& text) {
+  auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+TEST_CASE("error files in torchrun's nested and flat forms are read") {
+  FailureRecord nested;
+  auto p1 = TempFile("ddprun_err1.json",
+                     R"({"message": {"message": "RuntimeError: boom", "extraInfo": )"
+                     R"({"py_callstack": "Traceback...\nRuntimeError: boom", "timestamp": "17"}}})");
+  REQUIRE(ReadErrorFile(p1, nested));
+  CHECK(nested.message == "Traceback...\nRuntimeError: boom");
+  CHECK(nested.timestamp == 17);
+  FailureRecord flat;
+  auto p2 = TempFile("ddprun_err2.json", R"({"message": "oops", "timestamp": 5})");
+  REQUIRE(ReadErrorFile(p2, flat));
+  CHECK(flat.message == "oops");
+  CHECK(flat.timestamp == 5);
+  FailureRecord bad;
+  CHECK_FALSE(ReadErrorFile(TempFile("ddprun_err3.json", "{not json"), bad));
+  CHECK_FALSE(ReadErrorFile("/nonexistent/error.json", bad));
+  std::remove(p1.c_str());
+  std::remove(p2.c_str());
+}
+
+TEST_CASE("the root cause is the earliest error file, and the report keeps torchrun's layout") {
+  GroupResult r;
+  auto t = std::chrono::system_clock::from_time_t(100);
+  r.workers = {{0, 0, 10, WorkerState::kFailed, ExitStatus::Signaled(SIGKILL), t, ""},
+               {1, 1, 11, WorkerState::kFailed, ExitStatus::Exited(3), t, ""}};
+  r.failures = {0, 1};
+  auto err = TempFile("ddprun_err4.json",
+                      R"({"message": {"message": "x", "extraInfo": {"py_callstack": "tb", )"
+                      R"("timestamp": "50"}}})");
+  auto failures = CollectFailures(r, {"", err});
+  REQUIRE(failures.size() == 2);
+  CHECK(failures[0].rank == 1);
+  CHECK(failures[1].message == "Signal 9 (SIGKILL) received by PID 10");
+  std::string report = FormatReport("train.py", "node1", failures);
+  CHECK(report.find("train.py FAILED\n") != std::string::npos);
+  CHECK(report.find("Root Cause (first observed failure):\n[0]:\n") != std::string::npos);
+  CHECK(report.find("  rank      : 1 (local_rank: 1)\n  exitcode  : 3 (pid: 11) \n") !=
+        std::string::npos);
+  CHECK(report.find("  exitcode  : -9 (pid: 10)  (SIGKILL)") != std::string::npos);
+  CHECK(report.find("  host      : node1") != std::string::npos);
+  std::string border = report.substr(0, report.find('\n') + 1);
+  CHECK(border.find_first_not_of('=') == border.size() - 1);
+  CHECK(report.substr(report.size() - border.size()) == border);
+  std::remove(err.c_str());
+}
+
+TEST_CASE("the root cause is copied to the launcher's own error file with its code") {
+  FailureRecord f{0, 0, 1, ExitStatus::Exited(3), 42, "<N/A>", "no traceback"};
+  auto out = std::filesystem::temp_directory_path() / "ddprun_own_error.json";
+  DumpRootCause(f, out.string());
+  std::ifstream in(out);
+  std::string text((std::istreambuf_iterator<char>(in)), {});
+  CHECK(text.find("\"errorCode\":3") != std::string::npos);
+  CHECK(text.find("no traceback") != std::string::npos);
+  std::filesystem::remove(out);
+}
+
+}  // namespace
+}  // namespace ddprun::supervisor

@@ -1,1 +1,133 @@
+// The supervision state machine against a fake process layer and timer.
+#include "supervisor/group_state.hpp"
+
 #include <doctest/doctest.h>
+
+#include <csignal>
+#include <vector>
+
+namespace ddprun::supervisor {
+namespace {
+
+struct FakeControl : ProcessControl {
+  std::vector<std::pair<pid_t, int>> sent;
+  void SignalGroup(pid_t pgid, int sig) override { sent.emplace_back(pgid, sig); }
+};
+
+struct FakeTimer : Timer {
+  bool armed = false;
+  double after = 0;
+  void Arm(Duration d) override { armed = true, after = d.count(); }
+  void Cancel() override { armed = false; }
+};
+
+struct Fixture {
+  FakeControl control;
+  FakeTimer timer;
+  GroupOptions options;
+  WallTime now = std::chrono::system_clock::now();
+
+  GroupState Make(int n) {
+    options.shutdown_timeout = Duration(30);
+    options.kill_timeout = Duration(10);
+    options.forward_only = {SIGUSR1};
+    GroupState s(options, &control, &timer);
+    for (int i = 0; i < n; ++i) s.AddWorker(i, i, 100 + i);
+    return s;
+  }
+};
+
+TEST_CASE_FIXTURE(Fixture, "all workers succeeding ends the group with success and no signals") {
+  GroupState s = Make(3);
+  s.OnExits({{100, ExitStatus::Exited(0)}, {101, ExitStatus::Exited(0)}}, now);
+  CHECK_FALSE(s.done());
+  s.OnExits({{102, ExitStatus::Exited(0)}}, now);
+  CHECK(s.done());
+  CHECK(s.outcome() == Outcome::kSucceeded);
+  CHECK(control.sent.empty());
+}
+
+TEST_CASE_FIXTURE(Fixture, "first failure sends SIGTERM to every survivor and arms the grace") {
+  GroupState s = Make(3);
+  s.OnExits({{101, ExitStatus::Exited(3)}}, now);
+  CHECK(s.phase() == Phase::kStopping);
+  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGTERM}, {102, SIGTERM}});
+  CHECK(timer.armed);
+  CHECK(timer.after == doctest::Approx(30));
+  s.OnExits({{100, ExitStatus::Signaled(SIGTERM)}, {102, ExitStatus::Signaled(SIGTERM)}}, now);
+  CHECK(s.done());
+  CHECK_FALSE(timer.armed);
+  CHECK(s.outcome() == Outcome::kFailed);
+  REQUIRE(s.failures().size() == 1);
+  CHECK(s.workers()[s.failures()[0]].local_rank == 1);
+  CHECK(s.workers()[0].state == WorkerState::kStopped);
+}
+
+TEST_CASE_FIXTURE(Fixture, "failures reaped together all count, exits after the teardown do not") {
+  GroupState s = Make(3);
+  s.OnExits({{100, ExitStatus::Exited(1)}, {102, ExitStatus::Signaled(SIGSEGV)}}, now);
+  CHECK(s.failures().size() == 2);
+  s.OnExits({{101, ExitStatus::Exited(1)}}, now);
+  CHECK(s.failures().size() == 2);
+  CHECK(s.workers()[1].state == WorkerState::kStopped);
+}
+
+TEST_CASE_FIXTURE(Fixture, "grace expiry escalates to SIGKILL, then abandons the unkillable") {
+  GroupState s = Make(2);
+  s.OnExits({{100, ExitStatus::Exited(1)}}, now);
+  control.sent.clear();
+  s.OnTimer();
+  CHECK(s.phase() == Phase::kKilling);
+  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{101, SIGKILL}});
+  CHECK(timer.after == doctest::Approx(10));
+  s.OnTimer();
+  CHECK(s.done());
+  CHECK(s.workers()[1].state == WorkerState::kAbandoned);
+  CHECK(s.outcome() == Outcome::kFailed);
+}
+
+TEST_CASE_FIXTURE(Fixture, "a handled signal is forwarded as itself and the outcome is interrupted") {
+  GroupState s = Make(2);
+  s.OnSignal(SIGINT);
+  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGINT}, {101, SIGINT}});
+  s.OnExits({{100, ExitStatus::Signaled(SIGINT)}, {101, ExitStatus::Exited(0)}}, now);
+  CHECK(s.done());
+  CHECK(s.outcome() == Outcome::kInterrupted);
+  CHECK(s.received_signal() == SIGINT);
+}
+
+TEST_CASE_FIXTURE(Fixture, "a second terminating signal skips the rest of the grace") {
+  GroupState s = Make(1);
+  s.OnSignal(SIGTERM);
+  s.OnSignal(SIGTERM);
+  CHECK(control.sent.back() == std::pair<pid_t, int>{100, SIGKILL});
+  CHECK(s.phase() == Phase::kKilling);
+}
+
+TEST_CASE_FIXTURE(Fixture, "forward-only signals reach the workers without a teardown") {
+  GroupState s = Make(2);
+  s.OnSignal(SIGUSR1);
+  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGUSR1}, {101, SIGUSR1}});
+  CHECK(s.phase() == Phase::kRunning);
+  CHECK_FALSE(timer.armed);
+}
+
+TEST_CASE_FIXTURE(Fixture, "a worker that cannot start fails the group and stops the started") {
+  GroupState s = Make(1);
+  s.OnStartFailure(1, 1, ExitStatus::Exited(127), now, "start x: no such file");
+  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGTERM}});
+  s.OnExits({{100, ExitStatus::Signaled(SIGTERM)}}, now);
+  CHECK(s.outcome() == Outcome::kFailed);
+  CHECK(s.workers()[s.failures()[0]].start_error == "start x: no such file");
+}
+
+TEST_CASE_FIXTURE(Fixture, "unknown pids and repeated exits are ignored") {
+  GroupState s = Make(1);
+  s.OnExits({{999, ExitStatus::Exited(1)}}, now);
+  CHECK(s.phase() == Phase::kRunning);
+  s.OnExits({{100, ExitStatus::Exited(0)}, {100, ExitStatus::Exited(1)}}, now);
+  CHECK(s.outcome() == Outcome::kSucceeded);
+}
+
+}  // namespace
+}  // namespace ddprun::supervisor
