@@ -1,6 +1,7 @@
 #include "env/host.hpp"
 
 #include <netdb.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -20,17 +21,37 @@ std::string Hostname() {
 }
 
 std::string Fqdn() {
+  // Python's socket.getfqdn(): gethostbyaddr(gethostname()), then the first of
+  // the primary name and its aliases that contains a dot, else the primary name.
   std::string host = Hostname();
   addrinfo hints{};
-  hints.ai_flags = AI_CANONNAME;
   hints.ai_family = AF_UNSPEC;
   addrinfo* res = nullptr;
   if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return host;
   std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
-  if (res->ai_canonname != nullptr && std::string(res->ai_canonname).find('.') != std::string::npos) {
-    return res->ai_canonname;
+  const void* addr = nullptr;
+  socklen_t len = 0;
+  if (res->ai_family == AF_INET) {
+    addr = &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    len = sizeof(in_addr);
+  } else {
+    addr = &reinterpret_cast<sockaddr_in6*>(res->ai_addr)->sin6_addr;
+    len = sizeof(in6_addr);
   }
-  return host;
+  hostent entry{};
+  hostent* found = nullptr;
+  char buf[8192];
+  int err = 0;
+  if (gethostbyaddr_r(addr, len, res->ai_family, &entry, buf, sizeof(buf), &found, &err) != 0 ||
+      found == nullptr) {
+    return host;
+  }
+  std::string primary = found->h_name;
+  if (primary.find('.') != std::string::npos) return primary;
+  for (char** alias = found->h_aliases; alias != nullptr && *alias != nullptr; ++alias) {
+    if (std::string(*alias).find('.') != std::string::npos) return *alias;
+  }
+  return primary;
 }
 
 int CpuCount() {

@@ -47,6 +47,19 @@ StatusOr<env::GroupInfo> SingleNodeGroup(const LaunchConfig& c, int attempt) {
   return g;
 }
 
+// Whether -r/-t/--duplicate_*_filters asked for files that must outlive the run.
+bool WritesLogFiles(const LaunchConfig& c) {
+  auto any = [](const StreamSelection& s) {
+    if (s.all != 0) return true;
+    for (const auto& [rank, bits] : s.by_rank) {
+      if (bits != 0) return true;
+    }
+    return false;
+  };
+  return any(c.redirects) || any(c.tee) || !c.duplicate_stdout_filters.empty() ||
+         !c.duplicate_stderr_filters.empty();
+}
+
 void LogStopped(const supervisor::GroupResult& r) {
   for (const auto& w : r.workers) {
     if (w.state == supervisor::WorkerState::kAbandoned) {
@@ -120,7 +133,9 @@ int RunAgent(const LaunchConfig& c, const Program& program, const env::Environ& 
     supervisor::GroupResult result = (*sup)->RunGroup(*specs, options);
     LogStopped(result);
     if (result.outcome == supervisor::Outcome::kSucceeded) {
-      if (layout->base_is_temporary()) std::filesystem::remove_all(layout->base_dir());
+      if (layout->base_is_temporary() && !WritesLogFiles(c)) {
+        std::filesystem::remove_all(layout->base_dir());  // nothing in it worth keeping
+      }
       return 0;
     }
     if (result.outcome == supervisor::Outcome::kInterrupted) {

@@ -208,8 +208,9 @@ std::string HelpText() {
     o << "\n";
   }
   o << "\nexit status: 0 success; the root-cause worker's exit code, or 128+N if it died of\n"
-       "signal N; 2 usage error; 126/127 program not executable/not found; 128+N when ddprun\n"
-       "itself was stopped by signal N. See ddprun(1).\n";
+       "signal N; 1 other launcher failures; 2 usage error or option not supported yet; 126\n"
+       "program or script not executable or readable; 127 program or interpreter not found;\n"
+       "128+N when ddprun itself was stopped by signal N. See ddprun(1).\n";
   return o.str();
 }
 

@@ -201,7 +201,8 @@ std::string NewRunId() {
     if (i == 8 || i == 12 || i == 16 || i == 20) id.push_back('-');
     id.push_back(hex[gen() % 16]);
   }
-  id[14] = '4';
+  id[14] = '4';                 // version 4
+  id[19] = "89ab"[gen() % 4];  // RFC 4122 variant
   return id;
 }
 
@@ -231,6 +232,13 @@ void NoteIneffective(const RawOptions& raw, ParsedCommandLine& parsed) {
   if (auto v = raw.Get("monitor_interval")) {
     parsed.notices.push_back("--monitor_interval=" + *v +
                              " has no effect: ddprun reacts to worker exits as they happen");
+  }
+  for (const char* name : {"rdzv_endpoint", "rdzv_conf"}) {
+    if (auto v = raw.Get(name); v && !raw.Get("standalone")) {
+      parsed.notices.push_back(std::string("--") + name + "=" + *v +
+                               " has no effect on a single node yet: workers use the store that "
+                               "their rank 0 hosts");
+    }
   }
   if (auto v = raw.Get("start_method"); v && *v != "spawn") {
     parsed.notices.push_back("--start_method=" + *v +
@@ -286,10 +294,15 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
     if (*n != 0) c.master_port = static_cast<int>(*n);
   }
   if (auto v = raw.Get("local_addr")) c.local_addr = *v;
-  if (c.standalone) {
+  // torchrun 2.12: --standalone, and a single-node static job without an
+  // endpoint or a master port, become c10d on localhost:0 with a random id.
+  const bool implicit_standalone = c.rdzv_backend == "static" && c.rdzv_endpoint.empty() &&
+                                   !raw.Get("master_port") && c.nnodes_max == 1;
+  if (c.standalone || implicit_standalone) {
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
-    c.rdzv_id = NewRunId();
+    // torchrun replaces even an explicit --rdzv_id here; ddprun keeps one that was given.
+    if (c.standalone || !raw.Get("rdzv_id")) c.rdzv_id = NewRunId();
   }
   if (c.nnodes_max > 1) {
     return Unimplemented("--nnodes=" + raw.Get("nnodes").value_or("") +

@@ -1,0 +1,105 @@
+"""The man page documents what the binary offers: every option from --help, every
+worker variable from env/names.hpp; and it renders without groff warnings."""
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+DDPRUN = os.environ.get("DDPRUN", "build/ddprun")
+SOURCE = Path(os.environ.get("DDPRUN_SOURCE", Path(__file__).resolve().parents[2]))
+MAN_PAGE = SOURCE / "man" / "ddprun.1"
+
+
+def run(*args):
+    return subprocess.run([DDPRUN, *args], capture_output=True, text=True, timeout=30)
+
+
+def help_text():
+    r = run("--help")
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def man_text():
+    # Un-escape roff: \- is a hyphen; font changes are dropped.
+    text = MAN_PAGE.read_text()
+    text = text.replace("\\-", "-")
+    return re.sub(r"\\f[BIRP]", "", text)
+
+
+def long_options():
+    names = re.findall(r"^\s+(?:-\w, )?--([a-z][a-z0-9_]*)", help_text(), re.M)
+    assert len(names) > 20, names
+    return names
+
+
+def short_options():
+    shorts = re.findall(r"^\s+-(\w), --", help_text(), re.M)
+    assert shorts, "no short options in --help"
+    return shorts
+
+
+def test_help_exits_zero_and_lists_usage():
+    out = help_text()
+    assert out.startswith("usage: ddprun")
+    assert "--nproc_per_node" in out
+
+
+def test_version_prints_a_version():
+    r = run("--version")
+    assert r.returncode == 0, r.stderr
+    assert re.fullmatch(r"ddprun \d+\.\d+\.\d+\S*\n", r.stdout), r.stdout
+
+
+def test_every_long_option_in_both_spellings_is_documented():
+    man = man_text()
+    missing = []
+    for name in long_options():
+        for spelling in {name, name.replace("_", "-")}:
+            if not re.search(r"--" + re.escape(spelling) + r"(?![\w-])", man):
+                missing.append("--" + spelling)
+    assert not missing, f"options missing from {MAN_PAGE}: {missing}"
+
+
+def test_every_short_option_is_documented():
+    man = man_text()
+    missing = [f"-{c}" for c in short_options()
+               if not re.search(r"(?<![\w-])-" + c + r"(?![\w-])", man)]
+    assert not missing, f"short options missing from {MAN_PAGE}: {missing}"
+
+
+def test_options_not_supported_yet_say_so():
+    help_out = help_text()
+    man = man_text()
+    unsupported = re.findall(r"^\s+--(\w+)[^\n]*\n\s+[^\n]*not supported yet", help_out, re.M)
+    assert unsupported
+    for name in unsupported:
+        entry = man.split("--" + name, 1)[1].split(".TP", 1)[0]
+        assert "not supported yet" in entry.lower(), name
+
+
+def test_every_worker_variable_is_documented():
+    names_hpp = (SOURCE / "env" / "names.hpp").read_text()
+    variables = re.findall(r'inline constexpr char k\w+\[\] = "([A-Z_]+)";', names_hpp)
+    assert "RANK" in variables and "CUDA_VISIBLE_DEVICES" in variables
+    man = man_text()
+    missing = [v for v in variables if not re.search(r"(?<![A-Z_])" + v + r"(?![A-Z])", man)]
+    assert not missing, f"variables missing from {MAN_PAGE}: {missing}"
+
+
+def test_exit_status_and_signals_sections_exist():
+    man = MAN_PAGE.read_text()
+    for section in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "ENVIRONMENT", "EXIT STATUS",
+                    "SIGNALS", "EXAMPLES", "SEE ALSO"):
+        assert re.search(r"^\.SH \"?" + section, man, re.M), section
+
+
+@pytest.mark.skipif(shutil.which("groff") is None, reason="groff is not installed")
+def test_man_page_renders_without_warnings():
+    r = subprocess.run(["groff", "-man", "-ww", "-z", str(MAN_PAGE)], capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 0
+    assert r.stderr == "", r.stderr

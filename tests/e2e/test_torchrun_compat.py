@@ -1,0 +1,96 @@
+"""ddprun against real torchrun 2.x: same flags, same worker environment; and a
+real PyTorch process group (gloo, env://) working under ddprun."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+DDPRUN = os.environ["DDPRUN"]
+VENV_BIN = pathlib.Path(sys.executable).parent
+TORCHRUN = VENV_BIN / "torchrun"
+
+# Variables allowed to differ, and why.
+ALLOWED = {
+    "MASTER_PORT": "a free port chosen at launch: differs between any two runs",
+    "TORCHELASTIC_RUN_ID": "a fresh uuid4 in single-node c10d mode",
+    "TORCHELASTIC_ERROR_FILE": "under each launcher's own temporary log directory",
+    "TORCHELASTIC_USE_AGENT_STORE": "ddprun has no agent store yet: worker rank 0 hosts it (False)",
+    "PYTHON_EXEC": "given to ddprun so both run the same interpreter",
+}
+
+DUMP = """
+import json, os, sys
+with open(os.path.join(sys.argv[1], os.environ["RANK"] + ".json"), "w") as f:
+    json.dump(dict(os.environ), f)
+"""
+
+
+def base_env(**extra):
+    env = {"PATH": f"{VENV_BIN}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root")}
+    env.update(extra)
+    return env
+
+
+def dump_envs(launcher, flags, tmp_path, env):
+    out = tmp_path / launcher[0].split("/")[-1]
+    out.mkdir()
+    script = tmp_path / "dump.py"
+    script.write_text(DUMP)
+    proc = subprocess.run([*launcher, *flags, str(script), str(out)], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return {int(p.stem): json.loads(p.read_text()) for p in out.glob("*.json")}
+
+
+@pytest.mark.parametrize("flags, extra_env", [
+    (["--nproc_per_node=2"], {}),
+    (["--standalone", "--nproc-per-node=3"], {}),
+    (["--nproc_per_node=2", "--master_addr=127.0.0.1", "--master_port=29561", "--max_restarts=3",
+      "--role=trainer"], {"OMP_NUM_THREADS": "4"}),
+    (["--rdzv_backend=c10d", "--rdzv_endpoint=localhost:29462", "--rdzv_id=job1",
+      "--nproc_per_node=2"], {"TORCH_NCCL_ASYNC_ERROR_HANDLING": "3"}),
+    (["--nproc_per_node=2", "--virtual_local_rank"], {"CUDA_VISIBLE_DEVICES": "4,5"}),
+    (["--nproc_per_node=1", "--signals_to_handle=SIGTERM,SIGUSR1"], {"CUDA_VISIBLE_DEVICES": "1"}),
+])
+def test_worker_environment_matches_torchrun(tmp_path, flags, extra_env):
+    theirs = dump_envs([str(TORCHRUN)], flags, tmp_path, base_env(**extra_env))
+    ours = dump_envs([DDPRUN], flags, tmp_path,
+                     base_env(PYTHON_EXEC=sys.executable, **extra_env))
+    assert sorted(theirs) == sorted(ours)
+    for rank in theirs:
+        names = set(theirs[rank]) | set(ours[rank])
+        differ = {n: (theirs[rank].get(n), ours[rank].get(n)) for n in names
+                  if theirs[rank].get(n) != ours[rank].get(n) and n not in ALLOWED}
+        assert differ == {}, f"rank {rank}: (torchrun, ddprun) differ: {differ}"
+        for name in ("MASTER_PORT", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID"):
+            assert name in ours[rank]
+        assert ours[rank]["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+    ports = {env["MASTER_PORT"] for env in ours.values()}
+    assert len(ports) == 1
+
+
+ALLREDUCE = """
+import os, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="env://")
+rank, world = dist.get_rank(), dist.get_world_size()
+assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+print(f"rank {rank} sum {t.item():.0f}", flush=True)
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+def test_pytorch_gloo_allreduce_runs_under_ddprun(tmp_path):
+    script = tmp_path / "allreduce.py"
+    script.write_text(ALLREDUCE)
+    proc = subprocess.run([DDPRUN, "--nproc_per_node=2", str(script)],
+                          env=base_env(PYTHON_EXEC=sys.executable),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = sorted(l for l in proc.stdout.splitlines() if l.startswith("rank "))
+    assert lines == ["rank 0 sum 3", "rank 1 sum 3"]
