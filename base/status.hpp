@@ -23,7 +23,7 @@ enum class StatusCode {
   kUnimplemented,     // a torchrun option that ddprun does not support yet
   kUnavailable,       // a resource limit, a port, a device not there
   kDeadlineExceeded,
-  kInternal,          // a system call failed unexpectedly
+  kInternal,  // a system call failed unexpectedly
 };
 
 class [[nodiscard]] Status {
@@ -48,7 +48,9 @@ class [[nodiscard]] Status {
   std::string message_;
 };
 
-inline Status InvalidArgument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
+inline Status InvalidArgument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
 inline Status NotFound(std::string m) { return {StatusCode::kNotFound, std::move(m)}; }
 inline Status PermissionDenied(std::string m) {
   return {StatusCode::kPermissionDenied, std::move(m)};

@@ -28,9 +28,8 @@ StatusOr<env::GroupInfo> SingleNodeGroup(const LaunchConfig& c, int attempt) {
   g.run_id = c.rdzv_id;
   g.local_world_size = c.nproc_per_node;
   g.world_size = c.nproc_per_node;
-  g.master_addr = c.rdzv_backend == "static"
-                      ? c.master_addr
-                      : (c.local_addr.empty() ? env::Fqdn() : c.local_addr);
+  g.master_addr = c.rdzv_backend == "static" ? c.master_addr
+                                             : (c.local_addr.empty() ? env::Fqdn() : c.local_addr);
   if (c.master_port) {
     g.master_port = *c.master_port;
   } else {
@@ -63,9 +62,10 @@ bool WritesLogFiles(const LaunchConfig& c) {
 void LogStopped(const supervisor::GroupResult& r) {
   for (const auto& w : r.workers) {
     if (w.state == supervisor::WorkerState::kAbandoned) {
-      spdlog::error("rank {} (local_rank {}, pid {}) did not exit after SIGKILL (stuck in the "
-                    "kernel, state D?): abandoned",
-                    w.rank, w.local_rank, w.pid);
+      spdlog::error(
+          "rank {} (local_rank {}, pid {}) did not exit after SIGKILL (stuck in the "
+          "kernel, state D?): abandoned",
+          w.rank, w.local_rank, w.pid);
     } else if (w.state == supervisor::WorkerState::kStopped) {
       spdlog::info("rank {} (local_rank {}, pid {}) stopped by ddprun: {}", w.rank, w.local_rank,
                    w.pid, w.exit.Describe());
@@ -74,8 +74,7 @@ void LogStopped(const supervisor::GroupResult& r) {
 }
 
 // Prints the report; returns the root cause.
-supervisor::FailureRecord ReportFailure(const Program& program,
-                                        const supervisor::GroupResult& r,
+supervisor::FailureRecord ReportFailure(const Program& program, const supervisor::GroupResult& r,
                                         const std::vector<std::string>& error_files,
                                         const env::Environ& environ) {
   auto failures = supervisor::CollectFailures(r, error_files);
@@ -101,9 +100,10 @@ int RunAgent(const LaunchConfig& c, const Program& program, const env::Environ& 
     return kUsageExit;
   }
   if (c.nproc_per_node > 1 && !env::Lookup(environ, env::kOmpNumThreads)) {
-    spdlog::warn("OMP_NUM_THREADS is not set: setting it to 1 for each of the {} workers (set it "
-                 "to tune)",
-                 c.nproc_per_node);
+    spdlog::warn(
+        "OMP_NUM_THREADS is not set: setting it to 1 for each of the {} workers (set it "
+        "to tune)",
+        c.nproc_per_node);
   }
   supervisor::GroupOptions options;
   options.shutdown_timeout = supervisor::Duration(c.shutdown_timeout);
@@ -126,10 +126,11 @@ int RunAgent(const LaunchConfig& c, const Program& program, const env::Environ& 
       spdlog::error("{}", specs.status().message());
       return kUsageExit;
     }
-    spdlog::info("attempt {}: starting {} workers: world size {}, MASTER_ADDR={} MASTER_PORT={}, "
-                 "logs in {}",
-                 attempt, c.nproc_per_node, group->world_size, group->master_addr,
-                 group->master_port, layout->disabled() ? "/dev/null" : layout->AttemptDir(attempt));
+    spdlog::info(
+        "attempt {}: starting {} workers: world size {}, MASTER_ADDR={} MASTER_PORT={}, "
+        "logs in {}",
+        attempt, c.nproc_per_node, group->world_size, group->master_addr, group->master_port,
+        layout->disabled() ? "/dev/null" : layout->AttemptDir(attempt));
     supervisor::GroupResult result = (*sup)->RunGroup(*specs, options);
     LogStopped(result);
     if (result.outcome == supervisor::Outcome::kSucceeded) {
@@ -148,10 +149,10 @@ int RunAgent(const LaunchConfig& c, const Program& program, const env::Environ& 
     if (left > 0 && result.received_signal == 0) {
       auto failures = supervisor::CollectFailures(result, error_files);
       const auto& root = failures.front();
-      spdlog::warn("worker group failed: rank {} (local_rank {}, pid {}) {}; {}/{} restarts left: "
-                   "restarting the worker group",
-                   root.rank, root.local_rank, root.pid, root.exit.Describe(), left,
-                   c.max_restarts);
+      spdlog::warn(
+          "worker group failed: rank {} (local_rank {}, pid {}) {}; {}/{} restarts left: "
+          "restarting the worker group",
+          root.rank, root.local_rank, root.pid, root.exit.Describe(), left, c.max_restarts);
       continue;
     }
     return ReportFailure(program, result, error_files, environ).exit.ShellCode();

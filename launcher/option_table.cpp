@@ -50,7 +50,8 @@ const std::vector<OptionDef>& OptionTable() {
       {"master_port", 0, "PORT", "a free port", true, "port workers use for MASTER_PORT"},
       {"local_addr", 0, "HOST", nullptr, true,
        "this node's address (MASTER_ADDR on rank 0 under c10d)"},
-      {"logs_specs", 0, "NAME", nullptr, false, "torchrun.logs_specs entry point (not supported yet)"},
+      {"logs_specs", 0, "NAME", nullptr, false,
+       "torchrun.logs_specs entry point (not supported yet)"},
       {"numa_binding", 0, "MODE", nullptr, false, "NUMA binding of workers (not supported yet)"},
       {"signals_to_handle", 0, "SIG,...", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", true,
        "signals ddprun traps and forwards to workers; SIGUSR1/SIGUSR2 are forwarded without "
@@ -150,8 +151,8 @@ Status TakeOption(const std::vector<std::string>& args, size_t& i, SplitArgs& ou
     }
     if (arg.size() > 2) {
       if (def->value_name == nullptr) {
-        return InvalidArgument("option -" + std::string(1, arg[1]) + " takes no value (got " +
-                               arg + ")");
+        return InvalidArgument("option -" + std::string(1, arg[1]) + " takes no value (got " + arg +
+                               ")");
       }
       value = arg.substr(arg[2] == '=' ? 3 : 2);
     }
@@ -162,8 +163,8 @@ Status TakeOption(const std::vector<std::string>& args, size_t& i, SplitArgs& ou
   }
   if (def->value_name != nullptr && !value) {
     if (i + 1 >= args.size()) {
-      return InvalidArgument("option --" + std::string(def->name) + " needs a value: " +
-                             def->value_name);
+      return InvalidArgument("option --" + std::string(def->name) +
+                             " needs a value: " + def->value_name);
     }
     value = args[++i];
   }

@@ -11,9 +11,9 @@
 namespace ddprun::launcher {
 
 struct OptionDef {
-  const char* name;  // canonical form, underscores: "nproc_per_node"
-  char short_name;   // 'm', 'r', 't', 'h' or 0
-  const char* value_name;  // nullptr for a flag
+  const char* name;          // canonical form, underscores: "nproc_per_node"
+  char short_name;           // 'm', 'r', 't', 'h' or 0
+  const char* value_name;    // nullptr for a flag
   const char* default_text;  // shown in --help; nullptr for none
   bool pet_fallback;         // read PET_<NAME> when not given
   const char* help;

@@ -19,7 +19,8 @@ namespace {
 // Values as given: from the command line, else from PET_<NAME>.
 class RawOptions {
  public:
-  RawOptions(po::variables_map vm, const env::Environ& environ) : vm_(std::move(vm)), env_(environ) {}
+  RawOptions(po::variables_map vm, const env::Environ& environ)
+      : vm_(std::move(vm)), env_(environ) {}
 
   std::optional<std::string> Get(const OptionDef& def) const {
     if (vm_.count(def.name) != 0) return vm_[def.name].as<std::vector<std::string>>().back();
@@ -27,7 +28,17 @@ class RawOptions {
     return env::Lookup(env_, PetName(def.name));
   }
   std::optional<std::string> Get(const std::string& name) const { return Get(*Find(name)); }
-  bool GivenOnCommandLine(const std::string& name) const { return vm_.count(name) != 0; }
+  // When `s` is about an option whose value came from PET_<NAME>, says so.
+  Status NameEnvironmentSource(const Status& s) const {
+    for (const auto& def : OptionTable()) {
+      if (vm_.count(def.name) != 0 || !def.pet_fallback) continue;
+      auto v = env::Lookup(env_, PetName(def.name));
+      if (v && s.message().find(std::string("--") + def.name + "=") != std::string::npos) {
+        return s.Annotate(PetName(def.name) + "=" + *v);
+      }
+    }
+    return s;
+  }
 
   static std::string PetName(const std::string& name) {
     std::string upper = env::kPetPrefix + name;
@@ -155,8 +166,8 @@ StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::string& v)
   for (const auto& item : env::SplitList(v)) {
     auto eq = item.find('=');
     if (item.empty() || eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
-      return Bad("rdzv_conf", v, "KEY=VALUE pairs separated by commas; \"" + item +
-                                     "\" has no KEY=VALUE form");
+      return Bad("rdzv_conf", v,
+                 "KEY=VALUE pairs separated by commas; \"" + item + "\" has no KEY=VALUE form");
     }
     conf[item.substr(0, eq)] = item.substr(eq + 1);
   }
@@ -184,8 +195,9 @@ Status ParseGpus(const std::string& v, LaunchConfig& c) {
   for (const auto& item : items) {
     bool uuid = item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0;
     if (!uuid && !ParseInt("gpus", item, 0, 1 << 16, "").ok()) {
-      return Bad("gpus", v, "a comma list of device indices or UUIDs, e.g. 0,6,7 (\"" + item +
-                                "\" is neither)");
+      return Bad(
+          "gpus", v,
+          "a comma list of device indices or UUIDs, e.g. 0,6,7 (\"" + item + "\" is neither)");
     }
   }
   c.gpus = v;
@@ -201,7 +213,7 @@ std::string NewRunId() {
     if (i == 8 || i == 12 || i == 16 || i == 20) id.push_back('-');
     id.push_back(hex[gen() % 16]);
   }
-  id[14] = '4';                 // version 4
+  id[14] = '4';                // version 4
   id[19] = "89ab"[gen() % 4];  // RFC 4122 variant
   return id;
 }
@@ -211,18 +223,21 @@ std::string NewRunId() {
 namespace {
 
 Status ApplyFlags(const RawOptions& raw, LaunchConfig& c) {
-  for (auto [name, field] : {std::pair{"standalone", &c.standalone}, {"module", &c.module},
-                             {"no_python", &c.no_python}, {"run_path", &c.run_path},
+  for (auto [name, field] : {std::pair{"standalone", &c.standalone},
+                             {"module", &c.module},
+                             {"no_python", &c.no_python},
+                             {"run_path", &c.run_path},
                              {"virtual_local_rank", &c.virtual_local_rank}}) {
     if (auto v = raw.Get(name)) {
       auto b = ParseBool(name, *v);
-      if (!b.ok()) return b.status().Annotate("PET_" + std::string(name));
+      if (!b.ok()) return b.status();
       *field = *b;
     }
   }
   if (c.module && c.no_python) {
-    return InvalidArgument("-m/--module and --no_python cannot be used together: -m runs a "
-                           "Python module, --no_python runs a program without Python");
+    return InvalidArgument(
+        "-m/--module and --no_python cannot be used together: -m runs a "
+        "Python module, --no_python runs a program without Python");
   }
   return Status::Ok();
 }
@@ -404,8 +419,7 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
 }  // namespace
 
 StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
-                                             const env::Environ& environ,
-                                             const HostCounts& host) {
+                                             const env::Environ& environ, const HostCounts& host) {
   auto split = SplitCommandLine(args);
   if (!split.ok()) return split.status();
   po::options_description desc;
@@ -419,12 +433,12 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
   }
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(split->launcher)
-                  .options(desc)
-                  .style(po::command_line_style::unix_style &
-                         ~po::command_line_style::allow_guessing)
-                  .run(),
-              vm);
+    po::store(
+        po::command_line_parser(split->launcher)
+            .options(desc)
+            .style(po::command_line_style::unix_style & ~po::command_line_style::allow_guessing)
+            .run(),
+        vm);
   } catch (const po::error& e) {
     return InvalidArgument(e.what());
   }
@@ -438,10 +452,13 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
     return parsed;
   }
   RawOptions raw(std::move(vm), environ);
-  if (Status s = ApplyOptions(raw, environ, host, parsed); !s.ok()) return s;
+  if (Status s = ApplyOptions(raw, environ, host, parsed); !s.ok()) {
+    return raw.NameEnvironmentSource(s);
+  }
   if (!split->program) {
-    return InvalidArgument("no program to run: give one after the options, e.g. "
-                           "ddprun --nproc_per_node=2 ./train or ddprun train.py");
+    return InvalidArgument(
+        "no program to run: give one after the options, e.g. "
+        "ddprun --nproc_per_node=2 ./train or ddprun train.py");
   }
   parsed.config.program = *split->program;
   parsed.config.program_args = split->program_args;

@@ -29,7 +29,6 @@ struct ParsedCommandLine {
 // `args` excludes argv[0]. Errors are kInvalidArgument (usage) or
 // kUnimplemented (an option ddprun does not support yet); both exit 2.
 StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
-                                             const env::Environ& environ,
-                                             const HostCounts& host);
+                                             const env::Environ& environ, const HostCounts& host);
 
 }  // namespace ddprun::launcher

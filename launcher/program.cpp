@@ -13,23 +13,25 @@ namespace ddprun::launcher {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // A path that must be an executable regular file.
 Status CheckExecutable(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) != 0) return ErrnoStatus(path, errno);
   if (S_ISDIR(st.st_mode)) return PermissionDenied(path + ": is a directory");
   if (access(path.c_str(), X_OK) != 0) {
-    return PermissionDenied(path + ": not executable (chmod +x it, or run a script through its "
-                                   "interpreter)");
+    return PermissionDenied(path +
+                            ": not executable (chmod +x it, or run a script through its "
+                            "interpreter)");
   }
   return Status::Ok();
 }
 
 Status CheckReadable(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) != 0) return ErrnoStatus(path, errno);
   if (S_ISDIR(st.st_mode)) return PermissionDenied(path + ": is a directory");
   if (access(path.c_str(), R_OK) != 0) return PermissionDenied(path + ": not readable");
@@ -89,14 +91,14 @@ StatusOr<Program> ResolveProgram(const LaunchConfig& c, const env::Environ& envi
   if (c.module || c.run_path || (!c.no_python && EndsWith(c.program, ".py"))) {
     return UnderPython(c, environ);
   }
-  struct stat st{};
+  struct stat st {};
   bool exists = stat(c.program.c_str(), &st) == 0;
   // torchrun runs any script under Python; an executable file runs directly.
   if (!c.no_python && exists && S_ISREG(st.st_mode) && access(c.program.c_str(), X_OK) != 0) {
     return UnderPython(c, environ);
   }
-  std::string lookup = (exists && c.program.find('/') == std::string::npos) ? "./" + c.program
-                                                                            : c.program;
+  std::string lookup =
+      (exists && c.program.find('/') == std::string::npos) ? "./" + c.program : c.program;
   auto path = FindExecutable(lookup, env::Lookup(environ, "PATH").value_or("/usr/bin:/bin"));
   if (!path.ok()) return path.status();
   Program p{{*path}, c.program};

@@ -93,8 +93,9 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
   std::vector<FailureRecord> out;
   for (size_t idx : result.failures) {
     const WorkerRecord& w = result.workers[idx];
-    FailureRecord f{w.local_rank, w.rank, w.pid, w.exit,
-                    std::chrono::system_clock::to_time_t(w.exit_time), kNotAvailable, ""};
+    FailureRecord f{
+        w.local_rank,  w.rank, w.pid, w.exit, std::chrono::system_clock::to_time_t(w.exit_time),
+        kNotAvailable, ""};
     if (!w.start_error.empty()) {
       f.message = w.start_error;
     } else if (static_cast<size_t>(w.local_rank) >= error_files.size() ||

@@ -75,8 +75,7 @@ class GroupState {
   // before the teardown they cause. Unknown pids are ignored.
   void OnExits(const std::vector<std::pair<pid_t, ExitStatus>>& exits, WallTime now);
   // A worker that could not be started: counts as a failure of that rank.
-  void OnStartFailure(int local_rank, int rank, ExitStatus as_exit, WallTime now,
-                      std::string why);
+  void OnStartFailure(int local_rank, int rank, ExitStatus as_exit, WallTime now, std::string why);
   // A signal the launcher received and handles.
   void OnSignal(int sig);
   void OnTimer();

@@ -72,8 +72,9 @@ StatusOr<pid_t> SpawnWorker(const SpawnRequest& req) {
   pid_t pid = -1;
   {
     BlockAllSignals block;
-    bp::child child(bp::exe = req.argv[0], bp::args = args, env, ec,
-                    bp::extend::on_exec_setup = [&req, parent](auto&) { SetUpChild(req, parent); });
+    bp::child child(
+        bp::exe = req.argv[0], bp::args = args, env, ec,
+        bp::extend::on_exec_setup = [&req, parent](auto&) { SetUpChild(req, parent); });
     if (!ec) {
       pid = child.id();
       child.detach();  // the supervisor reaps with waitpid()

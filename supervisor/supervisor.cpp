@@ -117,7 +117,8 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
     uv_signal_init(&s->loop_, h.get());
     h->data = s.get();
     int rc = uv_signal_start(
-        h.get(), [](uv_signal_t* sh, int signum) { static_cast<Supervisor*>(sh->data)->OnSignal(signum); },
+        h.get(),
+        [](uv_signal_t* sh, int signum) { static_cast<Supervisor*>(sh->data)->OnSignal(signum); },
         sig);
     if (rc != 0) {
       return InvalidArgument("--signals_to_handle: cannot handle signal " + std::to_string(sig) +
@@ -195,7 +196,8 @@ StatusOr<int> Supervisor::ChildFd(const WorkerSpec& spec, const StreamSpec& stre
   reader->spec = stream;
   reader->console_fd = console_fd;
   if (!stream.file.empty()) {
-    reader->file = UniqueFd(open(stream.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    reader->file =
+        UniqueFd(open(stream.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!reader->file.valid()) return ErrnoStatus("open " + stream.file, errno);
   }
   if (!stream.duplicate_filters.empty()) reader->filter_fd = FilterFd(stream.filter_file);
@@ -279,7 +281,8 @@ void Supervisor::Drain(GroupState& state) {
   filter_files_.clear();
 }
 
-GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs, const GroupOptions& options) {
+GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
+                                 const GroupOptions& options) {
   GroupState state(options, &control_, timer_.get());
   running_ = &state;
   timer_->Target(&state);

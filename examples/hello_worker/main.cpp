@@ -17,8 +17,9 @@ int main() {
   const std::string rank = Env("RANK");
   const std::string world = Env("WORLD_SIZE");
   if (rank.empty() || world.empty()) {
-    std::fprintf(stderr, "hello_worker: RANK and WORLD_SIZE are not set: run it under ddprun, e.g. "
-                         "ddprun --nproc_per_node=4 hello_worker\n");
+    std::fprintf(stderr,
+                 "hello_worker: RANK and WORLD_SIZE are not set: run it under ddprun, e.g. "
+                 "ddprun --nproc_per_node=4 hello_worker\n");
     return 2;
   }
   const long r = std::stol(rank), n = std::stol(world);

@@ -40,8 +40,7 @@ TEST_CASE("everything after the program goes to the program untouched") {
   auto p = Parse({"--max_restarts=1", "train.py", "--nproc_per_node=9", "-m", "--", "x"});
   REQUIRE(p.ok());
   CHECK(p->config.program == "train.py");
-  CHECK(p->config.program_args ==
-        std::vector<std::string>{"--nproc_per_node=9", "-m", "--", "x"});
+  CHECK(p->config.program_args == std::vector<std::string>{"--nproc_per_node=9", "-m", "--", "x"});
   CHECK(p->config.nproc_per_node == 1);
   CHECK(p->config.max_restarts == 1);
 }
@@ -107,8 +106,8 @@ TEST_CASE("later work is refused with not supported yet") {
 }
 
 TEST_CASE("stream selections per rank, signals and timeouts") {
-  auto p = Parse({"-r", "0:1,1:2", "-t3", "--signals_to_handle=SIGTERM,USR1",
-                  "--shutdown-timeout=2.5", "t"});
+  auto p = Parse(
+      {"-r", "0:1,1:2", "-t3", "--signals_to_handle=SIGTERM,USR1", "--shutdown-timeout=2.5", "t"});
   REQUIRE(p.ok());
   CHECK(p->config.redirects.For(0) == 1);
   CHECK(p->config.redirects.For(1) == 2);

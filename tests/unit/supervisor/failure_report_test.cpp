@@ -18,9 +18,10 @@ std::string TempFile(const std::string& name, const std::string& text) {
 
 TEST_CASE("error files in torchrun's nested and flat forms are read") {
   FailureRecord nested;
-  auto p1 = TempFile("ddprun_err1.json",
-                     R"({"message": {"message": "RuntimeError: boom", "extraInfo": )"
-                     R"({"py_callstack": "Traceback...\nRuntimeError: boom", "timestamp": "17"}}})");
+  auto p1 =
+      TempFile("ddprun_err1.json",
+               R"({"message": {"message": "RuntimeError: boom", "extraInfo": )"
+               R"({"py_callstack": "Traceback...\nRuntimeError: boom", "timestamp": "17"}}})");
   REQUIRE(ReadErrorFile(p1, nested));
   CHECK(nested.message == "Traceback...\nRuntimeError: boom");
   CHECK(nested.timestamp == 17);

@@ -86,7 +86,8 @@ TEST_CASE_FIXTURE(Fixture, "grace expiry escalates to SIGKILL, then abandons the
   CHECK(s.outcome() == Outcome::kFailed);
 }
 
-TEST_CASE_FIXTURE(Fixture, "a handled signal is forwarded as itself and the outcome is interrupted") {
+TEST_CASE_FIXTURE(Fixture,
+                  "a handled signal is forwarded as itself and the outcome is interrupted") {
   GroupState s = Make(2);
   s.OnSignal(SIGINT);
   CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGINT}, {101, SIGINT}});

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds ddprun with sanitizers and runs the tests against that build.
+# Usage: scripts/sanitize.sh [address,undefined|thread] [ctest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SAN="${1:-address,undefined}"; shift || true
+BUILD="build-san-${SAN//,/-}"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_SANITIZE="$SAN" \
+  -DDDPRUN_PYTHON="${DDPRUN_VENV:-$HOME/.cache/ddprun/venv}/bin/python" >/dev/null
+cmake --build "$BUILD" -j"$(nproc)"
+export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export TSAN_OPTIONS=halt_on_error=1
+cd "$BUILD" && ctest --output-on-failure -j2 "$@"

@@ -1,0 +1,267 @@
+"""Exit codes, usage errors and how the program is started, as a user sees them."""
+
+import re
+import signal
+
+import pytest
+
+from conftest import (FD_PROBE, PYTHON, base_env, run_ddprun, sh, write_script)
+
+# Rank 1 exits with $CODE; rank 0 sleeps until ddprun stops it (sleep dies on SIGTERM).
+RANK1_EXITS = 'if [ "$LOCAL_RANK" = 1 ]; then exit {code}; fi; exec sleep 30'
+# Rank 1 kills itself with signal N; rank 0 sleeps.
+RANK1_KILLED = 'if [ "$LOCAL_RANK" = 1 ]; then kill -{sig} $$; fi; exec sleep 30'
+
+
+def test_all_workers_succeed_exits_0():
+    r = run_ddprun(["--nproc_per_node=3", *sh('echo "ok $RANK"')])
+    assert r.rc == 0, r
+    assert sorted(r.stdout.split("\n")[:-1]) == ["ok 0", "ok 1", "ok 2"], r
+
+
+@pytest.mark.parametrize("code", [1, 2, 3, 42, 100, 126, 127, 200, 255])
+def test_worker_exit_code_is_ddprun_exit_code(code, tmp_path):
+    r = run_ddprun(["--nproc_per_node=2", *sh(RANK1_EXITS.format(code=code))], cwd=tmp_path)
+    assert r.rc == code, r
+    # Rank 0 was stopped by SIGTERM, not left to run out its sleep or the 30 s grace.
+    assert r.elapsed < 5, r
+    assert "Root Cause (first observed failure):" in r.stderr, r
+    assert re.search(rf"exitcode\s*: {code} ", r.stderr), r
+    assert re.search(r"rank\s*: 1 \(local_rank: 1\)", r.stderr), r
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSEGV, signal.SIGKILL, signal.SIGABRT])
+def test_worker_killed_by_signal_exits_128_plus_n(sig, tmp_path):
+    r = run_ddprun(["--nproc_per_node=2", *sh(RANK1_KILLED.format(sig=int(sig)))], cwd=tmp_path)
+    assert r.rc == 128 + sig, r
+    assert r.elapsed < 5, r
+    root = r.stderr.split("Root Cause (first observed failure):", 1)
+    assert len(root) == 2, r
+    assert f"exitcode  : -{int(sig)} " in root[1], r
+    assert sig.name in root[1], r
+    assert re.search(r"rank\s*: 1 \(local_rank: 1\)", root[1]), r
+    assert f"Signal {int(sig)} ({sig.name}) received by PID" in root[1], r
+
+
+def test_nonexistent_program_exits_127(tmp_path):
+    missing = tmp_path / "no-such-program"
+    r = run_ddprun(["--no_python", missing])
+    assert r.rc == 127, r
+    assert str(missing) in r.stderr, r
+
+
+def test_program_not_on_path_exits_127():
+    r = run_ddprun(["ddprun-no-such-program-xyz"])
+    assert r.rc == 127, r
+    assert "ddprun-no-such-program-xyz" in r.stderr, r
+
+
+def test_directory_as_program_exits_126(tmp_path):
+    r = run_ddprun(["--no_python", tmp_path])
+    assert r.rc == 126, r
+    assert str(tmp_path) in r.stderr, r
+
+
+def test_non_executable_file_with_no_python_exits_126(tmp_path):
+    prog = write_script(tmp_path, "prog", "#!/bin/sh\necho hi\n", executable=False)
+    r = run_ddprun(["--no_python", prog])
+    assert r.rc == 126, r
+    assert str(prog) in r.stderr, r
+    assert "hi" not in r.stdout
+
+
+USAGE_ERRORS = [
+    (["--nproc_per_node=0"], ["--nproc_per_node=0"]),
+    (["--nproc_per_node=-1"], ["--nproc_per_node=-1"]),
+    (["--nproc_per_node=abc"], ["--nproc_per_node=abc"]),
+    (["--nproc_per_node=gpu"], ["--nproc_per_node=gpu"]),
+    (["--nproc-per-node", "abc"], ["nproc_per_node=abc"]),
+    (["--nnodes=3:2"], ["--nnodes=3:2"]),
+    (["--nnodes=1:2:3"], ["--nnodes=1:2:3"]),
+    (["--master_port=70000"], ["--master_port=70000"]),
+    (["--max_restarts=-1"], ["--max_restarts=-1"]),
+    (["--rdzv_conf=abc"], ["--rdzv_conf=abc"]),
+    (["--tee=4"], ["--tee=4"]),
+    (["--shutdown_timeout=-1"], ["--shutdown_timeout=-1"]),
+    (["--signals_to_handle=SIGNOPE"], ["--signals_to_handle=SIGNOPE"]),
+    (["-m", "--no_python"], ["--no_python", "-m"]),
+    (["--nproc_per_nod3=2"], ["--nproc_per_nod3", "--nproc-per-node"]),
+    (["--nnodes=2"], ["--nnodes=2", "not supported yet"]),
+    (["--rdzv_backend=etcd"], ["--rdzv_backend=etcd", "not supported yet"]),
+    (["--numa_binding=node"], ["--numa_binding=node", "not supported yet"]),
+    (["--logs_specs=x"], ["--logs_specs=x", "not supported yet"]),
+]
+
+
+@pytest.mark.parametrize("options,expected", USAGE_ERRORS,
+                         ids=[" ".join(o) for o, _ in USAGE_ERRORS])
+def test_usage_error_exits_2_naming_option(options, expected, tmp_path):
+    marker = tmp_path / "started"
+    r = run_ddprun([*options, *sh(f"touch {marker}")])
+    assert r.rc == 2, r
+    for text in expected:
+        assert text in r.stderr, f"{text!r} missing\n{r}"
+    assert not marker.exists(), "a worker started despite the usage error"
+
+
+def test_no_program_is_usage_error():
+    r = run_ddprun(["--nproc_per_node=2"])
+    assert r.rc == 2, r
+    assert "no program" in r.stderr, r
+
+
+@pytest.mark.parametrize("var,value", [("PET_NPROC_PER_NODE", "abc"), ("PET_NO_PYTHON", "maybe")])
+def test_invalid_pet_env_value_names_the_variable(var, value, tmp_path):
+    marker = tmp_path / "started"
+    # /bin/sh runs directly without --no_python, so PET_NO_PYTHON is read.
+    r = run_ddprun(["/bin/sh", "-c", f"touch {marker}"], env=base_env(**{var: value}))
+    assert r.rc == 2, r
+    assert f"{var}={value}" in r.stderr, r
+    assert not marker.exists()
+
+
+def _count_workers(stdout):
+    return sorted(line for line in stdout.splitlines() if line.startswith("worker "))
+
+
+@pytest.mark.parametrize("option", ["--nproc_per_node=2", "--nproc-per-node=2",
+                                    "--nproc_per_node 2", "--nproc-per-node 2"])
+def test_nproc_per_node_spellings(option):
+    r = run_ddprun([*option.split(), *sh('echo "worker $LOCAL_RANK"')])
+    assert r.rc == 0, r
+    assert _count_workers(r.stdout) == ["worker 0", "worker 1"], r
+
+
+def test_nproc_per_node_from_pet_env():
+    r = run_ddprun(sh('echo "worker $LOCAL_RANK"'), env=base_env(PET_NPROC_PER_NODE="3"))
+    assert r.rc == 0, r
+    assert _count_workers(r.stdout) == ["worker 0", "worker 1", "worker 2"], r
+
+
+def test_command_line_wins_over_pet_env():
+    r = run_ddprun(["--nproc-per-node=2", *sh('echo "worker $LOCAL_RANK"')],
+                   env=base_env(PET_NPROC_PER_NODE="3"))
+    assert r.rc == 0, r
+    assert _count_workers(r.stdout) == ["worker 0", "worker 1"], r
+
+
+def test_arguments_after_program_pass_through_untouched():
+    r = run_ddprun(["--no_python", "/bin/sh", "-c", 'printf "<%s>\\n" "$@"', "x",
+                    "--nproc_per_node=5", "-m", "a b", "--", "--no_python"])
+    assert r.rc == 0, r
+    assert r.stdout.splitlines() == ["<--nproc_per_node=5>", "<-m>", "<a b>", "<-->",
+                                     "<--no_python>"], r
+
+
+def test_py_script_runs_under_python_exec_with_u(tmp_path):
+    script = write_script(tmp_path, "train.py", (
+        "import sys\n"
+        "print('exe', sys.executable)\n"
+        "print('orig_argv', sys.orig_argv)\n"), executable=False)
+    r = run_ddprun([script, "--lr", "0.1"])
+    assert r.rc == 0, r
+    lines = r.stdout.splitlines()
+    assert f"exe {PYTHON}" in lines, r
+    assert f"orig_argv {[PYTHON, '-u', str(script), '--lr', '0.1']}" in lines, r
+
+
+def test_module_runs_with_dash_m(tmp_path):
+    write_script(tmp_path, "ddprun_e2e_mod.py", (
+        "import sys\n"
+        "print('module', __name__, sys.argv[1:])\n"), executable=False)
+    r = run_ddprun(["-m", "ddprun_e2e_mod", "arg1"], env=base_env(PYTHONPATH=str(tmp_path)))
+    assert r.rc == 0, r
+    assert "module __main__ ['arg1']" in r.stdout.splitlines(), r
+
+
+def test_restarts_until_success(tmp_path):
+    seen = tmp_path / "attempts"
+    script = (f'echo "$TORCHELASTIC_RESTART_COUNT" >> {seen}; '
+              '[ "$TORCHELASTIC_RESTART_COUNT" -ge 2 ] || exit 7')
+    r = run_ddprun(["--max_restarts=2", *sh(script)])
+    assert r.rc == 0, r
+    assert seen.read_text().split() == ["0", "1", "2"]
+
+
+def test_restarts_exhausted_returns_worker_code(tmp_path):
+    seen = tmp_path / "attempts"
+    r = run_ddprun(["--max_restarts=1", *sh(f'echo "$TORCHELASTIC_RESTART_COUNT" >> {seen}; exit 9')])
+    assert r.rc == 9, r
+    assert seen.read_text().split() == ["0", "1"]
+    assert r.stderr.count("Root Cause (first observed failure):") == 1, r
+
+
+def _probe_facts(stdout, prefix=""):
+    fds, pgid = {}, None
+    for line in stdout.splitlines():
+        assert line.startswith(prefix), f"unexpected line {line!r}"
+        line = line[len(prefix):]
+        m = re.match(r"fd (\d+) -> (.*)$", line)
+        if m:
+            fds[int(m.group(1))] = m.group(2)
+        elif line.startswith("pgid_is_pid "):
+            pgid = line.split()[1]
+    return fds, pgid
+
+
+def test_redirected_worker_has_no_leaked_descriptors(tmp_path):
+    r = run_ddprun(["--nproc_per_node=2", "--redirects=3", f"--log_dir={tmp_path}",
+                    "--no_python", FD_PROBE])
+    assert r.rc == 0, r
+    (run,) = list(tmp_path.iterdir())
+    for rank in (0, 1):
+        fds, pgid = _probe_facts((run / "attempt_0" / str(rank) / "stdout.log").read_text())
+        assert sorted(fds) == [0, 1, 2], r
+        assert fds[0] == "/dev/null"
+        assert fds[1].endswith(f"attempt_0/{rank}/stdout.log"), fds
+        assert fds[2].endswith(f"attempt_0/{rank}/stderr.log"), fds
+        assert pgid == "1"
+
+
+@pytest.mark.parametrize("tee", [None, "--tee=3"])
+def test_worker_has_no_leaked_descriptors(tee, tmp_path):
+    assert FD_PROBE.exists(), f"{FD_PROBE} not built"
+    args = ["--nproc_per_node=2", f"--log_dir={tmp_path}"] + ([tee] if tee else [])
+    r = run_ddprun([*args, "--no_python", FD_PROBE])
+    assert r.rc == 0, r
+    if tee:
+        for rank in (0, 1):
+            lines = "\n".join(l for l in r.stdout.splitlines() if l.startswith(f"[default{rank}]:"))
+            fds, pgid = _probe_facts(lines, f"[default{rank}]:")
+            assert sorted(fds) == [0, 1, 2], r
+            assert fds[0] == "/dev/null", r
+            assert pgid == "1", r
+    else:
+        # Both workers write to the same console; each prints fds 0,1,2 and pgid_is_pid.
+        lines = r.stdout.splitlines()
+        fd_lines = [l for l in lines if l.startswith("fd ")]
+        nums = sorted(int(l.split()[1]) for l in fd_lines)
+        assert nums == [0, 0, 1, 1, 2, 2], r
+        assert all(l == "fd 0 -> /dev/null" for l in fd_lines if l.startswith("fd 0 ")), r
+        assert lines.count("pgid_is_pid 1") == 2, r
+
+
+def test_exec_failure_at_spawn_exits_127(tmp_path):
+    # Passes the launcher's checks (an executable file) but execve fails: bad interpreter.
+    prog = write_script(tmp_path, "bad", "#!/nonexistent/interpreter\n")
+    r = run_ddprun(["--nproc_per_node=2", "--no_python", prog])
+    assert r.rc == 127, r
+    assert str(prog) in r.stderr, r
+    assert r.elapsed < 5, r
+
+
+def test_worker_succeeding_early_does_not_stop_others(tmp_path):
+    # Rank 0 exits 0 at once; rank 1 finishes its work after that and must not be stopped.
+    script = (f'if [ "$LOCAL_RANK" = 0 ]; then touch {tmp_path}/r0; exit 0; fi; '
+              f'while [ ! -f {tmp_path}/r0 ]; do sleep 0.01; done; sleep 0.2; echo "rank 1 done"')
+    r = run_ddprun(["--nproc_per_node=2", *sh(script)])
+    assert r.rc == 0, r
+    assert r.stdout.splitlines() == ["rank 1 done"], r
+
+
+def test_temporary_log_dir_removed_after_success(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    r = run_ddprun(sh("echo hi"), env=base_env(TMPDIR=str(tmp)))
+    assert r.rc == 0, r
+    assert list(tmp.iterdir()) == [], r

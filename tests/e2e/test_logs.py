@@ -1,0 +1,222 @@
+"""Console prefixing, tee/redirect files, log directory layout and error files."""
+
+import json
+import os
+import re
+import socket
+
+from conftest import base_env, run_ddprun, run_dir, sh, write_script
+
+LINES = 2000
+PAD = "x" * 60
+
+# Prints LINES numbered lines on stdout and on stderr, then a last line without newline.
+CHATTY = f"""
+import os, sys
+r = os.environ["LOCAL_RANK"]
+for i in range({LINES}):
+    print(f"out r{{r}} {{i}} {PAD}")
+    print(f"err r{{r}} {{i}}", file=sys.stderr)
+sys.stdout.write(f"tail r{{r}}")
+sys.stderr.write(f"etail r{{r}}")
+"""
+
+
+def expected_out(rank):
+    return "".join(f"out r{rank} {i} {PAD}\n" for i in range(LINES)) + f"tail r{rank}"
+
+
+def expected_err(rank):
+    return "".join(f"err r{rank} {i}\n" for i in range(LINES)) + f"etail r{rank}"
+
+
+def prefixed(console, prefix):
+    """Lines of console that start with prefix, prefix removed; checks that no other
+    line carries a worker prefix in its middle."""
+    out = []
+    for line in console.splitlines():
+        if line.startswith(prefix):
+            out.append(line[len(prefix):])
+    return out
+
+
+def test_tee_prefixes_whole_lines_and_keeps_files(tmp_path):
+    script = write_script(tmp_path, "chatty.py", CHATTY, executable=False)
+    logs = tmp_path / "logs"
+    r = run_ddprun(["--nproc_per_node=2", "--tee=3", f"--log_dir={logs}", script])
+    assert r.rc == 0, r
+    # stdout holds worker lines only, each with exactly one prefix at its start.
+    for line in r.stdout.splitlines():
+        assert re.fullmatch(rf"\[default([01])\]:(out r\1 \d+ {PAD}|tail r\1)", line), \
+            f"bad console line {line!r}"
+    for rank in (0, 1):
+        assert "\n".join(prefixed(r.stdout, f"[default{rank}]:")) == expected_out(rank)
+        assert "\n".join(prefixed(r.stderr, f"[default{rank}]:")) == expected_err(rank)
+    for line in r.stderr.splitlines():
+        if "r0 " in line or "r1 " in line or "tail r" in line:
+            assert re.fullmatch(r"\[default([01])\]:(err r\1 \d+|etail r\1)", line), \
+                f"bad console line {line!r}"
+    attempt = run_dir(logs) / "attempt_0"
+    for rank in (0, 1):
+        assert (attempt / str(rank) / "stdout.log").read_text() == expected_out(rank)
+        assert (attempt / str(rank) / "stderr.log").read_text() == expected_err(rank)
+
+
+BOTH_STREAMS = 'echo "out $LOCAL_RANK"; echo "err $LOCAL_RANK" >&2'
+
+
+def test_redirect_stdout_only(tmp_path):
+    r = run_ddprun(["-r", "1", f"--log_dir={tmp_path}", *sh(BOTH_STREAMS)])
+    assert r.rc == 0, r
+    assert "out 0" not in r.stdout, r
+    assert "err 0" in r.stderr.splitlines(), r  # not redirected: raw, no prefix
+    rank_dir = run_dir(tmp_path) / "attempt_0" / "0"
+    assert (rank_dir / "stdout.log").read_text() == "out 0\n"
+    assert not (rank_dir / "stderr.log").exists()
+
+
+def test_local_ranks_filter_shows_one_rank_but_writes_all_files(tmp_path):
+    r = run_ddprun(["--nproc_per_node=2", "--tee=3", "--local_ranks_filter=1",
+                    f"--log_dir={tmp_path}", *sh(BOTH_STREAMS)])
+    assert r.rc == 0, r
+    assert r.stdout.splitlines() == ["[default1]:out 1"], r
+    assert "[default1]:err 1" in r.stderr.splitlines(), r
+    assert "err 0" not in r.stderr, r
+    attempt = run_dir(tmp_path) / "attempt_0"
+    for rank in (0, 1):
+        assert (attempt / str(rank) / "stdout.log").read_text() == f"out {rank}\n"
+        assert (attempt / str(rank) / "stderr.log").read_text() == f"err {rank}\n"
+
+
+def test_role_changes_prefix(tmp_path):
+    r = run_ddprun(["--nproc_per_node=2", "--tee=1", "--role=trainer", f"--log_dir={tmp_path}",
+                    *sh('echo "hi $ROLE_NAME"')])
+    assert r.rc == 0, r
+    assert sorted(r.stdout.splitlines()) == ["[trainer0]:hi trainer", "[trainer1]:hi trainer"], r
+
+
+def test_prefix_template_from_env(tmp_path):
+    env = base_env(TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE="[${rank}@${host}]:")
+    r = run_ddprun(["--nproc_per_node=2", "--tee=1", f"--log_dir={tmp_path}", *sh("echo hi")],
+                   env=env)
+    assert r.rc == 0, r
+    host = socket.gethostname()
+    assert sorted(r.stdout.splitlines()) == [f"[0@{host}]:hi", f"[1@{host}]:hi"], r
+
+
+def test_log_dir_layout_across_restarts(tmp_path):
+    seen = tmp_path / "seen"
+    logs = tmp_path / "logs"
+    # Rank 1 always succeeds; rank 0 fails attempt 0 once rank 1 is done with it.
+    script = (f'echo "$TORCHELASTIC_RESTART_COUNT $LOCAL_RANK $TORCHELASTIC_ERROR_FILE" >> {seen}; '
+              'echo "attempt $TORCHELASTIC_RESTART_COUNT"; '
+              f'done={tmp_path}/done_$TORCHELASTIC_RESTART_COUNT; '
+              'if [ "$LOCAL_RANK" = 1 ]; then touch "$done"; exit 0; fi; '
+              'while [ ! -f "$done" ]; do sleep 0.01; done; '
+              '[ "$TORCHELASTIC_RESTART_COUNT" = 1 ] || exit 3')
+    r = run_ddprun(["--nproc_per_node=2", "--max_restarts=1", "--tee=1", f"--log_dir={logs}",
+                    *sh(script)])
+    assert r.rc == 0, r
+    run = run_dir(logs)
+    for attempt in (0, 1):
+        for rank in (0, 1):
+            out = run / f"attempt_{attempt}" / str(rank) / "stdout.log"
+            assert out.read_text() == f"attempt {attempt}\n"
+    got = sorted(seen.read_text().splitlines())
+    assert got == sorted(f"{a} {l} {run}/attempt_{a}/{l}/error.json"
+                         for a in (0, 1) for l in (0, 1))
+
+
+RECORDED = """
+from torch.distributed.elastic.multiprocessing.errors import record
+
+@record
+def main():
+    raise RuntimeError("boom")
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_record_error_file_shows_in_report(tmp_path):
+    script = write_script(tmp_path, "fails.py", RECORDED, executable=False)
+    logs = tmp_path / "logs"
+    r = run_ddprun([f"--log_dir={logs}", script], timeout=120)
+    assert r.rc == 1, r
+    error_file = run_dir(logs) / "attempt_0" / "0" / "error.json"
+    data = json.loads(error_file.read_text())
+    assert "RuntimeError: boom" in json.dumps(data)
+    root = r.stderr.split("Root Cause (first observed failure):", 1)
+    assert len(root) == 2, r
+    assert f"error_file: {error_file}" in root[1], r
+    assert "Traceback (most recent call last):" in root[1], r
+    assert "RuntimeError: boom" in root[1], r
+    assert "fails.py FAILED" in r.stderr, r
+
+
+def test_duplicate_stdout_filters(tmp_path):
+    script = 'echo "info $LOCAL_RANK"; echo "ERROR bad $LOCAL_RANK"; echo ok; echo "x ERROR y"'
+    r = run_ddprun(["--nproc_per_node=2", "--duplicate_stdout_filters=ERROR",
+                    f"--log_dir={tmp_path}", *sh(script)])
+    assert r.rc == 0, r
+    filtered = (run_dir(tmp_path) / "attempt_0" / "filtered_stdout.log").read_text()
+    assert filtered.endswith("\n")
+    lines = filtered.splitlines()
+    assert len(lines) == 4, filtered
+    assert sorted(l for l in lines if "bad" in l) == ["ERROR bad 0", "ERROR bad 1"], filtered
+    assert [l for l in lines if "bad" not in l] == ["x ERROR y", "x ERROR y"], filtered
+    # The console still shows everything.
+    assert sorted(r.stdout.splitlines()).count("ok") == 2, r
+
+
+def test_log_dir_dev_null_gives_empty_error_file():
+    r = run_ddprun(["--log_dir=/dev/null", *sh('echo "ef=[${TORCHELASTIC_ERROR_FILE-unset}]"')])
+    assert r.rc == 0, r
+    assert r.stdout.splitlines() == ["ef=[]"], r
+
+
+def test_closed_console_does_not_stop_teed_workers(tmp_path):
+    # ddprun's stdout is a pipe nobody reads; the teed worker must still finish its output.
+    import subprocess
+    from conftest import DDPRUN
+    logs = tmp_path / "logs"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([str(DDPRUN), "--tee=3", f"--log_dir={logs}",
+                               *sh("i=0; while [ $i -lt 500 ]; do echo line $i; i=$((i+1)); done")],
+                              env=base_env(), stdout=write_end, stderr=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, timeout=30)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    out = (run_dir(logs) / "attempt_0" / "0" / "stdout.log").read_text()
+    assert out.splitlines() == [f"line {i}" for i in range(500)]
+
+
+def test_root_cause_copied_to_ddprun_error_file(tmp_path):
+    own = tmp_path / "agent_error.json"
+    r = run_ddprun([f"--log_dir={tmp_path / 'logs'}", *sh("exit 3")],
+                   env=base_env(TORCHELASTIC_ERROR_FILE=str(own)))
+    assert r.rc == 3, r
+    data = json.loads(own.read_text())
+    assert data["message"]["errorCode"] == 3, data
+
+
+def test_local_ranks_filter_without_tee_drops_other_ranks():
+    r = run_ddprun(["--nproc_per_node=2", "--local_ranks_filter=0", *sh(BOTH_STREAMS)])
+    assert r.rc == 0, r
+    assert r.stdout.splitlines() == ["out 0"], r
+    assert "err 0" in r.stderr.splitlines(), r
+    assert "err 1" not in r.stderr, r
+
+
+def test_per_rank_tee(tmp_path):
+    r = run_ddprun(["--nproc_per_node=2", "-t", "0:3,1:0", f"--log_dir={tmp_path}",
+                    *sh(BOTH_STREAMS)])
+    assert r.rc == 0, r
+    assert sorted(r.stdout.splitlines()) == ["[default0]:out 0", "out 1"], r
+    attempt = run_dir(tmp_path) / "attempt_0"
+    assert (attempt / "0" / "stdout.log").read_text() == "out 0\n"
+    assert not (attempt / "1" / "stdout.log").exists()

@@ -1,0 +1,154 @@
+"""Signals to ddprun and to its workers: forwarding, grace period, no orphans."""
+
+import signal
+import time
+
+import pytest
+
+from conftest import base_env, pid_alive, sh, wait_for, wait_for_files
+
+# Each worker traps SIG, records it in got_<rank> and exits; pid_<rank> says it is ready.
+TRAPPING_WORKER = """
+trap 'echo {name} > {d}/got_$LOCAL_RANK; exit 0' {name}
+sleep 30 &
+echo $$ > {d}/pid_$LOCAL_RANK
+wait
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP,
+                                 signal.SIGQUIT])
+def test_signal_to_ddprun_reaches_workers(sig, tmp_path, launch, pid_reaper):
+    name = sig.name[3:]
+    p = launch(["--nproc_per_node=2", *sh(TRAPPING_WORKER.format(name=name, d=tmp_path))])
+    pids = wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])
+    pid_reaper.extend(int(x) for x in pids)
+    p.signal(sig)
+    assert p.wait(timeout=10) == 128 + sig, p.output()
+    for rank in (0, 1):
+        assert (tmp_path / f"got_{rank}").read_text().strip() == name, p.output()
+
+
+# Writes its pid, then becomes a sleep that ignores SIGTERM.
+IGNORES_TERM = "trap '' TERM; echo $$ > {d}/pid_$LOCAL_RANK; exec sleep 60"
+
+
+@pytest.mark.parametrize("how", ["option", "env"])
+def test_worker_ignoring_sigterm_is_killed_after_shutdown_timeout(how, tmp_path, launch,
+                                                                  pid_reaper):
+    args = ["--nproc_per_node=2", *sh(IGNORES_TERM.format(d=tmp_path))]
+    env = base_env()
+    if how == "option":
+        args.insert(0, "--shutdown_timeout=1")
+    else:
+        env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "1"
+    p = launch(args, env=env)
+    pids = [int(x) for x in wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])]
+    pid_reaper.extend(pids)
+    sent = time.monotonic()
+    p.signal(signal.SIGTERM)
+    rc = p.wait(timeout=15)
+    took = time.monotonic() - sent
+    assert rc == 128 + signal.SIGTERM, p.output()
+    assert 0.9 <= took < 3.5, f"stopped {took:.2f}s after SIGTERM\n{p.output()}"
+    assert not any(pid_alive(pid) for pid in pids), p.output()
+
+
+# Survives SIGTERM (its sleep does not); records each one.
+SURVIVES_TERM = """
+trap 'echo TERM >> {d}/got_$LOCAL_RANK' TERM
+echo $$ > {d}/pid_$LOCAL_RANK
+while :; do sleep 0.05; done
+"""
+
+
+def test_second_signal_skips_the_grace_period(tmp_path, launch, pid_reaper):
+    p = launch(["--shutdown_timeout=30", *sh(SURVIVES_TERM.format(d=tmp_path))])
+    pid = int(wait_for_files([tmp_path / "pid_0"])[0])
+    pid_reaper.append(pid)
+    sent = time.monotonic()
+    p.signal(signal.SIGTERM)
+    wait_for_files([tmp_path / "got_0"])  # the first SIGTERM reached the worker, which lives on
+    assert p.proc.poll() is None, p.output()
+    p.signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == 128 + signal.SIGTERM, p.output()
+    assert time.monotonic() - sent < 5, p.output()
+    wait_for(lambda: not pid_alive(pid), timeout=5, what=f"worker {pid} to be killed")
+
+
+def test_failure_stops_term_ignoring_sibling_after_shutdown_timeout(tmp_path, launch,
+                                                                    pid_reaper):
+    # Rank 0 ignores SIGTERM; rank 1 fails once rank 0 is up: rank 0 is SIGKILLed after 1 s.
+    script = (f'if [ "$LOCAL_RANK" = 0 ]; then {IGNORES_TERM.format(d=tmp_path)}; fi; '
+              f'while [ ! -s {tmp_path}/pid_0 ]; do sleep 0.01; done; exit 4')
+    p = launch(["--nproc_per_node=2", "--shutdown_timeout=1", *sh(script)])
+    pid = int(wait_for_files([tmp_path / "pid_0"])[0])
+    pid_reaper.append(pid)
+    start = time.monotonic()
+    assert p.wait(timeout=15) == 4, p.output()
+    assert time.monotonic() - start < 3.5, p.output()
+    assert not pid_alive(pid)
+    assert "exitcode  : 4 " in p.stderr(), p.output()
+
+
+# Traps USR1 (sleep, in the same group, dies of it); finishes once it saw USR1.
+USR1_WORKER = """
+trap 'echo USR1 > {d}/got_$LOCAL_RANK' USR1
+echo $$ > {d}/pid_$LOCAL_RANK
+while [ ! -f {d}/got_$LOCAL_RANK ]; do sleep 0.05; done
+echo "rank $LOCAL_RANK done"
+"""
+
+
+def test_sigusr1_is_forwarded_and_job_continues(tmp_path, launch, pid_reaper):
+    p = launch(["--signals_to_handle=SIGTERM,SIGUSR1", "--nproc_per_node=2",
+                *sh(USR1_WORKER.format(d=tmp_path))])
+    pids = wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])
+    pid_reaper.extend(int(x) for x in pids)
+    p.signal(signal.SIGUSR1)
+    assert p.wait(timeout=10) == 0, p.output()
+    for rank in (0, 1):
+        assert (tmp_path / f"got_{rank}").read_text().strip() == "USR1"
+    assert sorted(p.stdout().splitlines()) == ["rank 0 done", "rank 1 done"], p.output()
+
+
+def test_sigkill_of_ddprun_leaves_no_worker(tmp_path, launch, pid_reaper):
+    # The workers are the direct children (exec): PR_SET_PDEATHSIG applies to them.
+    p = launch(["--nproc_per_node=2", *sh(f"echo $$ > {tmp_path}/pid_$LOCAL_RANK; exec sleep 60")])
+    pids = [int(x) for x in wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])]
+    pid_reaper.extend(pids)
+    assert all(pid_alive(pid) for pid in pids)
+    p.signal(signal.SIGKILL)
+    p.wait(timeout=5)
+    wait_for(lambda: not any(pid_alive(pid) for pid in pids), timeout=5,
+             what=f"workers {pids} to die with ddprun")
+
+
+def test_python_workers_die_with_ddprun(tmp_path, launch, pid_reaper):
+    script = tmp_path / "w.py"
+    script.write_text(
+        "import os, time\n"
+        f"open('{tmp_path}/pid_' + os.environ['LOCAL_RANK'], 'w').write(f'{{os.getpid()}}\\n')\n"
+        "time.sleep(60)\n")
+    p = launch(["--nproc_per_node=2", script])
+    pids = [int(x) for x in wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])]
+    pid_reaper.extend(pids)
+    p.signal(signal.SIGKILL)
+    p.wait(timeout=5)
+    wait_for(lambda: not any(pid_alive(pid) for pid in pids), timeout=5,
+             what=f"workers {pids} to die with ddprun")
+
+
+def test_failing_worker_stops_job_promptly(tmp_path, launch, pid_reaper):
+    # Rank 1 waits until rank 0 sleeps, records when it exits, then fails.
+    script = (f'if [ "$LOCAL_RANK" = 0 ]; then echo $$ > {tmp_path}/pid_0; exec sleep 60; fi; '
+              f'while [ ! -s {tmp_path}/pid_0 ]; do sleep 0.01; done; '
+              f'date +%s.%N > {tmp_path}/exit_time; exit 5')
+    p = launch(["--nproc_per_node=2", *sh(script)])
+    rc = p.wait(timeout=20)
+    ended = time.time()
+    pid_reaper.append(int((tmp_path / "pid_0").read_text()))
+    assert rc == 5, p.output()
+    failed_at = float((tmp_path / "exit_time").read_text())
+    assert ended - failed_at < 1.0, f"ddprun exited {ended - failed_at:.2f}s after the failure"
+    assert not pid_alive(int((tmp_path / "pid_0").read_text()))
