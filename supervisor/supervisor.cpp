@@ -98,10 +98,10 @@ class Supervisor::LoopTimer : public Timer {
   GroupState* target_ = nullptr;
 };
 
-Supervisor::Supervisor() = default;
+Supervisor::Supervisor(Key) {}
 
 StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& handled_signals) {
-  std::unique_ptr<Supervisor> s(new Supervisor());  // private constructor
+  auto s = std::make_unique<Supervisor>(Key{});
   if (int rc = uv_loop_init(&s->loop_); rc != 0) {
     return Internal(std::string("uv_loop_init: ") + uv_strerror(rc));
   }
@@ -175,7 +175,7 @@ int Supervisor::FilterFd(const std::string& path) {
   return it->second.get();
 }
 
-StatusOr<int> Supervisor::ChildFd(const WorkerSpec& spec, const StreamSpec& stream, int console_fd,
+StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
                                   std::vector<UniqueFd>& parent_side) {
   if (!stream.NeedsPipe()) {
     if (!stream.file.empty()) {
@@ -218,7 +218,6 @@ StatusOr<int> Supervisor::ChildFd(const WorkerSpec& spec, const StreamSpec& stre
         if (n < 0) r->owner->CloseReader(*r);
       });
   readers_.push_back(std::move(reader));
-  (void)spec;
   return parent_side.back().get();
 }
 
@@ -233,8 +232,8 @@ void Supervisor::CloseReader(PipeReader& r) {
 
 void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   std::vector<UniqueFd> child_side;  // closed here once the child has its copies
-  auto out = ChildFd(spec, spec.out, STDOUT_FILENO, child_side);
-  auto err = out.ok() ? ChildFd(spec, spec.err, STDERR_FILENO, child_side) : out;
+  auto out = ChildFd(spec.out, STDOUT_FILENO, child_side);
+  auto err = out.ok() ? ChildFd(spec.err, STDERR_FILENO, child_side) : out;
   StatusOr<pid_t> pid = Internal("not started");
   if (!out.ok() || !err.ok()) {
     pid = (out.ok() ? err : out).status();

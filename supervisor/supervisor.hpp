@@ -30,7 +30,12 @@ struct GroupResult {
 };
 
 class Supervisor {
+  struct Key {
+    explicit Key() = default;
+  };
+
  public:
+  explicit Supervisor(Key);  // use Create()
   // Installs handlers for `handled_signals`; SIGPIPE is ignored from now on.
   static StatusOr<std::unique_ptr<Supervisor>> Create(const std::set<int>& handled_signals);
   ~Supervisor();
@@ -48,9 +53,8 @@ class Supervisor {
   struct PipeReader;
   class LoopTimer;
 
-  Supervisor();
   void StartWorker(const WorkerSpec& spec, GroupState& state);
-  StatusOr<int> ChildFd(const WorkerSpec& spec, const StreamSpec& stream, int console_fd,
+  StatusOr<int> ChildFd(const StreamSpec& stream, int console_fd,
                         std::vector<UniqueFd>& parent_side);
   int FilterFd(const std::string& path);
   void ReapChildren();
