@@ -26,7 +26,7 @@ namespace {
 constexpr int kUsageExit = 2;
 
 void SetUpLogging(const ddprun::env::Environ& environ) {
-  auto logger = spdlog::stderr_color_st("ddprun");
+  auto logger = spdlog::stderr_color_mt("ddprun");
   logger->set_pattern("%^[ddprun %H:%M:%S %l]%$ %v");
   std::string level = ddprun::env::Lookup(environ, ddprun::env::kLogLevel).value_or("INFO");
   for (auto& ch : level) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

@@ -1,0 +1,39 @@
+// Small POSIX socket helpers shared by the store server and client:
+// resolving, binding a listener, connecting with a deadline.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <chrono>
+#include <string>
+
+#include "base/status.hpp"
+#include "base/unique_fd.hpp"
+
+namespace ddprun::rendezvous {
+
+using Clock = std::chrono::steady_clock;
+
+// A listening TCP socket on host:port (SO_REUSEADDR). host "" binds "::"
+// dual-stack, falling back to 0.0.0.0. EADDRINUSE comes back as kUnavailable
+// with what to do.
+StatusOr<UniqueFd> BindListener(const std::string& host, int port);
+
+// The port a bound socket has.
+int LocalPort(int fd);
+
+// "127.0.0.1" or "::1" (IPv4-mapped IPv6 addresses are shown as IPv4).
+std::string AddressString(const sockaddr_storage& addr);
+
+// A connected, blocking TCP socket with TCP_NODELAY. Retries refused and
+// reset connections (a store that is not up yet) until `deadline`; a host
+// that does not resolve fails at once.
+StatusOr<UniqueFd> ConnectWithRetry(const std::string& host, int port, Clock::time_point deadline);
+
+// "host:port", with brackets around IPv6 literals.
+std::string HostPort(const std::string& host, int port);
+
+// Splits "host[:port]" / "[v6]:port"; `default_port` when none is given.
+Status SplitHostPort(const std::string& endpoint, int default_port, std::string* host, int* port);
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,257 @@
+#include "rendezvous/store_client.hpp"
+
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "rendezvous/store_protocol.hpp"
+
+namespace ddprun::rendezvous {
+
+namespace {
+
+std::string UserKey(const std::string& key) { return "/" + key; }
+
+Encoder& KeyList(Encoder& e, const std::vector<std::string>& keys) {
+  e.U64(keys.size());
+  for (const auto& k : keys) e.Str(UserKey(k));
+  return e;
+}
+
+}  // namespace
+
+StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Duration timeout,
+                                           const std::string& token) {
+  const auto deadline = Clock::now() + timeout;
+  const std::string address = HostPort(host, port);
+  auto fd = ConnectWithRetry(host, port, deadline);
+  if (!fd.ok()) {
+    return fd.status().Annotate("store " + address +
+                                " cannot be reached (is the host agent "
+                                "running and the address right?)");
+  }
+  StoreClient client(std::move(*fd), address, timeout);
+  const uint32_t nonce = static_cast<uint32_t>(getpid());
+  Encoder e;
+  e.Op(Op::kValidate).U32(kValidateMagic).Op(Op::kPing).U32(nonce);
+  if (!token.empty()) e.Op(Op::kAuth).Str(token);
+  if (Status s = client.SendBytes(e.bytes()); !s.ok()) return s;
+  uint32_t echo = 0;
+  if (Status s = client.ReadExact(&echo, 4, deadline); !s.ok()) return s;
+  if (echo != nonce) return Internal("store " + address + ": PING answered with a wrong nonce");
+  if (!token.empty()) {
+    auto ok = client.ReadU8(deadline);
+    if (!ok.ok()) {
+      return Status(StatusCode::kPermissionDenied,
+                    "store " + address +
+                        " refused the job token: check --rdzv_conf token= or "
+                        "DDPRUN_STORE_TOKEN on every node");
+    }
+  }
+  return client;
+}
+
+Status StoreClient::Gone(const std::string& what) const {
+  return Unavailable("store " + address_ + " is gone (" + what +
+                     "): the agent hosting it stopped or the network failed");
+}
+
+Status StoreClient::SendBytes(const std::string& bytes) {
+  if (!fd_.valid()) return Gone("connection already closed");
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t n = ::send(fd_.get(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      Status s = Gone(std::string("send: ") + std::strerror(errno));
+      fd_.Reset();
+      return s;
+    }
+    off += static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status StoreClient::ReadExact(void* out, size_t n, Clock::time_point deadline) {
+  auto* p = static_cast<char*>(out);
+  while (n > 0) {
+    if (!fd_.valid()) return Gone("connection already closed");
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    pollfd pfd{fd_.get(), POLLIN, 0};
+    int rc = poll(&pfd, 1, static_cast<int>(std::max<long>(0, left.count())));
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0) {
+      return Status(StatusCode::kDeadlineExceeded, "store " + address_ + ": no reply within " +
+                                                       std::to_string(timeout_.count()) + " ms");
+    }
+    ssize_t got = ::recv(fd_.get(), p, n, 0);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      Status s =
+          Gone(got == 0 ? "connection closed" : std::string("recv: ") + std::strerror(errno));
+      fd_.Reset();
+      return s;
+    }
+    p += got;
+    n -= static_cast<size_t>(got);
+  }
+  return Status::Ok();
+}
+
+StatusOr<uint8_t> StoreClient::ReadU8(Clock::time_point deadline) {
+  uint8_t v = 0;
+  if (Status s = ReadExact(&v, 1, deadline); !s.ok()) return s;
+  return v;
+}
+
+StatusOr<int64_t> StoreClient::ReadI64(Clock::time_point deadline) {
+  int64_t v = 0;
+  if (Status s = ReadExact(&v, 8, deadline); !s.ok()) return s;
+  return v;
+}
+
+StatusOr<std::string> StoreClient::ReadString(Clock::time_point deadline) {
+  uint64_t n = 0;
+  if (Status s = ReadExact(&n, 8, deadline); !s.ok()) return s;
+  if (n > Limits{}.max_value) return Gone("reply of " + std::to_string(n) + " bytes");
+  std::string v(n, '\0');
+  if (Status s = ReadExact(v.data(), n, deadline); !s.ok()) return s;
+  return v;
+}
+
+Status StoreClient::Set(const std::string& key, const std::string& value) {
+  Encoder e;
+  return SendBytes(e.Op(Op::kSet).Str(UserKey(key)).Str(value).bytes());
+}
+
+StatusOr<std::string> StoreClient::Get(const std::string& key) {
+  if (Status s = Wait({key}, timeout_); !s.ok()) return s;
+  Encoder e;
+  if (Status s = SendBytes(e.Op(Op::kGet).Str(UserKey(key)).bytes()); !s.ok()) return s;
+  return ReadString(Deadline());
+}
+
+StatusOr<int64_t> StoreClient::Add(const std::string& key, int64_t delta) {
+  Encoder e;
+  if (Status s = SendBytes(e.Op(Op::kAdd).Str(UserKey(key)).I64(delta).bytes()); !s.ok()) return s;
+  return ReadI64(Deadline());
+}
+
+StatusOr<std::string> StoreClient::CompareSet(const std::string& key, const std::string& expected,
+                                              const std::string& desired) {
+  Encoder e;
+  e.Op(Op::kCompareSet).Str(UserKey(key)).Str(expected).Str(desired);
+  if (Status s = SendBytes(e.bytes()); !s.ok()) return s;
+  return ReadString(Deadline());
+}
+
+StatusOr<bool> StoreClient::Check(const std::vector<std::string>& keys) {
+  Encoder e;
+  if (Status s = SendBytes(KeyList(e.Op(Op::kCheck), keys).bytes()); !s.ok()) return s;
+  auto r = ReadU8(Deadline());
+  if (!r.ok()) return r.status();
+  return *r == kReady;
+}
+
+Status StoreClient::Wait(const std::vector<std::string>& keys, Duration timeout) {
+  Encoder e;
+  if (Status s = SendBytes(KeyList(e.Op(Op::kWait), keys).bytes()); !s.ok()) return s;
+  auto r = ReadU8(Clock::now() + timeout);
+  if (r.ok()) return Status::Ok();
+  if (r.status().code() != StatusCode::kDeadlineExceeded) return r.status();
+  // Timed out: cancel, then read the cancel ack, after a late STOP_WAITING if one raced it.
+  Encoder cancel;
+  if (Status s = SendBytes(cancel.Op(Op::kCancelWait).bytes()); !s.ok()) return s;
+  auto ack = ReadU8(Deadline());
+  if (ack.ok() && *ack == kStopWaiting) ack = ReadU8(Deadline());
+  if (!ack.ok()) return ack.status();
+  std::string names;
+  for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
+  return Status(StatusCode::kDeadlineExceeded, "store " + address_ + ": waited " +
+                                                   std::to_string(timeout.count()) +
+                                                   " ms for keys " + names);
+}
+
+StatusOr<int64_t> StoreClient::NumKeys() {
+  Encoder e;
+  if (Status s = SendBytes(e.Op(Op::kGetNumKeys).bytes()); !s.ok()) return s;
+  return ReadI64(Deadline());
+}
+
+StatusOr<bool> StoreClient::DeleteKey(const std::string& key) {
+  Encoder e;
+  if (Status s = SendBytes(e.Op(Op::kDeleteKey).Str(UserKey(key)).bytes()); !s.ok()) return s;
+  auto n = ReadI64(Deadline());
+  if (!n.ok()) return n.status();
+  return *n == 1;
+}
+
+Status StoreClient::Append(const std::string& key, const std::string& value) {
+  Encoder e;
+  return SendBytes(e.Op(Op::kAppend).Str(UserKey(key)).Str(value).bytes());
+}
+
+StatusOr<std::vector<std::string>> StoreClient::MultiGet(const std::vector<std::string>& keys) {
+  if (Status s = Wait(keys, timeout_); !s.ok()) return s;
+  Encoder e;
+  if (Status s = SendBytes(KeyList(e.Op(Op::kMultiGet), keys).bytes()); !s.ok()) return s;
+  std::vector<std::string> out;
+  const auto deadline = Deadline();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto v = ReadString(deadline);
+    if (!v.ok()) return v.status();
+    out.push_back(std::move(*v));
+  }
+  return out;
+}
+
+Status StoreClient::MultiSet(const std::vector<std::string>& keys,
+                             const std::vector<std::string>& values) {
+  if (keys.size() != values.size()) return InvalidArgument("multi_set: keys and values differ");
+  Encoder e;
+  e.Op(Op::kMultiSet).I64(static_cast<int64_t>(keys.size()));
+  for (size_t i = 0; i < keys.size(); ++i) e.Str(UserKey(keys[i])).Str(values[i]);
+  return SendBytes(e.bytes());
+}
+
+StatusOr<std::vector<std::string>> StoreClient::ListKeys() {
+  Encoder e;
+  if (Status s = SendBytes(e.Op(Op::kListKeys).bytes()); !s.ok()) return s;
+  const auto deadline = Deadline();
+  auto n = ReadI64(deadline);
+  if (!n.ok()) return n.status();
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < *n; ++i) {
+    auto k = ReadString(deadline);
+    if (!k.ok()) return k.status();
+    if (!k->empty() && (*k)[0] == '/') out.push_back(k->substr(1));
+  }
+  return out;
+}
+
+Status StoreClient::QueuePush(const std::string& key, const std::string& value) {
+  Encoder e;
+  return SendBytes(e.Op(Op::kQueuePush).Str(UserKey(key)).Str(value).bytes());
+}
+
+StatusOr<std::vector<std::string>> StoreClient::QueuePop(const std::string& key) {
+  Encoder e;
+  if (Status s = SendBytes(e.Op(Op::kQueuePop).Str(UserKey(key)).bytes()); !s.ok()) return s;
+  const auto deadline = Deadline();
+  auto n = ReadI64(deadline);
+  if (!n.ok()) return n.status();
+  if (*n == 0) return std::vector<std::string>{};
+  auto v = ReadString(deadline);
+  if (!v.ok()) return v.status();
+  return std::vector<std::string>{std::move(*v)};
+}
+
+StatusOr<int64_t> StoreClient::QueueLen(const std::string& key) {
+  Encoder e;
+  if (Status s = SendBytes(e.Op(Op::kQueueLen).Str(UserKey(key)).bytes()); !s.ok()) return s;
+  return ReadI64(Deadline());
+}
+
+}  // namespace ddprun::rendezvous

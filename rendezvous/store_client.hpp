@@ -1,0 +1,71 @@
+// A blocking client of the TCPStore protocol, for the agents and the DDP
+// core; it interoperates with PyTorch's server and clients (user keys get
+// the same "/" prefix PyTorch's client adds).
+//
+// Every call is bounded: by `timeout` for waits, and by the operation
+// timeout given at Connect for everything else. A connection that breaks is
+// reported as the store being gone ("store 10.0.0.1:29400 is gone: ...").
+// Not thread-safe: one request in flight, as in PyTorch's client.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.hpp"
+#include "base/unique_fd.hpp"
+#include "rendezvous/sockets.hpp"
+
+namespace ddprun::rendezvous {
+
+class StoreClient {
+ public:
+  using Duration = std::chrono::milliseconds;
+
+  // Connects (retrying until `timeout` while the store is not up), sends
+  // VALIDATE and PING, and AUTH with `token` when one is given.
+  static StatusOr<StoreClient> Connect(const std::string& host, int port, Duration timeout,
+                                       const std::string& token = "");
+
+  Status Set(const std::string& key, const std::string& value);
+  // Waits for the key (up to the operation timeout), then reads it.
+  StatusOr<std::string> Get(const std::string& key);
+  StatusOr<int64_t> Add(const std::string& key, int64_t delta);
+  StatusOr<std::string> CompareSet(const std::string& key, const std::string& expected,
+                                   const std::string& desired);
+  StatusOr<bool> Check(const std::vector<std::string>& keys);
+  // kDeadlineExceeded when the keys do not all appear within `timeout`.
+  Status Wait(const std::vector<std::string>& keys, Duration timeout);
+  StatusOr<int64_t> NumKeys();
+  StatusOr<bool> DeleteKey(const std::string& key);
+  Status Append(const std::string& key, const std::string& value);
+  StatusOr<std::vector<std::string>> MultiGet(const std::vector<std::string>& keys);
+  Status MultiSet(const std::vector<std::string>& keys, const std::vector<std::string>& values);
+  StatusOr<std::vector<std::string>> ListKeys();
+  Status QueuePush(const std::string& key, const std::string& value);
+  // The front item, or no item when the queue is empty.
+  StatusOr<std::vector<std::string>> QueuePop(const std::string& key);
+  StatusOr<int64_t> QueueLen(const std::string& key);
+
+  const std::string& address() const { return address_; }
+  void set_timeout(Duration d) { timeout_ = d; }
+
+ private:
+  StoreClient(UniqueFd fd, std::string address, Duration timeout)
+      : fd_(std::move(fd)), address_(std::move(address)), timeout_(timeout) {}
+
+  Status SendBytes(const std::string& bytes);
+  Status ReadExact(void* out, size_t n, Clock::time_point deadline);
+  StatusOr<std::string> ReadString(Clock::time_point deadline);
+  StatusOr<int64_t> ReadI64(Clock::time_point deadline);
+  StatusOr<uint8_t> ReadU8(Clock::time_point deadline);
+  Status Gone(const std::string& what) const;
+  Clock::time_point Deadline() const { return Clock::now() + timeout_; }
+
+  UniqueFd fd_;
+  std::string address_;
+  Duration timeout_;
+};
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,62 @@
+// A TCPStore-compatible server on libuv, on its own thread: PyTorch 2.x
+// clients (torch.distributed.TCPStore, init_process_group env://) and
+// ddprun's StoreClient use it alike.
+//
+// Hardening: a malformed or oversized request closes that connection and
+// nothing else; a client that sends without forming requests, or does not
+// read its replies, is closed once it holds Limits::max_buffered bytes; idle
+// clients are never timed out (PyTorch has no keep-alive).
+//
+// Access control (ddprun's extension): with a token, a connection must send
+// AUTH with the token right after VALIDATE unless its host already has a
+// connection that proved it; everyone else is disconnected.
+//
+// Thread safety: Start, Clear, port and the destructor may be called from any
+// one thread; the server's own work happens on its loop thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "base/status.hpp"
+#include "rendezvous/store_protocol.hpp"
+
+namespace ddprun::rendezvous {
+
+struct StoreServerOptions {
+  std::string host;   // address to bind; "" binds every interface (dual-stack)
+  int port = 0;       // 0: the kernel picks a free port
+  std::string token;  // "" = no access control
+  Limits limits;
+  // Called on the loop thread for notable events (refused clients, closes on
+  // malformed input). Must be thread-safe.
+  std::function<void(const std::string&)> log;
+};
+
+class StoreServer {
+ public:
+  // Binds, listens and starts the loop thread. Fails (kUnavailable) with the
+  // address when the port is taken or the host does not resolve.
+  static StatusOr<std::unique_ptr<StoreServer>> Start(StoreServerOptions options);
+  ~StoreServer();  // stops the loop and closes every connection
+  StoreServer(const StoreServer&) = delete;
+  StoreServer& operator=(const StoreServer&) = delete;
+
+  int port() const;
+  // Empties the key space and queues; returns once done.
+  void Clear();
+  // Number of connected clients, read on the loop thread.
+  size_t Connections();
+
+  class Impl;
+  struct Key {
+    explicit Key() = default;
+  };
+  StoreServer(Key, std::unique_ptr<Impl> impl);  // use Start()
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::rendezvous

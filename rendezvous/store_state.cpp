@@ -1,0 +1,226 @@
+#include "rendezvous/store_state.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+namespace ddprun::rendezvous {
+
+namespace {
+
+bool ParseDecimal(const std::string& s, int64_t* out) {
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+  return ec == std::errc() && ptr == s.data() + s.size() && !s.empty();
+}
+
+}  // namespace
+
+bool StoreState::Present(const std::string& key) const {
+  if (kv_.count(key) != 0) return true;
+  auto q = queues_.find(key);
+  return q != queues_.end() && !q->second.empty();
+}
+
+void StoreState::Wake(const std::string& key) {
+  auto it = waiters_.find(key);
+  if (it == waiters_.end()) return;
+  std::vector<ClientId> clients = std::move(it->second);
+  waiters_.erase(it);
+  for (ClientId c : clients) {
+    auto a = awaited_.find(c);
+    if (a == awaited_.end()) continue;
+    if (--a->second == 0) {
+      awaited_.erase(a);
+      Encoder e;
+      Reply(c, e.U8(kStopWaiting));
+    }
+  }
+}
+
+// A queue push completes at most one waiter: the first whose wait it ends.
+void StoreState::WakeOne(const std::string& key) {
+  auto it = waiters_.find(key);
+  if (it == waiters_.end()) return;
+  auto& clients = it->second;
+  for (auto c = clients.begin(); c != clients.end(); ++c) {
+    auto a = awaited_.find(*c);
+    if (a == awaited_.end() || a->second != 1) continue;
+    ClientId id = *c;
+    clients.erase(c);
+    if (clients.empty()) waiters_.erase(it);
+    awaited_.erase(a);
+    Encoder e;
+    Reply(id, e.U8(kStopWaiting));
+    return;
+  }
+}
+
+void StoreState::Wait(ClientId client, const std::vector<std::string>& keys) {
+  size_t missing = 0;
+  for (const auto& k : keys) {
+    if (Present(k)) continue;
+    waiters_[k].push_back(client);
+    ++missing;
+  }
+  if (missing == 0) {
+    Encoder e;
+    Reply(client, e.U8(kStopWaiting));
+    return;
+  }
+  awaited_[client] += missing;
+}
+
+bool StoreState::Add(ClientId client, const Request& r) {
+  int64_t value = 0;
+  auto it = kv_.find(r.keys[0]);
+  if (it != kv_.end() && !ParseDecimal(it->second, &value)) return false;
+  value += r.number;
+  kv_[r.keys[0]] = std::to_string(value);
+  Encoder e;
+  Reply(client, e.I64(value));
+  Wake(r.keys[0]);
+  return true;
+}
+
+// PyTorch's rules: a missing key is created only when `expected` is empty,
+// and otherwise `expected` is returned unchanged; a present key is replaced
+// when it equals `expected`; the reply is the value now stored.
+void StoreState::CompareSet(ClientId client, const Request& r) {
+  const std::string& key = r.keys[0];
+  const std::string& expected = r.values[0];
+  const std::string& desired = r.values[1];
+  Encoder e;
+  auto it = kv_.find(key);
+  if (it == kv_.end()) {
+    if (expected.empty()) {
+      kv_[key] = desired;
+      e.Str(desired);
+    } else {
+      e.Str(expected);
+    }
+  } else {
+    if (it->second == expected) it->second = desired;
+    e.Str(it->second);
+  }
+  Reply(client, e);
+  Wake(key);
+}
+
+void StoreState::Barrier(ClientId client, const Request& r) {
+  int64_t count = 0;
+  auto it = kv_.find(r.keys[0]);
+  if (it != kv_.end() && !ParseDecimal(it->second, &count)) count = 0;
+  kv_[r.keys[0]] = std::to_string(++count);
+  if (count >= r.number) {
+    Encoder e;
+    Reply(client, e.U8(kStopWaiting));
+    Wake(r.keys[0]);
+    return;
+  }
+  waiters_[r.keys[0]].push_back(client);
+  awaited_[client] += 1;
+}
+
+bool StoreState::Handle(ClientId client, const Request& r) {
+  Encoder e;
+  switch (r.op) {
+    case Op::kPing:
+      Reply(client, e.U32(r.word));
+      return true;
+    case Op::kSet:
+      kv_[r.keys[0]] = r.values[0];
+      Wake(r.keys[0]);
+      return true;
+    case Op::kCompareSet:
+      CompareSet(client, r);
+      return true;
+    case Op::kGet: {
+      auto it = kv_.find(r.keys[0]);
+      Reply(client, e.Str(it == kv_.end() ? std::string() : it->second));
+      return true;
+    }
+    case Op::kAdd:
+      return Add(client, r);
+    case Op::kCheck: {
+      bool all = std::all_of(r.keys.begin(), r.keys.end(), [&](auto& k) { return Present(k); });
+      Reply(client, e.U8(all ? kReady : kNotReady));
+      return true;
+    }
+    case Op::kWait:
+      Wait(client, r.keys);
+      return true;
+    case Op::kGetNumKeys:
+      Reply(client, e.I64(static_cast<int64_t>(kv_.size())));
+      return true;
+    case Op::kDeleteKey:
+      Reply(client, e.I64(static_cast<int64_t>(kv_.erase(r.keys[0]))));
+      return true;
+    case Op::kAppend:
+      kv_[r.keys[0]].append(r.values[0]);
+      Wake(r.keys[0]);
+      return true;
+    case Op::kMultiGet:
+      for (const auto& k : r.keys) {
+        auto it = kv_.find(k);
+        e.Str(it == kv_.end() ? std::string() : it->second);
+      }
+      Reply(client, e);
+      return true;
+    case Op::kMultiSet:
+      for (size_t i = 0; i < r.keys.size(); ++i) {
+        kv_[r.keys[i]] = r.values[i];
+        Wake(r.keys[i]);
+      }
+      return true;
+    case Op::kCancelWait:
+      Disconnect(client);
+      Reply(client, e.U8(kWaitCanceled));
+      return true;
+    case Op::kQueuePush:
+      queues_[r.keys[0]].push_back(r.values[0]);
+      WakeOne(r.keys[0]);
+      return true;
+    case Op::kQueuePop: {
+      auto it = queues_.find(r.keys[0]);
+      e.I64(it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
+      if (it != queues_.end() && !it->second.empty()) {
+        e.Str(it->second.front());
+        it->second.pop_front();
+      }
+      Reply(client, e);
+      return true;
+    }
+    case Op::kQueueLen: {
+      auto it = queues_.find(r.keys[0]);
+      Reply(client, e.I64(it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size())));
+      return true;
+    }
+    case Op::kListKeys:
+      e.I64(static_cast<int64_t>(kv_.size()));
+      for (const auto& [k, v] : kv_) e.Str(k);
+      Reply(client, e);
+      return true;
+    case Op::kBarrier:
+      Barrier(client, r);
+      return true;
+    case Op::kValidate:
+    case Op::kAuth:
+      return false;  // only valid as a connection's first request; the server checks
+  }
+  return false;
+}
+
+void StoreState::Disconnect(ClientId client) {
+  if (awaited_.erase(client) == 0) return;
+  for (auto it = waiters_.begin(); it != waiters_.end();) {
+    auto& v = it->second;
+    v.erase(std::remove(v.begin(), v.end(), client), v.end());
+    it = v.empty() ? waiters_.erase(it) : std::next(it);
+  }
+}
+
+void StoreState::Clear() {
+  kv_.clear();
+  queues_.clear();
+}
+
+}  // namespace ddprun::rendezvous

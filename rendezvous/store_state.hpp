@@ -1,0 +1,62 @@
+// The key-value state behind the store server, with PyTorch's semantics for
+// every request (docs/store-protocol.md): deferred WAIT and BARRIER replies,
+// CANCEL_WAIT, the COMPARE_SET rules, decimal ADD counters, queues.
+//
+// Knows nothing about sockets: replies go out through the Send callback,
+// possibly to a client other than the one whose request is being handled
+// (a SET completes other clients' WAITs). Not thread-safe; the server calls
+// it from its loop thread only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "rendezvous/store_protocol.hpp"
+
+namespace ddprun::rendezvous {
+
+using ClientId = uint64_t;
+
+class StoreState {
+ public:
+  using Send = std::function<void(ClientId, std::string bytes)>;
+
+  explicit StoreState(Send send) : send_(std::move(send)) {}
+
+  // Applies one request (not VALIDATE/AUTH, which the server handles).
+  // Returns false when the request is invalid in this state (ADD to a value
+  // that is not a number): the server then closes the connection, as PyTorch's does.
+  bool Handle(ClientId client, const Request& request);
+
+  // Drops every wait of a client that went away.
+  void Disconnect(ClientId client);
+
+  // Empties the key space and the queues (a new attempt's clean slate).
+  // Waiting clients keep waiting.
+  void Clear();
+
+  size_t num_keys() const { return kv_.size(); }
+
+ private:
+  void Wake(const std::string& key);
+  void WakeOne(const std::string& key);
+  void Reply(ClientId client, Encoder& e) { send_(client, std::move(e.bytes())); }
+  void Wait(ClientId client, const std::vector<std::string>& keys);
+  bool Add(ClientId client, const Request& r);
+  void CompareSet(ClientId client, const Request& r);
+  void Barrier(ClientId client, const Request& r);
+  bool Present(const std::string& key) const;
+
+  Send send_;
+  std::unordered_map<std::string, std::string> kv_;
+  std::unordered_map<std::string, std::deque<std::string>> queues_;
+  std::unordered_map<std::string, std::vector<ClientId>> waiters_;  // key -> clients
+  std::unordered_map<ClientId, size_t> awaited_;                    // client -> keys missing
+};
+
+}  // namespace ddprun::rendezvous
