@@ -8,8 +8,6 @@
 
 #include <boost/process/args.hpp>
 #include <boost/process/child.hpp>
-#include <boost/process/env.hpp>
-#include <boost/process/environment.hpp>
 #include <boost/process/exe.hpp>
 #include <boost/process/extend.hpp>
 #include <cerrno>
@@ -60,12 +58,11 @@ class BlockAllSignals {
 }  // namespace
 
 StatusOr<pid_t> SpawnWorker(const SpawnRequest& req) {
-  bp::environment env;
-  env.clear();
-  for (const auto& entry : req.envp) {
-    auto eq = entry.find('=');
-    env[entry.substr(0, eq)] = entry.substr(eq + 1);
-  }
+  // The environment goes straight to the executor's envp: Boost 1.74's
+  // basic_environment::operator[] reads past the end of shorter names.
+  std::vector<char*> envp;
+  for (const auto& entry : req.envp) envp.push_back(const_cast<char*>(entry.c_str()));
+  envp.push_back(nullptr);
   std::vector<std::string> args(req.argv.begin() + 1, req.argv.end());
   const pid_t parent = getpid();
   std::error_code ec;
@@ -73,7 +70,8 @@ StatusOr<pid_t> SpawnWorker(const SpawnRequest& req) {
   {
     BlockAllSignals block;
     bp::child child(
-        bp::exe = req.argv[0], bp::args = args, env, ec,
+        bp::exe = req.argv[0], bp::args = args, ec,
+        bp::extend::on_setup = [&envp](auto& exec) { exec.env = envp.data(); },
         bp::extend::on_exec_setup = [&req, parent](auto&) { SetUpChild(req, parent); });
     if (!ec) {
       pid = child.id();
