@@ -23,6 +23,7 @@ enum class StatusCode {
   kUnimplemented,     // a torchrun option that ddprun does not support yet
   kUnavailable,       // a resource limit, a port, a device not there
   kDeadlineExceeded,
+  kAborted,   // the job was closed by another agent (see the message)
   kInternal,  // a system call failed unexpectedly
 };
 
@@ -74,6 +75,7 @@ class [[nodiscard]] StatusOr {
   T& value() & { return *value_; }
   const T& value() const& { return *value_; }
   T&& value() && { return std::move(*value_); }
+  T value_or(T fallback) const { return ok() ? *value_ : std::move(fallback); }
   T* operator->() { return &*value_; }
   const T* operator->() const { return &*value_; }
   T& operator*() & { return *value_; }

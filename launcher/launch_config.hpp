@@ -43,6 +43,7 @@ struct LaunchConfig {
   std::vector<std::string> duplicate_stdout_filters;
   std::vector<std::string> duplicate_stderr_filters;
   int node_rank = 0;
+  bool node_rank_set = false;  // given explicitly (c10d honours it then)
   std::string master_addr = "127.0.0.1";
   std::optional<int> master_port;  // unset: ddprun picks a free port
   std::string local_addr;

@@ -8,17 +8,20 @@ namespace ddprun::launcher {
 const std::vector<OptionDef>& OptionTable() {
   static const std::vector<OptionDef> kTable = {
       {"nnodes", 0, "N|MIN:MAX", "1:1", true,
-       "number of nodes, or the range an elastic job may use (more than one node is not "
-       "supported yet)"},
+       "number of nodes, or the range an elastic (c10d) job may use"},
       {"nproc_per_node", 0, "N|cpu|gpu|auto", "1", true,
        "workers per node: a number, cpu (one per CPU), gpu (one per visible GPU), auto (gpu if "
        "there are GPUs, else cpu)"},
       {"rdzv_backend", 0, "NAME", "static", true,
        "rendezvous backend: static or c10d (etcd and etcd-v2 are not supported yet)"},
-      {"rdzv_endpoint", 0, "HOST[:PORT]", nullptr, true, "rendezvous endpoint"},
+      {"rdzv_endpoint", 0, "HOST[:PORT]", nullptr, true,
+       "c10d: where the rendezvous store is (port 29400 by default); the agent on that address "
+       "hosts it"},
       {"rdzv_id", 0, "ID", "none", true,
        "job id: becomes TORCHELASTIC_RUN_ID and names the log sub-directory"},
-      {"rdzv_conf", 0, "K=V,...", nullptr, true, "rendezvous settings (torchrun's keys)"},
+      {"rdzv_conf", 0, "K=V,...", nullptr, true,
+       "rendezvous settings: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
+       "keep_alive_max_attempt, heartbeat_timeout, read_timeout, is_host, timeout, token"},
       {"standalone", 0, nullptr, nullptr, true,
        "single-node job on a free local port with a random run id (implies c10d)"},
       {"max_restarts", 0, "N", "0", true, "worker group restarts allowed after failures"},
@@ -45,9 +48,11 @@ const std::vector<OptionDef>& OptionTable() {
        "copy stdout lines containing any TEXT to attempt_N/filtered_stdout.log (,, is a comma)"},
       {"duplicate_stderr_filters", 0, "TEXT,...", nullptr, true,
        "copy stderr lines containing any TEXT to attempt_N/filtered_stderr.log (,, is a comma)"},
-      {"node_rank", 0, "N", "0", true, "rank of this node (static backend)"},
-      {"master_addr", 0, "HOST", "127.0.0.1", true, "address of the rank-0 node (static backend)"},
-      {"master_port", 0, "PORT", "a free port", true, "port workers use for MASTER_PORT"},
+      {"node_rank", 0, "N", "0", true,
+       "rank of this node: required by static, honoured by c10d when given"},
+      {"master_addr", 0, "HOST", "127.0.0.1", true,
+       "static: the node-rank-0 host, where the rendezvous store is"},
+      {"master_port", 0, "PORT", "29500", true, "static: the rendezvous store's port"},
       {"local_addr", 0, "HOST", nullptr, true,
        "this node's address (MASTER_ADDR on rank 0 under c10d)"},
       {"logs_specs", 0, "NAME", nullptr, false,

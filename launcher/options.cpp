@@ -248,13 +248,6 @@ void NoteIneffective(const RawOptions& raw, ParsedCommandLine& parsed) {
     parsed.notices.push_back("--monitor_interval=" + *v +
                              " has no effect: ddprun reacts to worker exits as they happen");
   }
-  for (const char* name : {"rdzv_endpoint", "rdzv_conf"}) {
-    if (auto v = raw.Get(name); v && !raw.Get("standalone")) {
-      parsed.notices.push_back(std::string("--") + name + "=" + *v +
-                               " has no effect on a single node yet: workers use the store that "
-                               "their rank 0 hosts");
-    }
-  }
   if (auto v = raw.Get("start_method"); v && *v != "spawn") {
     parsed.notices.push_back("--start_method=" + *v +
                              " has no effect: ddprun always starts workers as new processes");
@@ -319,10 +312,20 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
     // torchrun replaces even an explicit --rdzv_id here; ddprun keeps one that was given.
     if (c.standalone || !raw.Get("rdzv_id")) c.rdzv_id = NewRunId();
   }
-  if (c.nnodes_max > 1) {
-    return Unimplemented("--nnodes=" + raw.Get("nnodes").value_or("") +
-                         ": jobs on more than one node are not supported yet; use --nnodes=1");
+  if (c.standalone && c.nnodes_max > 1) {
+    return Bad("nnodes", raw.Get("nnodes").value_or(""),
+               "--standalone is a single-node job: drop --standalone or use --nnodes=1");
   }
+  if (c.rdzv_backend == "static" && c.nnodes_min != c.nnodes_max) {
+    return Bad("nnodes", raw.Get("nnodes").value_or(""),
+               "a fixed N with the static backend; an elastic MIN:MAX needs --rdzv_backend=c10d");
+  }
+  if (c.rdzv_backend == "c10d" && c.rdzv_endpoint.empty()) {
+    return InvalidArgument(
+        "--rdzv_backend=c10d needs --rdzv_endpoint=HOST[:PORT] (the host that "
+        "keeps the rendezvous store; port 29400 by default)");
+  }
+  c.node_rank_set = raw.Get("node_rank").has_value();
   if (c.node_rank >= c.nnodes_max) {
     return Bad("node_rank", std::to_string(c.node_rank),
                "a number below --nnodes (" + std::to_string(c.nnodes_max) + ")");

@@ -53,6 +53,10 @@ StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Du
   return client;
 }
 
+void StoreClient::Interrupt() {
+  if (fd_.valid()) ::shutdown(fd_.get(), SHUT_RDWR);
+}
+
 Status StoreClient::Gone(const std::string& what) const {
   return Unavailable("store " + address_ + " is gone (" + what +
                      "): the agent hosting it stopped or the network failed");

@@ -48,6 +48,10 @@ class StoreClient {
   StatusOr<std::vector<std::string>> QueuePop(const std::string& key);
   StatusOr<int64_t> QueueLen(const std::string& key);
 
+  // Thread-safe: makes a call blocked in another thread return at once (as
+  // if the store were gone) and every later call fail.
+  void Interrupt();
+
   const std::string& address() const { return address_; }
   void set_timeout(Duration d) { timeout_ = d; }
 

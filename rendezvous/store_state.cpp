@@ -12,6 +12,13 @@ bool ParseDecimal(const std::string& s, int64_t* out) {
   return ec == std::errc() && ptr == s.data() + s.size() && !s.empty();
 }
 
+// Counters wrap around in two's complement instead of overflowing (which is
+// undefined behaviour): PyTorch adds plain int64_t, which wraps on its
+// compilers, and a client may send any delta.
+int64_t WrappingAdd(int64_t a, int64_t b) {
+  return static_cast<int64_t>(static_cast<uint64_t>(a) + static_cast<uint64_t>(b));
+}
+
 }  // namespace
 
 bool StoreState::Present(const std::string& key) const {
@@ -73,7 +80,7 @@ bool StoreState::Add(ClientId client, const Request& r) {
   int64_t value = 0;
   auto it = kv_.find(r.keys[0]);
   if (it != kv_.end() && !ParseDecimal(it->second, &value)) return false;
-  value += r.number;
+  value = WrappingAdd(value, r.number);
   kv_[r.keys[0]] = std::to_string(value);
   Encoder e;
   Reply(client, e.I64(value));
@@ -109,7 +116,8 @@ void StoreState::Barrier(ClientId client, const Request& r) {
   int64_t count = 0;
   auto it = kv_.find(r.keys[0]);
   if (it != kv_.end() && !ParseDecimal(it->second, &count)) count = 0;
-  kv_[r.keys[0]] = std::to_string(++count);
+  count = WrappingAdd(count, 1);
+  kv_[r.keys[0]] = std::to_string(count);
   if (count >= r.number) {
     Encoder e;
     Reply(client, e.U8(kStopWaiting));

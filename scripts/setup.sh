@@ -16,6 +16,7 @@ debian_packages=(
   libuv1-dev libspdlog-dev nlohmann-json3-dev doctest-dev
   libgloo-dev libopenblas-dev
   elfutils groff-base procps python3 python3-venv clang-format
+  clang libclang-rt-14-dev
 )
 
 missing=()

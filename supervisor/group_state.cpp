@@ -15,6 +15,7 @@ Outcome GroupState::outcome() const {
   if (phase_ != Phase::kDone) return Outcome::kRunning;
   if (!failures_.empty()) return Outcome::kFailed;
   if (received_signal_ != 0) return Outcome::kInterrupted;
+  if (stop_requested_) return Outcome::kStopped;
   return Outcome::kSucceeded;
 }
 
@@ -71,6 +72,13 @@ void GroupState::OnSignal(int sig) {
   }
   // A second terminating signal while stopping: do not wait out the grace.
   if (phase_ == Phase::kStopping) OnTimer();
+}
+
+void GroupState::OnStopRequest() {
+  if (phase_ != Phase::kRunning) return;
+  stop_requested_ = true;
+  BeginStop(SIGTERM);
+  FinishIfAllExited();
 }
 
 void GroupState::OnTimer() {

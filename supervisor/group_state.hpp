@@ -56,7 +56,7 @@ struct WorkerRecord {
 };
 
 enum class Phase { kRunning, kStopping, kKilling, kDone };
-enum class Outcome { kRunning, kSucceeded, kFailed, kInterrupted };
+enum class Outcome { kRunning, kSucceeded, kFailed, kInterrupted, kStopped };
 
 struct GroupOptions {
   Duration shutdown_timeout{30.0};  // SIGTERM -> SIGKILL
@@ -78,6 +78,9 @@ class GroupState {
   void OnStartFailure(int local_rank, int rank, ExitStatus as_exit, WallTime now, std::string why);
   // A signal the launcher received and handles.
   void OnSignal(int sig);
+  // The launcher stops the group for a reason of its own (the rendezvous
+  // round ended elsewhere): SIGTERM, grace, SIGKILL; the outcome is kStopped.
+  void OnStopRequest();
   void OnTimer();
 
   Phase phase() const { return phase_; }
@@ -101,6 +104,7 @@ class GroupState {
   std::vector<size_t> failures_;
   Phase phase_ = Phase::kRunning;
   int received_signal_ = 0;
+  bool stop_requested_ = false;
 };
 
 }  // namespace ddprun::supervisor

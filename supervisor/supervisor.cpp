@@ -112,6 +112,11 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
   uv_signal_start(
       &s->sigchld_, [](uv_signal_t* h, int) { static_cast<Supervisor*>(h->data)->ReapChildren(); },
       SIGCHLD);
+  uv_async_init(&s->loop_, &s->stop_async_, [](uv_async_t* a) {
+    auto* self = static_cast<Supervisor*>(a->data);
+    if (self->running_ != nullptr && self->stop_requested_) self->running_->OnStopRequest();
+  });
+  s->stop_async_.data = s.get();
   for (int sig : handled_signals) {
     auto h = std::make_unique<uv_signal_t>();
     uv_signal_init(&s->loop_, h.get());
@@ -137,11 +142,19 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
 
 Supervisor::~Supervisor() {
   uv_close(reinterpret_cast<uv_handle_t*>(&sigchld_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&stop_async_), nullptr);
   for (auto& h : signals_) uv_close(reinterpret_cast<uv_handle_t*>(h.get()), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(timer_->handle()), nullptr);
   uv_run(&loop_, UV_RUN_DEFAULT);  // runs the close callbacks
   uv_loop_close(&loop_);
 }
+
+void Supervisor::RequestStop() {
+  stop_requested_ = true;
+  uv_async_send(&stop_async_);
+}
+
+void Supervisor::ClearStopRequest() { stop_requested_ = false; }
 
 void Supervisor::OnSignal(int sig) {
   if (running_ != nullptr) {
@@ -286,6 +299,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   running_ = &state;
   timer_->Target(&state);
   if (pending_signal_ != 0) state.OnSignal(pending_signal_);
+  if (stop_requested_) state.OnStopRequest();
   for (const auto& spec : specs) {
     if (state.phase() != Phase::kRunning) break;
     StartWorker(spec, state);

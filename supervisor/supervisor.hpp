@@ -9,6 +9,7 @@
 
 #include <uv.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <set>
@@ -49,6 +50,11 @@ class Supervisor {
   // A terminating signal received while no group ran, or 0.
   int pending_signal() const { return pending_signal_; }
 
+  // Thread-safe: stops the running group (outcome kStopped), or the next one
+  // to start, until ClearStopRequest().
+  void RequestStop();
+  void ClearStopRequest();
+
  private:
   struct PipeReader;
   class LoopTimer;
@@ -64,6 +70,8 @@ class Supervisor {
 
   uv_loop_t loop_;
   uv_signal_t sigchld_;
+  uv_async_t stop_async_;
+  std::atomic<bool> stop_requested_{false};
   std::vector<std::unique_ptr<uv_signal_t>> signals_;
   std::unique_ptr<LoopTimer> timer_;
   PosixProcessControl control_;

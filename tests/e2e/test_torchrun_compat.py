@@ -14,10 +14,9 @@ TORCHRUN = VENV_BIN / "torchrun"
 
 # Variables allowed to differ, and why.
 ALLOWED = {
-    "MASTER_PORT": "a free port chosen at launch: differs between any two runs",
+    "MASTER_PORT": "the agent's worker store, on a port the kernel chose: differs between runs",
     "TORCHELASTIC_RUN_ID": "a fresh uuid4 in single-node c10d mode",
     "TORCHELASTIC_ERROR_FILE": "under each launcher's own temporary log directory",
-    "TORCHELASTIC_USE_AGENT_STORE": "ddprun has no agent store yet: worker rank 0 hosts it (False)",
     "PYTHON_EXEC": "given to ddprun so both run the same interpreter",
 }
 
@@ -67,7 +66,7 @@ def test_worker_environment_matches_torchrun(tmp_path, flags, extra_env):
         assert differ == {}, f"rank {rank}: (torchrun, ddprun) differ: {differ}"
         for name in ("MASTER_PORT", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID"):
             assert name in ours[rank]
-        assert ours[rank]["TORCHELASTIC_USE_AGENT_STORE"] == "False"
+        assert ours[rank]["TORCHELASTIC_USE_AGENT_STORE"] == "True"
     ports = {env["MASTER_PORT"] for env in ours.values()}
     assert len(ports) == 1
 

@@ -95,14 +95,17 @@ TEST_CASE("an unknown option gets the closest valid spelling") {
 }
 
 TEST_CASE("later work is refused with not supported yet") {
-  for (auto arg : {"--nnodes=2", "--nnodes=1:4", "--rdzv_backend=etcd", "--numa_binding=node",
-                   "--logs_specs=x", "--event_log_handler=console"}) {
+  for (auto arg : {"--rdzv_backend=etcd", "--numa_binding=node", "--logs_specs=x",
+                   "--event_log_handler=console"}) {
     auto p = Parse({arg, "t"});
     REQUIRE_FALSE(p.ok());
     CHECK(p.status().code() == StatusCode::kUnimplemented);
     CHECK(Contains(p.status().message(), "not supported yet"));
   }
   CHECK(Contains(Error({"--rdzv_backend=zookeeper", "t"}), "static or c10d"));
+  CHECK(Contains(Error({"--nnodes=1:4", "t"}), "needs --rdzv_backend=c10d"));
+  CHECK(Contains(Error({"--rdzv_backend=c10d", "--nnodes=2", "t"}), "needs --rdzv_endpoint"));
+  CHECK(Contains(Error({"--standalone", "--nnodes=2", "t"}), "single-node job"));
 }
 
 TEST_CASE("stream selections per rank, signals and timeouts") {

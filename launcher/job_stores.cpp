@@ -1,0 +1,168 @@
+#include "launcher/job_stores.hpp"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "env/host.hpp"
+#include "rendezvous/sockets.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+constexpr int kDefaultC10dPort = 29400;
+constexpr int kDefaultStaticPort = 29500;
+constexpr char kTokenVariable[] = "DDPRUN_STORE_TOKEN";
+
+StatusOr<std::chrono::milliseconds> ConfSeconds(const std::string& key, const std::string& v) {
+  size_t used = 0;
+  double d = -1;
+  try {
+    d = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || d <= 0) {
+    return InvalidArgument("invalid --rdzv_conf " + key + "=" + v + ": a number of seconds > 0");
+  }
+  return std::chrono::milliseconds(static_cast<long long>(d * 1000));
+}
+
+Status ApplyConfKey(const std::string& key, const std::string& v, rendezvous::RendezvousSettings& s,
+                    std::vector<std::string>* notices) {
+  using Ms = std::chrono::milliseconds;
+  for (auto [name, field] : {std::pair<const char*, Ms*>{"join_timeout", &s.join_timeout},
+                             {"timeout", &s.join_timeout},
+                             {"last_call_timeout", &s.last_call_timeout},
+                             {"keep_alive_interval", &s.keep_alive_interval},
+                             {"read_timeout", &s.read_timeout}}) {
+    if (key != name) continue;
+    auto d = ConfSeconds(key, v);
+    if (!d.ok()) return d.status();
+    *field = *d;
+    return Status::Ok();
+  }
+  if (key == "keep_alive_max_attempt") {
+    int n = 0;
+    try {
+      n = std::stoi(v);
+    } catch (const std::exception&) {
+    }
+    if (n < 1) return InvalidArgument("invalid --rdzv_conf " + key + "=" + v + ": a number >= 1");
+    s.keep_alive_max_attempt = n;
+    return Status::Ok();
+  }
+  if (key == "token") {
+    s.token = v;
+    return Status::Ok();
+  }
+  if (key == "is_host") return Status::Ok();  // read by OpenJobStores
+  if (key == "close_timeout" || key == "heartbeat_timeout" || key == "use_libuv") {
+    notices->push_back("--rdzv_conf " + key + "=" + v +
+                       " has no effect: ddprun's store writes never wait on a lock");
+    return Status::Ok();
+  }
+  if (key == "store_type" && v != "tcp") {
+    return Unimplemented("--rdzv_conf store_type=" + v + " is not supported yet: only tcp");
+  }
+  if (key != "store_type") {
+    notices->push_back("--rdzv_conf " + key + "=" + v + " is not a key ddprun knows: ignored");
+  }
+  return Status::Ok();
+}
+
+std::string NewAgentId(const std::string& host) {
+  std::random_device rd;
+  return host + "_" + std::to_string(getpid()) + "_" + std::to_string(rd() % 100000);
+}
+
+// c10d: host when is_host says so, or (not said) when the endpoint can be bound here.
+StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int port,
+                         JobStores& stores) {
+  auto it = c.rdzv_conf.find("is_host");
+  std::optional<bool> forced;
+  if (it != c.rdzv_conf.end()) {
+    const std::string& v = it->second;
+    if (v == "1" || v == "true" || v == "True") forced = true;
+    if (v == "0" || v == "false" || v == "False") forced = false;
+    if (!forced) return InvalidArgument("invalid --rdzv_conf is_host=" + v + ": 1 or 0");
+  }
+  if (forced && !*forced) return false;
+  auto server = rendezvous::StoreServer::Start(
+      {host, port, stores.settings.token, {}, [](const std::string& m) { spdlog::warn("{}", m); }});
+  if (server.ok()) {
+    stores.rdzv_server = std::move(*server);
+    return true;
+  }
+  if (forced) return server.status();
+  return false;  // another agent here hosts it, or the address is not this machine's
+}
+
+}  // namespace
+
+StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& c,
+                                                            const env::Environ& environ,
+                                                            std::vector<std::string>* notices) {
+  rendezvous::RendezvousSettings s;
+  s.run_id = c.rdzv_id;
+  s.min_nodes = c.nnodes_min;
+  s.max_nodes = c.nnodes_max;
+  if (c.rdzv_backend == "static") s.join_timeout = std::chrono::seconds(900);
+  s.token = env::Lookup(environ, kTokenVariable).value_or("");
+  for (const auto& [key, value] : c.rdzv_conf) {
+    if (Status st = ApplyConfKey(key, value, s, notices); !st.ok()) return st;
+  }
+  return s;
+}
+
+StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& environ,
+                                  std::vector<std::string>* notices) {
+  JobStores stores;
+  auto settings = SettingsFromConfig(c, environ, notices);
+  if (!settings.ok()) return settings.status();
+  stores.settings = *settings;
+  bool hosting = false;
+  if (c.rdzv_backend == "static") {
+    stores.rdzv_host = c.master_addr;
+    stores.rdzv_port = c.master_port.value_or(kDefaultStaticPort);
+    hosting = c.node_rank == 0;
+    if (hosting) {
+      auto server = rendezvous::StoreServer::Start(
+          {stores.rdzv_host, stores.rdzv_port, stores.settings.token, {}, [](const std::string& m) {
+             spdlog::warn("{}", m);
+           }});
+      if (!server.ok()) return server.status().Annotate("--master_addr/--master_port");
+      stores.rdzv_server = std::move(*server);
+    }
+  } else {
+    if (Status s = rendezvous::SplitHostPort(c.rdzv_endpoint, kDefaultC10dPort, &stores.rdzv_host,
+                                             &stores.rdzv_port);
+        !s.ok()) {
+      return InvalidArgument("invalid --rdzv_endpoint=" + c.rdzv_endpoint + ": " + s.message());
+    }
+    auto hosts = HostsC10d(c, stores.rdzv_host, stores.rdzv_port, stores);
+    if (!hosts.ok()) return hosts.status().Annotate("--rdzv_endpoint " + c.rdzv_endpoint);
+    hosting = *hosts;
+  }
+  if (stores.rdzv_server) stores.rdzv_port = stores.rdzv_server->port();
+  auto worker = rendezvous::StoreServer::Start(
+      {c.local_addr, 0, stores.settings.token, {}, [](const std::string& m) {
+         spdlog::warn("{}", m);
+       }});
+  if (!worker.ok()) return worker.status().Annotate("worker store");
+  stores.worker_server = std::move(*worker);
+  rendezvous::NodeInfo& self = stores.self;
+  self.name = env::Hostname();
+  self.agent_id = NewAgentId(self.name);
+  self.addr = !c.local_addr.empty()                     ? c.local_addr
+              : (c.rdzv_backend == "static" && hosting) ? c.master_addr
+                                                        : env::Fqdn();
+  self.nproc = c.nproc_per_node;
+  self.requested_rank = (c.rdzv_backend == "static" || c.node_rank_set) ? c.node_rank : -1;
+  self.worker_store_port = stores.worker_server->port();
+  return stores;
+}
+
+}  // namespace ddprun::launcher
