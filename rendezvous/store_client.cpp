@@ -29,27 +29,30 @@ StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Du
   auto fd = ConnectWithRetry(host, port, deadline);
   if (!fd.ok()) {
     return fd.status().Annotate("store " + address +
-                                " cannot be reached (is the host agent "
-                                "running and the address right?)");
+                                " cannot be reached (is the hosting agent running and the "
+                                "address right?)");
   }
   StoreClient client(std::move(*fd), address, timeout);
   const uint32_t nonce = static_cast<uint32_t>(getpid());
+  // The token goes right after VALIDATE: a store with a token refuses
+  // anything else from a host it has not admitted yet.
   Encoder e;
-  e.Op(Op::kValidate).U32(kValidateMagic).Op(Op::kPing).U32(nonce);
+  e.Op(Op::kValidate).U32(kValidateMagic);
   if (!token.empty()) e.Op(Op::kAuth).Str(token);
+  e.Op(Op::kPing).U32(nonce);
   if (Status s = client.SendBytes(e.bytes()); !s.ok()) return s;
+  if (!token.empty()) {
+    auto ok = client.ReadU8(deadline);
+    if (!ok.ok() || *ok != kAuthOk) {
+      return Status(StatusCode::kPermissionDenied,
+                    "store " + address +
+                        " refused the job token: give every agent the same --rdzv_conf token= "
+                        "or DDPRUN_STORE_TOKEN");
+    }
+  }
   uint32_t echo = 0;
   if (Status s = client.ReadExact(&echo, 4, deadline); !s.ok()) return s;
   if (echo != nonce) return Internal("store " + address + ": PING answered with a wrong nonce");
-  if (!token.empty()) {
-    auto ok = client.ReadU8(deadline);
-    if (!ok.ok()) {
-      return Status(StatusCode::kPermissionDenied,
-                    "store " + address +
-                        " refused the job token: check --rdzv_conf token= or "
-                        "DDPRUN_STORE_TOKEN on every node");
-    }
-  }
   return client;
 }
 

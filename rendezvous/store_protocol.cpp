@@ -1,5 +1,6 @@
 #include "rendezvous/store_protocol.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 namespace ddprun::rendezvous {
@@ -25,7 +26,7 @@ class Reader {
                std::to_string(limit) + "-byte limit";
       return false;
     }
-    if (in_.size() - pos_ < n) return false;
+    if (in_.size() - pos_ < n) return Short(n);
     s->assign(in_.data() + pos_, n);
     pos_ += n;
     return true;
@@ -45,20 +46,28 @@ class Reader {
   bool Keys(std::vector<std::string>* keys) {
     uint64_t n = 0;
     if (!Count(&n)) return false;
-    keys->resize(n);
-    for (auto& k : *keys) {
-      if (!Key(&k)) return false;
+    keys->clear();
+    keys->reserve(std::min<uint64_t>(n, 1024));  // a count alone must not cost memory
+    for (uint64_t i = 0; i < n; ++i) {
+      if (!Key(&keys->emplace_back())) return false;
     }
     return true;
   }
 
   size_t pos() const { return pos_; }
+  // The input length below which parsing again cannot get further.
+  size_t needed() const { return needed_; }
   const std::string& error() const { return error_; }
 
  private:
+  bool Short(size_t n) {
+    needed_ = pos_ + n;
+    return false;
+  }
+
   template <typename T>
   bool Fixed(T* v, size_t n) {
-    if (in_.size() - pos_ < n) return false;
+    if (in_.size() - pos_ < n) return Short(n);
     std::memcpy(v, in_.data() + pos_, n);  // little-endian hosts only (x86-64, arm64)
     pos_ += n;
     return true;
@@ -67,6 +76,7 @@ class Reader {
   std::string_view in_;
   const Limits& limits_;
   size_t pos_ = 0;
+  size_t needed_ = 0;
   std::string error_;
 };
 
@@ -127,7 +137,10 @@ ParseResult ParseRequest(std::string_view input, const Limits& limits, Request* 
                          size_t* consumed, std::string* error) {
   Reader r(input, limits);
   uint8_t op = 0;
-  if (!r.U8(&op)) return ParseResult::kNeedMore;
+  if (!r.U8(&op)) {
+    *consumed = 1;
+    return ParseResult::kNeedMore;
+  }
   if (!KnownOp(op)) {
     *error = "unknown opcode " + std::to_string(op);
     return ParseResult::kError;
@@ -135,7 +148,10 @@ ParseResult ParseRequest(std::string_view input, const Limits& limits, Request* 
   *out = Request{};
   out->op = static_cast<Op>(op);
   if (!ParseBody(r, out)) {
-    if (r.error().empty()) return ParseResult::kNeedMore;
+    if (r.error().empty()) {
+      *consumed = r.needed();
+      return ParseResult::kNeedMore;
+    }
     *error = OpName(op) + ": " + r.error();
     return ParseResult::kError;
   }

@@ -67,8 +67,10 @@ struct Request {
 
 enum class ParseResult { kOk, kNeedMore, kError };
 
-// Parses one request from the front of `input`. On kOk sets `*consumed`;
-// on kError sets `*error` ("unknown opcode 0x63", "key of 9000000 bytes is
+// Parses one request from the front of `input`. On kOk sets `*consumed` to
+// the request's length; on kNeedMore to the input length below which parsing
+// again cannot get further (so a large request is not re-parsed per read);
+// on kError sets `*error` ("unknown opcode 99", "key of 9000000 bytes is
 // over the 65536-byte limit").
 ParseResult ParseRequest(std::string_view input, const Limits& limits, Request* out,
                          size_t* consumed, std::string* error);

@@ -39,6 +39,7 @@ class StoreServer::Impl {
     std::string in;
     size_t in_off = 0;
     size_t out_pending = 0;
+    size_t parse_at = 0;  // unparsed bytes needed before parsing again
     Stage stage = Stage::kNew;
     bool closing = false;
   };
@@ -172,11 +173,16 @@ class StoreServer::Impl {
   void OnData(Conn& c) {
     while (!c.closing) {
       std::string_view pending(c.in.data() + c.in_off, c.in.size() - c.in_off);
+      if (pending.size() < c.parse_at) break;
       Request req;
       size_t used = 0;
       std::string error;
       ParseResult r = ParseRequest(pending, options_.limits, &req, &used, &error);
-      if (r == ParseResult::kNeedMore) break;
+      if (r == ParseResult::kNeedMore) {
+        c.parse_at = used;
+        break;
+      }
+      c.parse_at = 0;
       if (r == ParseResult::kError) {
         Close(c, "malformed request: " + error);
         return;

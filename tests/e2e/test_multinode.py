@@ -1,0 +1,387 @@
+"""Multi-node runs on one machine: several ddprun agents on loopback, each with its own address
+(--local_addr=127.0.0.1, 127.0.0.2, ...), rendezvous over the store (static and c10d).
+
+Workers are /bin/sh loops (or a small PyTorch script for the interop test) that report their
+environment into files under tmp_path; the tests poll those files with deadlines, never sleep.
+
+1. static 3x2: ranks, world size, group ranks, MASTER_* and the agent store flag.
+2. static timeout: a missing node fails the others with the round and the count joined.
+3. c10d 2:4 scale-up: a late joiner re-forms the round (not counted as a restart).
+4. c10d: SIGKILL of a non-host agent: survivors re-form without it.
+5. c10d: SIGKILL of the store host: the others fail promptly ("store ... gone").
+6. a worker failure on one node restarts every node's workers; without restarts all fail.
+7. different --rdzv_id at the same endpoint: separate jobs, both time out.
+8. the job token: a wrong one is refused, the right one works.
+9. PyTorch interop: gloo all_reduce through the agent store, across a failure restart.
+"""
+
+import os
+import re
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import PYTHON, base_env, pid_alive, sh, wait_for, write_script
+
+FAST = "join_timeout=20,last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3"
+KEEP_ALIVE_LIMIT = 0.5 * 3  # keep_alive_interval * keep_alive_max_attempt
+AGENT_TIMEOUT = 30.0
+
+
+def addr(i):
+    return f"127.0.0.{i + 1}"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(port, host="127.0.0.1", timeout=10.0):
+    """Polls until something accepts connections on host:port (the store host is up)."""
+    def up():
+        try:
+            with socket.create_connection((host, port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+    wait_for(up, timeout, interval=0.05, what=f"a listener on {host}:{port}")
+
+
+def read(path):
+    try:
+        return Path(path).read_text()
+    except FileNotFoundError:
+        return ""
+
+
+def static_args(nnodes, rank, port, nproc=2, conf=None, extra=()):
+    args = [f"--nnodes={nnodes}", f"--node_rank={rank}", "--master_addr=127.0.0.1",
+            f"--master_port={port}", f"--local_addr={addr(rank)}", f"--nproc_per_node={nproc}",
+            "--shutdown_timeout=2"]
+    if conf:
+        args.append(f"--rdzv_conf={conf}")
+    return [*args, *extra]
+
+
+def c10d_args(nnodes, node, port, nproc=2, rdzv_id="job", conf=FAST, extra=()):
+    return ["--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{port}", f"--rdzv_id={rdzv_id}",
+            f"--nnodes={nnodes}", f"--local_addr={addr(node)}", f"--nproc_per_node={nproc}",
+            f"--rdzv_conf={conf}", "--shutdown_timeout=2", *extra]
+
+
+def node_env(out, node, **kw):
+    return base_env(OUTDIR=str(out), NODE=str(node), **kw)
+
+
+# A worker that records its start (pid, world size, restart count) once, then rewrites a
+# per-worker state file every 0.2 s until $OUTDIR/stop exists, then exits 0.
+LOOP = r'''
+f="$OUTDIR/w_${NODE}_${LOCAL_RANK}"
+echo "$$ $WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $RANK $GROUP_RANK" >> "$OUTDIR/starts_${NODE}_${LOCAL_RANK}"
+while [ ! -e "$OUTDIR/stop" ]; do
+  echo "$$ $WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $RANK $GROUP_RANK" > "$f.tmp"
+  mv "$f.tmp" "$f"
+  sleep 0.2
+done
+exit 0
+'''
+
+
+def state(out, node, local_rank):
+    """(pid, world_size, restart_count, rank, group_rank) of the worker's last report, or None."""
+    text = read(Path(out) / f"w_{node}_{local_rank}").split()
+    return tuple(int(x) for x in text) if len(text) == 5 else None
+
+
+def starts(out, node, local_rank):
+    lines = read(Path(out) / f"starts_{node}_{local_rank}").splitlines()
+    return [tuple(int(x) for x in line.split()) for line in lines if len(line.split()) == 5]
+
+
+def wait_world(out, nodes, nproc, world, timeout=15.0):
+    """Waits until every worker of `nodes` reports WORLD_SIZE == world; returns their states."""
+    def ok():
+        states = {(n, lr): state(out, n, lr) for n in nodes for lr in range(nproc)}
+        if all(s is not None and s[1] == world for s in states.values()):
+            return states
+        return None
+    return wait_for(ok, timeout, interval=0.05, what=f"WORLD_SIZE={world} on nodes {nodes}")
+
+
+def stop_and_wait(out, agents, timeout=AGENT_TIMEOUT):
+    (Path(out) / "stop").touch()
+    return [a.wait(timeout) for a in agents]
+
+
+def outputs(agents):
+    return "\n".join(f"=== agent {i}\n{a.output()}" for i, a in enumerate(agents))
+
+
+# --------------------------------------------------------------------------- 1. static 3x2
+
+def test_static_3x2_ranks_and_env(launch, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    report = ('echo "$RANK $WORLD_SIZE $GROUP_RANK $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR '
+              '$MASTER_PORT $TORCHELASTIC_USE_AGENT_STORE" > "$OUTDIR/n${NODE}_l${LOCAL_RANK}"')
+    # Reverse order: the non-host agents come first and wait for node rank 0's store.
+    agents = [launch(static_args(3, r, port, extra=sh(report)), env=node_env(out, r))
+              for r in (2, 1, 0)]
+    rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
+    assert rcs == [0, 0, 0], outputs(agents)
+    seen = {}
+    for node in range(3):
+        for lr in range(2):
+            f = out / f"n{node}_l{lr}"
+            fields = f.read_text().split()
+            assert len(fields) == 8, f"{f}: {fields}"
+            rank, world, group, local_rank, lws, maddr, mport, agent_store = fields
+            assert int(world) == 6
+            assert int(group) == node, "GROUP_RANK must follow --node_rank"
+            assert int(local_rank) == lr
+            assert int(lws) == 2
+            assert int(rank) == node * 2 + lr
+            assert agent_store == "True"
+            seen[int(rank)] = (maddr, mport)
+    assert sorted(seen) == list(range(6))
+    assert {m for m, _ in seen.values()} == {"127.0.0.1"}
+    assert len({p for _, p in seen.values()}) == 1, seen
+
+
+# --------------------------------------------------------------------------- 2. static timeout
+
+def test_static_timeout_names_round_and_count(launch, tmp_path):
+    port = free_port()
+    agents = [launch(static_args(3, r, port, conf="timeout=3", extra=sh("exit 0")))
+              for r in (0, 1)]
+    start = time.monotonic()
+    rcs = [a.wait(15) for a in agents]
+    elapsed = time.monotonic() - start
+    assert all(rc != 0 for rc in rcs), outputs(agents)
+    assert elapsed < 10, f"took {elapsed:.1f}s\n{outputs(agents)}"
+    for a in agents:
+        err = a.stderr()
+        assert re.search(r"round 0\b", err), a.output()
+        assert re.search(r"\b2\b[^\n]*joined|joined[^\n]*\b2\b", err), a.output()
+
+
+# --------------------------------------------------------------------------- 3. c10d scale-up
+
+def test_c10d_late_joiner_reforms_round(launch, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    agents = [launch(c10d_args("2:4", 0, port, extra=sh(LOOP)), env=node_env(out, 0))]
+    wait_listening(port)
+    agents.append(launch(c10d_args("2:4", 1, port, extra=sh(LOOP)), env=node_env(out, 1)))
+    first = wait_world(out, [0, 1], 2, 4)
+    agents.append(launch(c10d_args("2:4", 2, port, extra=sh(LOOP)), env=node_env(out, 2)))
+    second = wait_world(out, [0, 1, 2], 2, 6)
+    # The workers of the first round were replaced.
+    for key in first:
+        assert first[key][0] != second[key][0], (key, first[key], second[key])
+    ranks = sorted(s[3] for s in second.values())
+    assert ranks == list(range(6)), second
+    rcs = stop_and_wait(out, agents)
+    assert rcs == [0, 0, 0], outputs(agents)
+    # A membership change is not a failure restart.
+    for node in range(3):
+        for lr in range(2):
+            assert all(s[2] == 0 for s in starts(out, node, lr)), starts(out, node, lr)
+    assert len(starts(out, 0, 0)) == 2
+
+
+# --------------------------------------------------------------------------- 4. non-host killed
+
+def test_c10d_sigkill_non_host_agent(launch, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    agents = [launch(c10d_args("2:3", 0, port, extra=sh(LOOP)), env=node_env(out, 0))]
+    wait_listening(port)
+    for n in (1, 2):
+        agents.append(launch(c10d_args("2:3", n, port, extra=sh(LOOP)), env=node_env(out, n)))
+    full = wait_world(out, [0, 1, 2], 2, 6)
+    victims = [full[(2, lr)][0] for lr in range(2)]
+    agents[2].signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    # The killed agent's workers die with it (parent-death signal).
+    wait_for(lambda: not any(pid_alive(p) for p in victims), 5, what="the killed agent's workers")
+    # Survivors notice the missing keep-alives and re-form with 2 nodes.
+    after = wait_world(out, [0, 1], 2, 4, timeout=KEEP_ALIVE_LIMIT + 6)
+    assert time.monotonic() - killed_at < KEEP_ALIVE_LIMIT + 6
+    assert sorted(s[3] for s in after.values()) == [0, 1, 2, 3], after
+    rcs = stop_and_wait(out, agents[:2])
+    assert rcs == [0, 0], outputs(agents)
+
+
+# --------------------------------------------------------------------------- 5. host killed
+
+def test_c10d_sigkill_store_host(launch, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    agents = [launch(c10d_args("2:3", 0, port, extra=sh(LOOP)), env=node_env(out, 0))]
+    wait_listening(port)
+    for n in (1, 2):
+        agents.append(launch(c10d_args("2:3", n, port, extra=sh(LOOP)), env=node_env(out, n)))
+    full = wait_world(out, [0, 1, 2], 2, 6)
+    pids = [s[0] for s in full.values()]
+    agents[0].signal(signal.SIGKILL)
+    killed_at = time.monotonic()
+    rcs = [a.wait(15) for a in agents[1:]]
+    elapsed = time.monotonic() - killed_at
+    assert all(rc != 0 for rc in rcs), outputs(agents)
+    assert elapsed < 10, f"took {elapsed:.1f}s\n{outputs(agents)}"
+    for a in agents[1:]:
+        err = a.stderr()
+        assert re.search(r"store[^\n]*gone", err), a.output()
+    wait_for(lambda: not any(pid_alive(p) for p in pids), 5, what="every worker to be gone")
+    assert not (out / "stop").exists()
+
+
+# --------------------------------------------------------------------------- 6. failure restart
+
+FLAKY = r'''
+echo "$NODE $LOCAL_RANK $TORCHELASTIC_RESTART_COUNT $RANK" >> "$OUTDIR/runs_${NODE}_${LOCAL_RANK}"
+if [ "$NODE" = 1 ] && [ "$LOCAL_RANK" = 1 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  exit 3
+fi
+exit 0
+'''
+
+
+def runs(out, node, lr):
+    return [int(line.split()[2]) for line in read(Path(out) / f"runs_{node}_{lr}").splitlines()]
+
+
+def test_worker_failure_restarts_every_node(launch, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    agents = [launch(static_args(2, r, port, conf=FAST, extra=["--max_restarts=1", *sh(FLAKY)]),
+                     env=node_env(out, r)) for r in (0, 1)]
+    rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
+    assert rcs == [0, 0], outputs(agents)
+    for node in range(2):
+        for lr in range(2):
+            assert runs(out, node, lr) == [0, 1], (node, lr, outputs(agents))
+
+
+def test_worker_failure_without_restarts_fails_every_node(launch, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    agents = [launch(static_args(2, r, port, conf=FAST, extra=["--max_restarts=0", *sh(FLAKY)]),
+                     env=node_env(out, r)) for r in (0, 1)]
+    rc1 = agents[1].wait(AGENT_TIMEOUT)
+    failed_at = time.monotonic()
+    rc0 = agents[0].wait(AGENT_TIMEOUT)
+    assert rc1 == 3, outputs(agents)
+    assert "Root Cause (first observed failure)" in agents[1].stderr(), outputs(agents)
+    assert rc0 == 3, outputs(agents)
+    assert time.monotonic() - failed_at < 5, outputs(agents)
+    for node in range(2):
+        for lr in range(2):
+            assert runs(out, node, lr) == [0], (node, lr, outputs(agents))
+
+
+# --------------------------------------------------------------------------- 7. other job id
+
+def test_c10d_different_rdzv_ids_do_not_join(launch, tmp_path):
+    port = free_port()
+    # The host's job waits longer, so that the other job's agent times out while the store
+    # it uses is still up (its own timeout, not the host going away).
+    a = launch(c10d_args("2", 0, port, rdzv_id="jobA", conf="join_timeout=5", extra=sh("exit 0")))
+    wait_listening(port)
+    b = launch(c10d_args("2", 1, port, rdzv_id="jobB", conf="join_timeout=3", extra=sh("exit 0")))
+    start = time.monotonic()
+    rc_b = b.wait(15)
+    rc_a = a.wait(15)
+    assert time.monotonic() - start < 10, outputs([a, b])
+    assert rc_a != 0 and rc_b != 0, outputs([a, b])
+    for agent in (a, b):
+        err = agent.stderr()
+        assert re.search(r"time(d)? ?out|did not complete", err), agent.output()
+        assert "complete: node rank" not in err, agent.output()
+
+
+# --------------------------------------------------------------------------- 8. job token
+
+def test_c10d_wrong_token_is_refused(launch, tmp_path):
+    port = free_port()
+    host = launch(c10d_args("2", 0, port, conf=FAST + ",token=secret", extra=sh("exit 0")))
+    wait_listening(port)
+    start = time.monotonic()
+    bad = launch(c10d_args("2", 1, port, conf=FAST + ",token=wrong", extra=sh("exit 0")))
+    rc = bad.wait(15)
+    assert rc != 0, bad.output()
+    assert time.monotonic() - start < 5, bad.output()
+    assert "token" in bad.stderr(), bad.output()
+    assert host.proc.poll() is None, host.output()
+
+
+def test_c10d_right_token_works(launch, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    report = 'echo "$RANK $WORLD_SIZE" > "$OUTDIR/r$RANK"'
+    agents = [launch(c10d_args("2", 0, port, conf=FAST + ",token=secret", extra=sh(report)),
+                     env=node_env(out, 0))]
+    wait_listening(port)
+    agents.append(launch(c10d_args("2", 1, port, conf=FAST + ",token=secret", extra=sh(report)),
+                         env=node_env(out, 1)))
+    rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
+    assert rcs == [0, 0], outputs(agents)
+    assert sorted(p.name for p in out.iterdir()) == ["r0", "r1", "r2", "r3"]
+    assert all(p.read_text().split()[1] == "4" for p in out.iterdir())
+
+
+# --------------------------------------------------------------------------- 9. PyTorch interop
+
+ALLREDUCE = r'''
+import os
+import torch
+import torch.distributed as dist
+
+out = os.environ["OUTDIR"]
+rank = int(os.environ["RANK"])
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+dist.init_process_group("gloo", init_method="env://")
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+world = dist.get_world_size()
+fd = os.open(os.path.join(out, f"r{rank}_a{attempt}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.write(fd, f"{rank} {attempt} {world} {t.item()}\n".encode())
+os.close(fd)
+os.write(1, f"rank {rank} attempt {attempt} sum {t.item()}\n".encode())
+if attempt == 0 and rank == 3:
+    os._exit(1)
+dist.destroy_process_group()
+'''
+
+
+def test_pytorch_gloo_allreduce_across_restart(launch, tmp_path):
+    pytest.importorskip("torch.distributed")
+    out = tmp_path / "out"
+    out.mkdir()
+    script = write_script(tmp_path, "allreduce.py", ALLREDUCE, executable=False)
+    port = free_port()
+    agents = [launch(static_args(2, r, port, conf=FAST, extra=["--max_restarts=1", str(script)]),
+                     env=node_env(out, r, GLOO_SOCKET_IFNAME="lo", PYTHON_EXEC=PYTHON))
+              for r in (0, 1)]
+    rcs = [a.wait(90) for a in agents]
+    assert rcs == [0, 0], outputs(agents)
+    for attempt in (0, 1):
+        for rank in range(4):
+            f = out / f"r{rank}_a{attempt}"
+            assert f.exists(), f"{f.name} missing\n{outputs(agents)}"
+            r, a, world, total = f.read_text().split()
+            assert (int(r), int(a), int(world)) == (rank, attempt, 4)
+            assert float(total) == 10.0, f"{f.name}: {total}"
