@@ -43,6 +43,36 @@ void Coordinator::Run() {
   }
 }
 
+std::string Coordinator::TimeoutReport(int round) {
+  auto joined = client_.Add(keys_.Join(round), 0);
+  const int n = joined.ok() ? static_cast<int>(*joined) : 0;
+  std::ostringstream why;
+  why << "rendezvous round " << round << " timed out after "
+      << settings_.join_timeout.count() / 1000.0 << " s (join_timeout): " << n << " of at least "
+      << settings_.min_nodes << " nodes joined";
+  std::vector<bool> rank_seen(settings_.max_nodes, false);
+  bool ranked = false;
+  std::string seen;
+  for (int i = 0; i < n; ++i) {
+    auto text = client_.Get(keys_.Node(round, i));
+    auto node = text.ok() ? NodeInfo::Decode(*text) : StatusOr<NodeInfo>(text.status());
+    if (!node.ok()) continue;
+    seen += (seen.empty() ? "" : ", ") + node->name + " (" + node->addr + ")";
+    if (node->requested_rank >= 0 && node->requested_rank < settings_.max_nodes) {
+      rank_seen[node->requested_rank] = ranked = true;
+    }
+  }
+  if (!seen.empty()) why << "; seen: " << seen;
+  if (ranked) {
+    std::string missing;
+    for (int r = 0; r < settings_.max_nodes; ++r) {
+      if (!rank_seen[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    }
+    why << "; missing node ranks: " << missing;
+  }
+  return why.str();
+}
+
 StatusOr<bool> Coordinator::Gather(int round, std::vector<NodeInfo>* members) {
   const int min = settings_.min_nodes, max = settings_.max_nodes;
   const auto deadline = Clock::now() + settings_.join_timeout;
@@ -54,13 +84,9 @@ StatusOr<bool> Coordinator::Gather(int round, std::vector<NodeInfo>* members) {
     if (s.code() != StatusCode::kDeadlineExceeded) return s;
     if (client_.Check({keys_.Closed()}).value_or(false)) return false;
     if (Clock::now() < deadline) continue;
-    auto joined = client_.Add(keys_.Join(round), 0);
-    std::ostringstream why;
-    why << "rendezvous round " << round << " timed out after "
-        << settings_.join_timeout.count() / 1000.0 << " s: " << (joined.ok() ? *joined : 0)
-        << " of at least " << min << " nodes joined";
-    (void)client_.CompareSet(keys_.Closed(), "", "1 " + why.str());
-    log_(why.str());
+    std::string why = TimeoutReport(round);
+    (void)client_.CompareSet(keys_.Closed(), "", "1 " + why);
+    log_(why);
     return false;
   }
   // The last call, unless MAX are already there.

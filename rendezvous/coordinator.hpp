@@ -37,6 +37,8 @@ class Coordinator {
   StatusOr<bool> Gather(int round, std::vector<NodeInfo>* members);
   // Watches a running round until it ends; false when the job is over.
   StatusOr<bool> Watch(int round, const std::vector<NodeInfo>& members);
+  // "round 0 timed out ...: 2 of at least 3 nodes joined; seen: ...; missing node ranks: 1"
+  std::string TimeoutReport(int round);
   StatusOr<bool> LostMember(int round, const std::vector<NodeInfo>& members,
                             const std::string& lost);
 

@@ -135,7 +135,9 @@ StatusOr<std::optional<RoundResult>> Rendezvous::TryRound(int round) {
       !s.ok()) {
     return s;
   }
-  const auto deadline = Clock::now() + settings_.join_timeout;
+  // A little past the coordinator's own deadline, so that its report (which
+  // names the nodes seen and missing) is what every agent prints.
+  const auto deadline = Clock::now() + settings_.join_timeout + std::chrono::seconds(2);
   while (true) {
     Status s = client_.Wait({keys_.Result(round)}, kPollSlice);
     if (s.ok()) break;
