@@ -150,8 +150,9 @@ Status Agent::PrepareWorkerStore(const rendezvous::RoundResult& round) {
   } else if (Status s = rdzv_->WaitCleared(round.round); !s.ok()) {
     return s;
   }
-  if (stores_.settings.token.empty() || round.node_rank == 0) return Status::Ok();
-  // Admits this host's workers at rank 0's worker store.
+  if (stores_.settings.token.empty()) return Status::Ok();
+  // Admits this host's workers at rank 0's worker store (rank 0's own too:
+  // its workers connect from this host like anyone's).
   auto admit =
       rendezvous::StoreClient::Connect(round.nodes[0].addr, round.nodes[0].worker_store_port,
                                        stores_.settings.read_timeout, stores_.settings.token);

@@ -125,6 +125,11 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
   stores.settings = *settings;
   bool hosting = false;
   if (c.rdzv_backend == "static") {
+    if (c.rdzv_conf.count("is_host") != 0) {
+      notices->push_back(
+          "--rdzv_conf is_host has no effect with the static backend: node rank 0 "
+          "hosts the store");
+    }
     stores.rdzv_host = c.master_addr;
     stores.rdzv_port = c.master_port.value_or(kDefaultStaticPort);
     hosting = c.node_rank == 0;

@@ -21,7 +21,8 @@ const std::vector<OptionDef>& OptionTable() {
        "job id: becomes TORCHELASTIC_RUN_ID and names the log sub-directory"},
       {"rdzv_conf", 0, "K=V,...", nullptr, true,
        "rendezvous settings: join_timeout, last_call_timeout, close_timeout, keep_alive_interval, "
-       "keep_alive_max_attempt, heartbeat_timeout, read_timeout, is_host, timeout, token"},
+       "keep_alive_max_attempt, read_timeout, is_host, timeout, token, store_type (tcp); "
+       "close_timeout, heartbeat_timeout and use_libuv have no effect"},
       {"standalone", 0, nullptr, nullptr, true,
        "single-node job on a free local port with a random run id (implies c10d)"},
       {"max_restarts", 0, "N", "0", true, "worker group restarts allowed after failures"},
@@ -49,12 +50,13 @@ const std::vector<OptionDef>& OptionTable() {
       {"duplicate_stderr_filters", 0, "TEXT,...", nullptr, true,
        "copy stderr lines containing any TEXT to attempt_N/filtered_stderr.log (,, is a comma)"},
       {"node_rank", 0, "N", "0", true,
-       "rank of this node: required by static, honoured by c10d when given"},
+       "rank of this node, 0..N-1: static needs it on every node but node 0; c10d honours it "
+       "when given"},
       {"master_addr", 0, "HOST", "127.0.0.1", true,
        "static: the node-rank-0 host, where the rendezvous store is"},
       {"master_port", 0, "PORT", "29500", true, "static: the rendezvous store's port"},
       {"local_addr", 0, "HOST", nullptr, true,
-       "this node's address (MASTER_ADDR on rank 0 under c10d)"},
+       "this node's address: how other nodes reach it, and MASTER_ADDR when it is node rank 0"},
       {"logs_specs", 0, "NAME", nullptr, false,
        "torchrun.logs_specs entry point (not supported yet)"},
       {"numa_binding", 0, "MODE", nullptr, false, "NUMA binding of workers (not supported yet)"},

@@ -103,3 +103,22 @@ def test_man_page_renders_without_warnings():
                        text=True, timeout=30)
     assert r.returncode == 0
     assert r.stderr == "", r.stderr
+
+
+RDZV_CONF_KEYS = ("join_timeout", "last_call_timeout", "keep_alive_interval",
+                  "keep_alive_max_attempt", "read_timeout", "timeout", "is_host", "token",
+                  "store_type", "close_timeout", "heartbeat_timeout", "use_libuv")
+
+
+def test_store_token_variable_and_every_rdzv_conf_key_are_documented():
+    man = man_text()
+    assert re.search(r"(?<![A-Z_])DDPRUN_STORE_TOKEN(?![A-Z_])", man), "DDPRUN_STORE_TOKEN"
+    missing = [k for k in RDZV_CONF_KEYS if not re.search(r"(?<![\w-])" + k + r"(?![\w-])", man)]
+    assert not missing, f"--rdzv_conf keys missing from {MAN_PAGE}: {missing}"
+
+
+def test_rendezvous_and_access_control_sections_exist():
+    man = MAN_PAGE.read_text()
+    for section in ("RENDEZVOUS", "ACCESS CONTROL"):
+        assert re.search(r"^\.SH \"?" + section, man, re.M), section
+    assert "more than one node" not in man_text().lower()

@@ -93,3 +93,15 @@ def test_pytorch_gloo_allreduce_runs_under_ddprun(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = sorted(l for l in proc.stdout.splitlines() if l.startswith("rank "))
     assert lines == ["rank 0 sum 3", "rank 1 sum 3"]
+
+
+def test_pytorch_workers_pass_the_store_token_check(tmp_path):
+    """With a job token, rank 0's own workers are admitted by its worker store."""
+    script = tmp_path / "allreduce.py"
+    script.write_text(ALLREDUCE)
+    proc = subprocess.run([DDPRUN, "--nproc_per_node=2", "--rdzv_conf=token=s3cret", str(script)],
+                          env=base_env(PYTHON_EXEC=sys.executable),
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = sorted(l for l in proc.stdout.splitlines() if l.startswith("rank "))
+    assert lines == ["rank 0 sum 3", "rank 1 sum 3"]
