@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kUsageExit = 2;
 constexpr std::chrono::seconds kExitWait{30};
+constexpr std::chrono::seconds kLeaveWait{5};
 
 // Whether -r/-t/--duplicate_*_filters asked for files that must outlive the run.
 bool WritesLogFiles(const LaunchConfig& c) {
@@ -167,23 +168,29 @@ std::vector<std::string> Agent::ErrorFiles() const {
 
 int Agent::Finish(int code, const rendezvous::RoundResult* finished) {
   watcher_.Stop();
-  if (coordinator_) {
-    if (finished != nullptr) rdzv_->WaitExits(*finished, kExitWait);
-    coordinator_->Stop();
+  if (!rdzv_) return code;
+  if (coordinator_ && finished != nullptr) {
+    rdzv_->WaitExits(*finished, kExitWait);
+  } else if (coordinator_) {
+    // The job ended otherwise: the others read why before the store goes.
+    rdzv_->WaitOthersLeaving(rdzv_->JoinedLastRound() - 1, kLeaveWait);
+  } else {
+    rdzv_->AnnounceLeaving();
   }
+  if (coordinator_) coordinator_->Stop();
   return code;
 }
 
 int Agent::Closed(const Status& s) {
   if (s.code() != StatusCode::kAborted) {
     spdlog::error("{}", s.message());
-    return 1;
+    return Finish(1);
   }
   int code = 1;
   std::string message;
   rendezvous::ParseClosed(s.message(), &code, &message);
   spdlog::error("the job was ended: {}", message);
-  return code;
+  return Finish(code);
 }
 
 std::optional<int> Agent::OnFailure(const rendezvous::RoundResult& round,
@@ -279,8 +286,13 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
       (void)rdzv_->EndRound(round.round, "membership: node " + std::to_string(round.node_rank) +
                                              " (" + stores_.self.name + ") was stopped by " +
                                              supervisor::SignalName(result.received_signal));
-      watcher_.Stop();
-      return 128 + result.received_signal;
+      if (coordinator_) {
+        // Without its host the job cannot go on: say why to every agent.
+        (void)rdzv_->Close(128 + result.received_signal,
+                           "the agent hosting the store was stopped by " +
+                               supervisor::SignalName(result.received_signal));
+      }
+      return Finish(128 + result.received_signal);
     case supervisor::Outcome::kFailed:
       return OnFailure(round, result);
     case supervisor::Outcome::kStopped:
@@ -307,7 +319,7 @@ int Agent::Run() {
         c_.nproc_per_node);
   }
   while (true) {
-    if (int sig = sup_->pending_signal(); sig != 0) return 128 + sig;
+    if (int sig = sup_->pending_signal(); sig != 0) return Finish(128 + sig);
     auto round = rdzv_->NextRound();
     if (!round.ok()) return Closed(round.status());
     if (auto code = RunRound(*round)) return *code;

@@ -111,6 +111,7 @@ Status Rendezvous::CheckClosed() {
   if (!*closed) return Status::Ok();
   auto value = client_.Get(keys_.Closed());
   if (!value.ok()) return value.status();
+  AnnounceLeaving();
   return Status(StatusCode::kAborted, *value);
 }
 
@@ -129,6 +130,7 @@ StatusOr<RoundResult> Rendezvous::NextRound() {
 }
 
 StatusOr<std::optional<RoundResult>> Rendezvous::TryRound(int round) {
+  last_round_ = round;
   auto arrival = client_.Add(keys_.Join(round), 1);
   if (!arrival.ok()) return arrival.status();
   if (Status s = client_.Set(keys_.Node(round, static_cast<int>(*arrival - 1)), self_.Encode());
@@ -222,6 +224,29 @@ void Rendezvous::WaitExits(const RoundResult& round, std::chrono::milliseconds t
     exits.push_back(keys_.Exit(round.round, static_cast<int>(i)));
   }
   (void)client_.Wait(exits, timeout);
+}
+
+void Rendezvous::AnnounceLeaving() {
+  if (announced_) return;
+  announced_ = true;
+  (void)client_.Add(keys_.Leaving(), 1);
+}
+
+int Rendezvous::JoinedLastRound() {
+  if (last_round_ < 0) return 1;
+  return static_cast<int>(client_.Add(keys_.Join(last_round_), 0).value_or(1));
+}
+
+void Rendezvous::WaitOthersLeaving(int others, std::chrono::milliseconds timeout) {
+  // Bounded: an agent that was killed never says it leaves. The store has no
+  // "wait for a counter" request, so this looks every few milliseconds.
+  const auto deadline = Clock::now() + timeout;
+  const int expected = others + (announced_ ? 1 : 0);  // this agent may have counted itself
+  while (Clock::now() < deadline) {
+    auto left = client_.Add(keys_.Leaving(), 0);
+    if (!left.ok() || *left >= expected) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace ddprun::rendezvous

@@ -64,6 +64,7 @@ class RendezvousKeys {
   explicit RendezvousKeys(const std::string& run_id) : p_("rdzv/" + run_id + "/") {}
   std::string Round() const { return p_ + "round"; }
   std::string Closed() const { return p_ + "closed"; }
+  std::string Leaving() const { return p_ + "leaving"; }
   std::string KeepAlive(const std::string& agent) const { return p_ + "ka/" + agent; }
   std::string Join(int r) const { return R(r) + "join"; }
   std::string Node(int r, int i) const { return R(r) + "node/" + std::to_string(i); }
@@ -107,6 +108,14 @@ class Rendezvous {
   // The store host, after the job finished: waits (bounded) until every
   // member has read that it did, so the store outlives their last requests.
   void WaitExits(const RoundResult& round, std::chrono::milliseconds timeout);
+  // An agent leaving because the job is over says so (once) ...
+  void AnnounceLeaving();
+  // ... and the store host waits (bounded) for the others that joined the
+  // last round it knows of, so that they read why the job ended before the
+  // store goes away.
+  void WaitOthersLeaving(int others, std::chrono::milliseconds timeout);
+  // Agents that joined the round this agent last joined, itself included.
+  int JoinedLastRound();
 
   const RendezvousKeys& keys() const { return keys_; }
   const RendezvousSettings& settings() const { return settings_; }
@@ -126,6 +135,8 @@ class Rendezvous {
   RendezvousSettings settings_;
   NodeInfo self_;
   RendezvousKeys keys_;
+  int last_round_ = -1;
+  bool announced_ = false;
 };
 
 // Parses a `closed` value into its exit code and message.
