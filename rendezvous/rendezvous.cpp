@@ -12,9 +12,13 @@ constexpr std::chrono::milliseconds kPollSlice{1000};
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
-  std::string cur;
-  std::istringstream in(s);
-  while (std::getline(in, cur, sep)) out.push_back(cur);
+  size_t start = 0;
+  while (start < s.size()) {
+    size_t end = s.find(sep, start);
+    if (end == std::string::npos) end = s.size();
+    out.emplace_back(s, start, end - start);
+    start = end + 1;
+  }
   return out;
 }
 

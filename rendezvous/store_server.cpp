@@ -147,18 +147,18 @@ class StoreServer::Impl {
     uv_read_start(
         reinterpret_cast<uv_stream_t*>(&c.tcp),
         [](uv_handle_t* h, size_t, uv_buf_t* buf) {
-          auto* cn = static_cast<Conn*>(h->data);
-          size_t old = cn->in.size();
-          cn->in.resize(old + kReadChunk);
-          *buf = uv_buf_init(cn->in.data() + old, kReadChunk);
+          // One buffer for every read on this loop thread: reads are handled
+          // one at a time, and the bytes are appended to the connection's own.
+          auto* server = static_cast<Conn*>(h->data)->server;
+          *buf = uv_buf_init(server->read_buffer_.data(), server->read_buffer_.size());
         },
-        [](uv_stream_t* s, ssize_t n, const uv_buf_t*) {
+        [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
           auto* cn = static_cast<Conn*>(s->data);
-          cn->in.resize(cn->in.size() - kReadChunk + (n > 0 ? static_cast<size_t>(n) : 0));
           if (n < 0) {
             cn->server->Close(*cn, "");
             return;
           }
+          cn->in.append(buf->base, static_cast<size_t>(n));
           cn->server->OnData(*cn);
         });
   }
@@ -276,6 +276,7 @@ class StoreServer::Impl {
   std::vector<std::function<void()>> tasks_;
   std::unordered_map<ClientId, std::unique_ptr<Conn>> conns_;
   std::unordered_set<std::string> admitted_hosts_;
+  std::vector<char> read_buffer_ = std::vector<char>(kReadChunk);
   ClientId next_id_ = 1;
   int port_ = 0;
   bool stopping_ = false;
