@@ -65,9 +65,7 @@ struct RunResult {
   std::string error;
 };
 
-double Ms(SteadyClock::duration d) {
-  return std::chrono::duration<double, std::milli>(d).count();
-}
+double Ms(SteadyClock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 RunResult RunOnce(int n) {
   RunResult out;
@@ -135,8 +133,8 @@ RunResult RunOnce(int n) {
         errors[i] = "NextRound: " + round.status().message();
         return;
       }
-      Status s = round->node_rank == 0 ? rdzv->MarkCleared(round->round)
-                                       : rdzv->WaitCleared(round->round);
+      Status s =
+          round->node_rank == 0 ? rdzv->MarkCleared(round->round) : rdzv->WaitCleared(round->round);
       cleared[i] = SteadyClock::now();
       if (!s.ok()) {
         errors[i] = "cleared: " + s.message();
@@ -174,8 +172,10 @@ RunResult RunOnce(int n) {
   for (int i = 0; i < n; ++i) {
     const RoundResult& r = results[i];
     std::string who = "thread " + std::to_string(i) + ": ";
-    if (r.round != 0) out.error = who + "round " + std::to_string(r.round) + ", expected 0";
-    else if (r.world_size != n) out.error = who + "world size " + std::to_string(r.world_size);
+    if (r.round != 0)
+      out.error = who + "round " + std::to_string(r.round) + ", expected 0";
+    else if (r.world_size != n)
+      out.error = who + "world size " + std::to_string(r.world_size);
     else if (static_cast<int>(r.nodes.size()) != n)
       out.error = who + std::to_string(r.nodes.size()) + " members";
     else if (r.node_rank < 0 || r.node_rank >= n)
