@@ -236,6 +236,13 @@ class StoreServer::Impl {
     auto it = conns_.find(id);
     if (it == conns_.end() || it->second->closing) return;
     Conn& c = *it->second;
+    if (c.out_pending == 0) {
+      // The common case: the socket takes the reply at once, no allocation.
+      uv_buf_t direct = uv_buf_init(bytes.data(), bytes.size());
+      int n = uv_try_write(reinterpret_cast<uv_stream_t*>(&c.tcp), &direct, 1);
+      if (n == static_cast<int>(bytes.size())) return;
+      if (n > 0) bytes.erase(0, static_cast<size_t>(n));
+    }
     auto w = std::make_unique<WriteReq>();
     w->data = std::move(bytes);
     w->conn = &c;

@@ -179,7 +179,7 @@ class LineProc:
             self.lines.put(line.rstrip("\n"))
         self.lines.put(None)
 
-    def readline(self, timeout=10.0):
+    def readline(self, timeout=30.0):
         try:
             line = self.lines.get(timeout=timeout)
         except queue.Empty:
@@ -245,7 +245,7 @@ class Cli(LineProc):
         args = [STORE_CLI, LOCAL, port] + ([token] if token else [])
         super().__init__(args, tmp_path / f"store_cli{n}.stderr")
 
-    def __call__(self, command, timeout=10.0):
+    def __call__(self, command, timeout=30.0):
         self.write(command + "\n")
         return self.readline(timeout).rstrip()
 

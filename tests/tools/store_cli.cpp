@@ -80,13 +80,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: store_cli HOST PORT [TOKEN]\n");
     return 2;
   }
-  auto client = StoreClient::Connect(argv[1], std::stoi(argv[2]), std::chrono::seconds(10),
+  auto client = StoreClient::Connect(argv[1], std::stoi(argv[2]), std::chrono::seconds(30),
                                      argc > 3 ? argv[3] : "");
   if (!client.ok()) {
     std::printf("error %s\n", client.status().message().c_str());
     return 1;
   }
-  client->set_timeout(std::chrono::seconds(5));
+  client->set_timeout(std::chrono::seconds(30));  // PyTorch's server can stall seconds on accept
   std::string line;
   while (std::getline(std::cin, line)) {
     std::istringstream in(line);
