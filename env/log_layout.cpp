@@ -1,11 +1,14 @@
 #include "env/log_layout.hpp"
 
+#include <fcntl.h>
 #include <stdlib.h>
 
 #include <cerrno>
 #include <filesystem>
 #include <system_error>
 #include <vector>
+
+#include "base/unique_fd.hpp"
 
 namespace ddprun::env {
 
@@ -64,7 +67,13 @@ Status LogLayout::PrepareAttempt(int attempt, int local_world_size) const {
   for (int r = 0; r < local_world_size && !ec; ++r) {
     fs::create_directories(AttemptDir(attempt) + "/" + std::to_string(r), ec);
   }
+  if (!ec) fs::create_directories(DumpDir(attempt), ec);
   if (ec) return Internal("create " + AttemptDir(attempt) + ": " + ec.message());
+  for (int r = 0; r < local_world_size; ++r) {
+    const std::string path = HeartbeatPath(attempt, r);
+    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!fd.valid()) return ErrnoStatus("create " + path, errno);
+  }
   return Status::Ok();
 }
 
@@ -82,6 +91,18 @@ std::string LogLayout::StderrPath(int attempt, int local_rank) const {
 
 std::string LogLayout::ErrorFile(int attempt, int local_rank) const {
   return disabled_ ? "" : RankFile(attempt, local_rank, "error.json");
+}
+
+std::string LogLayout::HeartbeatPath(int attempt, int local_rank) const {
+  return disabled_ ? "" : RankFile(attempt, local_rank, "heartbeat");
+}
+
+std::string LogLayout::TracePath(int attempt, int local_rank) const {
+  return disabled_ ? "" : RankFile(attempt, local_rank, "trace.bin");
+}
+
+std::string LogLayout::DumpDir(int attempt) const {
+  return disabled_ ? "" : AttemptDir(attempt) + "/dumps";
 }
 
 std::string LogLayout::FilteredPath(int attempt, const std::string& stream) const {

@@ -1,6 +1,8 @@
 // torchrun's log directory layout:
 //   <base>/<run_id>_<random>/attempt_<N>/<local_rank>/{stdout.log,stderr.log,error.json}
 // where <base> is --log_dir, or a fresh /tmp/ddprun_XXXXXX when none is given.
+// ddprun adds, per worker, <local_rank>/{heartbeat,trace.bin} and, per
+// attempt, attempt_<N>/dumps/ (docs/flight-recorder.md).
 // --log_dir=/dev/null turns every file off (error file paths become "").
 //
 // Not thread-safe; one per launcher.
@@ -22,7 +24,9 @@ class LogLayout {
   const std::string& base_dir() const { return base_; }
   const std::string& run_dir() const { return run_; }
 
-  // Removes and recreates attempt_<attempt>/ with one folder per local rank.
+  // Removes and recreates attempt_<attempt>/ with one folder per local rank,
+  // each holding an empty heartbeat file (its mtime is the launch time), and
+  // the dumps/ folder.
   Status PrepareAttempt(int attempt, int local_world_size) const;
 
   std::string AttemptDir(int attempt) const;
@@ -31,6 +35,10 @@ class LogLayout {
   std::string StderrPath(int attempt, int local_rank) const;
   std::string ErrorFile(int attempt, int local_rank) const;
   std::string FilteredPath(int attempt, const std::string& stream) const;
+  // ddprun's own worker files; "" when disabled.
+  std::string HeartbeatPath(int attempt, int local_rank) const;
+  std::string TracePath(int attempt, int local_rank) const;
+  std::string DumpDir(int attempt) const;
 
  private:
   std::string RankFile(int attempt, int local_rank, const std::string& name) const;

@@ -1,7 +1,8 @@
 // Every environment variable in the launcher-worker contract, in one place.
 //
-// Workers get exactly torchrun 2.x's set (see docs/worker-contract.md and the
-// man page); ddprun reads a few more for its own configuration.
+// Workers get torchrun 2.x's set (see docs/worker-contract.md and the man
+// page) plus ddprun's own DDPRUN_* files; ddprun reads a few more for its own
+// configuration.
 #pragma once
 
 namespace ddprun::env {
@@ -27,6 +28,12 @@ inline constexpr char kNcclAsyncErrorHandling[] = "TORCH_NCCL_ASYNC_ERROR_HANDLI
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 inline constexpr char kSignalsToHandle[] = "TORCHELASTIC_SIGNALS_TO_HANDLE";
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
+
+// Set for every worker by ddprun, beyond torchrun's set ("" when logs go to
+// /dev/null). See docs/flight-recorder.md.
+inline constexpr char kHeartbeatFile[] = "DDPRUN_HEARTBEAT_FILE";
+inline constexpr char kTraceFile[] = "DDPRUN_TRACE_FILE";
+inline constexpr char kDumpDir[] = "DDPRUN_DUMP_DIR";
 
 // Read by ddprun itself.
 inline constexpr char kPythonExec[] = "PYTHON_EXEC";

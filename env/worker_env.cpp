@@ -41,8 +41,8 @@ StatusOr<std::string> VirtualDevice(const GroupInfo& group, int local_rank, cons
 
 }  // namespace
 
-StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank,
-                                const std::string& error_file, const Environ& base) {
+StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank, const WorkerFiles& files,
+                                const Environ& base) {
   Environ e = base;
   const int rank = group.base_rank + local_rank;
   e[kLocalRank] = std::to_string(group.virtual_local_rank ? 0 : local_rank);
@@ -60,7 +60,10 @@ StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank,
   e[kMaxRestarts] = std::to_string(group.max_restarts);
   e[kRunId] = group.run_id;
   e[kUseAgentStore] = group.use_agent_store ? "True" : "False";
-  e[kErrorFile] = error_file;
+  e[kErrorFile] = files.error_file;
+  e[kHeartbeatFile] = files.heartbeat_file;
+  e[kTraceFile] = files.trace_file;
+  e[kDumpDir] = files.dump_dir;
   e[kNcclAsyncErrorHandling] = Lookup(base, kNcclAsyncErrorHandling).value_or("1");
   if (group.local_world_size > 1 && !Lookup(base, kOmpNumThreads)) e[kOmpNumThreads] = "1";
   e[kSignalsToHandle] = group.signals_to_handle;

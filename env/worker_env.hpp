@@ -33,11 +33,19 @@ struct GroupInfo {
   std::optional<std::string> gpus;
 };
 
+// One worker's own files (see LogLayout); each "" when logs go to /dev/null.
+struct WorkerFiles {
+  std::string error_file;      // TORCHELASTIC_ERROR_FILE
+  std::string heartbeat_file;  // DDPRUN_HEARTBEAT_FILE
+  std::string trace_file;      // DDPRUN_TRACE_FILE
+  std::string dump_dir;        // DDPRUN_DUMP_DIR
+};
+
 // The environment of local rank `local_rank`, given the launcher's environment
-// `base` and the worker's error file path ("" when logs go to /dev/null).
+// `base` and the worker's files.
 // Fails when --virtual_local_rank asks for more devices than are visible.
-StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank,
-                                const std::string& error_file, const Environ& base);
+StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank, const WorkerFiles& files,
+                                const Environ& base);
 
 // The comma-separated device list workers see, before per-worker narrowing:
 // --gpus if given, else the launcher's CUDA_VISIBLE_DEVICES (if set).

@@ -54,7 +54,9 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
   const int attempt = group.restart_count;
   std::vector<supervisor::WorkerSpec> specs;
   for (int r = 0; r < c.nproc_per_node; ++r) {
-    auto e = env::WorkerEnviron(group, r, layout.ErrorFile(attempt, r), environ);
+    env::WorkerFiles files{layout.ErrorFile(attempt, r), layout.HeartbeatPath(attempt, r),
+                           layout.TracePath(attempt, r), layout.DumpDir(attempt)};
+    auto e = env::WorkerEnviron(group, r, files, environ);
     if (!e.ok()) return e.status();
     supervisor::WorkerSpec w;
     w.local_rank = r;

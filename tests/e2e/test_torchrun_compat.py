@@ -18,6 +18,9 @@ ALLOWED = {
     "TORCHELASTIC_RUN_ID": "a fresh uuid4 in single-node c10d mode",
     "TORCHELASTIC_ERROR_FILE": "under each launcher's own temporary log directory",
     "PYTHON_EXEC": "given to ddprun so both run the same interpreter",
+    "DDPRUN_HEARTBEAT_FILE": "ddprun's own variable, documented in ddprun(1)",
+    "DDPRUN_TRACE_FILE": "ddprun's own variable, documented in ddprun(1)",
+    "DDPRUN_DUMP_DIR": "ddprun's own variable, documented in ddprun(1)",
 }
 
 DUMP = """
@@ -64,7 +67,8 @@ def test_worker_environment_matches_torchrun(tmp_path, flags, extra_env):
         differ = {n: (theirs[rank].get(n), ours[rank].get(n)) for n in names
                   if theirs[rank].get(n) != ours[rank].get(n) and n not in ALLOWED}
         assert differ == {}, f"rank {rank}: (torchrun, ddprun) differ: {differ}"
-        for name in ("MASTER_PORT", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID"):
+        for name in ("MASTER_PORT", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID",
+                     "DDPRUN_HEARTBEAT_FILE", "DDPRUN_TRACE_FILE", "DDPRUN_DUMP_DIR"):
             assert name in ours[rank]
         assert ours[rank]["TORCHELASTIC_USE_AGENT_STORE"] == "True"
     ports = {env["MASTER_PORT"] for env in ours.values()}

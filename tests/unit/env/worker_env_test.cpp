@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "env/host.hpp"
+#include "env/log_layout.hpp"
 
 namespace ddprun::env {
 namespace {
@@ -27,7 +28,9 @@ GroupInfo Group() {
 
 TEST_CASE("a worker gets torchrun's variables laid over the launcher's environment") {
   Environ base{{"PATH", "/bin"}, {"CUDA_VISIBLE_DEVICES", "3,4"}};
-  auto e = WorkerEnviron(Group(), 2, "/logs/attempt_2/2/error.json", base);
+  WorkerFiles files{"/logs/attempt_2/2/error.json", "/logs/attempt_2/2/heartbeat",
+                    "/logs/attempt_2/2/trace.bin", "/logs/attempt_2/dumps"};
+  auto e = WorkerEnviron(Group(), 2, files, base);
   REQUIRE(e.ok());
   CHECK(e->at("PATH") == "/bin");
   CHECK(e->at("LOCAL_RANK") == "2");
@@ -50,11 +53,46 @@ TEST_CASE("a worker gets torchrun's variables laid over the launcher's environme
   CHECK(e->at("OMP_NUM_THREADS") == "1");
   CHECK(e->at("TORCHELASTIC_SIGNALS_TO_HANDLE") == "SIGTERM,SIGINT");
   CHECK(e->at("CUDA_VISIBLE_DEVICES") == "3,4");  // passed through
+  CHECK(e->at("DDPRUN_HEARTBEAT_FILE") == "/logs/attempt_2/2/heartbeat");
+  CHECK(e->at("DDPRUN_TRACE_FILE") == "/logs/attempt_2/2/trace.bin");
+  CHECK(e->at("DDPRUN_DUMP_DIR") == "/logs/attempt_2/dumps");
+}
+
+TEST_CASE("without log files ddprun's own variables are set and empty") {
+  auto e = WorkerEnviron(Group(), 0, {}, {});
+  REQUIRE(e.ok());
+  for (const char* name : {"TORCHELASTIC_ERROR_FILE", "DDPRUN_HEARTBEAT_FILE", "DDPRUN_TRACE_FILE",
+                           "DDPRUN_DUMP_DIR"}) {
+    CHECK(e->at(name).empty());
+  }
+}
+
+TEST_CASE("an attempt gets per-worker heartbeat files, trace paths and a dump dir") {
+  auto root = std::filesystem::temp_directory_path() / "ddprun_layout_test";
+  std::filesystem::remove_all(root);
+  auto layout = LogLayout::Create(root.string(), "job");
+  REQUIRE(layout.ok());
+  REQUIRE(layout->PrepareAttempt(1, 2).ok());
+  const std::string attempt = layout->AttemptDir(1);
+  CHECK(layout->HeartbeatPath(1, 1) == attempt + "/1/heartbeat");
+  CHECK(layout->TracePath(1, 0) == attempt + "/0/trace.bin");
+  CHECK(layout->DumpDir(1) == attempt + "/dumps");
+  CHECK(std::filesystem::is_regular_file(layout->HeartbeatPath(1, 0)));
+  CHECK(std::filesystem::file_size(layout->HeartbeatPath(1, 1)) == 0);
+  CHECK(std::filesystem::is_directory(layout->DumpDir(1)));
+  CHECK_FALSE(std::filesystem::exists(layout->TracePath(1, 0)));  // the worker creates it
+  std::filesystem::remove_all(root);
+
+  auto off = LogLayout::Create("/dev/null", "job");
+  REQUIRE(off.ok());
+  CHECK(off->HeartbeatPath(0, 0).empty());
+  CHECK(off->TracePath(0, 0).empty());
+  CHECK(off->DumpDir(0).empty());
 }
 
 TEST_CASE("existing OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are kept") {
   Environ base{{"OMP_NUM_THREADS", "8"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
-  auto e = WorkerEnviron(Group(), 0, "", base);
+  auto e = WorkerEnviron(Group(), 0, {}, base);
   CHECK(e->at("OMP_NUM_THREADS") == "8");
   CHECK(e->at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
 }
@@ -62,27 +100,27 @@ TEST_CASE("existing OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are kept
 TEST_CASE("a single worker does not get OMP_NUM_THREADS") {
   GroupInfo g = Group();
   g.local_world_size = 1;
-  auto e = WorkerEnviron(g, 0, "", {});
+  auto e = WorkerEnviron(g, 0, {}, {});
   CHECK(e->count("OMP_NUM_THREADS") == 0);
 }
 
 TEST_CASE("--gpus sets the device list for every worker") {
   GroupInfo g = Group();
   g.gpus = "0,6,7";
-  auto e = WorkerEnviron(g, 1, "", {{"CUDA_VISIBLE_DEVICES", "1"}});
+  auto e = WorkerEnviron(g, 1, {}, {{"CUDA_VISIBLE_DEVICES", "1"}});
   CHECK(e->at("CUDA_VISIBLE_DEVICES") == "0,6,7");
 }
 
 TEST_CASE("--virtual_local_rank narrows to one device and sets LOCAL_RANK=0") {
   GroupInfo g = Group();
   g.virtual_local_rank = true;
-  auto e = WorkerEnviron(g, 1, "", {{"CUDA_VISIBLE_DEVICES", "5,6,7"}});
+  auto e = WorkerEnviron(g, 1, {}, {{"CUDA_VISIBLE_DEVICES", "5,6,7"}});
   CHECK(e->at("CUDA_VISIBLE_DEVICES") == "6");
   CHECK(e->at("LOCAL_RANK") == "0");
   CHECK(e->at("RANK") == "5");
-  auto none = WorkerEnviron(g, 3, "", {});
+  auto none = WorkerEnviron(g, 3, {}, {});
   CHECK(none->at("CUDA_VISIBLE_DEVICES") == "3");
-  auto too_few = WorkerEnviron(g, 3, "", {{"CUDA_VISIBLE_DEVICES", "5,6"}});
+  auto too_few = WorkerEnviron(g, 3, {}, {{"CUDA_VISIBLE_DEVICES", "5,6"}});
   REQUIRE_FALSE(too_few.ok());
   CHECK(too_few.status().message().find("CUDA_VISIBLE_DEVICES=5,6") != std::string::npos);
 }
@@ -105,7 +143,7 @@ TEST_CASE("GpuCount reads the driver's list and CUDA_VISIBLE_DEVICES like CUDA d
 
 TEST_CASE("SplitList") {
   CHECK(SplitList("").empty());
-  CHECK(SplitList("a,,b") == std::vector<std::string>{"a", "", "b"});
+  CHECK(SplitList("a,,b") == std::vector<std::string>{"a", {}, "b"});
 }
 
 }  // namespace

@@ -1,0 +1,284 @@
+#include "ddp/gloo_process_group.hpp"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gloo/allreduce.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <thread>
+
+#include "base/unique_fd.hpp"
+#include "ddp/flight_recorder.hpp"
+#include "rendezvous/store_client.hpp"
+
+namespace ddprun::ddp {
+
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+// Gloo's Store on ddprun's store client. Gloo's get() must block until the
+// key exists (its full-mesh set-up reads peers' keys without waiting).
+class GlooStore : public gloo::rendezvous::Store {
+ public:
+  explicit GlooStore(rendezvous::StoreClient client) : client_(std::move(client)) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Check(client_.Set(key, std::string(data.begin(), data.end())), "set " + key);
+  }
+  std::vector<char> get(const std::string& key) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto v = client_.Get(key);
+    Check(v.status(), "get " + key);
+    return std::vector<char>(v->begin(), v->end());
+  }
+  void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
+  void wait(const std::vector<std::string>& keys, const Ms& timeout) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    Check(client_.Wait(keys, timeout), "wait");
+  }
+
+  rendezvous::StoreClient& client() { return client_; }
+  std::mutex& mu() { return mu_; }
+
+ private:
+  static void Check(const Status& s, const std::string& what) {
+    if (!s.ok()) throw std::runtime_error("store " + what + ": " + s.message());
+  }
+
+  std::mutex mu_;
+  rendezvous::StoreClient client_;
+};
+
+// The local address that routes to `master` (UDP connect sends nothing).
+std::string LocalAddressToward(const std::string& master, int port) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(master.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return "";
+  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
+  UniqueFd fd(socket(res->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid() || connect(fd.get(), res->ai_addr, res->ai_addrlen) != 0) return "";
+  sockaddr_storage local{};
+  socklen_t len = sizeof(local);
+  getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len);
+  char buf[INET6_ADDRSTRLEN] = {};
+  const void* a = local.ss_family == AF_INET
+                      ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr)
+                      : &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr;
+  inet_ntop(local.ss_family, a, buf, sizeof(buf));
+  return buf;
+}
+
+template <typename T>
+gloo::AllreduceOptions::Func ReduceFunc(ReduceOp op) {
+  if (op == ReduceOp::kMax) {
+    return [](void* c, const void* a, const void* b, size_t n) { gloo::max<T>(c, a, b, n); };
+  }
+  return [](void* c, const void* a, const void* b, size_t n) { gloo::sum<T>(c, a, b, n); };
+}
+
+class GlooProcessGroup : public ProcessGroup {
+ public:
+  GlooProcessGroup(const LaunchEnv& env, std::shared_ptr<GlooStore> store, std::string prefix,
+                   std::shared_ptr<gloo::rendezvous::Context> ctx,
+                   std::unique_ptr<FlightRecorder> recorder)
+      : ProcessGroup(env.rank, env.world_size, "gloo"),
+        store_(std::move(store)),
+        prefix_(std::move(prefix)),
+        ctx_(std::move(ctx)),
+        recorder_(std::move(recorder)) {
+    timeout_ = env.timeout;
+    thread_ = std::thread([this] { Loop(); });
+  }
+
+  ~GlooProcessGroup() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  std::shared_ptr<Work> AllReduce(TensorView t, ReduceOp op) override {
+    return Enqueue("allreduce", t, [this, t, op](uint32_t tag) {
+      gloo::AllreduceOptions o(ctx_);
+      o.setTag(tag);
+      o.setTimeout(timeout_);
+      if (t.dtype == DType::kFloat64) {
+        o.setOutput(static_cast<double*>(t.data), t.count);
+        o.setReduceFunction(ReduceFunc<double>(op));
+      } else if (t.dtype == DType::kInt64) {
+        o.setOutput(static_cast<int64_t*>(t.data), t.count);
+        o.setReduceFunction(ReduceFunc<int64_t>(op));
+      } else {
+        o.setOutput(static_cast<float*>(t.data), t.count);
+        o.setReduceFunction(ReduceFunc<float>(op));
+      }
+      gloo::allreduce(o);
+    });
+  }
+
+  std::shared_ptr<Work> Broadcast(TensorView t, int root) override {
+    return Enqueue("broadcast", t, [this, t, root](uint32_t tag) {
+      gloo::BroadcastOptions o(ctx_);
+      o.setTag(tag);
+      o.setTimeout(timeout_);
+      o.setRoot(root);
+      o.setOutput(static_cast<uint8_t*>(t.data), t.bytes());
+      gloo::broadcast(o);
+    });
+  }
+
+  StatusOr<std::vector<std::string>> AllGatherStrings(const std::string& mine) override {
+    std::lock_guard<std::mutex> lock(store_->mu());
+    auto& c = store_->client();
+    const std::string base = prefix_ + "gather/" + std::to_string(gathers_++) + "/";
+    if (Status s = c.Set(base + std::to_string(rank_), mine); !s.ok()) return s;
+    std::vector<std::string> keys;
+    for (int r = 0; r < size_; ++r) keys.push_back(base + std::to_string(r));
+    return c.MultiGet(keys);
+  }
+
+  uint64_t sequence() const override { return next_seq_; }
+
+ private:
+  struct Op {
+    uint64_t seq;
+    const char* name;
+    TensorView tensor;
+    std::function<void(uint32_t)> run;
+    std::shared_ptr<Work> work;
+  };
+
+  std::shared_ptr<Work> Enqueue(const char* name, TensorView t, std::function<void(uint32_t)> run) {
+    auto work = std::make_shared<Work>();
+    uint64_t seq = next_seq_++;
+    if (recorder_) recorder_->Enqueued(seq, name, t.bytes(), t.dtype);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(Op{seq, name, t, std::move(run), work});
+    }
+    cv_.notify_all();
+    return work;
+  }
+
+  std::string Describe(const Op& op) const {
+    return std::string(op.name) + " #" + std::to_string(op.seq) + " (" +
+           HumanBytes(op.tensor.bytes()) + " " + DTypeName(op.tensor.dtype) + ")";
+  }
+
+  void Execute(Op& op) {
+    if (!broken_.empty()) {
+      op.work->Complete(Unavailable("ddp: " + Describe(op) + " not run: the process group is " +
+                                    "broken since " + broken_));
+      if (recorder_) recorder_->Finished(op.seq, false);
+      return;
+    }
+    if (recorder_) recorder_->Started(op.seq);
+    const auto start = std::chrono::steady_clock::now();
+    try {
+      op.run(static_cast<uint32_t>(op.seq & 0x7fffffff));
+      if (recorder_) recorder_->Finished(op.seq, true);
+      op.work->Complete(Status::Ok());
+    } catch (const std::exception& e) {
+      auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::string what = e.what();
+      bool timed_out =
+          what.find("Timed out") != std::string::npos || what.find("timeout") != std::string::npos;
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%.1f s", waited);
+      std::string msg = "ddp: rank " + std::to_string(rank_) + ": " + Describe(op) +
+                        (timed_out ? " timed out after " : " failed after ") + secs +
+                        (timed_out ? " (collective timeout " +
+                                         std::to_string(timeout_.count() / 1000.0).substr(0, 6) +
+                                         " s; a rank stopped participating)"
+                                   : "") +
+                        ": " + what;
+      broken_ = Describe(op) + " failed";
+      if (recorder_) recorder_->Finished(op.seq, false);
+      op.work->Complete(Status(StatusCode::kDeadlineExceeded, msg));
+    }
+  }
+
+  void Loop() {
+    while (true) {
+      Op op;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      Execute(op);
+    }
+  }
+
+  std::shared_ptr<GlooStore> store_;
+  std::string prefix_;
+  std::shared_ptr<gloo::rendezvous::Context> ctx_;
+  std::unique_ptr<FlightRecorder> recorder_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;
+  bool stop_ = false;
+  std::string broken_;  // only touched by the worker thread
+  std::atomic<uint64_t> next_seq_{0};
+  uint64_t gathers_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(const LaunchEnv& env) {
+  auto client = rendezvous::StoreClient::Connect(env.master_addr, env.master_port,
+                                                 std::chrono::seconds(60), env.store_token);
+  if (!client.ok()) return client.status().Annotate("ddp: agent store (MASTER_ADDR:MASTER_PORT)");
+  client->set_timeout(env.timeout);
+  auto store = std::make_shared<GlooStore>(std::move(*client));
+  const std::string prefix = "ddp/attempt_" + std::to_string(env.restart_count) + "/";
+  gloo::transport::tcp::attr attr;
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname) {
+    attr.iface = ifname;
+  } else {
+    attr.hostname = LocalAddressToward(env.master_addr, env.master_port);
+    if (attr.hostname.empty()) attr.hostname = env.master_addr;
+  }
+  std::unique_ptr<FlightRecorder> recorder;
+  if (!env.trace_file.empty()) {
+    auto r = FlightRecorder::Open(env.trace_file, env.rank);
+    if (!r.ok()) return r.status().Annotate("ddp: flight recorder");
+    recorder = std::move(*r);
+  }
+  try {
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world_size);
+    ctx->setTimeout(env.timeout);
+    gloo::rendezvous::PrefixStore scoped(prefix + "gloo", *store);
+    ctx->connectFullMesh(scoped, device);
+    return std::unique_ptr<ProcessGroup>(std::make_unique<GlooProcessGroup>(
+        env, store, prefix, std::move(ctx), std::move(recorder)));
+  } catch (const std::exception& e) {
+    return Unavailable(std::string("ddp: gloo set-up (rank ") + std::to_string(env.rank) + " of " +
+                       std::to_string(env.world_size) + ", local address " +
+                       (attr.iface.empty() ? attr.hostname : "iface " + attr.iface) +
+                       "): " + e.what());
+  }
+}
+
+}  // namespace ddprun::ddp

@@ -1,0 +1,107 @@
+#include "ddp/process_group.hpp"
+
+#include <cstdlib>
+
+#include "ddp/gloo_process_group.hpp"
+#ifdef DDPRUN_HAVE_CUDA
+#include "ddp/cuda/nccl_process_group.hpp"
+#endif
+
+namespace ddprun::ddp {
+
+Status Work::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [this] { return done_; });
+  return status_;
+}
+
+bool Work::Done() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return done_;
+}
+
+void Work::Complete(Status s) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_ = std::move(s);
+    done_ = true;
+  }
+  cv_.notify_all();
+}
+
+namespace {
+
+const char* Get(const char* name) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? v : nullptr;
+}
+
+bool ParseIntVar(const char* name, int* out, std::string* bad) {
+  const char* v = Get(name);
+  if (v == nullptr) return false;
+  char* end = nullptr;
+  long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0) {
+    *bad += std::string(bad->empty() ? "" : ", ") + name + "=" + v;
+    return false;
+  }
+  *out = static_cast<int>(n);
+  return true;
+}
+
+}  // namespace
+
+StatusOr<LaunchEnv> ReadLaunchEnv() {
+  LaunchEnv e;
+  std::string missing, bad;
+  for (auto [name, field] : {std::pair{"RANK", &e.rank},
+                             {"WORLD_SIZE", &e.world_size},
+                             {"LOCAL_RANK", &e.local_rank},
+                             {"MASTER_PORT", &e.master_port}}) {
+    if (!ParseIntVar(name, field, &bad) && Get(name) == nullptr) {
+      missing += std::string(missing.empty() ? "" : ", ") + name;
+    }
+  }
+  if (const char* addr = Get("MASTER_ADDR")) {
+    e.master_addr = addr;
+  } else {
+    missing += std::string(missing.empty() ? "" : ", ") + "MASTER_ADDR";
+  }
+  if (!missing.empty()) {
+    return InvalidArgument("ddp: " + missing +
+                           " not set: this program is a data-parallel worker; start it with "
+                           "ddprun, e.g. ddprun --nproc_per_node=2 " +
+                           std::string("./train"));
+  }
+  if (!bad.empty()) return InvalidArgument("ddp: invalid launcher variables: " + bad);
+  ParseIntVar("LOCAL_WORLD_SIZE", &e.local_world_size, &bad);
+  ParseIntVar("TORCHELASTIC_RESTART_COUNT", &e.restart_count, &bad);
+  if (e.world_size < 1 || e.rank >= e.world_size) {
+    return InvalidArgument("ddp: RANK=" + std::to_string(e.rank) +
+                           " is not below WORLD_SIZE=" + std::to_string(e.world_size));
+  }
+  if (const char* t = Get("DDPRUN_COLLECTIVE_TIMEOUT")) {
+    char* end = nullptr;
+    double s = std::strtod(t, &end);
+    if (*end != '\0' || s <= 0) {
+      return InvalidArgument(std::string("ddp: invalid DDPRUN_COLLECTIVE_TIMEOUT=") + t +
+                             ": a number of seconds > 0");
+    }
+    e.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
+  }
+  if (const char* t = Get("DDPRUN_STORE_TOKEN")) e.store_token = t;
+  if (const char* t = Get("DDPRUN_TRACE_FILE")) e.trace_file = t;
+  if (const char* t = Get("DDPRUN_HEARTBEAT_FILE")) e.heartbeat_file = t;
+  return e;
+}
+
+StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const LaunchEnv& env, Device device) {
+  if (device == Device::kCpu) return CreateGlooProcessGroup(env);
+#ifdef DDPRUN_HAVE_CUDA
+  return CreateNcclProcessGroupFromEnv(env);
+#else
+  return Unimplemented("ddp: this build has no CUDA/NCCL path (built without the CUDA toolkit)");
+#endif
+}
+
+}  // namespace ddprun::ddp

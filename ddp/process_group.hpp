@@ -1,0 +1,100 @@
+// A process group: the ranks of one job and the collectives among them.
+//
+// Collectives are asynchronous and run in the order they are issued (one
+// worker thread per group), so a caller can keep computing while a bucket is
+// reduced. Every collective has a deadline (default 10 minutes, as PyTorch's
+// NCCL default; DDPRUN_COLLECTIVE_TIMEOUT=<seconds> or set_timeout()); a
+// collective past it fails with a message naming the operation, its sequence
+// number, its size and how long it waited, and the group is then broken:
+// every later collective fails at once (the communicator is aborted).
+//
+// Every collective is recorded in the flight recorder when one is attached
+// (DDPRUN_TRACE_FILE), so a supervisor can see where a stuck rank is.
+//
+// Thread-safety: issue collectives from one thread; Work may be waited on
+// from any thread.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.hpp"
+#include "ddp/tensor.hpp"
+
+namespace ddprun::ddp {
+
+enum class ReduceOp { kSum, kMax };
+
+// The completion of one collective.
+class Work {
+ public:
+  // Blocks until the collective finished; its status.
+  Status Wait();
+  bool Done();
+  void Complete(Status s);  // called by the group's worker thread
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  Status status_;
+};
+
+class ProcessGroup {
+ public:
+  virtual ~ProcessGroup() = default;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::chrono::milliseconds timeout() const { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  const char* backend() const { return backend_; }
+
+  // In place, on every rank's `t` (same count and dtype everywhere).
+  virtual std::shared_ptr<Work> AllReduce(TensorView t, ReduceOp op) = 0;
+  virtual std::shared_ptr<Work> Broadcast(TensorView t, int root) = 0;
+  // Every rank's string, in rank order (through the store; for set-up checks).
+  virtual StatusOr<std::vector<std::string>> AllGatherStrings(const std::string& mine) = 0;
+
+  // The number of collectives issued so far (the next one's sequence number).
+  virtual uint64_t sequence() const = 0;
+
+ protected:
+  ProcessGroup(int rank, int size, const char* backend)
+      : rank_(rank), size_(size), backend_(backend) {}
+
+  int rank_;
+  int size_;
+  const char* backend_;
+  std::chrono::milliseconds timeout_{std::chrono::minutes(10)};
+};
+
+// What ddprun gives a worker, read from the environment.
+struct LaunchEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string master_addr;
+  int master_port = 0;
+  int restart_count = 0;
+  std::chrono::milliseconds timeout{std::chrono::minutes(10)};
+  std::string store_token;
+  std::string trace_file;      // DDPRUN_TRACE_FILE ("" = no flight recorder)
+  std::string heartbeat_file;  // DDPRUN_HEARTBEAT_FILE ("" = none)
+};
+
+// Fails, naming every missing variable and how to launch, when the process
+// was not started by ddprun (or torchrun).
+StatusOr<LaunchEnv> ReadLaunchEnv();
+
+// Connects to the agent store at MASTER_ADDR:MASTER_PORT and builds the group
+// for `device`: Gloo for kCpu, NCCL for kCuda (when built with CUDA). Keys
+// live under the attempt's key space ("ddp/attempt_<restart count>/").
+StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const LaunchEnv& env, Device device);
+
+}  // namespace ddprun::ddp

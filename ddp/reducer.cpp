@@ -1,0 +1,309 @@
+#include "ddp/reducer.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+
+namespace ddprun::ddp {
+
+namespace {
+
+size_t Numel(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) n *= static_cast<size_t>(d);
+  return n;
+}
+
+std::string Shape(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+std::string Signature(const std::vector<Parameter>& params) {
+  std::string s;
+  for (const auto& p : params) s += p.name + " " + Shape(p.shape) + "\n";
+  return s;
+}
+
+std::vector<std::string> Lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string l; std::getline(in, l);) out.push_back(l);
+  return out;
+}
+
+// Groups parameter indices, taken in `order`, into buckets: the first up to
+// `first_cap` bytes, the rest up to `cap`.
+std::vector<std::vector<size_t>> MakeBuckets(const std::vector<Parameter>& params,
+                                             const std::vector<size_t>& order, size_t first_cap,
+                                             size_t cap) {
+  std::vector<std::vector<size_t>> buckets;
+  size_t bytes = 0;
+  for (size_t idx : order) {
+    const size_t size = params[idx].numel() * sizeof(float);
+    const size_t limit = buckets.size() == 1 ? first_cap : cap;
+    if (buckets.empty() || (bytes > 0 && bytes + size > limit)) {
+      buckets.emplace_back();
+      bytes = 0;
+    }
+    buckets.back().push_back(idx);
+    bytes += size;
+  }
+  return buckets;
+}
+
+}  // namespace
+
+size_t Parameter::numel() const { return Numel(shape); }
+size_t Buffer::numel() const { return Numel(shape); }
+
+class Reducer::Impl {
+ public:
+  Impl(ProcessGroup* group, std::vector<Buffer> buffers, ReducerOptions options)
+      : group_(group), buffers_(std::move(buffers)), options_(options) {}
+
+  Status VerifyAcrossRanks(const std::vector<Parameter>& params);
+  Status BroadcastFromRankZero(std::vector<Parameter>& params);
+  void Layout(const std::vector<Parameter>& params, const std::vector<size_t>& order);
+  Status BroadcastBuffers();
+  void Begin(size_t nparams);
+  void Ready(Reducer& r, size_t index);
+  Status Finish(Reducer& r);
+
+  const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
+  std::string TakeNotice() { return std::exchange(notice_, ""); }
+
+ private:
+  void Launch(Reducer& r);
+  Status RebuildFromRankZero(const std::vector<Parameter>& params);
+  Status ReportUnused(const std::vector<Parameter>& params, const std::vector<size_t>& unused);
+
+  ProcessGroup* group_;
+  std::vector<Buffer> buffers_;
+  ReducerOptions options_;
+  std::vector<std::vector<size_t>> buckets_;
+  std::vector<size_t> bucket_of_, offset_in_bucket_;
+  std::vector<std::vector<float>> flat_;
+  std::vector<size_t> pending_;
+  std::vector<bool> param_ready_;
+  std::vector<std::shared_ptr<Work>> works_;
+  size_t next_launch_ = 0;
+  std::vector<size_t> observed_order_;
+  bool rebuilt_ = false;
+  long step_ = 0;
+  int steps_without_unused_ = 0;
+  bool noticed_ = false;
+  std::string notice_;
+};
+
+Status Reducer::Impl::VerifyAcrossRanks(const std::vector<Parameter>& params) {
+  const std::string mine = Signature(params);
+  auto all = group_->AllGatherStrings(mine);
+  if (!all.ok()) return all.status().Annotate("ddp: comparing parameters across ranks");
+  const auto reference = Lines((*all)[0]);
+  for (int r = 1; r < group_->size(); ++r) {
+    if ((*all)[r] == (*all)[0]) continue;
+    const auto theirs = Lines((*all)[r]);
+    size_t i = 0;
+    while (i < reference.size() && i < theirs.size() && reference[i] == theirs[i]) ++i;
+    auto at = [&](const std::vector<std::string>& v) {
+      return i < v.size()
+                 ? v[i]
+                 : std::string("nothing (") + std::to_string(v.size()) + " parameters in all)";
+    };
+    return InvalidArgument("ddp: the model differs between ranks at parameter #" +
+                           std::to_string(i) + ": rank 0 has " + at(reference) + ", rank " +
+                           std::to_string(r) + " has " + at(theirs) +
+                           ": every rank must build the same model (same layers, same order)");
+  }
+  return Status::Ok();
+}
+
+Status Reducer::Impl::BroadcastFromRankZero(std::vector<Parameter>& params) {
+  std::vector<float> flat;
+  for (const auto& p : params) flat.insert(flat.end(), p.data, p.data + p.numel());
+  for (const auto& b : buffers_) flat.insert(flat.end(), b.data, b.data + b.numel());
+  if (flat.empty()) return Status::Ok();
+  if (Status s = group_->Broadcast(View(flat.data(), flat.size()), 0)->Wait(); !s.ok()) return s;
+  size_t off = 0;
+  for (auto& p : params) {
+    std::memcpy(p.data, flat.data() + off, p.numel() * sizeof(float));
+    off += p.numel();
+  }
+  for (auto& b : buffers_) {
+    std::memcpy(b.data, flat.data() + off, b.numel() * sizeof(float));
+    off += b.numel();
+  }
+  return Status::Ok();
+}
+
+void Reducer::Impl::Layout(const std::vector<Parameter>& params, const std::vector<size_t>& order) {
+  buckets_ = MakeBuckets(params, order, options_.first_bucket_bytes, options_.bucket_cap_bytes);
+  bucket_of_.assign(params.size(), 0);
+  offset_in_bucket_.assign(params.size(), 0);
+  flat_.assign(buckets_.size(), {});
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    size_t off = 0;
+    for (size_t idx : buckets_[b]) {
+      bucket_of_[idx] = b;
+      offset_in_bucket_[idx] = off;
+      off += params[idx].numel();
+    }
+    flat_[b].resize(off);
+  }
+}
+
+Status Reducer::Impl::BroadcastBuffers() {
+  if (!options_.broadcast_buffers || buffers_.empty()) return Status::Ok();
+  std::vector<float> flat;
+  for (const auto& b : buffers_) flat.insert(flat.end(), b.data, b.data + b.numel());
+  if (Status s = group_->Broadcast(View(flat.data(), flat.size()), 0)->Wait(); !s.ok()) return s;
+  size_t off = 0;
+  for (auto& b : buffers_) {
+    std::memcpy(b.data, flat.data() + off, b.numel() * sizeof(float));
+    off += b.numel();
+  }
+  return Status::Ok();
+}
+
+void Reducer::Impl::Begin(size_t nparams) {
+  pending_.assign(buckets_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) pending_[b] = buckets_[b].size();
+  param_ready_.assign(nparams, false);
+  works_.assign(buckets_.size(), nullptr);
+  next_launch_ = 0;
+  observed_order_.clear();
+}
+
+// Buckets start in index order on every rank (collectives must be issued in
+// the same order everywhere), each as soon as it and all before it are full.
+void Reducer::Impl::Launch(Reducer& r) {
+  while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) {
+    auto& flat = flat_[next_launch_];
+    works_[next_launch_] = group_->AllReduce(View(flat.data(), flat.size()), ReduceOp::kSum);
+    r.stats_.bucket_started.push_back(std::chrono::steady_clock::now());
+    ++next_launch_;
+  }
+}
+
+void Reducer::Impl::Ready(Reducer& r, size_t index) {
+  if (param_ready_[index]) return;
+  param_ready_[index] = true;
+  observed_order_.push_back(index);
+  const Parameter& p = r.params_[index];
+  const size_t b = bucket_of_[index];
+  std::memcpy(flat_[b].data() + offset_in_bucket_[index], p.grad, p.numel() * sizeof(float));
+  --pending_[b];
+  Launch(r);
+}
+
+Status Reducer::Impl::ReportUnused(const std::vector<Parameter>& params,
+                                   const std::vector<size_t>& unused) {
+  std::string names;
+  for (size_t idx : unused) {
+    names += (names.empty() ? "" : ", ") + params[idx].name + " " + Shape(params[idx].shape);
+  }
+  return InvalidArgument(
+      "ddp: rank " + std::to_string(group_->rank()) + ", step " + std::to_string(step_) + ": " +
+      std::to_string(unused.size()) + " parameter(s) got no gradient: " + names +
+      ". Either remove them from the model (or stop registering them), or construct the "
+      "reducer with find_unused_parameters=true (train: --find-unused-parameters), which "
+      "reduces them as zeros at the cost of a pass over all parameters every step");
+}
+
+Status Reducer::Impl::RebuildFromRankZero(const std::vector<Parameter>& params) {
+  std::string order;
+  for (size_t idx : observed_order_) order += std::to_string(idx) + " ";
+  auto all = group_->AllGatherStrings(order);
+  if (!all.ok()) return all.status().Annotate("ddp: agreeing on the bucket order");
+  std::vector<size_t> agreed;
+  std::istringstream in((*all)[0]);
+  for (size_t idx; in >> idx;) agreed.push_back(idx);
+  if (agreed.size() == params.size()) Layout(params, agreed);
+  rebuilt_ = true;
+  return Status::Ok();
+}
+
+Status Reducer::Impl::Finish(Reducer& r) {
+  std::vector<size_t> unused;
+  for (size_t i = 0; i < param_ready_.size(); ++i) {
+    if (!param_ready_[i]) unused.push_back(i);
+  }
+  r.stats_.unused = unused;
+  if (!unused.empty() && !options_.find_unused_parameters) {
+    for (auto& w : works_) {
+      if (w) (void)w->Wait();
+    }
+    return ReportUnused(r.params_, unused);
+  }
+  for (size_t idx : unused) {
+    std::memset(r.params_[idx].grad, 0, r.params_[idx].numel() * sizeof(float));
+    Ready(r, idx);
+  }
+  if (options_.find_unused_parameters) {
+    steps_without_unused_ = unused.empty() ? steps_without_unused_ + 1 : 0;
+    if (!noticed_ && steps_without_unused_ >= options_.unused_notice_after) {
+      noticed_ = true;
+      notice_ = "ddp: find_unused_parameters is on but no parameter went unused for " +
+                std::to_string(steps_without_unused_) +
+                " steps: turn it off to save a pass over the parameters every step";
+    }
+  }
+  const float inv = 1.0f / static_cast<float>(group_->size());
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    if (Status s = works_[b]->Wait(); !s.ok()) return s;
+    for (size_t idx : buckets_[b]) {
+      Parameter& p = r.params_[idx];
+      const float* src = flat_[b].data() + offset_in_bucket_[idx];
+      for (size_t k = 0; k < p.numel(); ++k) p.grad[k] = src[k] * inv;
+    }
+  }
+  r.stats_.buckets = static_cast<int>(buckets_.size());
+  ++step_;
+  if (!rebuilt_) return RebuildFromRankZero(r.params_);
+  return Status::Ok();
+}
+
+Reducer::Reducer(Key, std::unique_ptr<Impl> impl, std::vector<Parameter> params)
+    : impl_(std::move(impl)), params_(std::move(params)) {}
+
+Reducer::~Reducer() = default;
+
+StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
+                                                   std::vector<Parameter> params,
+                                                   std::vector<Buffer> buffers,
+                                                   ReducerOptions options) {
+  auto impl = std::make_unique<Impl>(group, std::move(buffers), options);
+  if (Status s = impl->VerifyAcrossRanks(params); !s.ok()) return s;
+  if (Status s = impl->BroadcastFromRankZero(params); !s.ok()) {
+    return s.Annotate("ddp: broadcasting parameters from rank 0");
+  }
+  std::vector<size_t> reverse(params.size());
+  for (size_t i = 0; i < params.size(); ++i) reverse[i] = params.size() - 1 - i;
+  impl->Layout(params, reverse);
+  return std::make_unique<Reducer>(Key{}, std::move(impl), std::move(params));
+}
+
+Status Reducer::BeforeForward() { return impl_->BroadcastBuffers(); }
+
+void Reducer::BeginBackward() {
+  stats_ = StepStats{};
+  impl_->Begin(params_.size());
+}
+
+void Reducer::MarkGradReady(size_t index) {
+  if (no_sync_) return;
+  impl_->Ready(*this, index);
+}
+
+Status Reducer::FinishBackward() {
+  if (no_sync_) return Status::Ok();
+  return impl_->Finish(*this);
+}
+
+const std::vector<std::vector<size_t>>& Reducer::buckets() const { return impl_->buckets(); }
+
+std::string Reducer::TakeNotice() { return impl_->TakeNotice(); }
+
+}  // namespace ddprun::ddp

@@ -1,0 +1,108 @@
+// Data-parallel gradient reduction, the core of DDP.
+//
+// The model registers its parameters (name, shape, data and gradient
+// buffers) and buffers. At construction every rank checks that all ranks
+// registered the same names and shapes (a mismatch names the first differing
+// parameter on each side, never hangs) and takes rank 0's parameters and
+// buffers. During backward the model calls MarkGradReady(i) as soon as
+// parameter i's gradient is final; parameters are grouped into buckets
+// (reverse registration order, 1 MiB first bucket, 25 MiB cap; rebuilt once
+// from the order observed in the first step, agreed with rank 0), and a
+// bucket's all-reduce starts as soon as its last gradient is ready and every
+// earlier bucket has started, so communication overlaps the rest of
+// backward. FinishBackward() waits for the buckets and averages by the world
+// size.
+//
+// Unused parameters: without find_unused_parameters, the first step in which
+// parameters got no gradient fails, listing them by name and shape with both
+// fixes; with it, they are reduced as zeros.
+//
+// Not thread-safe: drive it from the training thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.hpp"
+#include "ddp/process_group.hpp"
+#include "ddp/tensor.hpp"
+
+namespace ddprun::ddp {
+
+struct Parameter {
+  std::string name;
+  std::vector<int64_t> shape;
+  float* data = nullptr;  // numel floats (host or device, as the group's device)
+  float* grad = nullptr;  // numel floats
+  size_t numel() const;
+};
+
+struct Buffer {
+  std::string name;
+  std::vector<int64_t> shape;
+  float* data = nullptr;
+  size_t numel() const;
+};
+
+struct ReducerOptions {
+  size_t bucket_cap_bytes = 25u << 20;
+  size_t first_bucket_bytes = 1u << 20;
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;
+  // After this many steps with no unused parameter, say once that
+  // find_unused_parameters costs time for nothing.
+  int unused_notice_after = 100;
+};
+
+// What a step's reduction did, for tests and the trainer's log.
+struct StepStats {
+  int buckets = 0;
+  std::vector<std::chrono::steady_clock::time_point> bucket_started;  // launch times
+  std::vector<size_t> unused;                                         // parameter indices
+};
+
+class Reducer {
+ public:
+  static StatusOr<std::unique_ptr<Reducer>> Create(ProcessGroup* group,
+                                                   std::vector<Parameter> params,
+                                                   std::vector<Buffer> buffers,
+                                                   ReducerOptions options);
+  ~Reducer();
+
+  // Broadcasts buffers from rank 0 (when broadcast_buffers).
+  Status BeforeForward();
+  // Resets the step's bookkeeping; call before backward.
+  void BeginBackward();
+  // Parameter `index`'s gradient is final for this step.
+  void MarkGradReady(size_t index);
+  // Waits for every bucket, averages, checks for unused parameters.
+  Status FinishBackward();
+
+  // Gradient accumulation: while on, backward reduces nothing.
+  void set_no_sync(bool on) { no_sync_ = on; }
+
+  const std::vector<Parameter>& parameters() const { return params_; }
+  const StepStats& last_step() const { return stats_; }
+  // Bucket layout: parameter indices per bucket, in launch order.
+  const std::vector<std::vector<size_t>>& buckets() const;
+  // A notice to print once (e.g. find_unused_parameters costing time), or "".
+  std::string TakeNotice();
+
+  class Impl;
+  struct Key {
+    explicit Key() = default;
+  };
+  Reducer(Key, std::unique_ptr<Impl> impl, std::vector<Parameter> params);  // use Create()
+
+ private:
+  std::unique_ptr<Impl> impl_;
+  std::vector<Parameter> params_;
+  StepStats stats_;
+  bool no_sync_ = false;
+  friend class Impl;
+};
+
+}  // namespace ddprun::ddp

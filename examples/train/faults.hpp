@@ -1,0 +1,21 @@
+// The failures the trainer reproduces on demand, each at a chosen step:
+// a rank that dies (--crash-at-step), a rank that stops participating before
+// backward (--hang-at-step), and a NaN in one gradient (--nan-at-step).
+#pragma once
+
+#include "examples/train/options.hpp"
+
+namespace ddprun::train {
+
+// The parameter the NaN goes into.
+inline constexpr const char* kNanParameter = "layers.1.weight";
+
+// Exits 1 (after saying so) when `rank` is asked to crash at `step`.
+void MaybeCrash(const TrainOptions& options, int rank, long step);
+// Blocks forever (after saying so) when `rank` is asked to hang at `step`.
+void MaybeHang(const TrainOptions& options, int rank, long step);
+// Whether `rank` of `world` puts the NaN into its gradient at `step`: rank 1,
+// or rank 0 when it is alone.
+bool InjectsNan(const TrainOptions& options, int rank, int world, long step);
+
+}  // namespace ddprun::train

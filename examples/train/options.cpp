@@ -1,0 +1,110 @@
+#include "examples/train/options.hpp"
+
+#include <boost/program_options.hpp>
+#include <sstream>
+
+namespace ddprun::train {
+namespace {
+
+namespace po = boost::program_options;
+
+po::options_description OptionTable(TrainOptions* o) {
+  po::options_description d("train: the ddprun reference trainer (an MLP on synthetic data)");
+  // clang-format off
+  d.add_options()
+      ("help,h", "print this help and exit")
+      ("device", po::value(&o->device)->default_value("cpu"), "cpu or cuda")
+      ("steps", po::value(&o->steps)->default_value(50), "training steps")
+      ("batch", po::value(&o->batch)->default_value(32), "samples per rank per step")
+      ("width", po::value(&o->width)->default_value(256), "hidden layer width")
+      ("depth", po::value(&o->depth)->default_value(3), "number of hidden layers")
+      ("seed", po::value(&o->seed)->default_value(1), "seed of data, teacher and weights")
+      ("lr", po::value(&o->lr)->default_value(0.01f, "0.01"), "learning rate")
+      ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd or adam")
+      ("amp", po::value<std::string>(), "fp16 or bf16: emulated mixed precision, loss scaling")
+      ("clip", po::bool_switch(&o->clip), "clip gradients to global norm 1.0 (after unscaling)")
+      ("unused-layer", po::bool_switch(&o->unused_layer),
+       "add a layer that forward never uses (it gets no gradient)")
+      ("find-unused-parameters", po::bool_switch(&o->find_unused_parameters),
+       "reduce parameters without a gradient as zeros")
+      ("no-broadcast-buffers", "do not broadcast buffers from rank 0 before each forward")
+      ("bucket-cap-mb", po::value(&o->bucket_cap_mb), "gradient bucket cap in MiB (default 25)")
+      ("collective-timeout", po::value(&o->collective_timeout_s),
+       "seconds a collective may take (default 600)")
+      ("crash-at-step", po::value(&o->crash_at_step), "rank --hang-rank exits 1 at step N")
+      ("hang-at-step", po::value(&o->hang_at_step),
+       "rank --hang-rank stops before step N's backward, forever")
+      ("hang-rank", po::value(&o->hang_rank)->default_value(1), "the rank that crashes or hangs")
+      ("nan-at-step", po::value(&o->nan_at_step),
+       "put a NaN into layers.1.weight's gradient at step N (rank 1, or 0 alone)")
+      ("reference", po::bool_switch(&o->reference),
+       "one process, no DDP: train on the union of --world-size ranks' shards")
+      ("world-size", po::value(&o->world_size)->default_value(1), "ranks simulated by --reference");
+  // clang-format on
+  return d;
+}
+
+Status ParseEnums(const po::variables_map& vm, TrainOptions* o) {
+  const std::string opt = vm["optimizer"].as<std::string>();
+  if (opt == "sgd") {
+    o->optimizer = OptimizerKind::kSgd;
+  } else if (opt == "adam") {
+    o->optimizer = OptimizerKind::kAdam;
+  } else {
+    return InvalidArgument("--optimizer " + opt + ": unknown; use sgd or adam");
+  }
+  if (vm.count("amp") != 0) {
+    const std::string amp = vm["amp"].as<std::string>();
+    if (amp == "fp16") {
+      o->amp = Precision::kFloat16;
+    } else if (amp == "bf16") {
+      o->amp = Precision::kBFloat16;
+    } else {
+      return InvalidArgument("--amp " + amp + ": unknown; use fp16 or bf16");
+    }
+  }
+  o->broadcast_buffers = vm.count("no-broadcast-buffers") == 0;
+  return Status::Ok();
+}
+
+Status CheckRanges(const TrainOptions& o) {
+  if (o.device != "cpu" && o.device != "cuda") {
+    return InvalidArgument("--device " + o.device + ": unknown; use cpu or cuda");
+  }
+  if (o.steps < 1 || o.batch < 1 || o.width < 1 || o.depth < 1) {
+    return InvalidArgument("--steps, --batch, --width and --depth must be at least 1");
+  }
+  if (o.world_size < 1) return InvalidArgument("--world-size must be at least 1");
+  if (!(o.lr > 0)) return InvalidArgument("--lr must be positive");
+  if (o.bucket_cap_mb < 0 || o.collective_timeout_s < 0) {
+    return InvalidArgument("--bucket-cap-mb and --collective-timeout must not be negative");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+StatusOr<TrainOptions> ParseOptions(int argc, const char* const* argv) {
+  TrainOptions o;
+  const po::options_description table = OptionTable(&o);
+  po::variables_map vm;
+  try {
+    po::store(po::command_line_parser(argc, argv).options(table).run(), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    return InvalidArgument(std::string(e.what()) + "; see train --help");
+  }
+  if (vm.count("help") != 0) {
+    std::ostringstream text;
+    text << table;
+    o.help = true;
+    o.help_text = text.str();
+    return o;
+  }
+  Status s = ParseEnums(vm, &o);
+  if (s.ok()) s = CheckRanges(o);
+  if (!s.ok()) return s;
+  return o;
+}
+
+}  // namespace ddprun::train

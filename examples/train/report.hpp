@@ -1,0 +1,17 @@
+// What the trainer prints on stdout, in one place so that tests and the
+// benchmark can parse it: "step S loss L" (rank 0, every kLossEvery steps
+// and the last), "rank R checksum C" and "reference checksum C".
+#pragma once
+
+#include "examples/train/mlp.hpp"
+
+namespace ddprun::train {
+
+inline constexpr long kLossEvery = 10;
+
+bool IsLossStep(long step, long steps);
+void PrintLoss(long step, float loss);
+// `who` is "rank 3" or "reference".
+void PrintChecksum(const char* who, const Mlp& model);
+
+}  // namespace ddprun::train

@@ -1,0 +1,48 @@
+#include "examples/train/updater.hpp"
+
+#include <cstdio>
+#include <string>
+
+namespace ddprun::train {
+namespace {
+
+constexpr float kMaxGradNorm = 1.0f;
+
+}  // namespace
+
+Updater::Updater(const TrainOptions& options, ddp::ProcessGroup* group,
+                 std::vector<ddp::Parameter>* params)
+    : clip_(options.clip),
+      params_(params),
+      optimizer_(MakeOptimizer(options.optimizer, options.lr, *params)) {
+  if (options.UseScaler()) {
+    ddp::GradScalerOptions scaler_options;
+    scaler_options.anomaly_mode = true;
+    scaler_.emplace(group, scaler_options);
+  }
+}
+
+Status Updater::Apply(long step, bool report) {
+  if (!scaler_) {
+    optimizer_->Step(*params_);
+    return Status::Ok();
+  }
+  Status s = scaler_->Unscale(*params_, step);
+  if (!s.ok()) return s.Annotate("unscale gradients at step " + std::to_string(step));
+  if (report && !scaler_->anomaly().empty()) {
+    std::printf("%s\n", scaler_->anomaly().c_str());
+  }
+  if (clip_) {
+    StatusOr<float> norm = scaler_->ClipGradNorm(*params_, kMaxGradNorm);
+    if (!norm.ok()) return norm.status().Annotate("clip gradients at step " + std::to_string(step));
+  }
+  const bool stepped = scaler_->ShouldStep();
+  if (stepped) optimizer_->Step(*params_);
+  scaler_->Update();
+  if (report && !stepped) {
+    std::printf("step %ld: skipped (inf/NaN gradients), scale %g\n", step, scaler_->scale());
+  }
+  return Status::Ok();
+}
+
+}  // namespace ddprun::train

@@ -1,0 +1,39 @@
+// The update half of a training step, the same for the DDP run and the
+// --reference run: with the GradScaler (AMP, --nan-at-step or --clip) it
+// unscales the gradients, agrees with every rank on inf/NaN, clips, steps the
+// optimizer only when no rank saw inf/NaN, and updates the scale; without it,
+// it just steps the optimizer.
+//
+// Not thread-safe; `group` and `params` must outlive the Updater.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "ddp/grad_scaler.hpp"
+#include "examples/train/optimizer.hpp"
+#include "examples/train/options.hpp"
+
+namespace ddprun::train {
+
+class Updater {
+ public:
+  Updater(const TrainOptions& options, ddp::ProcessGroup* group,
+          std::vector<ddp::Parameter>* params);
+
+  // What the loss is multiplied by before backward (1 without the scaler).
+  float loss_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }
+
+  // Applies step `step`'s (reduced) gradients. With `report`, prints a
+  // skipped step and the scaler's anomaly report.
+  Status Apply(long step, bool report);
+
+ private:
+  bool clip_;
+  std::vector<ddp::Parameter>* params_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::optional<ddp::GradScaler> scaler_;
+};
+
+}  // namespace ddprun::train

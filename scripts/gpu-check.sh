@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# For sessions lent a GPU: shows the device and NCCL, builds (reusing a
+# carried build/), runs every GPU test and the unscale kernel benchmark.
+# Exits non-zero when the build, a test or the benchmark fails.
+#   scripts/gpu-check.sh            # build dir: $DDPRUN_BUILD_DIR or build
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build="${DDPRUN_BUILD_DIR:-build}"
+
+echo "== device"
+nvidia-smi
+
+echo "== nccl"
+python=${DDPRUN_PYTHON:-$HOME/.cache/ddprun/venv/bin/python}
+if "$python" -c "import torch" 2>/dev/null; then
+  "$python" -c "import torch; print('torch nccl', torch.cuda.nccl.version())"
+fi
+# The NCCL the build compiles against (its header).
+grep -m3 -E "#define NCCL_(MAJOR|MINOR|PATCH) " /usr/local/cuda/include/nccl.h || true
+ls -l /usr/local/cuda/lib/libnccl.so* 2>/dev/null || true
+
+echo "== build"
+cmake -S . -B "$build" >/dev/null
+cmake --build "$build" -j"$(nproc)"
+
+echo "== gpu tests"
+# A test that skips here would mean the device is not visible: fail instead.
+out=$(cd "$build" && ctest -L gpu -V 2>&1) || { echo "$out"; exit 1; }
+echo "$out"
+if grep -q "skipped: no CUDA device" <<<"$out"; then
+  echo "gpu-check: a GPU test saw no device" >&2
+  exit 1
+fi
+# The device path of the unit tests too (set-up checks; quick).
+"$build/tests/unit_tests" -tc='*device*,*unscale*,*clip*'
+
+echo "== benchmark"
+"$build/unscale_bench"
+echo "gpu-check: OK"

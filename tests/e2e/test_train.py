@@ -1,0 +1,131 @@
+"""The DDP core end to end: examples/train under ddprun with Gloo on CPU, against its own
+single-process --reference run, and each classic DDP failure on demand."""
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+DDPRUN = os.environ["DDPRUN"]
+TRAIN = str(Path(os.environ["DDPRUN_BUILD"]) / "examples" / "train")
+SMALL = ["--width", "64", "--depth", "2", "--steps", "20", "--batch", "16"]
+
+
+def env():
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("PET_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    e["OMP_NUM_THREADS"] = "1"
+    e["OPENBLAS_NUM_THREADS"] = "1"
+    return e
+
+
+def ddprun(nproc, *args, timeout=120):
+    return subprocess.run([DDPRUN, f"--nproc_per_node={nproc}", "--shutdown_timeout=5", TRAIN,
+                           "--device", "cpu", *args], env=env(), capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def reference(world, *args):
+    r = subprocess.run([TRAIN, "--reference", "--world-size", str(world), *args], env=env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return float(re.search(r"reference checksum (\S+)", r.stdout).group(1))
+
+
+def checksums(stdout):
+    return {int(r): float(c) for r, c in re.findall(r"rank (\d+) checksum (\S+)", stdout)}
+
+
+def losses(stdout):
+    return [float(x) for x in re.findall(r"step \d+ loss (\S+)", stdout)]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("extra, rel", [([], 1e-6), (["--optimizer", "adam"], 1e-6),
+                                        (["--amp", "fp16"], 1e-4),
+                                        (["--amp", "bf16", "--clip"], 1e-4)])
+def test_every_rank_matches_the_reference_and_the_loss_falls(world, extra, rel):
+    args = SMALL + extra
+    r = ddprun(world, *args)
+    assert r.returncode == 0, r.stderr
+    sums = checksums(r.stdout)
+    assert sorted(sums) == list(range(world)), r.stdout
+    assert len(set(sums.values())) == 1, sums  # every rank ends with the same parameters
+    ref = reference(world, *args)
+    assert sums[0] == pytest.approx(ref, rel=rel), (sums[0], ref)
+    curve = losses(r.stdout)
+    assert len(curve) >= 2 and curve[-1] < curve[0], curve
+
+
+def test_unused_layer_fails_on_the_first_step_naming_the_parameters():
+    start = time.monotonic()
+    r = ddprun(2, *SMALL, "--unused-layer")
+    assert r.returncode == 1, r.stderr
+    assert time.monotonic() - start < 30
+    for rank in (0, 1):
+        assert re.search(rf"rank {rank}.*step 0.*unused\.weight \[64, 64\], unused\.bias \[64\]",
+                         r.stderr), r.stderr
+    assert "--find-unused-parameters" in r.stderr
+    assert "Expected to have finished reduction" not in r.stderr
+
+
+def test_unused_layer_trains_with_find_unused_parameters():
+    args = SMALL + ["--unused-layer", "--find-unused-parameters"]
+    r = ddprun(2, *args)
+    assert r.returncode == 0, r.stderr
+    sums = checksums(r.stdout)
+    assert len(set(sums.values())) == 1
+    assert sums[0] == pytest.approx(reference(2, *args), rel=1e-6)
+
+
+def test_nan_step_is_skipped_on_every_rank_and_the_layer_named():
+    args = SMALL + ["--nan-at-step", "3"]
+    r = ddprun(2, *args)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"step 3: skipped \(inf/NaN gradients\), scale 32768", r.stdout), r.stdout
+    assert "layers.1.weight" in r.stdout + r.stderr
+    sums = checksums(r.stdout)
+    assert len(set(sums.values())) == 1
+    assert sums[0] == pytest.approx(reference(2, *args), rel=1e-6)
+
+
+def test_no_broadcast_buffers_still_trains():
+    r = ddprun(2, *SMALL, "--no-broadcast-buffers")
+    assert r.returncode == 0, r.stderr
+    assert len(set(checksums(r.stdout).values())) == 1
+
+
+def test_a_rank_that_stops_participating_makes_the_others_time_out_not_hang():
+    start = time.monotonic()
+    r = ddprun(2, *SMALL, "--hang-at-step", "3", "--hang-rank", "1", "--collective-timeout", "3")
+    elapsed = time.monotonic() - start
+    assert r.returncode != 0
+    assert elapsed < 30, elapsed
+    assert re.search(r"allreduce #\d+ \([^)]*float32\) timed out after \d", r.stderr), r.stderr
+
+
+def test_a_crash_is_the_root_cause():
+    r = ddprun(2, *SMALL, "--crash-at-step", "4", "--hang-rank", "1")
+    assert r.returncode == 1, r.stderr
+    assert "crashing at step 4" in r.stdout + r.stderr
+    assert re.search(r"Root Cause.*\n\[0\]:\n.*\n.*\n  rank      : 1", r.stderr), r.stderr
+
+
+def test_a_model_that_differs_between_ranks_is_reported_not_hung():
+    start = time.monotonic()
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
+                        f'exec {TRAIN} --device cpu --steps 2 --depth 2 --width $((64 + RANK))'],
+                       env=env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert time.monotonic() - start < 30
+    assert re.search(r"differs between ranks at parameter #0: rank 0 has layers\.0\.weight "
+                     r"\[64, 32\], rank 1 has layers\.0\.weight \[65, 32\]", r.stderr), r.stderr
+
+
+def test_without_the_launcher_the_worker_says_how_to_start_it():
+    r = subprocess.run([TRAIN, "--device", "cpu"], env=env(), capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode != 0
+    assert "RANK" in r.stderr and "WORLD_SIZE" in r.stderr and "ddprun" in r.stderr, r.stderr

@@ -1,0 +1,227 @@
+// The reducer against a fake process group: buckets, launch order and timing
+// relative to backward, averaging, unused parameters, cross-rank checks.
+#include "ddp/reducer.hpp"
+
+#include <doctest/doctest.h>
+
+#include <map>
+
+namespace ddprun::ddp {
+namespace {
+
+// Acts as `size` ranks holding identical data: a sum multiplies by size.
+class FakeGroup : public ProcessGroup {
+ public:
+  explicit FakeGroup(int size, int rank = 0) : ProcessGroup(rank, size, "fake") {}
+
+  std::shared_ptr<Work> AllReduce(TensorView t, ReduceOp op) override {
+    auto* p = static_cast<float*>(t.data);
+    if (op == ReduceOp::kSum) {
+      for (size_t i = 0; i < t.count; ++i) p[i] *= static_cast<float>(size_);
+    }
+    launches.push_back({events, t.count});
+    return Done();
+  }
+  std::shared_ptr<Work> Broadcast(TensorView t, int) override {
+    broadcasts.push_back(t.count);
+    return Done();
+  }
+  StatusOr<std::vector<std::string>> AllGatherStrings(const std::string& mine) override {
+    std::vector<std::string> all(size_, mine);
+    for (auto& [rank, text] : others) all[rank] = text;
+    return all;
+  }
+  uint64_t sequence() const override { return launches.size(); }
+
+  int events = 0;                                // MarkGradReady calls so far
+  std::vector<std::pair<int, size_t>> launches;  // (events at launch, elements)
+  std::vector<size_t> broadcasts;
+  std::map<int, std::string> others;  // what other ranks "send" in AllGatherStrings
+
+ private:
+  static std::shared_ptr<Work> Done() {
+    auto w = std::make_shared<Work>();
+    w->Complete(Status::Ok());
+    return w;
+  }
+};
+
+struct Model {
+  std::vector<std::vector<float>> data, grad;
+  std::vector<Parameter> params;
+
+  // Layers of `sizes` floats each, named layers.i.
+  explicit Model(const std::vector<size_t>& sizes) {
+    data.resize(sizes.size());
+    grad.resize(sizes.size());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      data[i].assign(sizes[i], 1.0f);
+      grad[i].assign(sizes[i], static_cast<float>(i + 1));
+      params.push_back({"layers." + std::to_string(i),
+                        {static_cast<int64_t>(sizes[i])},
+                        data[i].data(),
+                        grad[i].data()});
+    }
+  }
+};
+
+ReducerOptions SmallBuckets() {
+  ReducerOptions o;
+  o.first_bucket_bytes = 4 * 100;  // 100 floats
+  o.bucket_cap_bytes = 4 * 250;
+  return o;
+}
+
+TEST_CASE("buckets follow reverse registration order with a small first bucket") {
+  FakeGroup g(2);
+  Model m({100, 100, 100, 100, 100});
+  auto r = Reducer::Create(&g, m.params, {}, SmallBuckets());
+  REQUIRE(r.ok());
+  CHECK((*r)->buckets() == std::vector<std::vector<size_t>>{{4}, {3, 2}, {1, 0}});
+}
+
+TEST_CASE("a bucket starts as soon as its last gradient is ready, before backward ends") {
+  FakeGroup g(2);
+  Model m({100, 100, 100, 100, 100});
+  auto r = Reducer::Create(&g, m.params, {}, SmallBuckets());
+  REQUIRE(r.ok());
+  (*r)->BeginBackward();
+  for (size_t i = 5; i-- > 0;) {
+    (*r)->MarkGradReady(i);
+    ++g.events;
+  }
+  REQUIRE((*r)->FinishBackward().ok());
+  // Launched after gradient 4 (1 event), after 3 and 2 (3 events), after 1 and 0 (5).
+  REQUIRE(g.launches.size() == 3);
+  CHECK(g.launches[0].first == 0);
+  CHECK(g.launches[1].first == 2);
+  CHECK(g.launches[2].first == 4);
+  CHECK((*r)->last_step().bucket_started.size() == 3);
+}
+
+TEST_CASE("buckets start in order even when gradients arrive out of order") {
+  FakeGroup g(2);
+  Model m({100, 100, 100});
+  ReducerOptions o = SmallBuckets();
+  o.bucket_cap_bytes = 4 * 100;
+  auto r = Reducer::Create(&g, m.params, {}, o);
+  REQUIRE(r.ok());
+  (*r)->BeginBackward();
+  (*r)->MarkGradReady(0);  // bucket 2 full first
+  ++g.events;
+  CHECK(g.launches.empty());
+  (*r)->MarkGradReady(2);
+  ++g.events;
+  CHECK(g.launches.size() == 1);
+  (*r)->MarkGradReady(1);
+  CHECK(g.launches.size() == 3);
+  REQUIRE((*r)->FinishBackward().ok());
+}
+
+TEST_CASE("gradients are averaged by the world size") {
+  FakeGroup g(4);
+  Model m({3, 2});
+  auto r = Reducer::Create(&g, m.params, {}, ReducerOptions{});
+  REQUIRE(r.ok());
+  (*r)->BeginBackward();
+  (*r)->MarkGradReady(1);
+  (*r)->MarkGradReady(0);
+  REQUIRE((*r)->FinishBackward().ok());
+  const auto& p = (*r)->parameters();
+  CHECK(p[0].grad[0] == doctest::Approx(1.0f));  // 4 ranks x 1, averaged
+  CHECK(p[1].grad[1] == doctest::Approx(2.0f));
+}
+
+TEST_CASE("an unused parameter fails the first step with names, shapes and both fixes") {
+  FakeGroup g(2);
+  Model m({4, 4, 4});
+  auto r = Reducer::Create(&g, m.params, {}, ReducerOptions{});
+  REQUIRE(r.ok());
+  (*r)->BeginBackward();
+  (*r)->MarkGradReady(2);
+  (*r)->MarkGradReady(0);
+  Status s = (*r)->FinishBackward();
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.message().find("layers.1 [4]") != std::string::npos);
+  CHECK(s.message().find("step 0") != std::string::npos);
+  CHECK(s.message().find("find_unused_parameters") != std::string::npos);
+  CHECK(s.message().find("remove them") != std::string::npos);
+}
+
+TEST_CASE("find_unused_parameters reduces unused parameters as zeros") {
+  FakeGroup g(2);
+  Model m({4, 4, 4});
+  ReducerOptions o;
+  o.find_unused_parameters = true;
+  o.unused_notice_after = 2;
+  auto r = Reducer::Create(&g, m.params, {}, o);
+  REQUIRE(r.ok());
+  (*r)->BeginBackward();
+  (*r)->MarkGradReady(2);
+  (*r)->MarkGradReady(0);
+  REQUIRE((*r)->FinishBackward().ok());
+  CHECK((*r)->parameters()[1].grad[0] == 0.0f);
+  CHECK((*r)->last_step().unused == std::vector<size_t>{1});
+  for (int step = 0; step < 2; ++step) {
+    (*r)->BeginBackward();
+    for (size_t i = 0; i < 3; ++i) (*r)->MarkGradReady(i);
+    REQUIRE((*r)->FinishBackward().ok());
+  }
+  CHECK((*r)->TakeNotice().find("no parameter went unused") != std::string::npos);
+  CHECK((*r)->TakeNotice().empty());
+}
+
+TEST_CASE("no_sync reduces nothing") {
+  FakeGroup g(2);
+  Model m({4});
+  auto r = Reducer::Create(&g, m.params, {}, ReducerOptions{});
+  REQUIRE(r.ok());
+  (*r)->set_no_sync(true);
+  (*r)->BeginBackward();
+  (*r)->MarkGradReady(0);
+  REQUIRE((*r)->FinishBackward().ok());
+  CHECK(g.launches.empty());
+}
+
+TEST_CASE("buckets are rebuilt once from rank 0's observed gradient order") {
+  FakeGroup g(2);
+  Model m({100, 100, 100});
+  ReducerOptions o = SmallBuckets();
+  o.bucket_cap_bytes = 4 * 100;
+  auto r = Reducer::Create(&g, m.params, {}, o);
+  REQUIRE(r.ok());
+  (*r)->BeginBackward();
+  for (size_t i : {1, 0, 2}) (*r)->MarkGradReady(i);
+  REQUIRE((*r)->FinishBackward().ok());
+  CHECK((*r)->buckets() == std::vector<std::vector<size_t>>{{1}, {0}, {2}});
+}
+
+TEST_CASE("a model that differs between ranks is reported, not hung") {
+  FakeGroup g(2);
+  Model m({4, 4});
+  g.others[1] = "layers.0 [4]\nlayers.1 [5]\n";
+  auto r = Reducer::Create(&g, m.params, {}, ReducerOptions{});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("parameter #1: rank 0 has layers.1 [4], rank 1 has layers.1 "
+                                  "[5]") != std::string::npos);
+}
+
+TEST_CASE("parameters and buffers are broadcast at construction, buffers before forward") {
+  FakeGroup g(2);
+  Model m({3});
+  std::vector<float> running(2, 0.5f);
+  std::vector<Buffer> buffers{{"running_mean", {2}, running.data()}};
+  auto r = Reducer::Create(&g, m.params, buffers, ReducerOptions{});
+  REQUIRE(r.ok());
+  CHECK(g.broadcasts == std::vector<size_t>{5});
+  REQUIRE((*r)->BeforeForward().ok());
+  CHECK(g.broadcasts == std::vector<size_t>{5, 2});
+  ReducerOptions off;
+  off.broadcast_buffers = false;
+  auto r2 = Reducer::Create(&g, m.params, buffers, off);
+  REQUIRE((*r2)->BeforeForward().ok());
+  CHECK(g.broadcasts.size() == 3);
+}
+
+}  // namespace
+}  // namespace ddprun::ddp
