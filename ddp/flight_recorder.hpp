@@ -1,7 +1,7 @@
 // The flight recorder: every collective of a process group in a fixed-size
 // ring in a memory-mapped file (DDPRUN_TRACE_FILE), readable by another
 // process while this one is stuck or after it died. Layout in
-// docs/flight-recorder.md.
+// docs/flight-recorder.md and env/trace_file.hpp.
 //
 // Thread-safety: Record*/Update* may be called from the group's threads;
 // writes are single-producer per entry and published with release stores.
@@ -14,21 +14,14 @@
 
 #include "base/status.hpp"
 #include "ddp/tensor.hpp"
+#include "env/trace_file.hpp"
 
 namespace ddprun::ddp {
 
-enum class OpState : uint32_t { kEnqueued = 1, kStarted = 2, kCompleted = 3, kFailed = 4 };
-
-struct TraceEntry {
-  uint64_t seq = 0;
-  char op[16] = {};  // "allreduce", "broadcast"
-  uint64_t bytes = 0;
-  uint32_t dtype = 0;       // DType
-  uint32_t state = 0;       // OpState
-  int64_t enqueued_ns = 0;  // CLOCK_REALTIME
-  int64_t started_ns = 0;
-  int64_t completed_ns = 0;
-};
+// The file layout and its reader live in env/trace_file.hpp (the launcher
+// reads these files without depending on ddp/).
+using env::OpState;
+using env::TraceEntry;
 
 class FlightRecorder {
  public:
@@ -42,7 +35,7 @@ class FlightRecorder {
   void Finished(uint64_t seq, bool ok);
 
   // Reads a recorder file written by any process: the header's rank and the
-  // entries still in the ring, oldest first.
+  // entries still in the ring, oldest first. Same as env::ReadTraceFile.
   static StatusOr<std::vector<TraceEntry>> Read(const std::string& path, int* rank = nullptr);
 
   class Impl;

@@ -4,6 +4,10 @@
 #include <cstring>
 #include <sstream>
 
+#ifdef DDPRUN_HAVE_CUDA
+#include "ddp/cuda/reducer_device.hpp"
+#endif
+
 namespace ddprun::ddp {
 
 namespace {
@@ -58,14 +62,21 @@ std::vector<std::vector<size_t>> MakeBuckets(const std::vector<Parameter>& param
 size_t Parameter::numel() const { return Numel(shape); }
 size_t Buffer::numel() const { return Numel(shape); }
 
+// With the NCCL group, parameters, gradients and buffers are device memory:
+// the buckets live on the device too (DeviceBuckets) and nothing is copied
+// through the host. Every other group keeps host buckets.
+bool OnDevice(const ProcessGroup* group) { return std::strcmp(group->backend(), "nccl") == 0; }
+
 class Reducer::Impl {
  public:
   Impl(ProcessGroup* group, std::vector<Buffer> buffers, ReducerOptions options)
       : group_(group), buffers_(std::move(buffers)), options_(options) {}
 
+  Status InitDevice();
+
   Status VerifyAcrossRanks(const std::vector<Parameter>& params);
   Status BroadcastFromRankZero(std::vector<Parameter>& params);
-  void Layout(const std::vector<Parameter>& params, const std::vector<size_t>& order);
+  Status Layout(const std::vector<Parameter>& params, const std::vector<size_t>& order);
   Status BroadcastBuffers();
   void Begin(size_t nparams);
   void Ready(Reducer& r, size_t index);
@@ -76,6 +87,11 @@ class Reducer::Impl {
 
  private:
   void Launch(Reducer& r);
+  Status BroadcastInPlace(const std::vector<float*>& data, const std::vector<size_t>& counts);
+  float* FlatData(size_t b);
+  Status CopyIn(size_t b, const Parameter& p, size_t offset);
+  Status CopyOut(size_t b, Parameter& p, size_t offset, float factor);
+  Status ZeroGrad(Parameter& p);
   Status RebuildFromRankZero(const std::vector<Parameter>& params);
   Status ReportUnused(const std::vector<Parameter>& params, const std::vector<size_t>& unused);
 
@@ -83,8 +99,13 @@ class Reducer::Impl {
   std::vector<Buffer> buffers_;
   ReducerOptions options_;
   std::vector<std::vector<size_t>> buckets_;
-  std::vector<size_t> bucket_of_, offset_in_bucket_;
-  std::vector<std::vector<float>> flat_;
+  std::vector<size_t> bucket_of_, offset_in_bucket_, counts_;
+  std::vector<std::vector<float>> flat_;  // host buckets
+#ifdef DDPRUN_HAVE_CUDA
+  std::unique_ptr<DeviceBuckets> device_;  // device buckets (nccl), instead
+#endif
+  bool on_device_ = false;
+  Status copy_error_;  // the first failed device copy of the step
   std::vector<size_t> pending_;
   std::vector<bool> param_ready_;
   std::vector<std::shared_ptr<Work>> works_;
@@ -120,51 +141,122 @@ Status Reducer::Impl::VerifyAcrossRanks(const std::vector<Parameter>& params) {
   return Status::Ok();
 }
 
-Status Reducer::Impl::BroadcastFromRankZero(std::vector<Parameter>& params) {
+Status Reducer::Impl::InitDevice() {
+  on_device_ = OnDevice(group_);
+  if (!on_device_) return Status::Ok();
+#ifdef DDPRUN_HAVE_CUDA
+  device_ = std::make_unique<DeviceBuckets>();
+  return Status::Ok();
+#else
+  return Unimplemented(
+      "ddp: the process group is nccl but ddprun was built without CUDA: rebuild where cmake "
+      "finds CUDA and NCCL");
+#endif
+}
+
+// Host memory goes through one flat buffer (one collective); device memory
+// is broadcast tensor by tensor in place (NCCL takes the device pointers).
+Status Reducer::Impl::BroadcastInPlace(const std::vector<float*>& data,
+                                       const std::vector<size_t>& counts) {
+  if (on_device_) {
+    std::vector<std::shared_ptr<Work>> works;
+    for (size_t i = 0; i < data.size(); ++i) {
+      if (counts[i] == 0) continue;
+      works.push_back(group_->Broadcast(View(data[i], counts[i], Device::kCuda), 0));
+    }
+    for (auto& w : works) {
+      if (Status s = w->Wait(); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
   std::vector<float> flat;
-  for (const auto& p : params) flat.insert(flat.end(), p.data, p.data + p.numel());
-  for (const auto& b : buffers_) flat.insert(flat.end(), b.data, b.data + b.numel());
+  for (size_t i = 0; i < data.size(); ++i) flat.insert(flat.end(), data[i], data[i] + counts[i]);
   if (flat.empty()) return Status::Ok();
   if (Status s = group_->Broadcast(View(flat.data(), flat.size()), 0)->Wait(); !s.ok()) return s;
   size_t off = 0;
-  for (auto& p : params) {
-    std::memcpy(p.data, flat.data() + off, p.numel() * sizeof(float));
-    off += p.numel();
-  }
-  for (auto& b : buffers_) {
-    std::memcpy(b.data, flat.data() + off, b.numel() * sizeof(float));
-    off += b.numel();
+  for (size_t i = 0; i < data.size(); ++i) {
+    std::memcpy(data[i], flat.data() + off, counts[i] * sizeof(float));
+    off += counts[i];
   }
   return Status::Ok();
 }
 
-void Reducer::Impl::Layout(const std::vector<Parameter>& params, const std::vector<size_t>& order) {
+Status Reducer::Impl::BroadcastFromRankZero(std::vector<Parameter>& params) {
+  std::vector<float*> data;
+  std::vector<size_t> counts;
+  for (const auto& p : params) {
+    data.push_back(p.data);
+    counts.push_back(p.numel());
+  }
+  for (const auto& b : buffers_) {
+    data.push_back(b.data);
+    counts.push_back(b.numel());
+  }
+  return BroadcastInPlace(data, counts);
+}
+
+Status Reducer::Impl::Layout(const std::vector<Parameter>& params,
+                             const std::vector<size_t>& order) {
   buckets_ = MakeBuckets(params, order, options_.first_bucket_bytes, options_.bucket_cap_bytes);
   bucket_of_.assign(params.size(), 0);
   offset_in_bucket_.assign(params.size(), 0);
-  flat_.assign(buckets_.size(), {});
+  counts_.assign(buckets_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    size_t off = 0;
     for (size_t idx : buckets_[b]) {
       bucket_of_[idx] = b;
-      offset_in_bucket_[idx] = off;
-      off += params[idx].numel();
+      offset_in_bucket_[idx] = counts_[b];
+      counts_[b] += params[idx].numel();
     }
-    flat_[b].resize(off);
   }
+#ifdef DDPRUN_HAVE_CUDA
+  if (device_) return device_->Resize(counts_);
+#endif
+  flat_.assign(buckets_.size(), {});
+  for (size_t b = 0; b < buckets_.size(); ++b) flat_[b].resize(counts_[b]);
+  return Status::Ok();
+}
+
+float* Reducer::Impl::FlatData(size_t b) {
+#ifdef DDPRUN_HAVE_CUDA
+  if (device_) return device_->data(b);
+#endif
+  return flat_[b].data();
+}
+
+Status Reducer::Impl::CopyIn(size_t b, const Parameter& p, size_t offset) {
+#ifdef DDPRUN_HAVE_CUDA
+  if (device_) return device_->CopyIn(b, offset, p.grad, p.numel());
+#endif
+  std::memcpy(flat_[b].data() + offset, p.grad, p.numel() * sizeof(float));
+  return Status::Ok();
+}
+
+Status Reducer::Impl::CopyOut(size_t b, Parameter& p, size_t offset, float factor) {
+#ifdef DDPRUN_HAVE_CUDA
+  if (device_) return device_->CopyOutScaled(b, offset, p.grad, p.numel(), factor);
+#endif
+  const float* src = flat_[b].data() + offset;
+  for (size_t k = 0; k < p.numel(); ++k) p.grad[k] = src[k] * factor;
+  return Status::Ok();
+}
+
+Status Reducer::Impl::ZeroGrad(Parameter& p) {
+#ifdef DDPRUN_HAVE_CUDA
+  if (device_) return ZeroDeviceFloats(p.grad, p.numel());
+#endif
+  std::memset(p.grad, 0, p.numel() * sizeof(float));
+  return Status::Ok();
 }
 
 Status Reducer::Impl::BroadcastBuffers() {
   if (!options_.broadcast_buffers || buffers_.empty()) return Status::Ok();
-  std::vector<float> flat;
-  for (const auto& b : buffers_) flat.insert(flat.end(), b.data, b.data + b.numel());
-  if (Status s = group_->Broadcast(View(flat.data(), flat.size()), 0)->Wait(); !s.ok()) return s;
-  size_t off = 0;
-  for (auto& b : buffers_) {
-    std::memcpy(b.data, flat.data() + off, b.numel() * sizeof(float));
-    off += b.numel();
+  std::vector<float*> data;
+  std::vector<size_t> counts;
+  for (const auto& b : buffers_) {
+    data.push_back(b.data);
+    counts.push_back(b.numel());
   }
-  return Status::Ok();
+  return BroadcastInPlace(data, counts);
 }
 
 void Reducer::Impl::Begin(size_t nparams) {
@@ -174,14 +266,16 @@ void Reducer::Impl::Begin(size_t nparams) {
   works_.assign(buckets_.size(), nullptr);
   next_launch_ = 0;
   observed_order_.clear();
+  copy_error_ = Status::Ok();
 }
 
 // Buckets start in index order on every rank (collectives must be issued in
 // the same order everywhere), each as soon as it and all before it are full.
 void Reducer::Impl::Launch(Reducer& r) {
   while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) {
-    auto& flat = flat_[next_launch_];
-    works_[next_launch_] = group_->AllReduce(View(flat.data(), flat.size()), ReduceOp::kSum);
+    const size_t b = next_launch_;
+    const Device device = on_device_ ? Device::kCuda : Device::kCpu;
+    works_[b] = group_->AllReduce(View(FlatData(b), counts_[b], device), ReduceOp::kSum);
     r.stats_.bucket_started.push_back(std::chrono::steady_clock::now());
     ++next_launch_;
   }
@@ -193,7 +287,9 @@ void Reducer::Impl::Ready(Reducer& r, size_t index) {
   observed_order_.push_back(index);
   const Parameter& p = r.params_[index];
   const size_t b = bucket_of_[index];
-  std::memcpy(flat_[b].data() + offset_in_bucket_[index], p.grad, p.numel() * sizeof(float));
+  if (Status s = CopyIn(b, p, offset_in_bucket_[index]); !s.ok() && copy_error_.ok()) {
+    copy_error_ = s.Annotate("parameter " + p.name);
+  }
   --pending_[b];
   Launch(r);
 }
@@ -220,8 +316,8 @@ Status Reducer::Impl::RebuildFromRankZero(const std::vector<Parameter>& params) 
   std::vector<size_t> agreed;
   std::istringstream in((*all)[0]);
   for (size_t idx; in >> idx;) agreed.push_back(idx);
-  if (agreed.size() == params.size()) Layout(params, agreed);
   rebuilt_ = true;
+  if (agreed.size() == params.size()) return Layout(params, agreed);
   return Status::Ok();
 }
 
@@ -238,7 +334,7 @@ Status Reducer::Impl::Finish(Reducer& r) {
     return ReportUnused(r.params_, unused);
   }
   for (size_t idx : unused) {
-    std::memset(r.params_[idx].grad, 0, r.params_[idx].numel() * sizeof(float));
+    if (Status s = ZeroGrad(r.params_[idx]); !s.ok()) return s;
     Ready(r, idx);
   }
   if (options_.find_unused_parameters) {
@@ -254,11 +350,10 @@ Status Reducer::Impl::Finish(Reducer& r) {
   for (size_t b = 0; b < buckets_.size(); ++b) {
     if (Status s = works_[b]->Wait(); !s.ok()) return s;
     for (size_t idx : buckets_[b]) {
-      Parameter& p = r.params_[idx];
-      const float* src = flat_[b].data() + offset_in_bucket_[idx];
-      for (size_t k = 0; k < p.numel(); ++k) p.grad[k] = src[k] * inv;
+      if (Status s = CopyOut(b, r.params_[idx], offset_in_bucket_[idx], inv); !s.ok()) return s;
     }
   }
+  if (!copy_error_.ok()) return copy_error_;
   r.stats_.buckets = static_cast<int>(buckets_.size());
   ++step_;
   if (!rebuilt_) return RebuildFromRankZero(r.params_);
@@ -275,13 +370,14 @@ StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
                                                    std::vector<Buffer> buffers,
                                                    ReducerOptions options) {
   auto impl = std::make_unique<Impl>(group, std::move(buffers), options);
+  if (Status s = impl->InitDevice(); !s.ok()) return s;
   if (Status s = impl->VerifyAcrossRanks(params); !s.ok()) return s;
   if (Status s = impl->BroadcastFromRankZero(params); !s.ok()) {
     return s.Annotate("ddp: broadcasting parameters from rank 0");
   }
   std::vector<size_t> reverse(params.size());
   for (size_t i = 0; i < params.size(); ++i) reverse[i] = params.size() - 1 - i;
-  impl->Layout(params, reverse);
+  if (Status s = impl->Layout(params, reverse); !s.ok()) return s;
   return std::make_unique<Reducer>(Key{}, std::move(impl), std::move(params));
 }
 

@@ -17,6 +17,14 @@
 // parameters got no gradient fails, listing them by name and shape with both
 // fixes; with it, they are reduced as zeros.
 //
+// Device memory: with the NCCL group (backend() "nccl") parameters, gradients
+// and buffers are CUDA device memory of the current device; the buckets are
+// then flat device buffers, filled by device-to-device copies on the legacy
+// default stream (after the backward work that made each gradient), reduced
+// in place by NCCL and copied back scaled by 1/world by a small kernel. The
+// parameter and buffer broadcasts go straight to NCCL on the device
+// pointers. Every other group keeps everything in host memory.
+//
 // Not thread-safe: drive it from the training thread.
 #pragma once
 

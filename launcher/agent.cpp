@@ -4,25 +4,31 @@
 
 #include <csignal>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <optional>
 
 #include "env/host.hpp"
 #include "env/log_layout.hpp"
 #include "env/names.hpp"
+#include "env/trace_file.hpp"
 #include "env/worker_env.hpp"
+#include "launcher/dump_request.hpp"
 #include "launcher/job_stores.hpp"
 #include "launcher/worker_specs.hpp"
 #include "rendezvous/coordinator.hpp"
 #include "rendezvous/round_watcher.hpp"
+#include "supervisor/debug_dump.hpp"
 #include "supervisor/failure_report.hpp"
 #include "supervisor/supervisor.hpp"
+#include "supervisor/trace_analysis.hpp"
 
 namespace ddprun::launcher {
 
 namespace {
 
 constexpr int kUsageExit = 2;
+constexpr int kHangExit = 124;  // as timeout(1): the root cause was a hung worker
 constexpr std::chrono::seconds kExitWait{30};
 constexpr std::chrono::seconds kLeaveWait{5};
 
@@ -74,6 +80,9 @@ class Agent {
   int Finish(int code, const rendezvous::RoundResult* finished = nullptr);
   int Closed(const Status& s);
   std::vector<std::string> ErrorFiles() const;
+  // Dumps every running worker into `dir` and prints the summary; returns the
+  // ranks the flight recorders show as stragglers.
+  std::vector<int> DumpWorkers(const supervisor::HangReport& report, const std::string& dir);
 
   const LaunchConfig& c_;
   const Program& program_;
@@ -98,9 +107,24 @@ Status Agent::Setup() {
   if (!sup.ok()) return sup.status();
   sup_ = std::move(*sup);
   options_.shutdown_timeout = supervisor::Duration(c_.shutdown_timeout);
+  options_.hang_timeout = supervisor::Duration(c_.hang_timeout);
+  options_.startup_timeout = supervisor::Duration(c_.startup_timeout);
+  options_.progress_from_output = c_.hang_detect_output;
   for (int sig : {SIGUSR1, SIGUSR2}) {
     if (c_.handled_signals.count(sig) != 0) options_.forward_only.insert(sig);
   }
+  sup_->SetHangHandler([this](const supervisor::HangReport& report) {
+    for (const auto& w : report.hung) {
+      spdlog::error("rank {} (local_rank {}, pid {}) hung: {} for {:.1f} s", w.rank, w.local_rank,
+                    w.pid, w.ever_beat ? "no heartbeat" : "no first heartbeat", w.silent_seconds);
+    }
+    return DumpWorkers(report, layout_->DumpDir(failures_));
+  });
+  sup_->SetDumpHandler(DumpSignal(), [this](const supervisor::HangReport& report) {
+    static int requests = 0;
+    DumpWorkers(report, layout_->DumpDir(failures_) + "/request_" + std::to_string(++requests));
+    return std::vector<int>{};
+  });
   std::vector<std::string> notices;
   auto stores = OpenJobStores(c_, environ_, &notices);
   for (const auto& n : notices) spdlog::info("{}", n);
@@ -160,6 +184,44 @@ Status Agent::PrepareWorkerStore(const rendezvous::RoundResult& round) {
   return admit.ok() ? Status::Ok() : admit.status().Annotate("worker store");
 }
 
+std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const std::string& dir) {
+  if (layout_->disabled()) {
+    spdlog::warn("no debug dump: --log_dir=/dev/null leaves nowhere to write it");
+    return {};
+  }
+  const auto now = std::chrono::system_clock::now();
+  supervisor::DumpRequest request;
+  request.dir = dir;
+  for (const auto& w : report.running) {
+    request.targets.push_back(
+        {w.rank, w.local_rank, w.pid, layout_->TracePath(failures_, w.local_rank)});
+  }
+  for (const auto& w : report.hung) {
+    auto silent = std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        std::chrono::duration<double>(w.silent_seconds));
+    request.hung.push_back({w.rank, now - silent});
+  }
+  request.beating = report.beating_ranks;
+  auto summary = supervisor::WriteDebugDump(request);
+  if (!summary.ok()) {
+    spdlog::error("debug dump: {}", summary.status().message());
+  } else {
+    std::fputs(summary->c_str(), stderr);
+    spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
+  }
+  std::map<int, std::vector<env::TraceEntry>> traces;
+  std::map<int, std::string> none;
+  for (const auto& t : request.targets) {
+    auto entries = env::ReadTraceFile(t.trace_file, nullptr);
+    if (entries.ok()) {
+      traces[t.rank] = std::move(*entries);
+    } else {
+      none[t.rank] = supervisor::kNoFlightRecorder;
+    }
+  }
+  return supervisor::AnalyzeTraces(traces, none, now).stragglers;
+}
+
 std::vector<std::string> Agent::ErrorFiles() const {
   std::vector<std::string> files;
   for (int r = 0; r < c_.nproc_per_node; ++r) files.push_back(layout_->ErrorFile(failures_, r));
@@ -197,10 +259,12 @@ std::optional<int> Agent::OnFailure(const rendezvous::RoundResult& round,
                                     const supervisor::GroupResult& result) {
   auto failures = supervisor::CollectFailures(result, ErrorFiles());
   const auto& root = failures.front();
-  std::string what = "code=" + std::to_string(root.exit.ShellCode()) + " node " +
-                     std::to_string(round.node_rank) + " (" + stores_.self.name + "): rank " +
-                     std::to_string(root.rank) + " (local_rank " + std::to_string(root.local_rank) +
-                     ", pid " + std::to_string(root.pid) + ") " + root.exit.Describe();
+  const int code = root.hung ? kHangExit : root.exit.ShellCode();
+  std::string what = "code=" + std::to_string(code) + " node " + std::to_string(round.node_rank) +
+                     " (" + stores_.self.name + "): rank " + std::to_string(root.rank) +
+                     " (local_rank " + std::to_string(root.local_rank) + ", pid " +
+                     std::to_string(root.pid) + ") " +
+                     (root.hung ? root.message : root.exit.Describe());
   (void)rdzv_->EndRound(round.round, "failure: " + what);
   watcher_.Stop();
   ++failures_;
@@ -216,9 +280,9 @@ std::optional<int> Agent::OnFailure(const rendezvous::RoundResult& round,
   if (auto own = env::Lookup(environ_, env::kErrorFile); own && !own->empty()) {
     supervisor::DumpRootCause(root, *own);
   }
-  (void)rdzv_->Close(root.exit.ShellCode(), what + "; no restarts left (--max_restarts=" +
-                                                std::to_string(c_.max_restarts) + ")");
-  return Finish(root.exit.ShellCode());
+  (void)rdzv_->Close(
+      code, what + "; no restarts left (--max_restarts=" + std::to_string(c_.max_restarts) + ")");
+  return Finish(code);
 }
 
 std::optional<int> Agent::OnRoundEnded(const std::string& reason) {

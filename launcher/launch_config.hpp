@@ -51,7 +51,11 @@ struct LaunchConfig {
   std::set<int> handled_signals;
   double shutdown_timeout = 30.0;
   bool virtual_local_rank = false;
+  double hang_timeout = 0;     // seconds; 0 = off
+  double startup_timeout = 0;  // seconds; 0 = off
+  bool hang_detect_output = false;
   std::optional<std::string> gpus;
+  int threads_per_worker = 64;  // --threads_per_worker: sizes the RLIMIT_NPROC check
   std::string program;
   std::vector<std::string> program_args;
 };

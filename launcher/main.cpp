@@ -11,8 +11,11 @@
 
 #include "env/environ.hpp"
 #include "env/host.hpp"
+#include "env/limits.hpp"
 #include "env/names.hpp"
 #include "launcher/agent.hpp"
+#include "launcher/doctor.hpp"
+#include "launcher/dump_request.hpp"
 #include "launcher/option_table.hpp"
 #include "launcher/options.hpp"
 #include "launcher/program.hpp"
@@ -46,6 +49,33 @@ int ExitCodeFor(const ddprun::Status& s) {
   }
 }
 
+// Raises the soft limits the job needs and logs what changed and what looks
+// short; fails (before any worker starts) when RLIMIT_NPROC cannot be raised enough.
+ddprun::Status PrepareLimits(const ddprun::launcher::LaunchConfig& c,
+                             const ddprun::env::Environ& environ) {
+  auto plan = ddprun::env::PrepareLimits({c.nproc_per_node, c.threads_per_worker}, environ);
+  if (!plan.ok()) return plan.status();
+  for (const auto& note : plan->debug_notes) spdlog::debug("{}", note);
+  for (const auto& notice : plan->notices) spdlog::info("{}", notice);
+  for (const auto& check : plan->checks) {
+    if (check.status == ddprun::env::CheckStatus::kOk) continue;
+    spdlog::warn("{}: {}; fix: {}", check.check, check.measured, check.fix);
+  }
+  return ddprun::Status::Ok();
+}
+
+// ddprun doctor: prints the table; 0 when nothing fails, 1 otherwise, 2 on bad options.
+int Doctor(const std::vector<std::string>& options, const ddprun::env::Environ& environ,
+           const ddprun::launcher::HostCounts& host) {
+  auto report = ddprun::launcher::RunDoctor(options, environ, host);
+  if (!report.ok()) {
+    std::fprintf(stderr, "ddprun doctor: %s\n", report.status().message().c_str());
+    return kUsageExit;
+  }
+  std::fputs(report->text.c_str(), stdout);
+  return report->failed ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -55,6 +85,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   launcher::HostCounts host{env::CpuCount(),
                             env::GpuCount(env::Lookup(environ, env::kCudaVisibleDevices))};
+  if (auto doctor = launcher::DoctorArguments(args)) return Doctor(*doctor, environ, host);
+  if (auto dumped = launcher::MaybeRequestDump(args)) return *dumped;
   auto parsed = launcher::ParseCommandLine(args, environ, host);
   if (!parsed.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", parsed.status().message().c_str());
@@ -74,6 +106,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: cannot run %s: %s\n", parsed->config.program.c_str(),
                  program.status().message().c_str());
     return ExitCodeFor(program.status());
+  }
+  if (Status s = PrepareLimits(parsed->config, environ); !s.ok()) {
+    std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
+    return 1;
   }
   return launcher::RunAgent(parsed->config, *program, environ);
 }

@@ -65,10 +65,24 @@ const std::vector<OptionDef>& OptionTable() {
        "stopping the job"},
       {"shutdown_timeout", 0, "SECONDS", "30", true,
        "grace between SIGTERM (or the forwarded signal) and SIGKILL when stopping workers"},
+      {"hang_timeout", 0, "SECONDS", "0 (off)", true,
+       "a worker that beat at least once and then is silent this long is hung: dump every "
+       "rank, stop, restart or fail (exit 124); 300 or more is a sound start for training"},
+      {"startup_timeout", 0, "SECONDS", "0 (off)", true,
+       "a worker whose first beat does not come within this is hung"},
+      {"hang_detect", 0, "heartbeat|output", "heartbeat", true,
+       "what counts as progress: touches of DDPRUN_HEARTBEAT_FILE, or also any output line"},
       {"virtual_local_rank", 0, nullptr, nullptr, true,
        "give every worker LOCAL_RANK=0 and exactly one device in CUDA_VISIBLE_DEVICES"},
       {"gpus", 0, "LIST", nullptr, false,
        "ddprun: set CUDA_VISIBLE_DEVICES=LIST for every worker (e.g. 0,6,7)"},
+      {"threads_per_worker", 0, "N", "64", false,
+       "ddprun: threads each worker is expected to run, to check RLIMIT_NPROC (ulimit -u) "
+       "before spawning; PyTorch workers with DataLoader workers and NCCL/Gloo threads commonly "
+       "use dozens"},
+      {"doctor", 0, nullptr, nullptr, false,
+       "check this host for a job (limits, /dev/shm, GPUs, NCCL, CUDA, network, ports), print a "
+       "table and exit (also: ddprun doctor [options])"},
       {"help", 'h', nullptr, nullptr, false, "show this help and exit"},
       {"version", 0, nullptr, nullptr, false, "show the version and exit"},
   };

@@ -356,8 +356,25 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     c.start_method = *v;
   }
   if (auto v = raw.Get("role")) c.role = *v;
+  for (auto [name, field] :
+       {std::pair{"hang_timeout", &c.hang_timeout}, {"startup_timeout", &c.startup_timeout}}) {
+    if (auto v = raw.Get(name)) {
+      auto d = ParseSeconds(name, *v, true);
+      if (!d.ok()) return d.status();
+      *field = *d;
+    }
+  }
+  if (auto v = raw.Get("hang_detect")) {
+    if (*v != "heartbeat" && *v != "output") return Bad("hang_detect", *v, "heartbeat or output");
+    c.hang_detect_output = *v == "output";
+  }
   if (auto v = raw.Get("gpus")) {
     if (Status s = ParseGpus(*v, c); !s.ok()) return s;
+  }
+  if (auto v = raw.Get("threads_per_worker")) {
+    auto n = ParseInt("threads_per_worker", *v, 1, 1 << 20, "a number of threads >= 1");
+    if (!n.ok()) return n.status();
+    c.threads_per_worker = static_cast<int>(*n);
   }
   return Status::Ok();
 }

@@ -69,6 +69,8 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
     w.out.duplicate_filters = c.duplicate_stdout_filters;
     w.out.filter_file = layout.FilteredPath(attempt, "stdout");
     w.err.duplicate_filters = c.duplicate_stderr_filters;
+    w.heartbeat_file = layout.HeartbeatPath(attempt, r);
+    w.out.track_progress = w.err.track_progress = c.hang_detect_output;
     w.err.filter_file = layout.FilteredPath(attempt, "stderr");
     specs.push_back(std::move(w));
   }

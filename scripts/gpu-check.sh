@@ -34,6 +34,20 @@ fi
 # The device path of the unit tests too (set-up checks; quick).
 "$build/tests/unit_tests" -tc='*device*,*unscale*,*clip*'
 
+echo "== trainer on cuda"
+# examples/train --device cuda under ddprun against the CPU --reference (pytest; not a
+# ctest label): a skip for want of a device fails here too.
+pytest_python="$python"
+"$pytest_python" -c "import pytest" 2>/dev/null || pytest_python=python3
+out=$(DDPRUN="$build/ddprun" DDPRUN_BUILD="$build" DDPRUN_SOURCE="$PWD" \
+      "$pytest_python" -m pytest -v -rs -s -p no:cacheprovider tests/e2e/test_train_gpu.py 2>&1) \
+  || { echo "$out"; exit 1; }
+echo "$out"
+if grep -q "skipped: no CUDA device" <<<"$out"; then
+  echo "gpu-check: the trainer's GPU test saw no device" >&2
+  exit 1
+fi
+
 echo "== benchmark"
 "$build/unscale_bench"
 echo "gpu-check: OK"

@@ -96,7 +96,10 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     FailureRecord f{
         w.local_rank,  w.rank, w.pid, w.exit, std::chrono::system_clock::to_time_t(w.exit_time),
         kNotAvailable, ""};
-    if (!w.start_error.empty()) {
+    f.hung = !w.hang.empty();
+    if (f.hung) {
+      f.message = w.hang;
+    } else if (!w.start_error.empty()) {
       f.message = w.start_error;
     } else if (static_cast<size_t>(w.local_rank) >= error_files.size() ||
                !ReadErrorFile(error_files[w.local_rank], f)) {

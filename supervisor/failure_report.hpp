@@ -21,6 +21,7 @@ struct FailureRecord {
   long long timestamp = 0;  // seconds since the epoch
   std::string error_file;   // "<N/A>" when the worker wrote none
   std::string message;      // traceback, error message, or what happened
+  bool hung = false;        // declared hung by the launcher
 };
 
 // Reads a worker's error file (torchrun's JSON, nested or flat form). Returns

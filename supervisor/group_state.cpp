@@ -33,8 +33,10 @@ void GroupState::OnExits(const std::vector<std::pair<pid_t, ExitStatus>>& exits,
       WorkerRecord& w = workers_[i];
       if (w.pid != pid || w.state != WorkerState::kRunning) continue;
       w.exit = status;
-      w.exit_time = now;
-      if (status.success()) {
+      if (w.hang.empty()) w.exit_time = now;  // a hung worker keeps the time it was declared
+      if (!w.hang.empty()) {
+        w.state = WorkerState::kFailed;  // already counted when declared hung
+      } else if (status.success()) {
         w.state = WorkerState::kSucceeded;
       } else if (phase_ == Phase::kRunning) {
         w.state = WorkerState::kFailed;
@@ -72,6 +74,19 @@ void GroupState::OnSignal(int sig) {
   }
   // A second terminating signal while stopping: do not wait out the grace.
   if (phase_ == Phase::kStopping) OnTimer();
+}
+
+void GroupState::OnHang(const std::vector<std::pair<size_t, std::string>>& hung, WallTime now) {
+  if (phase_ != Phase::kRunning) return;
+  for (const auto& [index, why] : hung) {
+    WorkerRecord& w = workers_[index];
+    if (w.state != WorkerState::kRunning) continue;
+    w.hang = why;
+    w.exit_time = now;
+    failures_.push_back(index);
+  }
+  BeginStop(SIGTERM);
+  FinishIfAllExited();
 }
 
 void GroupState::OnStopRequest() {

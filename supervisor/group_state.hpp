@@ -53,15 +53,19 @@ struct WorkerRecord {
   ExitStatus exit;
   WallTime exit_time;
   std::string start_error;  // why it could not be started, if it could not
+  std::string hang;         // why it was declared hung ("" when it was not)
 };
 
 enum class Phase { kRunning, kStopping, kKilling, kDone };
 enum class Outcome { kRunning, kSucceeded, kFailed, kInterrupted, kStopped };
 
 struct GroupOptions {
-  Duration shutdown_timeout{30.0};  // SIGTERM -> SIGKILL
-  Duration kill_timeout{10.0};      // SIGKILL -> give up on a process
-  std::set<int> forward_only;       // signals passed on without teardown (SIGUSR1/2)
+  Duration shutdown_timeout{30.0};    // SIGTERM -> SIGKILL
+  Duration kill_timeout{10.0};        // SIGKILL -> give up on a process
+  std::set<int> forward_only;         // signals passed on without teardown (SIGUSR1/2)
+  Duration hang_timeout{0};           // silence after a first beat that is a hang (0: off)
+  Duration startup_timeout{0};        // time for the first beat (0: off)
+  bool progress_from_output = false;  // any output line is a beat (--hang_detect=output)
 };
 
 class GroupState {
@@ -78,6 +82,9 @@ class GroupState {
   void OnStartFailure(int local_rank, int rank, ExitStatus as_exit, WallTime now, std::string why);
   // A signal the launcher received and handles.
   void OnSignal(int sig);
+  // Workers the launcher found hung (by index into workers(), with why):
+  // failures like a crash, then the usual teardown.
+  void OnHang(const std::vector<std::pair<size_t, std::string>>& hung, WallTime now);
   // The launcher stops the group for a reason of its own (the rendezvous
   // round ended elsewhere): SIGTERM, grace, SIGKILL; the outcome is kStopped.
   void OnStopRequest();

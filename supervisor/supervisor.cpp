@@ -2,10 +2,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,6 +23,12 @@ constexpr size_t kReadBufferSize = 64 * 1024;
 // leftover children may take to drain before the pipes are closed.
 constexpr uint64_t kDrainMillis = 2000;
 
+int64_t MtimeNs(const std::string& path) {
+  struct stat st {};
+  if (path.empty() || ::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
 uint64_t ToMillis(Duration d) {
   double ms = d.count() * 1000.0;
   return ms <= 0 ? 0 : static_cast<uint64_t>(ms + 0.5);
@@ -31,6 +40,7 @@ uint64_t ToMillis(Duration d) {
 struct Supervisor::PipeReader {
   uv_pipe_t pipe{};
   Supervisor* owner = nullptr;
+  size_t worker = 0;  // index into the group's workers
   StreamSpec spec;
   int console_fd = -1;
   UniqueFd file;
@@ -56,6 +66,7 @@ struct Supervisor::PipeReader {
   }
 
   void Consume(std::string_view data) {
+    if (spec.track_progress) owner->NoteProgress(worker);
     if (file.valid()) WriteAll(file.get(), data.data(), data.size());
     splitter.Feed(data, [this](std::string_view l) { Line(l); });
     Flush();
@@ -132,6 +143,8 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
     s->signals_.push_back(std::move(h));
   }
   s->timer_ = std::make_unique<LoopTimer>(&s->loop_);
+  uv_timer_init(&s->loop_, &s->hang_timer_);
+  s->hang_timer_.data = s.get();
   s->dev_null_in_ = UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC));
   s->dev_null_out_ = UniqueFd(open("/dev/null", O_WRONLY | O_CLOEXEC));
   if (!s->dev_null_in_.valid() || !s->dev_null_out_.valid()) {
@@ -143,6 +156,8 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
 Supervisor::~Supervisor() {
   uv_close(reinterpret_cast<uv_handle_t*>(&sigchld_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&stop_async_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&hang_timer_), nullptr);
+  if (dump_signal_started_) uv_close(reinterpret_cast<uv_handle_t*>(&dump_signal_), nullptr);
   for (auto& h : signals_) uv_close(reinterpret_cast<uv_handle_t*>(h.get()), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(timer_->handle()), nullptr);
   uv_run(&loop_, UV_RUN_DEFAULT);  // runs the close callbacks
@@ -206,6 +221,7 @@ StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
   parent_side.emplace_back(fds[1]);
   auto reader = std::make_unique<PipeReader>();
   reader->owner = this;
+  reader->worker = progress_.size();  // the worker being started
   reader->spec = stream;
   reader->console_fd = console_fd;
   if (!stream.file.empty()) {
@@ -255,8 +271,14 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   }
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);
+    Progress p;
+    p.last = std::chrono::steady_clock::now();
+    p.file = spec.heartbeat_file;
+    p.mtime_ns = MtimeNs(p.file);
+    progress_.push_back(std::move(p));
     return;
   }
+  progress_.emplace_back();  // keeps indices aligned with the group's workers
   int code = pid.status().code() == StatusCode::kNotFound           ? 127
              : pid.status().code() == StatusCode::kPermissionDenied ? 126
                                                                     : 1;
@@ -293,9 +315,123 @@ void Supervisor::Drain(GroupState& state) {
   filter_files_.clear();
 }
 
+void Supervisor::SetDumpHandler(int dump_signal, HangHandler handler) {
+  dump_handler_ = std::move(handler);
+  if (dump_signal_started_) return;
+  uv_signal_init(&loop_, &dump_signal_);
+  dump_signal_.data = this;
+  uv_signal_start(
+      &dump_signal_,
+      [](uv_signal_t* h, int) {
+        auto* self = static_cast<Supervisor*>(h->data);
+        if (self->running_ != nullptr && self->dump_handler_) {
+          self->dump_handler_(self->RunningReport());
+        }
+      },
+      dump_signal);
+  dump_signal_started_ = true;
+}
+
+HangReport Supervisor::RunningReport() const {
+  HangReport report;
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < progress_.size() && i < running_->workers().size(); ++i) {
+    const WorkerRecord& w = running_->workers()[i];
+    if (w.state != WorkerState::kRunning) continue;
+    const double silent = std::chrono::duration<double>(now - progress_[i].last).count();
+    report.running.push_back({i, w.rank, w.local_rank, w.pid, silent, progress_[i].beaten});
+    if (progress_[i].beaten) report.beating_ranks.push_back(w.rank);
+  }
+  return report;
+}
+
+void Supervisor::NoteProgress(size_t index) {
+  if (index >= progress_.size()) return;
+  progress_[index].last = std::chrono::steady_clock::now();
+  progress_[index].beaten = true;
+}
+
+// The earliest moment some worker could be hung; nothing is looked at before.
+void Supervisor::ArmHangCheck() {
+  using std::chrono::steady_clock;
+  if (running_ == nullptr || running_->phase() != Phase::kRunning) return;
+  const auto hang = std::chrono::duration_cast<steady_clock::duration>(options_.hang_timeout);
+  const auto startup = std::chrono::duration_cast<steady_clock::duration>(options_.startup_timeout);
+  std::optional<steady_clock::time_point> next;
+  for (size_t i = 0; i < progress_.size(); ++i) {
+    if (running_->workers()[i].state != WorkerState::kRunning) continue;
+    const Progress& p = progress_[i];
+    std::optional<steady_clock::time_point> due;
+    if (p.beaten && hang.count() > 0) due = p.last + hang;
+    if (!p.beaten && startup.count() > 0) due = p.last + startup;
+    // Not beaten yet and no startup limit: look again later for its first beat.
+    if (!p.beaten && startup.count() == 0 && hang.count() > 0) due = steady_clock::now() + hang;
+    if (due && (!next || *due < *next)) next = due;
+  }
+  if (!next) return;
+  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*next - steady_clock::now());
+  uv_timer_start(
+      &hang_timer_, [](uv_timer_t* t) { static_cast<Supervisor*>(t->data)->CheckHangs(); },
+      static_cast<uint64_t>(std::max<long>(wait.count(), 0)) + 1, 0);
+}
+
+void Supervisor::CheckHangs() {
+  using std::chrono::steady_clock;
+  if (running_ == nullptr || running_->phase() != Phase::kRunning) return;
+  const auto now = steady_clock::now();
+  // A newer heartbeat mtime is a beat; place it in steady time by its age.
+  const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  for (auto& p : progress_) {
+    int64_t m = MtimeNs(p.file);
+    if (m <= p.mtime_ns) continue;
+    p.mtime_ns = m;
+    p.beaten = true;
+    p.last = now - std::chrono::nanoseconds(std::max<int64_t>(0, wall_now_ns - m));
+  }
+  HangReport report = RunningReport();
+  report.beating_ranks.clear();
+  std::vector<std::pair<size_t, std::string>> hung;
+  for (size_t i = 0; i < progress_.size(); ++i) {
+    const WorkerRecord& w = running_->workers()[i];
+    if (w.state != WorkerState::kRunning) continue;
+    const Progress& p = progress_[i];
+    const double silent = std::chrono::duration<double>(now - p.last).count();
+    const double limit =
+        p.beaten ? options_.hang_timeout.count() : options_.startup_timeout.count();
+    if (limit <= 0 || silent < limit) {
+      if (p.beaten) report.beating_ranks.push_back(w.rank);
+      continue;
+    }
+    report.hung.push_back({i, w.rank, w.local_rank, w.pid, silent, p.beaten});
+    char why[160];
+    std::snprintf(why, sizeof(why),
+                  p.beaten ? "hung: no heartbeat for %.1f s (--hang_timeout=%g)"
+                           : "hung: no first heartbeat %.1f s after start (--startup_timeout=%g)",
+                  silent, limit);
+    hung.emplace_back(i, why);
+  }
+  if (hung.empty()) {
+    ArmHangCheck();
+    return;
+  }
+  if (hang_handler_) {
+    std::vector<int> culprits = hang_handler_(report);
+    auto is_culprit = [&](const std::pair<size_t, std::string>& h) {
+      int rank = running_->workers()[h.first].rank;
+      return std::find(culprits.begin(), culprits.end(), rank) != culprits.end();
+    };
+    std::stable_partition(hung.begin(), hung.end(), is_culprit);
+  }
+  running_->OnHang(hung, std::chrono::system_clock::now());
+}
+
 GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
                                  const GroupOptions& options) {
   GroupState state(options, &control_, timer_.get());
+  options_ = options;
+  progress_.clear();
   running_ = &state;
   timer_->Target(&state);
   if (pending_signal_ != 0) state.OnSignal(pending_signal_);
@@ -305,7 +441,9 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
     StartWorker(spec, state);
   }
   ReapChildren();  // exits that raced with the start-up
+  ArmHangCheck();
   while (!state.done()) uv_run(&loop_, UV_RUN_ONCE);
+  uv_timer_stop(&hang_timer_);
   running_ = nullptr;
   timer_->Target(nullptr);
   Drain(state);

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -50,6 +51,15 @@ class Supervisor {
   // A terminating signal received while no group ran, or 0.
   int pending_signal() const { return pending_signal_; }
 
+  // Called on the loop thread when workers are found hung, before they are
+  // stopped: the place for a debug dump (it may take a few seconds). Returns
+  // the ranks it found to be the cause (stragglers), reported first.
+  using HangHandler = std::function<std::vector<int>(const HangReport&)>;
+  void SetHangHandler(HangHandler handler) { hang_handler_ = std::move(handler); }
+  // Handles `dump_signal` (ddprun dump): the handler gets every running
+  // worker; nothing is stopped.
+  void SetDumpHandler(int dump_signal, HangHandler handler);
+
   // Thread-safe: stops the running group (outcome kStopped), or the next one
   // to start, until ClearStopRequest().
   void RequestStop();
@@ -66,6 +76,16 @@ class Supervisor {
   void ReapChildren();
   void OnSignal(int sig);
   void Drain(GroupState& state);
+  // Hang detection: one timer, armed for the earliest deadline of any worker.
+  struct Progress {
+    std::chrono::steady_clock::time_point last;  // last beat, or the start
+    bool beaten = false;
+    int64_t mtime_ns = 0;  // heartbeat file mtime last seen
+    std::string file;
+  };
+  void NoteProgress(size_t index);
+  void ArmHangCheck();
+  void CheckHangs();
   void CloseReader(PipeReader& reader);
 
   uv_loop_t loop_;
@@ -81,6 +101,15 @@ class Supervisor {
   UniqueFd dev_null_out_;
   std::vector<std::unique_ptr<PipeReader>> readers_;
   std::map<std::string, UniqueFd> filter_files_;
+  uv_timer_t hang_timer_;
+  std::vector<Progress> progress_;
+  GroupOptions options_;
+  HangHandler hang_handler_;
+  HangHandler dump_handler_;
+  uv_signal_t dump_signal_{};
+  bool dump_signal_started_ = false;
+  // The workers still running, as a report with nobody hung.
+  HangReport RunningReport() const;
 };
 
 }  // namespace ddprun::supervisor

@@ -16,9 +16,11 @@ struct StreamSpec {
   std::string file;                            // also written here ("" = no file)
   std::vector<std::string> duplicate_filters;  // lines containing one of these ...
   std::string filter_file;                     // ... are copied here, prefixed
+  bool track_progress = false;                 // every line is a heartbeat (--hang_detect=output)
 
   bool NeedsPipe() const {
-    return !duplicate_filters.empty() || (console && (!prefix.empty() || !file.empty()));
+    return track_progress || !duplicate_filters.empty() ||
+           (console && (!prefix.empty() || !file.empty()));
   }
 };
 
@@ -29,6 +31,22 @@ struct WorkerSpec {
   std::vector<std::string> envp;  // "NAME=value", the whole environment
   StreamSpec out;
   StreamSpec err;
+  std::string heartbeat_file;  // its mtime is the last beat ("" = none)
+};
+
+// Workers found hung, handed to the launcher before anything is killed.
+struct HangReport {
+  struct Worker {
+    size_t index = 0;  // into GroupResult::workers
+    int rank = 0;
+    int local_rank = 0;
+    int pid = 0;
+    double silent_seconds = 0;  // since the last beat, or since the start
+    bool ever_beat = false;
+  };
+  std::vector<Worker> hung;        // empty for a dump on request
+  std::vector<Worker> running;     // every worker still running
+  std::vector<int> beating_ranks;  // still making progress
 };
 
 }  // namespace ddprun::supervisor

@@ -1,8 +1,11 @@
 #include "examples/train/distributed_run.hpp"
 
+#include <sys/resource.h>
+
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,18 +19,34 @@
 #include "examples/train/report.hpp"
 #include "examples/train/updater.hpp"
 
+#ifdef DDPRUN_HAVE_CUDA
+#include "examples/train/cuda_device.hpp"
+#include "examples/train/cuda_mlp.hpp"
+#include "examples/train/cuda_optimizer.hpp"
+#endif
+
 namespace ddprun::train {
 namespace {
 
+// The training loop is one template over the model: Mlp (host memory, Gloo)
+// or CudaMlp (device memory, NCCL); both have the same interface.
+template <typename Model>
 struct Rank {
   const TrainOptions& options;
   ddp::ProcessGroup& group;
   ddp::Reducer& reducer;
-  Mlp& model;
+  Model& model;
   Updater& updater;
   SyntheticData data;
   std::vector<float> x, y;
+  std::vector<long> step_us, backward_us;  // with --time
 };
+
+long MicrosSince(std::chrono::steady_clock::time_point t0) {
+  return static_cast<long>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+          .count());
+}
 
 ddp::ReducerOptions MakeReducerOptions(const TrainOptions& o) {
   ddp::ReducerOptions r;
@@ -37,44 +56,84 @@ ddp::ReducerOptions MakeReducerOptions(const TrainOptions& o) {
   return r;
 }
 
+bool OnDevice(const ddp::ProcessGroup& group) { return std::strcmp(group.backend(), "nccl") == 0; }
+
 // The mean of every rank's loss (one small all-reduce, on loss steps only).
 StatusOr<float> MeanLoss(ddp::ProcessGroup& group, float loss) {
-  Status s = group.AllReduce(ddp::View(&loss, 1), ddp::ReduceOp::kSum)->Wait();
-  if (!s.ok()) return s.Annotate("all-reduce the loss");
-  return loss / static_cast<float>(group.size());
+  StatusOr<float> sum = loss;
+#ifdef DDPRUN_HAVE_CUDA
+  if (OnDevice(group)) sum = AllReduceSumOnDevice(group, loss);
+#endif
+  if (!OnDevice(group)) {
+    Status s = group.AllReduce(ddp::View(&loss, 1), ddp::ReduceOp::kSum)->Wait();
+    sum = s.ok() ? StatusOr<float>(loss) : StatusOr<float>(s);
+  }
+  if (!sum.ok()) return sum.status().Annotate("all-reduce the loss");
+  return *sum / static_cast<float>(group.size());
 }
 
-Status Backward(Rank& r, long step) {
+template <typename Model>
+Status Backward(Rank<Model>& r, long step) {
   const int rank = r.group.rank();
-  std::vector<ddp::Parameter>& params = r.model.parameters();
   const long nan_index =
       InjectsNan(r.options, rank, r.group.size(), step) ? r.model.IndexOf(kNanParameter) : -1;
   r.model.ZeroGrads();
+  const auto t0 = std::chrono::steady_clock::now();
+  if (r.options.no_comm) {
+    r.model.Backward(r.updater.loss_scale(), [](size_t) {});
+    if (r.options.time) r.backward_us.push_back(MicrosSince(t0));
+    return r.model.TakeError();
+  }
   r.reducer.BeginBackward();
   r.model.Backward(r.updater.loss_scale(), [&](size_t i) {
-    if (static_cast<long>(i) == nan_index) params[i].grad[0] = NAN;
+    if (static_cast<long>(i) == nan_index) r.model.SetGradNan(i);
     r.reducer.MarkGradReady(i);
   });
+  if (r.options.time) r.backward_us.push_back(MicrosSince(t0));
   Status s = r.reducer.FinishBackward();
+  if (s.ok()) s = r.model.TakeError();
   if (!s.ok()) return s.Annotate("step " + std::to_string(step) + ": backward");
   const std::string notice = r.reducer.TakeNotice();
   if (!notice.empty() && rank == 0) std::fprintf(stderr, "train: rank 0: %s\n", notice.c_str());
   return Status::Ok();
 }
 
-Status RunStep(Rank& r, long step) {
+// --comm-only: the collectives of a step (buffers, the gradient buckets in
+// backward's order, the loss on loss steps) with no forward, backward or update.
+template <typename Model>
+Status RunCommOnlyStep(Rank<Model>& r, long step) {
+  Status s = r.reducer.BeforeForward();
+  if (!s.ok()) return s.Annotate("step " + std::to_string(step) + ": broadcast buffers");
+  const auto t0 = std::chrono::steady_clock::now();
+  r.reducer.BeginBackward();
+  for (size_t l = r.model.parameters().size() / 2; l-- > 0;) {
+    r.reducer.MarkGradReady(2 * l);
+    r.reducer.MarkGradReady(2 * l + 1);
+  }
+  if (r.options.time) r.backward_us.push_back(MicrosSince(t0));
+  s = r.reducer.FinishBackward();
+  if (!s.ok()) return s.Annotate("step " + std::to_string(step) + ": backward");
+  if (!IsLossStep(step, r.options.steps)) return Status::Ok();
+  return MeanLoss(r.group, 0.0f).status();
+}
+
+template <typename Model>
+Status RunStep(Rank<Model>& r, long step) {
+  if (r.options.comm_only) return RunCommOnlyStep(r, step);
   const int rank = r.group.rank();
   ddp::Heartbeat();
   MaybeCrash(r.options, rank, step);
-  Status s = r.reducer.BeforeForward();
+  Status s = r.options.no_comm ? Status::Ok() : r.reducer.BeforeForward();
   if (!s.ok()) return s.Annotate("step " + std::to_string(step) + ": broadcast buffers");
   r.data.Batch(SyntheticData::ShardStart(step, r.group.size(), rank, r.options.batch),
                r.options.batch, r.x.data(), r.y.data());
   const float loss = r.model.Forward(r.x.data(), r.y.data(), r.options.batch);
+  s = r.model.TakeError();
+  if (!s.ok()) return s.Annotate("step " + std::to_string(step) + ": forward");
   MaybeHang(r.options, rank, step);
   s = Backward(r, step);
   if (!s.ok()) return s;
-  if (IsLossStep(step, r.options.steps)) {
+  if (IsLossStep(step, r.options.steps) && !r.options.no_comm) {
     StatusOr<float> mean = MeanLoss(r.group, loss);
     if (!mean.ok()) return mean.status().Annotate("step " + std::to_string(step));
     if (rank == 0) PrintLoss(step, *mean);
@@ -88,11 +147,41 @@ StatusOr<std::unique_ptr<ddp::ProcessGroup>> Connect(const TrainOptions& o) {
   if (o.collective_timeout_s > 0) {
     env->timeout = std::chrono::milliseconds(std::llround(o.collective_timeout_s * 1000));
   }
-  StatusOr<std::unique_ptr<ddp::ProcessGroup>> group =
-      ddp::CreateProcessGroup(*env, ddp::Device::kCpu);
+  ddp::Device device = ddp::Device::kCpu;
+#ifdef DDPRUN_HAVE_CUDA
+  if (o.device == "cuda") {
+    // Before the group: the NCCL set-up publishes the current device.
+    if (Status s = SelectDevice(env->local_rank); !s.ok()) {
+      return s.Annotate("rank " + std::to_string(env->rank));
+    }
+    device = ddp::Device::kCuda;
+  }
+#endif
+  StatusOr<std::unique_ptr<ddp::ProcessGroup>> group = ddp::CreateProcessGroup(*env, device);
   if (!group.ok()) return group.status().Annotate("rank " + std::to_string(env->rank));
   if (o.collective_timeout_s > 0) (*group)->set_timeout(env->timeout);
   return group;
+}
+
+std::string Times(const char* what, int rank, const std::vector<long>& us) {
+  std::string line = "rank " + std::to_string(rank) + " " + what;
+  for (size_t i = 0; i < us.size(); ++i) line += (i == 0 ? " " : ",") + std::to_string(us[i]);
+  return line + "\n";
+}
+
+// --time: per-step and backward wall times (us), then ru_maxrss (KiB), in
+// one write (the ranks share the launcher's stdout).
+template <typename Model>
+void PrintTiming(const Rank<Model>& r) {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  const std::string text = Times("step_us", r.group.rank(), r.step_us) +
+                           Times("backward_us", r.group.rank(), r.backward_us) + "rank " +
+                           std::to_string(r.group.rank()) + " maxrss_kb " +
+                           std::to_string(usage.ru_maxrss) + "\n";
+  std::fflush(stdout);
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  std::fflush(stdout);
 }
 
 int Fail(int rank, const Status& s) {
@@ -100,6 +189,52 @@ int Fail(int rank, const Status& s) {
   std::fflush(nullptr);
   return 1;
 }
+
+MlpConfig ModelConfig(const TrainOptions& o) {
+  return MlpConfig{o.width, o.depth, o.unused_layer, o.amp, o.seed};
+}
+
+// Trains `model` on this rank's shards; `optimizer` as Updater's.
+template <typename Model>
+int Train(const TrainOptions& options, ddp::ProcessGroup& pg, Model& model,
+          std::unique_ptr<Optimizer> optimizer) {
+  StatusOr<std::unique_ptr<ddp::Reducer>> reducer =
+      ddp::Reducer::Create(&pg, model.parameters(), model.buffers(), MakeReducerOptions(options));
+  if (!reducer.ok()) return Fail(pg.rank(), reducer.status().Annotate("create the reducer"));
+  Updater updater(options, &pg, &model.parameters(), std::move(optimizer));
+  Rank<Model> r{options,
+                pg,
+                **reducer,
+                model,
+                updater,
+                SyntheticData(options.seed),
+                std::vector<float>(static_cast<size_t>(options.batch) * kInputDim),
+                std::vector<float>(options.batch),
+                {},
+                {}};
+  for (long step = 0; step < options.steps; ++step) {
+    const auto t0 = std::chrono::steady_clock::now();
+    Status s = RunStep(r, step);
+    if (!s.ok()) return Fail(pg.rank(), s);
+    if (options.time) r.step_us.push_back(MicrosSince(t0));
+  }
+  if (options.time) PrintTiming(r);
+  const double checksum = model.Checksum();
+  if (Status s = model.TakeError(); !s.ok()) return Fail(pg.rank(), s.Annotate("checksum"));
+  PrintChecksum(("rank " + std::to_string(pg.rank())).c_str(), checksum);
+  return 0;
+}
+
+#ifdef DDPRUN_HAVE_CUDA
+int TrainOnDevice(const TrainOptions& options, ddp::ProcessGroup& pg) {
+  StatusOr<std::unique_ptr<CudaMlp>> model = CudaMlp::Create(ModelConfig(options));
+  if (!model.ok()) return Fail(pg.rank(), model.status());
+  StatusOr<std::unique_ptr<Optimizer>> optimizer =
+      MakeCudaOptimizer(options.optimizer, options.lr, (*model)->parameters());
+  if (!optimizer.ok()) return Fail(pg.rank(), optimizer.status());
+  return Train(options, pg, **model, std::move(*optimizer));
+}
+#endif
 
 }  // namespace
 
@@ -109,27 +244,11 @@ int RunDistributed(const TrainOptions& options) {
     std::fprintf(stderr, "train: %s\n", group.status().message().c_str());
     return group.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-  ddp::ProcessGroup& pg = **group;
-  Mlp model(
-      MlpConfig{options.width, options.depth, options.unused_layer, options.amp, options.seed});
-  StatusOr<std::unique_ptr<ddp::Reducer>> reducer =
-      ddp::Reducer::Create(&pg, model.parameters(), model.buffers(), MakeReducerOptions(options));
-  if (!reducer.ok()) return Fail(pg.rank(), reducer.status().Annotate("create the reducer"));
-  Updater updater(options, &pg, &model.parameters());
-  Rank r{options,
-         pg,
-         **reducer,
-         model,
-         updater,
-         SyntheticData(options.seed),
-         std::vector<float>(static_cast<size_t>(options.batch) * kInputDim),
-         std::vector<float>(options.batch)};
-  for (long step = 0; step < options.steps; ++step) {
-    Status s = RunStep(r, step);
-    if (!s.ok()) return Fail(pg.rank(), s);
-  }
-  PrintChecksum(("rank " + std::to_string(pg.rank())).c_str(), model);
-  return 0;
+#ifdef DDPRUN_HAVE_CUDA
+  if (options.device == "cuda") return TrainOnDevice(options, **group);
+#endif
+  Mlp model(ModelConfig(options));
+  return Train(options, **group, model, nullptr);
 }
 
 }  // namespace ddprun::train

@@ -3,12 +3,31 @@
 // computes the same training and prints the checksum DDP must reproduce.
 //
 // Exit codes: 0 ok, 1 a DDP or training error, 2 usage (or a device this
-// trainer cannot use).
+// trainer or build cannot use: --device cuda without a CUDA build, --amp on
+// cuda, LOCAL_RANK without a device). --reference always runs on the host.
 #include <cstdio>
 
 #include "examples/train/distributed_run.hpp"
 #include "examples/train/options.hpp"
 #include "examples/train/reference_run.hpp"
+
+namespace {
+
+// Why this build cannot train `options` on CUDA, or nullptr when it can.
+const char* CudaUnsupported(const ddprun::train::TrainOptions& options) {
+#ifndef DDPRUN_HAVE_CUDA
+  (void)options;
+  return "this build has no CUDA path (cmake found no CUDA toolkit and NCCL): rebuild where "
+         "they are installed, or use --device cpu";
+#else
+  if (options.amp != ddprun::train::Precision::kFloat32) {
+    return "--amp is not supported yet on cuda: train in fp32 (no --amp) or use --device cpu";
+  }
+  return nullptr;
+#endif
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using ddprun::train::TrainOptions;
@@ -21,12 +40,13 @@ int main(int argc, char** argv) {
     std::fputs(options->help_text.c_str(), stdout);
     return 0;
   }
+  if (options->reference) return ddprun::train::RunReference(*options);  // always on the host
   if (options->device == "cuda") {
-    std::fprintf(stderr,
-                 "train: --device cuda: not supported yet by this trainer (CPU only for now); "
-                 "use --device cpu\n");
-    return 2;
+    const char* why = CudaUnsupported(*options);
+    if (why != nullptr) {
+      std::fprintf(stderr, "train: --device cuda: %s\n", why);
+      return 2;
+    }
   }
-  if (options->reference) return ddprun::train::RunReference(*options);
   return ddprun::train::RunDistributed(*options);
 }

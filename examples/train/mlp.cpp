@@ -150,6 +150,8 @@ void Mlp::ZeroGrads() {
   }
 }
 
+void Mlp::SetGradNan(size_t index) { params_[index].grad[0] = NAN; }
+
 double Mlp::Checksum() const {
   double sum = 0;
   uint64_t k = 0;

@@ -18,6 +18,7 @@
 #include <functional>
 #include <vector>
 
+#include "base/status.hpp"
 #include "ddp/reducer.hpp"
 #include "examples/train/options.hpp"
 
@@ -51,6 +52,11 @@ class Mlp {
   // The index of the parameter called `name`, or -1.
   long IndexOf(const char* name) const;
   void ZeroGrads();
+  // Sets element 0 of parameter `index`'s gradient to NaN.
+  void SetGradNan(size_t index);
+  // Always Ok: the CPU model cannot fail (CudaMlp's interface, for the
+  // training loop shared by both).
+  Status TakeError() { return Status::Ok(); }
 
   // Sum over every parameter element k (flat, registration order) of
   // value * (1 + k % 7), accumulated in double.

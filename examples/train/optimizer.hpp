@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/status.hpp"
 #include "ddp/reducer.hpp"
 #include "examples/train/options.hpp"
 
@@ -18,6 +19,8 @@ class Optimizer {
  public:
   virtual ~Optimizer() = default;
   virtual void Step(std::vector<ddp::Parameter>& params) = 0;
+  // The first failure of a Step since the last call (device optimizers), or Ok.
+  virtual Status TakeError() { return Status::Ok(); }
 };
 
 std::unique_ptr<Optimizer> MakeOptimizer(OptimizerKind kind, float lr,

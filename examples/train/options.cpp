@@ -39,7 +39,13 @@ po::options_description OptionTable(TrainOptions* o) {
        "put a NaN into layers.1.weight's gradient at step N (rank 1, or 0 alone)")
       ("reference", po::bool_switch(&o->reference),
        "one process, no DDP: train on the union of --world-size ranks' shards")
-      ("world-size", po::value(&o->world_size)->default_value(1), "ranks simulated by --reference");
+      ("world-size", po::value(&o->world_size)->default_value(1), "ranks simulated by --reference")
+      ("time", po::bool_switch(&o->time),
+       "every rank prints its per-step and backward wall times (us) and peak RSS (KiB)")
+      ("no-comm", po::bool_switch(&o->no_comm),
+       "benchmark baseline: the same forward, backward and update, no communication")
+      ("comm-only", po::bool_switch(&o->comm_only),
+       "benchmark baseline: the step's collectives (buffers, gradient buckets, loss), no compute");
   // clang-format on
   return d;
 }
@@ -73,6 +79,13 @@ Status CheckRanges(const TrainOptions& o) {
   }
   if (o.steps < 1 || o.batch < 1 || o.width < 1 || o.depth < 1) {
     return InvalidArgument("--steps, --batch, --width and --depth must be at least 1");
+  }
+  if (o.no_comm && o.comm_only)
+    return InvalidArgument("--no-comm and --comm-only exclude each other");
+  if ((o.no_comm || o.comm_only) && (o.UseScaler() || o.reference)) {
+    return InvalidArgument(
+        "--no-comm and --comm-only are for fp32 DDP runs (no --amp, --clip, "
+        "--nan-at-step or --reference)");
   }
   if (o.world_size < 1) return InvalidArgument("--world-size must be at least 1");
   if (!(o.lr > 0)) return InvalidArgument("--lr must be positive");

@@ -43,6 +43,13 @@ struct TrainOptions {
   bool reference = false;
   int world_size = 1;  // with --reference
 
+  // Benchmarking (bench/ddp_bench.py): --time prints every rank's per-step
+  // wall times and peak RSS; --no-comm runs the same compute with no
+  // communication; --comm-only runs the step's communication with no compute.
+  bool time = false;
+  bool no_comm = false;
+  bool comm_only = false;
+
   // Whether the step goes through the GradScaler (AMP, NaN injection, clipping).
   bool UseScaler() const { return amp != Precision::kFloat32 || nan_at_step >= 0 || clip; }
 };

@@ -11,8 +11,10 @@ void PrintLoss(long step, float loss) {
   std::fflush(stdout);
 }
 
-void PrintChecksum(const char* who, const Mlp& model) {
-  std::printf("%s checksum %.9g\n", who, model.Checksum());
+void PrintChecksum(const char* who, const Mlp& model) { PrintChecksum(who, model.Checksum()); }
+
+void PrintChecksum(const char* who, double checksum) {
+  std::printf("%s checksum %.9g\n", who, checksum);
   std::fflush(stdout);
 }
 

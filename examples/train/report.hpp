@@ -13,5 +13,6 @@ bool IsLossStep(long step, long steps);
 void PrintLoss(long step, float loss);
 // `who` is "rank 3" or "reference".
 void PrintChecksum(const char* who, const Mlp& model);
+void PrintChecksum(const char* who, double checksum);
 
 }  // namespace ddprun::train

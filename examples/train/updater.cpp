@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 
 namespace ddprun::train {
 namespace {
@@ -11,10 +12,11 @@ constexpr float kMaxGradNorm = 1.0f;
 }  // namespace
 
 Updater::Updater(const TrainOptions& options, ddp::ProcessGroup* group,
-                 std::vector<ddp::Parameter>* params)
+                 std::vector<ddp::Parameter>* params, std::unique_ptr<Optimizer> optimizer)
     : clip_(options.clip),
       params_(params),
-      optimizer_(MakeOptimizer(options.optimizer, options.lr, *params)) {
+      optimizer_(optimizer ? std::move(optimizer)
+                           : MakeOptimizer(options.optimizer, options.lr, *params)) {
   if (options.UseScaler()) {
     ddp::GradScalerOptions scaler_options;
     scaler_options.anomaly_mode = true;
@@ -25,7 +27,7 @@ Updater::Updater(const TrainOptions& options, ddp::ProcessGroup* group,
 Status Updater::Apply(long step, bool report) {
   if (!scaler_) {
     optimizer_->Step(*params_);
-    return Status::Ok();
+    return optimizer_->TakeError().Annotate("optimizer step " + std::to_string(step));
   }
   Status s = scaler_->Unscale(*params_, step);
   if (!s.ok()) return s.Annotate("unscale gradients at step " + std::to_string(step));
@@ -38,6 +40,8 @@ Status Updater::Apply(long step, bool report) {
   }
   const bool stepped = scaler_->ShouldStep();
   if (stepped) optimizer_->Step(*params_);
+  s = optimizer_->TakeError();
+  if (!s.ok()) return s.Annotate("optimizer step " + std::to_string(step));
   scaler_->Update();
   if (report && !stepped) {
     std::printf("step %ld: skipped (inf/NaN gradients), scale %g\n", step, scaler_->scale());

@@ -19,8 +19,9 @@ namespace ddprun::train {
 
 class Updater {
  public:
+  // `optimizer` steps `params` (nullptr: the host optimizer of `options`).
   Updater(const TrainOptions& options, ddp::ProcessGroup* group,
-          std::vector<ddp::Parameter>* params);
+          std::vector<ddp::Parameter>* params, std::unique_ptr<Optimizer> optimizer = nullptr);
 
   // What the loss is multiplied by before backward (1 without the scaler).
   float loss_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }

@@ -1,0 +1,316 @@
+#!/usr/bin/env python3
+"""DDP step time and overlap benchmark: ddprun + examples/train vs PyTorch DDP.
+
+Prints an nccl-tests style report: a '#' header with the parameters, one row
+per measurement (median over --runs runs, units, ddprun/pytorch ratio where
+there is one, goal, status), min/max over runs, and a footer ending in OK or
+FAILED.  The exit status is non-zero on FAILED (a goal missed or a run that
+failed or gave a wrong result).
+
+Measurements (CPU, Gloo, 2 ranks, OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
+  step     The same MLP (32 -> W x D, ReLU -> 1, MSE, fp32, SGD lr 0.01) and
+           per-rank batch, trained --steps steps by
+             ddprun --standalone --nproc_per_node=2 --no_python train --time
+             torchrun --standalone --nproc_per_node=2 ddp_torch_mlp.py --time
+           (PyTorch: DistributedDataParallel, Gloo, torch.set_num_threads(1)).
+           Each rank times every step of its own training loop (wall clock,
+           start-up excluded) and prints the times and its ru_maxrss.  Per
+           run: the median step time of each rank after --warmup steps, and
+           the run's value is the MAX over the ranks (a synchronous job goes at
+           its slowest rank's pace); rank 0's value is shown in the spread
+           lines.  peak_rss: each rank's getrusage(RUSAGE_SELF).ru_maxrss, max
+           over ranks (PyTorch's includes the interpreter and libtorch).
+           Runs alternate ddprun / torchrun so background load hits both.
+  overlap  ddprun + train only, on a model sized so that the gradient
+           all-reduce takes about as long as backward (--ov-*):
+             t_ddp        train                 (normal DDP steps)
+             t_nocomm     train --no-comm       (same compute, 2 ranks, no
+                                                 collectives at all)
+             t_comm       train --comm-only     (the step's collectives --
+                                                 buffer broadcast, the same
+                                                 gradient buckets through the
+                                                 reducer, the loss every 10
+                                                 steps -- with no compute)
+             backward     train --no-comm's backward time per step (compute
+                          only), printed to compare with t_comm
+           hidden = 1 - (t_ddp - t_nocomm) / t_comm, from the medians.
+           All three run with 2 ranks on the same 2 cores, so t_nocomm
+           already includes the two ranks competing for CPU.
+  gpu      Unscale kernel bandwidth and single-rank NCCL steps: not run by
+           this script (rows say why; scripts/gpu-check.sh runs them).
+
+The train and ddprun binaries are copied to a temporary directory first so a
+concurrent rebuild cannot change them mid-run.
+"""
+
+import argparse
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LINE = re.compile(r"^rank (\d+) (step_us|backward_us|maxrss_kb|checksum|finite) (\S+)$")
+
+
+def run_job(argv, env, timeout):
+    """Runs a launcher; returns (rc, stdout text, stderr tail)."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        return 124, out, err[-2000:]
+    try:
+        os.killpg(p.pid, signal.SIGKILL)  # anything left behind
+    except OSError:
+        pass
+    return p.returncode, out, err[-2000:]
+
+
+def parse(out, nranks, warmup):
+    """Per-rank dict: step (median ms after warm-up), backward (ms), rss (MiB),
+    checksum/finite.  Raises ValueError when something is missing."""
+    ranks = {}
+    for line in out.splitlines():
+        m = LINE.match(line.strip())
+        if not m:
+            continue
+        r, key, val = int(m.group(1)), m.group(2), m.group(3)
+        d = ranks.setdefault(r, {})
+        if key in ("step_us", "backward_us"):
+            v = [int(x) for x in val.split(",")]
+            d[key] = statistics.median(v[warmup:]) / 1000.0
+        elif key == "maxrss_kb":
+            d["rss"] = int(val) / 1024.0
+        else:
+            d[key] = val
+    if sorted(ranks) != list(range(nranks)):
+        raise ValueError("ranks reported: %s" % sorted(ranks))
+    for r, d in ranks.items():
+        if "step_us" not in d or "rss" not in d:
+            raise ValueError("rank %d: no timing lines" % r)
+    return ranks
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ddprun", default=os.path.join(HERE, "..", "build", "ddprun"))
+    ap.add_argument("--train", default=os.path.join(HERE, "..", "build", "examples", "train"))
+    ap.add_argument("--torchrun", default=os.path.expanduser("~/.cache/ddprun/venv/bin/torchrun"))
+    ap.add_argument("--runs", type=int, default=None, help="runs per measurement (default 5, --quick 3)")
+    ap.add_argument("--quick", action="store_true", help="3 runs, 100 steps")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps (default 200)")
+    ap.add_argument("--warmup", type=int, default=20, help="steps before the timed ones")
+    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--ov-width", type=int, default=512)
+    ap.add_argument("--ov-depth", type=int, default=4)
+    ap.add_argument("--ov-batch", type=int, default=96)
+    ap.add_argument("--timeout", type=float, default=300.0, help="seconds per job")
+    args = ap.parse_args()
+    runs = args.runs or (3 if args.quick else 5)
+    steps = args.steps or (100 if args.quick else 200)
+    total_steps = steps + args.warmup
+    nproc = 2
+    t_start = time.time()
+
+    for p in (args.ddprun, args.train, args.torchrun):
+        if not os.access(p, os.X_OK):
+            sys.exit("not executable: %s" % p)
+    tpy = os.path.join(os.path.dirname(os.path.abspath(args.torchrun)), "python")
+    torch_ver = subprocess.run([tpy, "-c", "import torch; print(torch.__version__)"],
+                               capture_output=True, text=True).stdout.strip() or "unknown"
+    model = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+
+    root = tempfile.mkdtemp(prefix="ddprun_ddp_bench_")
+    try:
+        ddprun = os.path.join(root, "ddprun")
+        train = os.path.join(root, "train")
+        shutil.copy2(os.path.abspath(args.ddprun), ddprun)
+        shutil.copy2(os.path.abspath(args.train), train)
+        ddprun_ver = subprocess.run([ddprun, "--version"], capture_output=True, text=True).stdout.strip()
+        env = dict(os.environ)
+        env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+        for k in list(env):
+            if k.startswith(("PET_", "TORCHELASTIC_")) or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
+                                                                  "MASTER_ADDR", "MASTER_PORT"):
+                del env[k]
+
+        def model_args(w, d, b):
+            return ["--width", str(w), "--depth", str(d), "--batch", str(b),
+                    "--steps", str(total_steps), "--time"]
+
+        def ddprun_job(w, d, b, extra=()):
+            logd = os.path.join(root, "logs")
+            shutil.rmtree(logd, ignore_errors=True)
+            return [ddprun, "--standalone", "--nproc_per_node=%d" % nproc, "--log_dir", logd,
+                    "--no_python", train] + model_args(w, d, b) + list(extra)
+
+        def torch_job(w, d, b):
+            return [os.path.abspath(args.torchrun), "--standalone", "--nproc_per_node=%d" % nproc,
+                    os.path.join(HERE, "ddp_torch_mlp.py")] + model_args(w, d, b)
+
+        problems = []
+        res = {}  # key -> list of per-run dicts
+
+        def measure(key, argv, check):
+            rc, out, err = run_job(argv, env, args.timeout)
+            try:
+                if rc != 0:
+                    raise ValueError("exit code %d: %s" % (rc, err.strip().splitlines()[-1:] or ""))
+                ranks = parse(out, nproc, args.warmup)
+                bad = check(ranks)
+                if bad:
+                    raise ValueError(bad)
+            except ValueError as e:
+                problems.append("%s run %d: %s" % (key, len(res.get(key, [])), e))
+                return
+            res.setdefault(key, []).append(ranks)
+
+        def same_checksum(ranks):
+            c = {d.get("checksum") for d in ranks.values()}
+            return None if len(c) == 1 and None not in c else "checksums differ: %s" % c
+
+        def torch_finite(ranks):
+            ok = all(d.get("finite") == "1" for d in ranks.values())
+            return None if ok else "non-finite parameters"
+
+        def no_check(ranks):
+            return None
+
+        print("# DDP step time and overlap benchmark: ddprun + train vs PyTorch DDP")
+        print("#  date: %s" % time.strftime("%Y-%m-%d %H:%M:%S %Z"))
+        print("#  host: %s, %d CPUs (%s), kernel %s, load average at start %.2f" % (
+            platform.node(), os.cpu_count(), model, platform.release(), os.getloadavg()[0]))
+        print("#  ddprun: %s (%s), train: %s" % (os.path.abspath(args.ddprun), ddprun_ver,
+                                                 os.path.abspath(args.train)))
+        print("#  pytorch: %s (torch %s), DDP Gloo, bench/ddp_torch_mlp.py" % (
+            os.path.abspath(args.torchrun), torch_ver))
+        print("#  all: CPU, Gloo, %d ranks, --standalone, OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, fp32, SGD" % nproc)
+        print("#  step: width %d depth %d batch %d per rank; %d warm-up + %d timed steps" % (
+            args.width, args.depth, args.batch, args.warmup, steps))
+        print("#  overlap: width %d depth %d batch %d per rank (ddprun only); modes ddp, --no-comm, --comm-only" % (
+            args.ov_width, args.ov_depth, args.ov_batch))
+        print("#  time/step = median over timed steps per rank, MAX over ranks; then median of %d runs" % runs)
+        print("#")
+        sys.stdout.flush()
+
+        W, D, B = args.width, args.depth, args.batch
+        OW, OD, OB = args.ov_width, args.ov_depth, args.ov_batch
+        for _ in range(runs):
+            measure("ddprun", ddprun_job(W, D, B), same_checksum)
+            measure("pytorch", torch_job(W, D, B), torch_finite)
+        for _ in range(runs):
+            measure("ov_ddp", ddprun_job(OW, OD, OB), same_checksum)
+            measure("ov_nocomm", ddprun_job(OW, OD, OB, ["--no-comm"]), no_check)
+            measure("ov_comm", ddprun_job(OW, OD, OB, ["--comm-only"]), same_checksum)
+
+        def per_run(key, field, agg=max):
+            return [agg(d[field] for d in ranks.values()) for ranks in res.get(key, [])]
+
+        def rank0(key, field):
+            return [ranks[0][field] for ranks in res.get(key, [])]
+
+        def med(v):
+            return statistics.median(v) if v else None
+
+        def fmt(v, f="%.2f"):
+            return "-" if v is None else f % v
+
+        rows, spreads = [], []
+        goals = [0, 0]  # met, total
+
+        def row(test, metric, unit, d, p, goal, status, f="%.2f"):
+            ratio = "%.3f" % (d / p) if d is not None and p not in (None, 0) else "-"
+            rows.append("  %-8s %-18s %-5s %12s %12s %8s  %-20s %s" % (
+                test, metric, unit, fmt(d, f), fmt(p, f), ratio, goal, status))
+
+        def spread(test, metric, who, v, f="%.2f"):
+            if v:
+                spreads.append("#   %-8s %-18s %-8s: min %s max %s  (runs: %s)" % (
+                    test, metric, who, f % min(v), f % max(v), " ".join(f % x for x in v)))
+
+        def judge(ok):
+            goals[1] += 1
+            if ok is None:
+                return "FAIL (no data)"
+            goals[0] += bool(ok)
+            return "met" if ok else "FAIL"
+
+        # 1. step time and memory, side by side
+        d_step, p_step = per_run("ddprun", "step_us"), per_run("pytorch", "step_us")
+        dm, pm = med(d_step), med(p_step)
+        row("step", "time_per_step", "ms", dm, pm, "d <= 0.5 x pytorch",
+            judge(None if dm is None or pm is None else dm <= 0.5 * pm))
+        spread("step", "time_per_step", "ddprun", d_step)
+        spread("step", "time_per_step", "pytorch", p_step)
+        spread("step", "rank0_step", "ddprun", rank0("ddprun", "step_us"))
+        spread("step", "rank0_step", "pytorch", rank0("pytorch", "step_us"))
+        for r in range(nproc):
+            dv = [ranks[r]["rss"] for ranks in res.get("ddprun", [])]
+            pv = [ranks[r]["rss"] for ranks in res.get("pytorch", [])]
+            row("step", "peak_rss/rank%d" % r, "MiB", med(dv), med(pv), "report", "-", "%.1f")
+            spread("step", "peak_rss/rank%d" % r, "ddprun", dv, "%.1f")
+            spread("step", "peak_rss/rank%d" % r, "pytorch", pv, "%.1f")
+        row("step", "good_runs", "runs", len(res.get("ddprun", [])), len(res.get("pytorch", [])),
+            "all %d" % runs, "-", "%d")
+
+        # 2. overlap (ddprun only)
+        t_ddp, t_no, t_comm = (per_run(k, "step_us") for k in ("ov_ddp", "ov_nocomm", "ov_comm"))
+        bwd = per_run("ov_nocomm", "backward_us")
+        m_ddp, m_no, m_comm, m_bwd = med(t_ddp), med(t_no), med(t_comm), med(bwd)
+        for name, v, m in (("t_ddp", t_ddp, m_ddp), ("t_nocomm", t_no, m_no),
+                           ("t_comm_alone", t_comm, m_comm), ("backward_alone", bwd, m_bwd)):
+            row("overlap", name, "ms", m, None, "report", "-")
+            spread("overlap", name, "ddprun", v)
+        if None not in (m_comm, m_bwd):
+            row("overlap", "comm/backward", "x", m_comm / m_bwd, None, "about 1", "-")
+        hidden = None if None in (m_ddp, m_no, m_comm) or m_comm <= 0 else 1 - (m_ddp - m_no) / m_comm
+        row("overlap", "hidden_fraction", "%", None if hidden is None else 100 * hidden, None,
+            "d >= 70 %", judge(None if hidden is None else hidden >= 0.70), "%.1f")
+        n = min(len(t_ddp), len(t_no), len(t_comm))
+        per_run_hidden = [100 * (1 - (t_ddp[i] - t_no[i]) / t_comm[i]) for i in range(n)]
+        spread("overlap", "hidden_fraction", "ddprun", per_run_hidden, "%.1f")
+
+        # 3. GPU rows
+        has_gpu = os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+        why = "not run: see scripts/gpu-check.sh" if has_gpu else "not run: no CUDA device"
+        row("gpu", "unscale_bandwidth", "%", None, None, ">= 80 % of copy", why)
+        row("gpu", "nccl_1rank_step", "ms", None, None, "report", why)
+
+        print("#  %-6s %-18s %-5s %12s %12s %8s  %-20s %s" % (
+            "test", "metric", "unit", "ddprun", "pytorch", "d/p", "goal", "status"))
+        for r in rows:
+            print(r)
+        print("#")
+        print("#  min/max over runs (time_per_step: max over ranks; rank0_step: rank 0 alone):")
+        for s in spreads:
+            print(s)
+        for p in problems:
+            print("#  WRONG RESULT: %s" % p)
+        ok = goals[0] == goals[1] and not problems
+        print("#  elapsed %.0f s, load average at end %.2f" % (time.time() - t_start, os.getloadavg()[0]))
+        print("#  goals met: %d/%d, wrong results: %d   %s" % (
+            goals[0], goals[1], len(problems), "OK" if ok else "FAILED"))
+        return 0 if ok else 1
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

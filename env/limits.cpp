@@ -1,0 +1,385 @@
+#include "env/limits.hpp"
+
+#include <pwd.h>
+#include <sys/resource.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <system_error>
+
+#include "env/host.hpp"
+#include "env/names.hpp"
+
+namespace ddprun::env {
+
+const char* CheckStatusName(CheckStatus s) {
+  switch (s) {
+    case CheckStatus::kOk:
+      return "ok";
+    case CheckStatus::kWarn:
+      return "warn";
+    case CheckStatus::kFail:
+      return "fail";
+  }
+  return "?";
+}
+
+namespace {
+
+constexpr char kNprocCheck[] = "RLIMIT_NPROC (ulimit -u)";
+constexpr char kNofileCheck[] = "RLIMIT_NOFILE (ulimit -n)";
+constexpr char kMemlockCheck[] = "RLIMIT_MEMLOCK (ulimit -l)";
+constexpr char kShmCheck[] = "/dev/shm";
+constexpr char kOmpCheck[] = "OMP_NUM_THREADS";
+constexpr uint64_t kMiB = 1u << 20;
+
+std::string Num(uint64_t n) { return n == kUnlimited ? "unlimited" : std::to_string(n); }
+
+std::string MiB(uint64_t bytes) { return std::to_string((bytes + kMiB - 1) / kMiB) + " MiB"; }
+
+uint64_t RoundUp(uint64_t n, uint64_t step) { return (n + step - 1) / step * step; }
+
+uint64_t UserThreads(const LimitFacts& f) {
+  uint64_t sum = 0;
+  for (const auto& p : f.user_processes) sum += p.threads;
+  return sum;
+}
+
+uint64_t JobThreads(const JobShape& job) {
+  return static_cast<uint64_t>(job.nproc_per_node) * static_cast<uint64_t>(job.threads_per_worker);
+}
+
+// What the user runs plus what the job adds: the soft limit must reach it.
+uint64_t NprocWanted(const LimitFacts& f, const JobShape& job) {
+  return UserThreads(f) + JobThreads(job) + kNprocMargin;
+}
+
+std::string NprocNumbers(const LimitFacts& f, const JobShape& job) {
+  return "soft " + Num(f.nproc.soft) + ", hard " + Num(f.nproc.hard) + ", in use " +
+         std::to_string(UserThreads(f)) + " (threads of " + f.user + "), needed about " +
+         std::to_string(JobThreads(job) + kNprocMargin) + " (" +
+         std::to_string(job.nproc_per_node) + " workers x " +
+         std::to_string(job.threads_per_worker) + " threads + " + std::to_string(kNprocMargin) +
+         ")";
+}
+
+std::string NprocFix(const LimitFacts& f, const JobShape& job) {
+  std::string n = std::to_string(RoundUp(NprocWanted(f, job), 1024));
+  return "as root raise the hard limit: ulimit -u " + n +
+         " in the shell that starts ddprun, or in /etc/security/limits.d/90-nproc.conf the "
+         "lines \"" +
+         f.user + " soft nproc " + n + "\" and \"" + f.user + " hard nproc " + n +
+         "\" (then log in again); or lower --threads_per_worker if the workers use fewer threads";
+}
+
+void CheckNproc(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
+  LimitCheck c{kNprocCheck, CheckStatus::kOk, NprocNumbers(f, job), ""};
+  const uint64_t wanted = NprocWanted(f, job);
+  if (f.uid == 0 && !f.user_namespace) {
+    c.measured = "not enforced for root (uid 0); " + c.measured;
+    plan.debug_notes.push_back(
+        "RLIMIT_NPROC check skipped: the kernel does not enforce it for "
+        "root (uid 0)");
+  } else if (f.nproc.soft >= wanted) {
+    // Enough already.
+  } else if (f.nproc.hard >= wanted) {
+    plan.raise_nproc_soft = f.nproc.hard;
+    c.measured += "; soft raised to the hard limit " + Num(f.nproc.hard);
+    plan.notices.push_back(
+        "raised RLIMIT_NPROC (ulimit -u) soft limit from " + Num(f.nproc.soft) + " to " +
+        Num(f.nproc.hard) + " (hard): " + std::to_string(UserThreads(f)) + " threads in use by " +
+        f.user + ", the job needs about " + std::to_string(JobThreads(job) + kNprocMargin));
+  } else {
+    c.status = CheckStatus::kFail;
+    c.fix = NprocFix(f, job);
+  }
+  plan.checks.push_back(std::move(c));
+}
+
+void CheckNofile(const LimitFacts& f, LimitPlan& plan) {
+  // setrlimit refuses an unlimited NOFILE: the kernel's ceiling is fs.nr_open.
+  const uint64_t target = std::min(f.nofile.hard, f.nr_open);
+  LimitCheck c{kNofileCheck, CheckStatus::kOk,
+               "soft " + Num(f.nofile.soft) + ", hard " + Num(f.nofile.hard), ""};
+  if (f.nofile.soft < target) {
+    plan.raise_nofile_soft = target;
+    c.measured += "; soft raised to " + Num(target);
+    plan.notices.push_back("raised RLIMIT_NOFILE (ulimit -n) soft limit from " +
+                           Num(f.nofile.soft) + " to " + Num(target));
+  }
+  plan.checks.push_back(std::move(c));
+}
+
+void CheckMemlock(const LimitFacts& f, LimitPlan& plan) {
+  // NCCL registers its buffers with the InfiniBand HCA, which pins them: NCCL's
+  // troubleshooting guide asks for an unlimited RLIMIT_MEMLOCK.
+  LimitCheck c{kMemlockCheck, CheckStatus::kOk,
+               "soft " + Num(f.memlock.soft) + ", hard " + Num(f.memlock.hard) + " bytes", ""};
+  if (!f.infiniband) {
+    c.measured += " (no InfiniBand devices: informational)";
+  } else if (f.memlock.soft != kUnlimited) {
+    c.status = CheckStatus::kWarn;
+    c.measured += "; InfiniBand present and NCCL over IB needs unlimited";
+    c.fix = "ulimit -l unlimited, or in /etc/security/limits.d/ \"" + f.user +
+            " soft memlock unlimited\" and \"" + f.user + " hard memlock unlimited\"";
+  }
+  plan.checks.push_back(std::move(c));
+}
+
+// NCCL's SHM transport (used between local ranks when CUDA P2P is not) gives
+// each ordered pair of ranks a shared-memory FIFO of NCCL_BUFFSIZE bytes
+// (default 4 MiB, NCCL's environment documentation), in /dev/shm/nccl-*:
+// about BUFFSIZE x n x (n-1) in all. Docker's default 64 MiB /dev/shm is the
+// classic "failed to extend /dev/shm" case for 8 GPUs (224 MiB).
+void CheckShm(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
+  const uint64_t n = static_cast<uint64_t>(job.nproc_per_node);
+  const uint64_t needed = f.nccl_buffsize * n * (n - 1);
+  LimitCheck c{kShmCheck, CheckStatus::kOk, "", ""};
+  const uint64_t size_mib = RoundUp(needed, 64 * kMiB) / kMiB;
+  const std::string fix = "give /dev/shm at least " + MiB(needed) +
+                          ": docker run --shm-size=" + std::to_string(size_mib) +
+                          "m, or as root mount -o remount,size=" + std::to_string(size_mib) +
+                          "m /dev/shm; or NCCL_SHM_DISABLE=1 (slower)";
+  if (!f.shm_free_bytes) {
+    c.measured = "missing; NCCL's shared-memory transport needs about " + MiB(needed);
+    c.status = needed > 0 ? CheckStatus::kWarn : CheckStatus::kOk;
+    if (needed > 0) c.fix = "mount a tmpfs on /dev/shm; or NCCL_SHM_DISABLE=1";
+  } else {
+    c.measured = MiB(*f.shm_free_bytes) + " free, NCCL's shared-memory transport needs about " +
+                 MiB(needed) + " for " + std::to_string(n) + " local ranks";
+    if (*f.shm_free_bytes < needed) {
+      c.status = CheckStatus::kWarn;
+      c.fix = fix;
+    }
+  }
+  plan.checks.push_back(std::move(c));
+}
+
+std::optional<uint64_t> ParseCount(const std::string& s) {
+  if (s.empty() || s.size() > 9) return std::nullopt;
+  for (char ch : s) {
+    if (!std::isdigit(static_cast<unsigned char>(ch))) return std::nullopt;
+  }
+  return std::stoull(s);
+}
+
+void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
+  LimitCheck c{kOmpCheck, CheckStatus::kOk, "", ""};
+  const uint64_t n = static_cast<uint64_t>(job.nproc_per_node);
+  auto threads = f.omp_num_threads ? ParseCount(*f.omp_num_threads) : std::nullopt;
+  if (!f.omp_num_threads) {
+    c.measured = n > 1 ? "unset: each of the " + std::to_string(n) + " workers gets 1"
+                       : "unset: the worker uses every core";
+  } else if (!threads) {
+    c.measured = "\"" + *f.omp_num_threads + "\" is not a thread count";
+    c.status = CheckStatus::kWarn;
+    c.fix = "set OMP_NUM_THREADS to a number";
+  } else {
+    const uint64_t total = *threads * n;
+    c.measured = *f.omp_num_threads + " x " + std::to_string(n) +
+                 " workers = " + std::to_string(total) + " threads on " + std::to_string(f.cpus) +
+                 " cores";
+    if (total > static_cast<uint64_t>(f.cpus)) {
+      c.status = CheckStatus::kWarn;
+      c.measured += ": oversubscribed";
+      c.fix = "OMP_NUM_THREADS=" + std::to_string(std::max<uint64_t>(1, f.cpus / n));
+    }
+  }
+  plan.checks.push_back(std::move(c));
+}
+
+}  // namespace
+
+LimitPlan PlanLimits(const LimitFacts& facts, const JobShape& job) {
+  LimitPlan plan;
+  CheckNproc(facts, job, plan);
+  CheckNofile(facts, plan);
+  CheckMemlock(facts, plan);
+  CheckShm(facts, job, plan);
+  CheckOmp(facts, job, plan);
+  return plan;
+}
+
+std::string NprocFailureMessage(const LimitFacts& facts, const JobShape& job) {
+  LimitPlan plan;
+  CheckNproc(facts, job, plan);
+  if (plan.checks[0].status != CheckStatus::kFail) return "";
+  std::vector<ProcessThreads> top = facts.user_processes;
+  std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) {
+    return a.threads != b.threads ? a.threads > b.threads : a.pid < b.pid;
+  });
+  if (top.size() > 5) top.resize(5);
+  std::ostringstream o;
+  o << "RLIMIT_NPROC (ulimit -u) is too low to start the workers: " << NprocNumbers(facts, job)
+    << "; not starting any worker\n  top thread holders of " << facts.user << ":";
+  for (const auto& p : top) {
+    o << "\n    pid " << p.pid << ", " << p.threads << " threads: " << p.command;
+  }
+  if (top.empty()) o << " none";
+  o << "\n  fix: " << NprocFix(facts, job);
+  return o.str();
+}
+
+// ---------------------------------------------------------------------------
+// Reading the OS.
+
+namespace {
+
+struct StatusFields {
+  std::optional<uint32_t> real_uid;
+  uint64_t threads = 0;
+  std::string name;
+};
+
+std::optional<StatusFields> ReadProcStatus(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  StatusFields f;
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string key;
+    fields >> key;
+    if (key == "Name:") std::getline(fields >> std::ws, f.name);
+    if (key == "Uid:") {
+      uint32_t uid = 0;
+      if (fields >> uid) f.real_uid = uid;
+    }
+    if (key == "Threads:") fields >> f.threads;
+  }
+  if (!f.real_uid) return std::nullopt;
+  return f;
+}
+
+// The command line with NULs as spaces, cut to 80 characters; `name` (the
+// kernel's comm) for kernel threads and zombies, which have none.
+std::string CommandOf(const std::string& dir, const std::string& name) {
+  std::ifstream in(dir + "/cmdline", std::ios::binary);
+  std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  while (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
+  std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+  if (cmd.empty()) return name;
+  return cmd.size() > 80 ? cmd.substr(0, 77) + "..." : cmd;
+}
+
+bool IsPid(const std::string& s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+}
+
+Rlimit GetLimit(int resource) {
+  rlimit r{};
+  if (getrlimit(resource, &r) != 0) return {};
+  auto conv = [](rlim_t v) { return v == RLIM_INFINITY ? kUnlimited : static_cast<uint64_t>(v); };
+  return {conv(r.rlim_cur), conv(r.rlim_max)};
+}
+
+std::string UserName(uint32_t uid) {
+  passwd pw{};
+  passwd* found = nullptr;
+  char buf[4096];
+  if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) != 0 || found == nullptr) {
+    return std::to_string(uid);
+  }
+  return pw.pw_name;
+}
+
+bool HasEntries(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::directory_iterator it(dir, ec);
+  return !ec && it != std::filesystem::directory_iterator();
+}
+
+template <typename T>
+std::optional<T> ReadNumber(const std::string& path) {
+  std::ifstream in(path);
+  T v{};
+  if (in >> v) return v;
+  return std::nullopt;
+}
+
+// The initial user namespace maps every uid to itself: "0 0 4294967295".
+bool InitialUserNamespace(const std::string& uid_map) {
+  std::ifstream in(uid_map);
+  uint64_t inside = 1, outside = 1, count = 0;
+  if (!(in >> inside >> outside >> count)) return true;  // no user namespaces in this kernel
+  return inside == 0 && outside == 0 && count == 4294967295u;
+}
+
+Status SetSoft(int resource, const char* name, uint64_t soft) {
+  rlimit r{};
+  if (getrlimit(resource, &r) != 0) return ErrnoStatus(std::string("getrlimit ") + name, errno);
+  r.rlim_cur = soft == kUnlimited ? RLIM_INFINITY : static_cast<rlim_t>(soft);
+  if (setrlimit(resource, &r) != 0) {
+    return ErrnoStatus(std::string("raise ") + name + " soft limit to " + Num(soft), errno);
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::vector<ProcessThreads> UserProcesses(uint32_t uid, const std::string& proc_root) {
+  std::vector<ProcessThreads> out;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it(proc_root, ec), end; !ec && it != end;
+       it.increment(ec)) {
+    const std::string pid = it->path().filename().string();
+    if (!IsPid(pid)) continue;
+    const std::string dir = it->path().string();
+    auto status = ReadProcStatus(dir + "/status");
+    if (!status || *status->real_uid != uid) continue;
+    out.push_back({std::stoi(pid), status->threads, CommandOf(dir, status->name)});
+  }
+  return out;
+}
+
+LimitFacts ReadLimitFacts(const Environ& environ, const OsPaths& paths) {
+  LimitFacts f;
+  f.uid = getuid();
+  f.user = UserName(f.uid);
+  f.nproc = GetLimit(RLIMIT_NPROC);
+  f.nofile = GetLimit(RLIMIT_NOFILE);
+  f.memlock = GetLimit(RLIMIT_MEMLOCK);
+  f.user_processes = UserProcesses(f.uid, paths.proc_root);
+  f.user_namespace = !InitialUserNamespace(paths.proc_root + "/self/uid_map");
+  f.nr_open = ReadNumber<uint64_t>(paths.proc_root + "/sys/fs/nr_open").value_or(f.nr_open);
+  f.infiniband = HasEntries(paths.sys_root + "/class/infiniband");
+  struct statvfs vfs {};
+  if (statvfs(paths.shm.c_str(), &vfs) == 0) {
+    f.shm_free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+  }
+  if (auto b = Lookup(environ, "NCCL_BUFFSIZE"); b && ParseCount(*b)) {
+    f.nccl_buffsize = *ParseCount(*b);
+  }
+  f.cpus = CpuCount();
+  f.omp_num_threads = Lookup(environ, kOmpNumThreads);
+  return f;
+}
+
+StatusOr<LimitPlan> PrepareLimits(const JobShape& job, const Environ& environ,
+                                  const OsPaths& paths) {
+  const LimitFacts facts = ReadLimitFacts(environ, paths);
+  LimitPlan plan = PlanLimits(facts, job);
+  if (std::string failure = NprocFailureMessage(facts, job); !failure.empty()) {
+    return Unavailable(failure);
+  }
+  if (plan.raise_nproc_soft) {
+    if (Status s = SetSoft(RLIMIT_NPROC, "RLIMIT_NPROC", *plan.raise_nproc_soft); !s.ok()) {
+      return s;
+    }
+  }
+  if (plan.raise_nofile_soft) {
+    if (Status s = SetSoft(RLIMIT_NOFILE, "RLIMIT_NOFILE", *plan.raise_nofile_soft); !s.ok()) {
+      return s;
+    }
+  }
+  return plan;
+}
+
+}  // namespace ddprun::env

@@ -1,0 +1,115 @@
+// Resource limits before spawning: the per-user process/thread limit
+// (RLIMIT_NPROC), open files, locked memory, /dev/shm and OpenMP threads,
+// checked against what a job of `nproc_per_node` workers needs.
+//
+// Two layers. PlanLimits() is pure: it takes numbers read from the OS
+// (LimitFacts) and returns the checks and the soft limits to raise, so tests
+// need no OS. ReadLimitFacts() reads those numbers (with injectable /proc,
+// /sys and /dev/shm paths); PrepareLimits() reads, plans and applies the
+// raises to this process, which the workers then inherit.
+// Thread safety: PrepareLimits changes process-wide limits; call it from
+// main before any worker starts.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.hpp"
+#include "env/environ.hpp"
+
+namespace ddprun::env {
+
+inline constexpr uint64_t kUnlimited = UINT64_MAX;  // RLIM_INFINITY
+
+// ddprun's default for --threads_per_worker: a Python worker running PyTorch
+// commonly holds dozens of threads (the OpenMP/MKL pool, autograd and CUDA
+// threads, DataLoader pin-memory and worker processes, NCCL/Gloo progress and
+// watchdog threads); 64 covers a typical training process.
+inline constexpr int kDefaultThreadsPerWorker = 64;
+
+// Threads beyond the workers' that a launch adds: ddprun's own, the shells
+// and tools a job starts (ps, nvidia-smi, compilers).
+inline constexpr uint64_t kNprocMargin = 32;
+
+struct Rlimit {
+  uint64_t soft = kUnlimited;
+  uint64_t hard = kUnlimited;
+};
+
+struct ProcessThreads {
+  int pid = 0;
+  uint64_t threads = 0;
+  std::string command;
+};
+
+// What the OS says, as plain numbers.
+struct LimitFacts {
+  uint32_t uid = 0;
+  // In a user namespace uid 0 is not the kernel's root: RLIMIT_NPROC applies.
+  bool user_namespace = false;                 // /proc/self/uid_map is not the identity
+  std::string user;                            // login name, or the uid as text
+  Rlimit nproc, nofile, memlock;               // getrlimit
+  std::vector<ProcessThreads> user_processes;  // processes whose real uid is `uid`
+  uint64_t nr_open = 1048576;                  // /proc/sys/fs/nr_open: NOFILE's ceiling
+  bool infiniband = false;                     // /sys/class/infiniband has devices
+  std::optional<uint64_t> shm_free_bytes;      // statvfs(/dev/shm); none: no /dev/shm
+  uint64_t nccl_buffsize = 4u << 20;           // NCCL_BUFFSIZE, NCCL's default 4 MiB
+  int cpus = 1;
+  std::optional<std::string> omp_num_threads;  // OMP_NUM_THREADS as set
+};
+
+struct JobShape {
+  int nproc_per_node = 1;
+  int threads_per_worker = kDefaultThreadsPerWorker;
+};
+
+enum class CheckStatus { kOk, kWarn, kFail };
+const char* CheckStatusName(CheckStatus s);  // "ok", "warn", "fail"
+
+// One line of the doctor table; `fix` is empty when nothing needs doing.
+struct LimitCheck {
+  std::string check;  // "RLIMIT_NPROC (ulimit -u)"
+  CheckStatus status = CheckStatus::kOk;
+  std::string measured;
+  std::string fix;
+};
+
+struct LimitPlan {
+  std::vector<LimitCheck> checks;
+  std::optional<uint64_t> raise_nproc_soft;  // new soft limit, when one is needed
+  std::optional<uint64_t> raise_nofile_soft;
+  std::vector<std::string> notices;      // one line per raise, for the log
+  std::vector<std::string> debug_notes;  // e.g. the skipped check for root
+};
+
+// The checks and raises for `job` on a host described by `facts`.
+LimitPlan PlanLimits(const LimitFacts& facts, const JobShape& job);
+
+// The RLIMIT_NPROC failure as the launcher reports it: the numbers, the top
+// thread-holding processes and the fixes. Empty when that check did not fail.
+std::string NprocFailureMessage(const LimitFacts& facts, const JobShape& job);
+
+// Where ReadLimitFacts looks; tests point these at a fake tree.
+struct OsPaths {
+  std::string proc_root = "/proc";
+  std::string sys_root = "/sys";
+  std::string shm = "/dev/shm";
+};
+
+// The processes under `proc_root` whose real uid is `uid`, with their thread
+// counts. Processes that vanish while being read are skipped.
+std::vector<ProcessThreads> UserProcesses(uint32_t uid, const std::string& proc_root);
+
+// This process's limits and the host facts, for the current real uid.
+LimitFacts ReadLimitFacts(const Environ& environ, const OsPaths& paths = {});
+
+// Reads, plans and raises the soft limits that need raising. Fails with
+// kUnavailable (before anything is spawned) when RLIMIT_NPROC's hard limit
+// is too low for `job`; the message is NprocFailureMessage(). Warnings and
+// notices come back in the plan for the caller to log.
+StatusOr<LimitPlan> PrepareLimits(const JobShape& job, const Environ& environ,
+                                  const OsPaths& paths = {});
+
+}  // namespace ddprun::env

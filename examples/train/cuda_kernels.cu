@@ -1,0 +1,139 @@
+#include <algorithm>
+
+#include "examples/train/cuda_kernels.hpp"
+
+namespace ddprun::train::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kMaxBlocks = 4096;
+
+unsigned Blocks(size_t n) {
+  return static_cast<unsigned>(
+      std::max<size_t>(1, std::min(kMaxBlocks, (n + kThreads - 1) / kThreads)));
+}
+
+// A grid-stride loop over i < n.
+#define FOR_EACH_INDEX(i, n)                                                           \
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+
+__global__ void AddBiasKernel(float* z, const float* bias, size_t n, int cols) {
+  FOR_EACH_INDEX(k, n) z[k] += bias[k % cols];
+}
+
+__global__ void ReluKernel(const float* z, float* out, size_t n) {
+  FOR_EACH_INDEX(k, n) out[k] = z[k] > 0 ? z[k] : 0.0f;
+}
+
+__global__ void ReluBackwardKernel(const float* z, float* delta, size_t n) {
+  FOR_EACH_INDEX(k, n) {
+    if (!(z[k] > 0)) delta[k] = 0.0f;
+  }
+}
+
+// One thread per column, rows summed in order (as the CPU loop does).
+__global__ void ColumnSumsKernel(const float* a, float* sums, int rows, int cols) {
+  FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
+    float sum = 0;
+    for (int j = 0; j < rows; ++j) sum += a[static_cast<size_t>(j) * cols + c];
+    sums[c] = sum;
+  }
+}
+
+__global__ void RunningMeanKernel(const float* x, float* mean, int rows, int cols, float momentum) {
+  FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
+    float sum = 0;
+    for (int j = 0; j < rows; ++j) sum += x[static_cast<size_t>(j) * cols + c];
+    mean[c] += momentum * (sum / rows - mean[c]);
+  }
+}
+
+// One block: a shared-memory tree over per-thread double partial sums.
+__global__ void MseLossKernel(const float* out, const float* y, int n, double* loss) {
+  __shared__ double partial[kThreads];
+  double sum = 0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const double d = static_cast<double>(out[j]) - y[j];
+    sum += d * d;
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = partial[0] / n;
+}
+
+__global__ void MseGradKernel(const float* out, const float* y, int n, float scale, float* delta) {
+  FOR_EACH_INDEX(j, static_cast<size_t>(n)) {
+    delta[j] = scale * 2.0f * (out[j] - y[j]) / static_cast<float>(n);
+  }
+}
+
+__global__ void SgdKernel(float* p, const float* g, size_t n, float lr) {
+  FOR_EACH_INDEX(i, n) p[i] -= lr * g[i];
+}
+
+__global__ void AdamKernel(float* p, const float* g, float* m, float* v, size_t n, AdamStepArgs a) {
+  FOR_EACH_INDEX(i, n) {
+    const float grad = g[i];
+    m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * grad;
+    v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * grad * grad;
+    p[i] -= a.step_size * m[i] / (sqrtf(v[i]) / a.sqrt_correction2 + a.eps);
+  }
+}
+
+#undef FOR_EACH_INDEX
+
+}  // namespace
+
+cudaError_t AddBias(float* z, const float* bias, int rows, int cols) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  AddBiasKernel<<<Blocks(n), kThreads>>>(z, bias, n, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t Relu(const float* z, float* out, size_t n) {
+  ReluKernel<<<Blocks(n), kThreads>>>(z, out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ReluBackward(const float* z, float* delta, size_t n) {
+  ReluBackwardKernel<<<Blocks(n), kThreads>>>(z, delta, n);
+  return cudaGetLastError();
+}
+
+cudaError_t ColumnSums(const float* delta, float* bias_grad, int rows, int cols) {
+  ColumnSumsKernel<<<Blocks(cols), kThreads>>>(delta, bias_grad, rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t UpdateRunningMean(const float* x, float* mean, int rows, int cols, float momentum) {
+  RunningMeanKernel<<<Blocks(cols), kThreads>>>(x, mean, rows, cols, momentum);
+  return cudaGetLastError();
+}
+
+cudaError_t MseLoss(const float* out, const float* y, int n, double* loss) {
+  MseLossKernel<<<1, kThreads>>>(out, y, n, loss);
+  return cudaGetLastError();
+}
+
+cudaError_t MseGrad(const float* out, const float* y, int n, float scale, float* delta) {
+  MseGradKernel<<<Blocks(n), kThreads>>>(out, y, n, scale, delta);
+  return cudaGetLastError();
+}
+
+cudaError_t SgdStep(float* p, const float* g, size_t n, float lr) {
+  SgdKernel<<<Blocks(n), kThreads>>>(p, g, n, lr);
+  return cudaGetLastError();
+}
+
+cudaError_t AdamStep(float* p, const float* g, float* m, float* v, size_t n,
+                     const AdamStepArgs& args) {
+  AdamKernel<<<Blocks(n), kThreads>>>(p, g, m, v, n, args);
+  return cudaGetLastError();
+}
+
+}  // namespace ddprun::train::cuda

@@ -1,0 +1,57 @@
+// The trainer's model on a CUDA device: the same MLP, initialisation, loss
+// and backward order as Mlp (mlp.hpp), with parameters, gradients and
+// activations in device memory of the current device, GEMMs on cuBLAS
+// (fp32, no TF32) and the rest in small kernels (cuda_kernels.hpp), all on
+// the legacy default stream.
+//
+// Forward takes the batch in host memory and copies it to the device (the
+// data are generated on the host exactly as on the CPU path). The
+// ddp::Parameter/Buffer values hold device pointers, valid for the object's
+// lifetime. CUDA and cuBLAS failures do not stop a step: the first one is
+// kept and TakeError() returns it (the caller checks once per step).
+// Requires fp32 (MlpConfig::precision kFloat32). Not thread-safe. Compiled
+// only in a DDPRUN_HAVE_CUDA build; this header needs no CUDA headers.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "base/status.hpp"
+#include "ddp/reducer.hpp"
+#include "examples/train/mlp.hpp"
+
+namespace ddprun::train {
+
+class CudaMlp {
+ public:
+  // Allocates the model on the current device, initialised as Mlp(config).
+  static StatusOr<std::unique_ptr<CudaMlp>> Create(const MlpConfig& config);
+  ~CudaMlp();
+  CudaMlp(const CudaMlp&) = delete;
+  CudaMlp& operator=(const CudaMlp&) = delete;
+
+  // As Mlp, with `x` and `y` in host memory; waits for the loss.
+  float Forward(const float* x, const float* y, int batch);
+  void Backward(float loss_scale, const std::function<void(size_t)>& on_ready);
+
+  std::vector<ddp::Parameter>& parameters();
+  std::vector<ddp::Buffer> buffers();
+  long IndexOf(const char* name) const;
+  void ZeroGrads();
+  // Sets element 0 of parameter `index`'s gradient to NaN.
+  void SetGradNan(size_t index);
+
+  // As Mlp::Checksum, on the parameters copied back to the host.
+  double Checksum();
+  // The first CUDA or cuBLAS error since the last call, or Ok.
+  Status TakeError();
+
+  class Impl;
+  explicit CudaMlp(std::unique_ptr<Impl> impl);  // use Create()
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ddprun::train

@@ -1,0 +1,345 @@
+#include "launcher/doctor.hpp"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <system_error>
+
+#include "env/host.hpp"
+#include "env/names.hpp"
+#include "env/worker_env.hpp"
+#include "launcher/option_table.hpp"
+
+namespace ddprun::launcher {
+
+using env::CheckStatus;
+using env::LimitCheck;
+
+std::optional<std::vector<std::string>> DoctorArguments(const std::vector<std::string>& args) {
+  if (!args.empty() && args[0] == "doctor") {
+    return std::vector<std::string>(args.begin() + 1, args.end());
+  }
+  auto split = SplitCommandLine(args);
+  if (!split.ok()) return std::nullopt;
+  std::vector<std::string> options;
+  bool doctor = false;
+  for (const auto& arg : split->launcher) {
+    if (arg == "--doctor" || arg.rfind("--doctor=", 0) == 0) {
+      doctor = true;
+    } else {
+      options.push_back(arg);
+    }
+  }
+  if (!doctor) return std::nullopt;
+  return options;
+}
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// GPUs and CUDA_VISIBLE_DEVICES.
+
+bool OnPath(const std::string& program) {
+  const char* path = std::getenv("PATH");
+  std::istringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (!dir.empty() && access((dir + "/" + program).c_str(), X_OK) == 0) return true;
+  }
+  return false;
+}
+
+// Lines of a command's stdout; none when it cannot run or fails.
+std::vector<std::string> CommandLines(const std::string& command) {
+  std::vector<std::string> lines;
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(popen(command.c_str(), "r"), pclose);
+  if (!pipe) return lines;
+  char buf[512];
+  while (std::fgets(buf, sizeof(buf), pipe.get()) != nullptr) {
+    std::string line(buf);
+    while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
+    if (!line.empty()) lines.push_back(line);
+  }
+  if (pclose(pipe.release()) != 0) lines.clear();
+  return lines;
+}
+
+// "NVIDIA H200, 143771 MiB" per GPU from nvidia-smi (bounded: a wedged driver
+// can hang it), else the model names the driver lists under /proc.
+std::vector<std::string> GpuDescriptions() {
+  if (OnPath("nvidia-smi")) {
+    auto lines = CommandLines(
+        "timeout 20 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null");
+    if (!lines.empty()) return lines;
+  }
+  std::vector<std::string> gpus;
+  std::error_code ec;
+  for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    std::ifstream in(it->path() / "information");
+    std::string line, model = it->path().filename().string();
+    while (std::getline(in, line)) {
+      if (line.rfind("Model:", 0) == 0) model = line.substr(line.find_first_not_of(" \t", 6));
+    }
+    gpus.push_back(model);
+  }
+  return gpus;
+}
+
+LimitCheck GpuCheck() {
+  auto gpus = GpuDescriptions();
+  if (gpus.empty()) return {"GPUs", CheckStatus::kOk, "none (CPU jobs: Gloo)", ""};
+  std::string list;
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    list += (i == 0 ? "" : "; ") + std::to_string(i) + ": " + gpus[i];
+  }
+  return {"GPUs", CheckStatus::kOk, std::to_string(gpus.size()) + " (" + list + ")", ""};
+}
+
+LimitCheck VisibleDevicesCheck(const env::Environ& environ) {
+  auto visible = env::Lookup(environ, env::kCudaVisibleDevices);
+  const int physical = env::GpuCount(std::nullopt);
+  if (!visible) return {"CUDA_VISIBLE_DEVICES", CheckStatus::kOk, "unset: every GPU", ""};
+  const int seen = env::GpuCount(visible);
+  LimitCheck c{"CUDA_VISIBLE_DEVICES", CheckStatus::kOk,
+               "\"" + *visible + "\": " + std::to_string(seen) + " of " + std::to_string(physical) +
+                   " GPUs visible",
+               ""};
+  const size_t entries = env::SplitList(*visible).size();
+  if (physical > 0 && static_cast<size_t>(seen) < entries) {
+    c.status = CheckStatus::kWarn;
+    c.fix = "list device indices below " + std::to_string(physical) +
+            " or GPU-/MIG- UUIDs (CUDA stops at the first entry that names no device)";
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------------------
+// NCCL and CUDA versions, from the libraries a worker would load.
+
+using Library = std::unique_ptr<void, int (*)(void*)>;
+
+Library Open(const std::vector<const char*>& names, std::string& found) {
+  for (const char* name : names) {
+    if (void* h = dlopen(name, RTLD_LAZY | RTLD_LOCAL)) {
+      found = name;
+      return Library(h, dlclose);
+    }
+  }
+  return Library(nullptr, dlclose);
+}
+
+// Calls `int symbol(int*)` (ncclGetVersion, cuDriverGetVersion,
+// cudaRuntimeGetVersion: 0 is success in all three).
+std::optional<int> VersionFrom(const std::vector<const char*>& libraries, const char* symbol,
+                               std::string& found) {
+  Library lib = Open(libraries, found);
+  if (!lib) return std::nullopt;
+  auto fn = reinterpret_cast<int (*)(int*)>(dlsym(lib.get(), symbol));
+  int version = 0;
+  if (fn == nullptr || fn(&version) != 0) return std::nullopt;
+  return version;
+}
+
+LimitCheck NcclCheck() {
+  std::string lib;
+  auto v = VersionFrom({"libnccl.so.2", "libnccl.so"}, "ncclGetVersion", lib);
+  if (!v) {
+    return {"NCCL", CheckStatus::kOk,
+            "not found (libnccl.so.2 is not on the library path; PyTorch wheels bring their own)",
+            ""};
+  }
+  // NCCL_VERSION_CODE: major*10000 + minor*100 + patch since 2.9, major*1000 before.
+  const int major = *v >= 10000 ? *v / 10000 : *v / 1000;
+  const int minor = *v >= 10000 ? (*v % 10000) / 100 : (*v % 1000) / 100;
+  return {"NCCL", CheckStatus::kOk,
+          std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(*v % 100) +
+              " (" + lib + ")",
+          ""};
+}
+
+std::string CudaVersionText(int v) {
+  return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10);
+}
+
+std::vector<LimitCheck> CudaChecks(bool have_gpus) {
+  std::string lib;
+  std::vector<LimitCheck> out;
+  auto driver = VersionFrom({"libcuda.so.1", "libcuda.so"}, "cuDriverGetVersion", lib);
+  if (driver) {
+    out.push_back({"CUDA driver", CheckStatus::kOk,
+                   "supports CUDA " + CudaVersionText(*driver) + " (" + lib + ")", ""});
+  } else {
+    out.push_back({"CUDA driver", have_gpus ? CheckStatus::kWarn : CheckStatus::kOk,
+                   "libcuda.so.1 not found",
+                   have_gpus ? "install the NVIDIA driver's user-space libraries" : ""});
+  }
+  auto runtime =
+      VersionFrom({"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"},
+                  "cudaRuntimeGetVersion", lib);
+  out.push_back({"CUDA runtime", CheckStatus::kOk,
+                 runtime ? CudaVersionText(*runtime) + " (" + lib + ")"
+                         : "libcudart not found (PyTorch wheels bring their own)",
+                 ""});
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Network interfaces and ports.
+
+struct Interface {
+  unsigned flags = 0;
+  std::vector<std::string> addresses;
+};
+
+std::map<std::string, Interface> Interfaces() {
+  std::map<std::string, Interface> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> guard(list, freeifaddrs);
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    Interface& iface = out[a->ifa_name];
+    iface.flags = a->ifa_flags;
+    if (a->ifa_addr == nullptr) continue;
+    const int family = a->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    const void* addr =
+        family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr);
+    char text[INET6_ADDRSTRLEN] = {};
+    if (inet_ntop(family, addr, text, sizeof(text)) != nullptr) iface.addresses.push_back(text);
+  }
+  return out;
+}
+
+std::vector<LimitCheck> InterfaceChecks() {
+  std::vector<LimitCheck> out;
+  bool reachable = false;
+  for (const auto& [name, iface] : Interfaces()) {
+    const bool up = (iface.flags & IFF_UP) != 0 && (iface.flags & IFF_RUNNING) != 0;
+    if (up && (iface.flags & IFF_LOOPBACK) == 0 && !iface.addresses.empty()) reachable = true;
+    std::string addresses;
+    for (const auto& a : iface.addresses) addresses += ", " + a;
+    out.push_back(
+        {"interface " + name, CheckStatus::kOk,
+         std::string(up ? "up" : "down") + (addresses.empty() ? ", no address" : addresses), ""});
+  }
+  if (!reachable) {
+    out.push_back({"network", CheckStatus::kWarn,
+                   "no interface but loopback is up with an address: other nodes cannot reach "
+                   "this one",
+                   "single-node jobs only; for multi-node bring up an interface"});
+  }
+  return out;
+}
+
+// Binds 0.0.0.0:port as the store does (SO_REUSEADDR); returns the bound port or errno.
+std::pair<int, int> TryBind(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return {0, errno};
+  std::unique_ptr<int, void (*)(int*)> guard(&fd, [](int* f) { close(*f); });
+  int one = 1;
+  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return {0, errno};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return {0, errno};
+  return {ntohs(addr.sin_port), 0};
+}
+
+LimitCheck PortCheck(int port, const std::string& what, const std::string& option) {
+  const std::string name = "port " + std::to_string(port);
+  auto [bound, err] = TryBind(port);
+  if (err == 0) return {name, CheckStatus::kOk, "free (" + what + ")", ""};
+  return {name, CheckStatus::kWarn,
+          "cannot bind: " + std::string(std::strerror(err)) + " (" + what + ")",
+          "pick another with " + option +
+              ", or find the holder: ss -ltnp 'sport = :" + std::to_string(port) + "'"};
+}
+
+std::vector<LimitCheck> PortChecks(const LaunchConfig& c) {
+  std::vector<LimitCheck> out;
+  auto [port, err] = TryBind(0);
+  if (err == 0) {
+    out.push_back({"port 0", CheckStatus::kOk,
+                   "bound ephemeral port " + std::to_string(port) + " (single-node jobs use one)",
+                   ""});
+  } else {
+    out.push_back({"port 0", CheckStatus::kFail,
+                   "cannot bind a TCP port: " + std::string(std::strerror(err)),
+                   "ddprun's rendezvous store needs a local TCP port: check the network "
+                   "namespace and seccomp/firewall rules"});
+  }
+  out.push_back(
+      PortCheck(c.master_port.value_or(29500), "static rendezvous --master_port", "--master_port"));
+  out.push_back(PortCheck(29400, "c10d rendezvous default", "--rdzv_endpoint=HOST:PORT"));
+  return out;
+}
+
+}  // namespace
+
+std::string FormatDoctorTable(const std::string& header, const std::vector<LimitCheck>& checks) {
+  size_t width = 5;
+  for (const auto& c : checks) width = std::max(width, c.check.size());
+  std::ostringstream o;
+  o << "# " << header << "\n# " << std::string("mark  ") << "check" << std::string(width - 5, ' ')
+    << "  measured\n";
+  int counts[3] = {0, 0, 0};
+  for (const auto& c : checks) {
+    ++counts[static_cast<int>(c.status)];
+    std::string mark = env::CheckStatusName(c.status);
+    o << "  " << mark << std::string(6 - mark.size(), ' ') << c.check
+      << std::string(width - c.check.size(), ' ') << "  " << c.measured << "\n";
+    if (!c.fix.empty()) o << "  " << std::string(6 + width + 2, ' ') << "fix: " << c.fix << "\n";
+  }
+  o << "# " << counts[0] << " ok, " << counts[1] << " warn, " << counts[2]
+    << " fail: " << (counts[2] == 0 ? "OK" : "FAILED") << "\n";
+  return o.str();
+}
+
+StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
+                                 const env::Environ& environ, const HostCounts& host) {
+  // The parser wants a program; the doctor only sizes its checks by the options.
+  std::vector<std::string> args = options;
+  args.insert(args.end(), {"--", "/bin/true"});
+  auto parsed = ParseCommandLine(args, environ, host);
+  if (!parsed.ok()) return parsed.status();
+  const LaunchConfig& c = parsed->config;
+  const env::JobShape job{c.nproc_per_node, c.threads_per_worker};
+  const env::LimitFacts facts = env::ReadLimitFacts(environ);
+  DoctorReport report;
+  report.checks = env::PlanLimits(facts, job).checks;
+  report.checks.push_back(GpuCheck());
+  report.checks.push_back(VisibleDevicesCheck(environ));
+  report.checks.push_back(NcclCheck());
+  for (auto& check : CudaChecks(host.gpus > 0)) report.checks.push_back(std::move(check));
+  for (auto& check : InterfaceChecks()) report.checks.push_back(std::move(check));
+  for (auto& check : PortChecks(c)) report.checks.push_back(std::move(check));
+  for (const auto& check : report.checks) {
+    if (check.status == CheckStatus::kFail) report.failed = true;
+  }
+  const std::string header = "ddprun doctor: host " + env::Hostname() + ", nproc_per_node " +
+                             std::to_string(job.nproc_per_node) + ", threads_per_worker " +
+                             std::to_string(job.threads_per_worker);
+  report.text = FormatDoctorTable(header, report.checks);
+  return report;
+}
+
+}  // namespace ddprun::launcher

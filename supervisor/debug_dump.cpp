@@ -1,0 +1,397 @@
+#include "supervisor/debug_dump.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <system_error>
+#include <thread>
+
+#include "base/unique_fd.hpp"
+#include "env/trace_file.hpp"
+
+extern char** environ;
+
+namespace ddprun::supervisor {
+namespace {
+
+using Clock = std::chrono::system_clock;
+using Steady = std::chrono::steady_clock;
+
+constexpr size_t kMaxToolOutput = 4 << 20;
+constexpr size_t kSummaryStackLines = 15;
+
+// posix_spawn's attribute and file-action objects, destroyed on scope exit.
+struct SpawnSetup {
+  posix_spawn_file_actions_t actions;
+  posix_spawnattr_t attr;
+  SpawnSetup() {
+    posix_spawn_file_actions_init(&actions);
+    posix_spawnattr_init(&attr);
+  }
+  ~SpawnSetup() {
+    posix_spawn_file_actions_destroy(&actions);
+    posix_spawnattr_destroy(&attr);
+  }
+};
+
+// The child: stdin /dev/null, stdout and stderr the pipe, its own process
+// group (so the deadline kill reaches anything it starts), default signal
+// dispositions and an empty mask (the launcher blocks or handles some).
+void Configure(SpawnSetup& s, int out_fd) {
+  posix_spawn_file_actions_addopen(&s.actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&s.actions, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&s.actions, out_fd, 2);
+  sigset_t all, none;
+  sigfillset(&all);
+  sigemptyset(&none);
+  posix_spawnattr_setsigdefault(&s.attr, &all);
+  posix_spawnattr_setsigmask(&s.attr, &none);
+  posix_spawnattr_setpgroup(&s.attr, 0);
+  posix_spawnattr_setflags(&s.attr,
+                           POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
+}
+
+// Reads `fd` until EOF or the deadline; returns false on the deadline.
+bool ReadUntil(int fd, Steady::time_point deadline, std::string& out) {
+  char buf[65536];
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now());
+    if (left.count() <= 0) return false;
+    pollfd p{fd, POLLIN, 0};
+    const int rc = poll(&p, 1, static_cast<int>(left.count()) + 1);
+    if (rc < 0 && errno == EINTR) continue;
+    if (rc <= 0) continue;  // timeout: the loop head checks the deadline
+    const ssize_t n = read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return true;
+    const size_t room = kMaxToolOutput - std::min(out.size(), kMaxToolOutput);
+    out.append(buf, std::min(room, static_cast<size_t>(n)));  // keeps draining past the cap
+  }
+}
+
+// Waits for `pid`; -1 unless it exited normally.
+int Reap(pid_t pid) {
+  int status = 0;
+  pid_t r;
+  while ((r = waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
+  }
+  if (r != pid || !WIFEXITED(status)) return -1;
+  return WEXITSTATUS(status);
+}
+
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string TrimNewline(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s;
+}
+
+// "<tid> <name> <state> <wchan>" from /proc/<pid>/task/<tid>/{stat,wchan}.
+std::string ThreadLine(const std::filesystem::path& task) {
+  const std::string stat = ReadSmallFile((task / "stat").string());
+  const size_t open = stat.find('('), close = stat.rfind(')');
+  if (open == std::string::npos || close == std::string::npos || close + 2 >= stat.size()) {
+    return task.filename().string() + " (gone)";
+  }
+  const std::string wchan = TrimNewline(ReadSmallFile((task / "wchan").string()));
+  return task.filename().string() + " " + stat.substr(open + 1, close - open - 1) + " " +
+         stat[close + 2] + " " + (wchan.empty() || wchan == "0" ? "-" : wchan);
+}
+
+std::vector<std::filesystem::path> Tasks(pid_t pid) {
+  std::vector<std::filesystem::path> tasks;
+  std::error_code ec;
+  for (const auto& e :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    tasks.push_back(e.path());
+  }
+  std::sort(tasks.begin(), tasks.end(), [](const auto& a, const auto& b) {
+    return std::atol(a.filename().c_str()) < std::atol(b.filename().c_str());
+  });
+  return tasks;
+}
+
+std::string Describe(const std::string& tool, const ToolResult& r) {
+  if (!r.error.empty()) return r.error + "\n";
+  std::string text = r.output;
+  if (!text.empty() && text.back() != '\n') text += '\n';
+  if (r.timed_out) {
+    text += "[" + tool + " did not finish in time: killed, the output above is partial]\n";
+  } else if (r.exit_code != 0) {
+    text += "[" + tool + " exited with " + std::to_string(r.exit_code) + "]\n";
+  }
+  return text;
+}
+
+std::string TraceSection(const RankDump& d, size_t max_entries, Clock::time_point now) {
+  std::string text = "== flight recorder (" +
+                     (d.target.trace_file.empty() ? std::string("none") : d.target.trace_file) +
+                     ") ==\n";
+  if (!d.trace_error.empty()) return text + d.trace_error + "\n";
+  const size_t n = std::min(max_entries, d.trace.size());
+  text += "last " + std::to_string(n) + " of " + std::to_string(d.trace.size()) + " entries:\n";
+  for (size_t i = d.trace.size() - n; i < d.trace.size(); ++i) {
+    text += "  " + FormatTraceEntry(d.trace[i], now) + "\n";
+  }
+  return text;
+}
+
+std::string LocalTime(Clock::time_point t) {
+  const time_t secs = Clock::to_time_t(t);
+  tm local{};
+  localtime_r(&secs, &local);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d %H:%M:%S", &local);
+  return buf;
+}
+
+std::string SecondsSince(Clock::time_point since, Clock::time_point now) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f s", std::chrono::duration<double>(now - since).count());
+  return buf;
+}
+
+std::string Indent(const std::string& lines) {
+  std::string out;
+  std::stringstream in(lines);
+  for (std::string line; std::getline(in, line);) out += "  " + line + "\n";
+  return out;
+}
+
+std::string JoinRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  return out.empty() ? "none" : out;
+}
+
+Status WriteFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  out.close();
+  if (!out) return Internal("write " + path + ": " + std::strerror(errno));
+  return Status::Ok();
+}
+
+// One thread per target; inline when no thread can be started (the very
+// process/thread limit a hang may come with).
+std::vector<RankDump> CollectAll(const DumpRequest& request) {
+  std::vector<RankDump> dumps(request.targets.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < request.targets.size(); ++i) {
+    auto collect = [&request, &dumps, i] {
+      dumps[i] = CollectRankDump(request.targets[i], request.tool_timeout);
+    };
+    try {
+      threads.emplace_back(collect);
+    } catch (const std::system_error&) {
+      collect();
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  return dumps;
+}
+
+TraceAnalysis Analyze(const std::vector<RankDump>& dumps, Clock::time_point now) {
+  std::map<int, std::vector<env::TraceEntry>> traces;
+  std::map<int, std::string> no_trace;
+  for (const RankDump& d : dumps) {
+    if (d.trace_error.empty()) {
+      traces[d.target.rank] = d.trace;
+    } else {
+      no_trace[d.target.rank] = d.trace_error;
+    }
+  }
+  return AnalyzeTraces(traces, no_trace, now);
+}
+
+}  // namespace
+
+std::string FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr && *path != '\0' ? path : "/usr/bin:/bin");
+  std::string dir;
+  while (std::getline(dirs, dir, ':')) {
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    struct stat st;
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
+ToolResult RunTool(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
+  ToolResult r;
+  if (argv.empty()) return ToolResult{"", -1, false, "no program given"};
+  const std::string path = argv[0].find('/') != std::string::npos ? argv[0] : FindOnPath(argv[0]);
+  if (path.empty()) return ToolResult{"", -1, false, argv[0] + ": not found on PATH"};
+  int fds[2];
+  // O_CLOEXEC: a tool spawned by another dump thread at the same time must
+  // not inherit this pipe, or this read would wait for that tool too.
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return ToolResult{"", -1, false, argv[0] + ": pipe: " + std::strerror(errno)};
+  }
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
+  SpawnSetup setup;
+  Configure(setup, write_end.get());
+  std::vector<char*> args;
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, path.c_str(), &setup.actions, &setup.attr, args.data(), environ);
+  if (rc != 0) return ToolResult{"", -1, false, argv[0] + ": spawn: " + std::strerror(rc)};
+  write_end.Reset();
+  r.timed_out = !ReadUntil(read_end.get(), Steady::now() + timeout, r.output);
+  if (r.timed_out) kill(-pid, SIGKILL);
+  r.exit_code = Reap(pid);
+  return r;
+}
+
+std::string FormatProcState(pid_t pid) {
+  const std::string dir = "/proc/" + std::to_string(pid);
+  std::ifstream status(dir + "/status");
+  if (!status) return "process " + std::to_string(pid) + " is gone\n";
+  std::string text, line;
+  while (std::getline(status, line)) {
+    if (line.rfind("State:", 0) == 0 || line.rfind("Threads:", 0) == 0) text += line + "\n";
+  }
+  text += "wchan:\t" + TrimNewline(ReadSmallFile(dir + "/wchan")) + "\n";
+  text += "threads (tid name state wchan):\n";
+  for (const auto& task : Tasks(pid)) text += "  " + ThreadLine(task) + "\n";
+  return text;
+}
+
+RankDump CollectRankDump(const DumpTarget& target, std::chrono::milliseconds tool_timeout) {
+  RankDump d;
+  d.target = target;
+  const std::string pid = std::to_string(target.pid);
+  // /proc first: while a tool is attached, every thread shows "t (tracing stop)".
+  d.proc_state = FormatProcState(target.pid);
+  if (std::string eu = FindOnPath("eu-stack"); !eu.empty()) {
+    d.native_tool = "eu-stack";
+    d.native = RunTool({eu, "-p", pid}, tool_timeout);
+  } else if (std::string gdb = FindOnPath("gdb"); !gdb.empty()) {
+    d.native_tool = "gdb";
+    d.native = RunTool({gdb, "-p", pid, "-batch", "-ex", "thread apply all bt"}, tool_timeout);
+  } else {
+    d.native.error = "no native stacks: neither eu-stack (elfutils) nor gdb is installed";
+  }
+  if (std::string py_spy = FindOnPath("py-spy"); !py_spy.empty()) {
+    d.python = RunTool({py_spy, "dump", "--pid", pid}, tool_timeout);
+  } else {
+    d.python.error = "no Python stacks: py-spy is not installed (pip install py-spy)";
+  }
+  if (target.trace_file.empty()) {
+    d.trace_error = kNoFlightRecorder;
+  } else if (auto trace = env::ReadTraceFile(target.trace_file); trace.ok()) {
+    d.trace = std::move(*trace);
+  } else {
+    d.trace_error = trace.status().code() == StatusCode::kNotFound ? kNoFlightRecorder
+                                                                   : trace.status().message();
+  }
+  return d;
+}
+
+std::string FormatRankDump(const RankDump& d, size_t trace_entries, Clock::time_point now) {
+  const DumpTarget& t = d.target;
+  std::string text = "rank " + std::to_string(t.rank) + " (local rank " +
+                     std::to_string(t.local_rank) + ", pid " + std::to_string(t.pid) +
+                     "), dumped at " + LocalTime(now) + "\n\n";
+  text += "== /proc/" + std::to_string(t.pid) + " ==\n" + d.proc_state + "\n";
+  text += "== native stacks (" + (d.native_tool.empty() ? "none" : d.native_tool) + ") ==\n";
+  text += Describe(d.native_tool, d.native) + "\n";
+  text += "== python stacks (py-spy) ==\n" + Describe("py-spy", d.python) + "\n";
+  text += TraceSection(d, trace_entries, now);
+  return text;
+}
+
+std::string MainThreadStack(const std::string& stacks, pid_t pid, size_t max_lines) {
+  const std::string eu_header = "TID " + std::to_string(pid) + ":";
+  const std::string gdb_tag = "(LWP " + std::to_string(pid) + ")";
+  std::stringstream in(stacks);
+  std::string line, out;
+  bool inside = false;
+  size_t lines = 0;
+  while (std::getline(in, line) && lines < max_lines) {
+    const bool header = line.rfind("TID ", 0) == 0 || line.rfind("Thread ", 0) == 0;
+    if (!inside) {
+      inside = line == eu_header ||
+               (line.rfind("Thread ", 0) == 0 && line.find(gdb_tag) != std::string::npos);
+      continue;
+    }
+    if (header || line.empty()) break;
+    out += line + "\n";
+    ++lines;
+  }
+  return out;
+}
+
+std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump>& dumps,
+                          const TraceAnalysis& analysis, Clock::time_point now) {
+  std::string text = "ddprun debug dump at " + LocalTime(now) + ": " +
+                     std::to_string(dumps.size()) + " workers, in " + request.dir + "\n";
+  std::vector<int> hung;
+  for (const HungRank& h : request.hung) hung.push_back(h.rank);
+  text += "hung ranks: " + JoinRanks(hung) + "\n";
+  for (const HungRank& h : request.hung) {
+    text += "  rank " + std::to_string(h.rank) + ": silent since " + LocalTime(h.since) + " (" +
+            SecondsSince(h.since, now) + ")\n";
+  }
+  text += "ranks still beating: " + JoinRanks(request.beating) + "\n\n";
+  text += analysis.text + "\n";
+  text += "main thread stacks (first " + std::to_string(kSummaryStackLines) + " frames):\n";
+  for (const RankDump& d : dumps) {
+    text += "rank " + std::to_string(d.target.rank) + " (pid " + std::to_string(d.target.pid) +
+            "), rank_" + std::to_string(d.target.rank) + ".txt:\n";
+    std::string stack = MainThreadStack(d.native.output, d.target.pid, kSummaryStackLines);
+    if (stack.empty()) {
+      stack = d.native.error.empty() ? "(no stack of the main thread: see the rank file)\n"
+                                     : d.native.error + "\n";
+    }
+    text += Indent(stack);
+  }
+  return text;
+}
+
+StatusOr<std::string> WriteDebugDump(const DumpRequest& request) {
+  std::error_code ec;
+  std::filesystem::create_directories(request.dir, ec);
+  if (ec) return Internal("debug dump: create " + request.dir + ": " + ec.message());
+  const std::vector<RankDump> dumps = CollectAll(request);
+  const Clock::time_point now = Clock::now();
+  for (const RankDump& d : dumps) {
+    const std::string path = request.dir + "/rank_" + std::to_string(d.target.rank) + ".txt";
+    if (Status s = WriteFile(path, FormatRankDump(d, request.trace_entries, now)); !s.ok()) {
+      return s.Annotate("debug dump");
+    }
+  }
+  std::string summary = FormatSummary(request, dumps, Analyze(dumps, now), now);
+  if (Status s = WriteFile(request.dir + "/summary.txt", summary); !s.ok()) {
+    return s.Annotate("debug dump");
+  }
+  return summary;
+}
+
+}  // namespace ddprun::supervisor

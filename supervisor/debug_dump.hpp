@@ -1,0 +1,105 @@
+// The debug dump of a node's workers at a hang (issue 5, "What happens at a
+// hang" 2-4): for every worker, native stacks of all threads (eu-stack, else
+// gdb), Python stacks (py-spy, when installed), its /proc state, and its
+// flight recorder; then a summary with the cross-rank analysis
+// (supervisor/trace_analysis.hpp). Nothing is stopped or killed: the tools
+// attach with ptrace for a moment and detach.
+//
+// Every tool runs as a child process without a shell, in its own process
+// group, with its output captured and a deadline; on the deadline the group is
+// SIGKILLed and what it printed so far is kept. Workers are dumped in
+// parallel, one thread each, so 8 ranks take about as long as one.
+//
+// Thread-safety: all functions may be called from any thread; WriteDebugDump
+// blocks the caller until every worker's dump is done (at most about three
+// tool timeouts). Call it off the event loop, or accept the pause.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "base/status.hpp"
+#include "supervisor/trace_analysis.hpp"
+
+namespace ddprun::supervisor {
+
+struct DumpTarget {
+  int rank;
+  int local_rank;
+  pid_t pid;
+  std::string trace_file;  // DDPRUN_TRACE_FILE; "" when off
+};
+
+// A rank the caller found hung: silent (no beat, no output) since `since`.
+struct HungRank {
+  int rank = 0;
+  std::chrono::system_clock::time_point since;
+};
+
+struct DumpRequest {
+  std::string dir;  // created if missing; gets rank_<R>.txt and summary.txt
+  std::vector<DumpTarget> targets;
+  std::vector<HungRank> hung;
+  std::vector<int> beating;  // ranks that still make progress
+  std::chrono::milliseconds tool_timeout{5000};
+  size_t trace_entries = 20;  // the last N flight recorder entries per rank
+};
+
+// Writes the dump and returns the summary text (also in <dir>/summary.txt).
+// Fails only when the directory or a file cannot be written (with its path);
+// a tool that is missing, fails or times out is reported inside the dump.
+StatusOr<std::string> WriteDebugDump(const DumpRequest& request);
+
+// --- The parts, exposed for tests and for the `ddprun dump` request. ---
+
+// The captured output of one tool run.
+struct ToolResult {
+  std::string output;      // stdout and stderr interleaved, capped at 4 MiB
+  int exit_code = -1;      // -1 when it did not exit normally
+  bool timed_out = false;  // killed at the deadline
+  std::string error;       // not started: "eu-stack: not found on PATH", ...
+};
+
+// Runs argv (argv[0] looked up on PATH) with stdin from /dev/null and stdout
+// and stderr into one pipe, until it exits or `timeout` passes.
+ToolResult RunTool(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
+
+// The full path of an executable `name` on $PATH, or "".
+std::string FindOnPath(const std::string& name);
+
+// One worker's dump as collected (before formatting).
+struct RankDump {
+  DumpTarget target;
+  std::string native_tool;  // "eu-stack", "gdb", or "" when neither is installed
+  ToolResult native;        // all threads' native stacks
+  ToolResult python;        // py-spy dump; error says when not installed
+  std::string proc_state;   // FormatProcState
+  std::vector<env::TraceEntry> trace;
+  std::string trace_error;  // "" when `trace` was read (kNoFlightRecorder when missing)
+};
+
+// Collects one worker's dump (the tools run one after the other: they all
+// ptrace the same process).
+RankDump CollectRankDump(const DumpTarget& target, std::chrono::milliseconds tool_timeout);
+
+// /proc/<pid>/status State and Threads, /proc/<pid>/wchan, and per thread
+// (/proc/<pid>/task/*) its name, state and wchan. Says so when the process is gone.
+std::string FormatProcState(pid_t pid);
+
+// The text of rank_<R>.txt.
+std::string FormatRankDump(const RankDump& dump, size_t trace_entries,
+                           std::chrono::system_clock::time_point now);
+
+// The first `max_lines` frames of the main thread (tid == pid) in eu-stack
+// ("TID <pid>:") or gdb ("(LWP <pid>)") output; "" when not found.
+std::string MainThreadStack(const std::string& stacks, pid_t pid, size_t max_lines);
+
+// The summary: hung ranks and since when, the ranks still beating, the
+// analysis text, and per rank the top of its main thread's native stack.
+std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump>& dumps,
+                          const TraceAnalysis& analysis, std::chrono::system_clock::time_point now);
+
+}  // namespace ddprun::supervisor

@@ -1,0 +1,121 @@
+"""Hang supervision: heartbeats and output as progress, a debug dump of every rank before
+anything is killed, the straggler named from the flight recorders, restarts, exit code 124."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+DDPRUN = os.environ["DDPRUN"]
+TRAIN = str(Path(os.environ["DDPRUN_BUILD"]) / "examples" / "train")
+STEPS = ["--width", "64", "--depth", "2", "--batch", "16", "--steps", "100000"]
+
+
+def env():
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("PET_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "MASTER_"))}
+    e.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHON_EXEC=sys.executable)
+    return e
+
+
+def run(args, timeout=90):
+    start = time.monotonic()
+    r = subprocess.run([DDPRUN, *args], env=env(), capture_output=True, text=True, timeout=timeout)
+    return r, time.monotonic() - start
+
+
+def attempt_dirs(log_dir):
+    return sorted(Path(log_dir).glob("*/attempt_*"))
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_hung_rank_is_named_dumped_and_stopped(tmp_path, world):
+    r, elapsed = run([f"--nproc_per_node={world}", "--hang_timeout=3", "--shutdown_timeout=2",
+                      f"--log_dir={tmp_path}", TRAIN, "--device", "cpu", *STEPS,
+                      "--hang-at-step", "5", "--hang-rank", "1", "--collective-timeout", "600"])
+    assert r.returncode == 124, r.stderr
+    # 3 s without beats, plus start-up, the dump and the 2 s grace.
+    assert elapsed < 3 + 15, elapsed
+    assert re.search(r"rank 1 .*hung", r.stderr), r.stderr
+    # The flight recorders name the straggler: the others wait in a collective it never entered.
+    others = ",".join(str(i) for i in range(world) if i != 1)
+    assert re.search(rf"ranks? {others} waits? in allreduce #\d+", r.stderr), r.stderr
+    assert re.search(r"rank 1 completed #\d+ and has not entered #\d+", r.stderr), r.stderr
+    dumps = attempt_dirs(tmp_path)[0] / "dumps"
+    assert (dumps / "summary.txt").is_file()
+    for rank in range(world):
+        text = (dumps / f"rank_{rank}.txt").read_text()
+        assert re.search(r"TID \d+|Thread \d+|#0 ", text), text[:2000]  # native stacks
+        assert "State:" in text
+
+
+def test_hang_restarts_when_restarts_remain(tmp_path):
+    r, _ = run(["--nproc_per_node=2", "--hang_timeout=2", "--shutdown_timeout=1",
+                "--max_restarts=1", f"--log_dir={tmp_path}", TRAIN, "--device", "cpu", *STEPS,
+                "--hang-at-step", "3", "--hang-rank", "1"], timeout=120)
+    assert r.returncode == 124, r.stderr
+    assert len(attempt_dirs(tmp_path)) == 2, r.stderr
+    assert "restart" in r.stderr
+
+
+def test_output_as_progress_for_programs_that_never_beat(tmp_path):
+    script = tmp_path / "quiet.py"
+    script.write_text("import time\nfor i in range(5):\n    print('tick', i, flush=True)\n"
+                      "    time.sleep(0.2)\ntime.sleep(600)\n")
+    r, elapsed = run(["--nproc_per_node=2", "--hang_timeout=2", "--hang_detect=output",
+                      "--shutdown_timeout=1", str(script)])
+    assert r.returncode == 124, r.stderr
+    assert elapsed < 20
+    assert r.stdout.count("tick 4") == 2  # output is still shown as usual
+    assert re.search(r"no heartbeat for \d", r.stderr), r.stderr
+
+
+def test_a_worker_that_never_beats_trips_the_startup_timeout():
+    r, elapsed = run(["--nproc_per_node=2", "--startup_timeout=2", "--shutdown_timeout=1",
+                      "--no_python", "/bin/sleep", "600"])
+    assert r.returncode == 124, r.stderr
+    assert elapsed < 15
+    assert "no first heartbeat" in r.stderr
+
+
+def test_a_crash_then_hang_names_the_crash(tmp_path):
+    r, _ = run(["--nproc_per_node=2", "--hang_timeout=3", "--shutdown_timeout=2", TRAIN,
+                "--device", "cpu", *STEPS, "--crash-at-step", "5", "--hang-rank", "1"])
+    assert r.returncode == 1, r.stderr
+    assert "crashing at step 5" in r.stdout + r.stderr
+    assert "hung" not in r.stderr.split("Root Cause")[-1]
+
+
+def test_heartbeats_keep_a_slow_job_alive():
+    r, _ = run(["--nproc_per_node=2", "--hang_timeout=2", TRAIN, "--device", "cpu",
+                "--width", "64", "--depth", "2", "--steps", "300"])
+    assert r.returncode == 0, r.stderr
+
+
+def test_dump_on_request_does_not_stop_the_job(tmp_path):
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", f"--log_dir={tmp_path}", TRAIN,
+                          "--device", "cpu", *STEPS], env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not list(Path(tmp_path).glob("*/attempt_0/1")):
+            time.sleep(0.05)
+        d = subprocess.run([DDPRUN, "dump", str(p.pid)], capture_output=True, text=True,
+                           timeout=30)
+        assert d.returncode == 0, d.stderr
+        summary = None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and summary is None:
+            found = list(Path(tmp_path).glob("*/attempt_0/dumps/*/summary.txt")) + \
+                list(Path(tmp_path).glob("*/attempt_0/dumps/summary.txt"))
+            summary = found[0] if found else None
+            time.sleep(0.05)
+        assert summary is not None
+        assert p.poll() is None  # still running
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=30)

@@ -1,0 +1,162 @@
+"""Limits before spawning and `ddprun doctor`.
+
+The RLIMIT_NPROC cases run ddprun as an unprivileged user (the kernel does not enforce
+RLIMIT_NPROC for root): the test, running as root, creates the system user ddprun-test when
+missing, sets the limits with prlimit and drops to that user with setpriv.
+"""
+import os
+import pwd
+import re
+import resource
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import DDPRUN, base_env, run_ddprun
+
+TEST_USER = "ddprun-test"
+MARK_LINE = re.compile(r"^  (ok|warn|fail)\s+\S.*$", re.M)
+
+
+def test_doctor_prints_a_marked_table_and_exits_zero():
+    r = run_ddprun(["doctor"])
+    assert r.rc == 0, r
+    lines = MARK_LINE.findall(r.stdout)
+    assert len(lines) >= 10, r
+    assert "fail" not in lines, r
+    for check in ("RLIMIT_NPROC (ulimit -u)", "RLIMIT_NOFILE (ulimit -n)",
+                  "RLIMIT_MEMLOCK (ulimit -l)", "/dev/shm", "OMP_NUM_THREADS", "GPUs",
+                  "CUDA_VISIBLE_DEVICES", "NCCL", "CUDA driver", "CUDA runtime", "interface lo",
+                  "port 0", "port 29500", "port 29400"):
+        assert re.search(r"^  (ok|warn|fail)\s+" + re.escape(check) + r"\s", r.stdout, re.M), \
+            f"no line for {check}\n{r}"
+    assert r.stdout.startswith("# ddprun doctor: host "), r
+    assert re.search(r"^# \d+ ok, \d+ warn, 0 fail: OK$", r.stdout, re.M), r
+
+
+def test_doctor_option_form_sizes_the_checks_by_the_options():
+    r = run_ddprun(["--nproc_per_node=3", "--threads_per_worker", "10", "--doctor"])
+    assert r.rc == 0, r
+    assert "nproc_per_node 3, threads_per_worker 10" in r.stdout, r
+    assert "3 workers x 10 threads" in r.stdout, r
+
+
+def test_doctor_rejects_a_bad_option_with_usage_exit():
+    r = run_ddprun(["doctor", "--threads_per_worker=none"])
+    assert r.rc == 2, r
+    assert "--threads_per_worker=none" in r.stderr, r
+
+
+def test_doctor_warns_about_omp_oversubscription():
+    env = base_env(OMP_NUM_THREADS=str(os.cpu_count() * 4))
+    r = run_ddprun(["doctor", "--nproc_per_node=2"], env=env)
+    assert r.rc == 0, r
+    assert re.search(r"^  warn\s+OMP_NUM_THREADS\s.*oversubscribed", r.stdout, re.M), r
+    assert "fix: OMP_NUM_THREADS=" in r.stdout, r
+
+
+# ---------------------------------------------------------------------------
+# RLIMIT_NPROC as an unprivileged user.
+
+def user_threads(uid):
+    """Threads whose real uid is uid, as the kernel counts them against RLIMIT_NPROC."""
+    total = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            status = Path(f"/proc/{pid}/status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields["Uid"].split()[0]) == uid:
+            total += int(fields["Threads"])
+    return total
+
+
+@pytest.fixture(scope="module")
+def test_user():
+    """(uid, gid) of ddprun-test, created when missing; skips unless the test runs as root."""
+    if os.geteuid() != 0:
+        pytest.skip("RLIMIT_NPROC cases need root: to create ddprun-test and set its limits "
+                    "(root itself is exempt from RLIMIT_NPROC)")
+    for tool in ("setpriv", "prlimit"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} (util-linux) is not installed")
+    try:
+        pw = pwd.getpwnam(TEST_USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", TEST_USER], check=True,
+                       capture_output=True, timeout=30)
+        pw = pwd.getpwnam(TEST_USER)
+    return pw.pw_uid, pw.pw_gid
+
+
+@pytest.fixture
+def user_dir(test_user):
+    """A world-traversable directory with a 0755 copy of ddprun (the build tree may not be
+    readable by the test user) and a work directory the user owns."""
+    uid, gid = test_user
+    top = Path(tempfile.mkdtemp(prefix="ddprun-limits-"))
+    top.chmod(0o755)
+    binary = top / "ddprun"
+    shutil.copy2(DDPRUN, binary)
+    binary.chmod(0o755)
+    work = top / "work"
+    work.mkdir()
+    os.chown(work, uid, gid)
+    yield binary, work
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def run_as_user(test_user, binary, work, nproc, args):
+    """Runs binary ARGS as the test user with RLIMIT_NPROC set to nproc=(soft, hard)."""
+    uid, gid = test_user
+    cmd = ["prlimit", f"--nproc={nproc[0]}:{nproc[1]}", "setpriv", f"--reuid={uid}",
+           f"--regid={gid}", "--init-groups", str(binary), *map(str, args)]
+    env = base_env(TMPDIR=str(work), HOME=str(work))
+    return subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True, timeout=60)
+
+
+def test_a_low_soft_nproc_under_a_high_hard_one_is_raised_and_the_job_runs(test_user, user_dir):
+    binary, work = user_dir
+    soft = user_threads(test_user[0]) + 10
+    # Raising a hard limit needs CAP_SYS_RESOURCE, which a container's root may lack.
+    hard = min(resource.getrlimit(resource.RLIMIT_NPROC)[1] & 0xFFFFFFFFFFFFFFFF, 100000)
+    if hard < soft + 2 * 64 + 32:
+        pytest.skip(f"this process's hard RLIMIT_NPROC ({hard}) leaves no room to raise into")
+    r = run_as_user(test_user, binary, work, (soft, hard),
+                    ["--nproc_per_node=2", "--threads_per_worker", "64", "/bin/true"])
+    assert r.returncode == 0, (r.stdout, r.stderr)
+    assert re.search(rf"raised RLIMIT_NPROC \(ulimit -u\) soft limit from {soft} to {hard}",
+                     r.stderr), r.stderr
+
+
+def test_a_low_hard_nproc_fails_before_spawning_with_the_numbers_and_the_fix(test_user,
+                                                                             user_dir):
+    binary, work = user_dir
+    marker = work / "worker-ran"
+    r = run_as_user(test_user, binary, work, (50, 50),
+                    ["--nproc_per_node=2", "--threads_per_worker", "64", "--no_python",
+                     "/bin/sh", "-c", f"touch {marker}"])
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert not marker.exists(), "a worker started despite the failed limit check"
+    err = r.stderr
+    assert "RLIMIT_NPROC (ulimit -u) is too low" in err, err
+    assert "soft 50, hard 50" in err, err
+    assert f"threads of {TEST_USER}" in err, err
+    assert "needed about 160 (2 workers x 64 threads + 32)" in err, err
+    assert f"top thread holders of {TEST_USER}:" in err, err
+    assert "ulimit -u " in err and "/etc/security/limits.d/" in err, err
+    assert f"{TEST_USER} hard nproc " in err, err
+
+
+def test_doctor_marks_a_low_hard_nproc_as_fail_and_exits_one(test_user, user_dir):
+    binary, work = user_dir
+    r = run_as_user(test_user, binary, work, (50, 50), ["doctor", "--nproc_per_node=2"])
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert re.search(r"^  fail\s+RLIMIT_NPROC \(ulimit -u\)\s+soft 50, hard 50", r.stdout,
+                     re.M), r.stdout
+    assert re.search(r"^\s+fix: .*ulimit -u \d+", r.stdout, re.M), r.stdout
+    assert r.stdout.rstrip().endswith("FAILED"), r.stdout

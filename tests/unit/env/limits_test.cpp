@@ -1,0 +1,198 @@
+#include "env/limits.hpp"
+
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+namespace ddprun::env {
+namespace {
+
+constexpr uint64_t kMiB = 1u << 20;
+
+// A user with 100 threads in three processes on a 16-core host with room for everything.
+LimitFacts Facts() {
+  LimitFacts f;
+  f.uid = 1000;
+  f.user = "alice";
+  f.nproc = {4096, 4096};
+  f.nofile = {1024, 524288};
+  f.memlock = {8 * kMiB, 8 * kMiB};
+  f.user_processes = {{10, 60, "python train.py"}, {11, 30, "jupyter"}, {12, 10, "bash"}};
+  f.shm_free_bytes = 1024 * kMiB;
+  f.cpus = 16;
+  return f;
+}
+
+const LimitCheck& Find(const LimitPlan& plan, const std::string& prefix) {
+  for (const auto& c : plan.checks) {
+    if (c.check.rfind(prefix, 0) == 0) return c;
+  }
+  FAIL("no check " << prefix);
+  return plan.checks.front();
+}
+
+TEST_CASE("a soft RLIMIT_NPROC high enough for the user's threads and the job is left alone") {
+  auto plan = PlanLimits(Facts(), {8, 64});  // 100 + 512 + 32 = 644 <= 4096
+  const auto& c = Find(plan, "RLIMIT_NPROC");
+  CHECK(c.status == CheckStatus::kOk);
+  CHECK(c.fix.empty());
+  CHECK_FALSE(plan.raise_nproc_soft);
+  CHECK(c.measured ==
+        "soft 4096, hard 4096, in use 100 (threads of alice), needed about 544 "
+        "(8 workers x 64 threads + 32)");
+}
+
+TEST_CASE("a low soft RLIMIT_NPROC under a high hard one is raised to the hard limit") {
+  LimitFacts f = Facts();
+  f.nproc = {150, 100000};
+  auto plan = PlanLimits(f, {2, 64});  // wants 100 + 128 + 32 = 260
+  CHECK(plan.raise_nproc_soft == 100000u);
+  CHECK(Find(plan, "RLIMIT_NPROC").status == CheckStatus::kOk);
+  REQUIRE(plan.notices.size() == 2);  // NPROC, then NOFILE (1024 < 524288)
+  CHECK(plan.notices[0] ==
+        "raised RLIMIT_NPROC (ulimit -u) soft limit from 150 to 100000 (hard): 100 threads in "
+        "use by alice, the job needs about 160");
+  CHECK(NprocFailureMessage(f, {2, 64}).empty());
+}
+
+TEST_CASE("a hard RLIMIT_NPROC too low fails with the numbers, the top processes and the fixes") {
+  LimitFacts f = Facts();
+  f.nproc = {50, 50};
+  for (int i = 0; i < 4; ++i) f.user_processes.push_back({20 + i, 1, "sleep"});
+  auto plan = PlanLimits(f, {2, 64});
+  const auto& c = Find(plan, "RLIMIT_NPROC");
+  CHECK(c.status == CheckStatus::kFail);
+  CHECK_FALSE(plan.raise_nproc_soft);
+  CHECK(c.fix.find("ulimit -u 1024") != std::string::npos);
+  const std::string m = NprocFailureMessage(f, {2, 64});
+  CHECK(m.find("RLIMIT_NPROC (ulimit -u) is too low") == 0);
+  CHECK(m.find("soft 50, hard 50, in use 104 (threads of alice), needed about 160") !=
+        std::string::npos);
+  CHECK(m.find("pid 10, 60 threads: python train.py\n    pid 11, 30 threads: jupyter\n"
+               "    pid 12, 10 threads: bash\n    pid 20, 1 threads: sleep\n"
+               "    pid 21, 1 threads: sleep\n  fix:") != std::string::npos);
+  CHECK(m.find("pid 22") == std::string::npos);  // the top 5 only
+  CHECK(m.find("\"alice soft nproc 1024\" and \"alice hard nproc 1024\"") != std::string::npos);
+  CHECK(m.find("/etc/security/limits.d/") != std::string::npos);
+  CHECK(m.find("--threads_per_worker") != std::string::npos);
+}
+
+TEST_CASE("root is not checked against RLIMIT_NPROC: the kernel does not enforce it") {
+  LimitFacts f = Facts();
+  f.uid = 0;
+  f.user = "root";
+  f.nproc = {10, 10};
+  auto plan = PlanLimits(f, {8, 64});
+  CHECK(Find(plan, "RLIMIT_NPROC").status == CheckStatus::kOk);
+  CHECK_FALSE(plan.raise_nproc_soft);
+  REQUIRE(plan.debug_notes.size() == 1);
+  CHECK(plan.debug_notes[0].find("root") != std::string::npos);
+  CHECK(NprocFailureMessage(f, {8, 64}).empty());
+
+  f.user_namespace = true;  // a container's root is another user to the kernel
+  CHECK(Find(PlanLimits(f, {8, 64}), "RLIMIT_NPROC").status == CheckStatus::kFail);
+}
+
+TEST_CASE("RLIMIT_NOFILE's soft limit is raised to the hard one, capped at fs.nr_open") {
+  LimitFacts f = Facts();
+  auto plan = PlanLimits(f, {1, 64});
+  CHECK(plan.raise_nofile_soft == 524288u);
+  CHECK(Find(plan, "RLIMIT_NOFILE").measured == "soft 1024, hard 524288; soft raised to 524288");
+
+  f.nofile = {1024, kUnlimited};
+  f.nr_open = 1048576;
+  CHECK(PlanLimits(f, {1, 64}).raise_nofile_soft == 1048576u);
+
+  f.nofile = {65536, 65536};
+  plan = PlanLimits(f, {1, 64});
+  CHECK_FALSE(plan.raise_nofile_soft);
+  CHECK(plan.notices.empty());
+}
+
+TEST_CASE("RLIMIT_MEMLOCK below unlimited warns only where there is InfiniBand") {
+  LimitFacts f = Facts();
+  auto without = Find(PlanLimits(f, {8, 64}), "RLIMIT_MEMLOCK");
+  CHECK(without.status == CheckStatus::kOk);
+  CHECK(without.measured.find("informational") != std::string::npos);
+
+  f.infiniband = true;
+  auto with = Find(PlanLimits(f, {8, 64}), "RLIMIT_MEMLOCK");
+  CHECK(with.status == CheckStatus::kWarn);
+  CHECK(with.fix.find("ulimit -l unlimited") != std::string::npos);
+  CHECK(with.fix.find("alice hard memlock unlimited") != std::string::npos);
+
+  f.memlock = {kUnlimited, kUnlimited};
+  CHECK(Find(PlanLimits(f, {8, 64}), "RLIMIT_MEMLOCK").status == CheckStatus::kOk);
+}
+
+TEST_CASE("OMP_NUM_THREADS times the workers above the cores warns with a value that fits") {
+  LimitFacts f = Facts();
+  f.omp_num_threads = "4";
+  auto c = Find(PlanLimits(f, {8, 64}), "OMP_NUM_THREADS");
+  CHECK(c.status == CheckStatus::kWarn);
+  CHECK(c.measured == "4 x 8 workers = 32 threads on 16 cores: oversubscribed");
+  CHECK(c.fix == "OMP_NUM_THREADS=2");
+
+  CHECK(Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS").status == CheckStatus::kOk);
+  f.omp_num_threads.reset();
+  CHECK(Find(PlanLimits(f, {8, 64}), "OMP_NUM_THREADS").status == CheckStatus::kOk);
+  f.omp_num_threads = "many";
+  CHECK(Find(PlanLimits(f, {8, 64}), "OMP_NUM_THREADS").status == CheckStatus::kWarn);
+}
+
+TEST_CASE("/dev/shm smaller than NCCL's SHM buffers for the local ranks warns") {
+  LimitFacts f = Facts();
+  f.shm_free_bytes = 64 * kMiB;                       // Docker's default
+  auto c = Find(PlanLimits(f, {8, 64}), "/dev/shm");  // 4 MiB x 8 x 7 = 224 MiB
+  CHECK(c.status == CheckStatus::kWarn);
+  CHECK(c.measured ==
+        "64 MiB free, NCCL's shared-memory transport needs about 224 MiB for 8 local ranks");
+  CHECK(c.fix.find("--shm-size=256m") != std::string::npos);
+  CHECK(c.fix.find("NCCL_SHM_DISABLE=1") != std::string::npos);
+
+  CHECK(Find(PlanLimits(f, {4, 64}), "/dev/shm").status == CheckStatus::kOk);  // 48 MiB
+  CHECK(Find(PlanLimits(f, {1, 64}), "/dev/shm").status == CheckStatus::kOk);
+  f.shm_free_bytes.reset();
+  CHECK(Find(PlanLimits(f, {2, 64}), "/dev/shm").status == CheckStatus::kWarn);
+}
+
+TEST_CASE("every check has a line and the names the doctor prints") {
+  auto plan = PlanLimits(Facts(), {2, 64});
+  REQUIRE(plan.checks.size() == 5);
+  CHECK(plan.checks[0].check == "RLIMIT_NPROC (ulimit -u)");
+  CHECK(plan.checks[1].check == "RLIMIT_NOFILE (ulimit -n)");
+  CHECK(plan.checks[2].check == "RLIMIT_MEMLOCK (ulimit -l)");
+  CHECK(plan.checks[3].check == "/dev/shm");
+  CHECK(plan.checks[4].check == "OMP_NUM_THREADS");
+  CHECK(std::string(CheckStatusName(CheckStatus::kWarn)) == "warn");
+}
+
+TEST_CASE("the user's processes and threads are read from an injected /proc") {
+  namespace fs = std::filesystem;
+  const fs::path root =
+      fs::temp_directory_path() / ("limits_test_proc_" + std::to_string(getpid()));
+  auto add = [&](const std::string& pid, int uid, int threads, const std::string& cmdline) {
+    fs::create_directories(root / pid);
+    std::ofstream(root / pid / "status")
+        << "Name:\tproc" << pid << "\nUid:\t" << uid << "\t0\t0\t0\nThreads:\t" << threads << "\n";
+    std::ofstream(root / pid / "cmdline", std::ios::binary) << cmdline;
+  };
+  add("7", 1000, 12, std::string("python\0train.py\0", 16));
+  add("8", 1001, 40, "other");
+  add("9", 1000, 3, "");  // a kernel thread or zombie: no command line
+  fs::create_directories(root / "self");
+  auto procs = UserProcesses(1000, root.string());
+  fs::remove_all(root);
+  REQUIRE(procs.size() == 2);
+  std::sort(procs.begin(), procs.end(), [](auto& a, auto& b) { return a.pid < b.pid; });
+  CHECK(procs[0].pid == 7);
+  CHECK(procs[0].threads == 12);
+  CHECK(procs[0].command == "python train.py");
+  CHECK(procs[1].command == "proc9");
+}
+
+}  // namespace
+}  // namespace ddprun::env
