@@ -24,6 +24,8 @@ Coordinator::Coordinator(StoreClient client, RendezvousSettings settings, Log lo
 Coordinator::~Coordinator() { Stop(); }
 
 void Coordinator::Start() {
+  // Agents of another job that reach this store learn it at once.
+  (void)client_.Set(RendezvousKeys::HostedRunId(), settings_.run_id);
   thread_ = std::thread([this] { Run(); });
 }
 

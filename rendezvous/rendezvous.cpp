@@ -119,7 +119,22 @@ Status Rendezvous::CheckClosed() {
   return Status(StatusCode::kAborted, *value);
 }
 
+Status Rendezvous::CheckHostedJob() {
+  if (checked_host_) return Status::Ok();
+  auto hosted = client_.Get(RendezvousKeys::HostedRunId());
+  if (!hosted.ok()) return hosted.status().Annotate("rendezvous: which job the store hosts");
+  if (*hosted != settings_.run_id) {
+    return InvalidArgument("rendezvous: the store at " + client_.address() + " coordinates job \"" +
+                           *hosted + "\", not \"" + settings_.run_id +
+                           "\": give every agent of a job the same --rdzv_id, or use another "
+                           "--rdzv_endpoint");
+  }
+  checked_host_ = true;
+  return Status::Ok();
+}
+
 StatusOr<RoundResult> Rendezvous::NextRound() {
+  if (Status s = CheckHostedJob(); !s.ok()) return s;
   int min_round = 0;
   while (true) {
     if (Status s = CheckClosed(); !s.ok()) return s;

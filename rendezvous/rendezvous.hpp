@@ -62,6 +62,8 @@ struct RoundResult {
 class RendezvousKeys {
  public:
   explicit RendezvousKeys(const std::string& run_id) : p_("rdzv/" + run_id + "/") {}
+  // The run id of the job whose coordinator runs on this store.
+  static std::string HostedRunId() { return "rdzv/hosted_run_id"; }
   std::string Round() const { return p_ + "round"; }
   std::string Closed() const { return p_ + "closed"; }
   std::string Leaving() const { return p_ + "leaving"; }
@@ -130,6 +132,9 @@ class Rendezvous {
         keys_(settings_.run_id) {}
   StatusOr<std::optional<RoundResult>> TryRound(int round);
   Status CheckClosed();
+  // Fails at once when the store's host coordinates another job.
+  Status CheckHostedJob();
+  bool checked_host_ = false;
 
   StoreClient client_;
   RendezvousSettings settings_;

@@ -334,20 +334,20 @@ def test_worker_failure_without_restarts_fails_every_node(launch, tmp_path):
 
 def test_c10d_different_rdzv_ids_do_not_join(launch, tmp_path):
     port = free_port()
-    # The host's job waits longer, so that the other job's agent times out while the store
-    # it uses is still up (its own timeout, not the host going away).
     a = launch(c10d_args("2", 0, port, rdzv_id="jobA", conf="join_timeout=5", extra=sh("exit 0")))
     wait_listening(port)
-    b = launch(c10d_args("2", 1, port, rdzv_id="jobB", conf="join_timeout=3", extra=sh("exit 0")))
+    b = launch(c10d_args("2", 1, port, rdzv_id="jobB", conf="join_timeout=30", extra=sh("exit 0")))
     start = time.monotonic()
     rc_b = b.wait(15)
+    # jobB learns at once that the store coordinates another job; jobA times out alone.
+    assert time.monotonic() - start < 5, outputs([a, b])
+    assert rc_b != 0, outputs([a, b])
+    assert re.search(r'coordinates job "jobA", not "jobB".*--rdzv_id', b.stderr()), b.output()
     rc_a = a.wait(15)
-    assert time.monotonic() - start < 10, outputs([a, b])
-    assert rc_a != 0 and rc_b != 0, outputs([a, b])
+    assert rc_a != 0, outputs([a, b])
+    assert re.search(r"time(d)? ?out|did not complete", a.stderr()), a.output()
     for agent in (a, b):
-        err = agent.stderr()
-        assert re.search(r"time(d)? ?out|did not complete", err), agent.output()
-        assert "complete: node rank" not in err, agent.output()
+        assert "complete: node rank" not in agent.stderr(), agent.output()
 
 
 # --------------------------------------------------------------------------- 8. job token
