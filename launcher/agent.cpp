@@ -11,7 +11,6 @@
 #include "env/host.hpp"
 #include "env/log_layout.hpp"
 #include "env/names.hpp"
-#include "env/trace_file.hpp"
 #include "env/worker_env.hpp"
 #include "launcher/dump_request.hpp"
 #include "launcher/job_stores.hpp"
@@ -21,7 +20,6 @@
 #include "supervisor/debug_dump.hpp"
 #include "supervisor/failure_report.hpp"
 #include "supervisor/supervisor.hpp"
-#include "supervisor/trace_analysis.hpp"
 
 namespace ddprun::launcher {
 
@@ -91,6 +89,7 @@ class Agent {
   std::unique_ptr<supervisor::Supervisor> sup_;
   JobStores stores_;
   std::optional<rendezvous::Rendezvous> rdzv_;
+  std::optional<rendezvous::RoundResult> round_;  // the round running now
   std::unique_ptr<rendezvous::Coordinator> coordinator_;
   rendezvous::RoundWatcher watcher_;
   supervisor::GroupOptions options_;
@@ -202,24 +201,22 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     request.hung.push_back({w.rank, now - silent});
   }
   request.beating = report.beating_ranks;
-  auto summary = supervisor::WriteDebugDump(request);
-  if (!summary.ok()) {
-    spdlog::error("debug dump: {}", summary.status().message());
-  } else {
-    std::fputs(summary->c_str(), stderr);
-    spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
-  }
-  std::map<int, std::vector<env::TraceEntry>> traces;
-  std::map<int, std::string> none;
-  for (const auto& t : request.targets) {
-    auto entries = env::ReadTraceFile(t.trace_file, nullptr);
-    if (entries.ok()) {
-      traces[t.rank] = std::move(*entries);
-    } else {
-      none[t.rank] = supervisor::kNoFlightRecorder;
+  if (round_) {
+    // The analysis covers this node's ranks and says which it cannot see.
+    for (int r = 0; r < round_->world_size; ++r) {
+      if (r < round_->base_rank || r >= round_->base_rank + c_.nproc_per_node) {
+        request.unseen[r] = "on another node: that node's agent dumps it";
+      }
     }
   }
-  return supervisor::AnalyzeTraces(traces, none, now).stragglers;
+  auto dump = supervisor::WriteDebugDump(request);
+  if (!dump.ok()) {
+    spdlog::error("debug dump: {}", dump.status().message());
+    return {};
+  }
+  std::fputs(dump->summary.c_str(), stderr);
+  spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
+  return dump->stragglers;
 }
 
 std::vector<std::string> Agent::ErrorFiles() const {
@@ -304,6 +301,7 @@ std::optional<int> Agent::OnRoundEnded(const std::string& reason) {
 }
 
 std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
+  round_ = round;
   const env::GroupInfo group = Group(round);
   spdlog::info(
       "rendezvous round {} complete: node rank {} of {}, world size {}, MASTER_ADDR={} "

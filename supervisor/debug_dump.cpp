@@ -212,9 +212,10 @@ std::vector<RankDump> CollectAll(const DumpRequest& request) {
   return dumps;
 }
 
-TraceAnalysis Analyze(const std::vector<RankDump>& dumps, Clock::time_point now) {
+TraceAnalysis Analyze(const std::vector<RankDump>& dumps, const std::map<int, std::string>& unseen,
+                      Clock::time_point now) {
   std::map<int, std::vector<env::TraceEntry>> traces;
-  std::map<int, std::string> no_trace;
+  std::map<int, std::string> no_trace = unseen;
   for (const RankDump& d : dumps) {
     if (d.trace_error.empty()) {
       traces[d.target.rank] = d.trace;
@@ -375,7 +376,7 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
   return text;
 }
 
-StatusOr<std::string> WriteDebugDump(const DumpRequest& request) {
+StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
   std::error_code ec;
   std::filesystem::create_directories(request.dir, ec);
   if (ec) return Internal("debug dump: create " + request.dir + ": " + ec.message());
@@ -387,11 +388,12 @@ StatusOr<std::string> WriteDebugDump(const DumpRequest& request) {
       return s.Annotate("debug dump");
     }
   }
-  std::string summary = FormatSummary(request, dumps, Analyze(dumps, now), now);
-  if (Status s = WriteFile(request.dir + "/summary.txt", summary); !s.ok()) {
+  const TraceAnalysis analysis = Analyze(dumps, request.unseen, now);
+  DumpResult result{FormatSummary(request, dumps, analysis, now), analysis.stragglers};
+  if (Status s = WriteFile(request.dir + "/summary.txt", result.summary); !s.ok()) {
     return s.Annotate("debug dump");
   }
-  return summary;
+  return result;
 }
 
 }  // namespace ddprun::supervisor

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -43,15 +44,21 @@ struct DumpRequest {
   std::string dir;  // created if missing; gets rank_<R>.txt and summary.txt
   std::vector<DumpTarget> targets;
   std::vector<HungRank> hung;
-  std::vector<int> beating;  // ranks that still make progress
+  std::vector<int> beating;           // ranks that still make progress
+  std::map<int, std::string> unseen;  // ranks on other nodes -> why they are not here
   std::chrono::milliseconds tool_timeout{5000};
   size_t trace_entries = 20;  // the last N flight recorder entries per rank
 };
 
-// Writes the dump and returns the summary text (also in <dir>/summary.txt).
+struct DumpResult {
+  std::string summary;          // also in <dir>/summary.txt
+  std::vector<int> stragglers;  // from the flight recorders: the ranks to blame
+};
+
+// Writes the dump and returns the summary and the stragglers.
 // Fails only when the directory or a file cannot be written (with its path);
 // a tool that is missing, fails or times out is reported inside the dump.
-StatusOr<std::string> WriteDebugDump(const DumpRequest& request);
+StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request);
 
 // --- The parts, exposed for tests and for the `ddprun dump` request. ---
 

@@ -119,3 +119,29 @@ def test_dump_on_request_does_not_stop_the_job(tmp_path):
     finally:
         p.send_signal(signal.SIGTERM)
         p.communicate(timeout=30)
+
+
+def test_each_node_dumps_its_own_ranks_and_says_which_it_cannot_see(tmp_path):
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    agents = []
+    for node in (0, 1):
+        log = tmp_path / f"node{node}"
+        agents.append(subprocess.Popen(
+            [DDPRUN, "--nnodes=2", f"--node_rank={node}", "--master_addr=127.0.0.1",
+             f"--master_port={port}", f"--local_addr=127.0.0.{node + 1}", "--nproc_per_node=1",
+             "--hang_timeout=3", "--shutdown_timeout=2", f"--log_dir={log}", TRAIN, "--device",
+             "cpu", *STEPS, "--hang-at-step", "4", "--hang-rank", "1"],
+            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [a.communicate(timeout=60) for a in agents]
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                a.kill()
+    assert all(a.returncode != 0 for a in agents), outs
+    summary0 = next((tmp_path / "node0").glob("*/attempt_*/dumps/summary.txt")).read_text()
+    assert re.search(r"rank 1: on another node", summary0), summary0
+    assert "rank 0" in summary0
