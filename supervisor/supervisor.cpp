@@ -393,14 +393,26 @@ void Supervisor::CheckHangs() {
   HangReport report = RunningReport();
   report.beating_ranks.clear();
   std::vector<std::pair<size_t, std::string>> hung;
+  auto limit_of = [this](const Progress& p) {
+    return p.beaten ? options_.hang_timeout.count() : options_.startup_timeout.count();
+  };
+  // Ranks stuck at the same moment beat within a few file-time ticks of each
+  // other: once one is past its limit, one silent for nine tenths of it is
+  // stuck too, not "still beating" (the slack is at most half a second).
+  bool any = false;
+  for (size_t i = 0; i < progress_.size(); ++i) {
+    const double limit = limit_of(progress_[i]);
+    any = any || (running_->workers()[i].state == WorkerState::kRunning && limit > 0 &&
+                  std::chrono::duration<double>(now - progress_[i].last).count() >= limit);
+  }
   for (size_t i = 0; i < progress_.size(); ++i) {
     const WorkerRecord& w = running_->workers()[i];
     if (w.state != WorkerState::kRunning) continue;
     const Progress& p = progress_[i];
     const double silent = std::chrono::duration<double>(now - p.last).count();
-    const double limit =
-        p.beaten ? options_.hang_timeout.count() : options_.startup_timeout.count();
-    if (limit <= 0 || silent < limit) {
+    const double limit = limit_of(p);
+    const double slack = any ? std::min(0.5, 0.1 * limit) : 0.0;
+    if (limit <= 0 || silent < limit - slack) {
       if (p.beaten) report.beating_ranks.push_back(w.rank);
       continue;
     }

@@ -1,6 +1,5 @@
 """Hang supervision: heartbeats and output as progress, a debug dump of every rank before
 anything is killed, the straggler named from the flight recorders, restarts, exit code 124."""
-import os
 import re
 import signal
 import subprocess
@@ -10,16 +9,13 @@ from pathlib import Path
 
 import pytest
 
-DDPRUN = os.environ["DDPRUN"]
-TRAIN = str(Path(os.environ["DDPRUN_BUILD"]) / "examples" / "train")
+from trainlib import DDPRUN, TRAIN, train_env
+
 STEPS = ["--width", "64", "--depth", "2", "--batch", "16", "--steps", "100000"]
 
 
 def env():
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("PET_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "MASTER_"))}
-    e.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHON_EXEC=sys.executable)
-    return e
+    return train_env(PYTHON_EXEC=sys.executable)
 
 
 def run(args, timeout=90):

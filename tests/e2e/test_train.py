@@ -1,45 +1,18 @@
 """The DDP core end to end: examples/train under ddprun with Gloo on CPU, against its own
 single-process --reference run, and each classic DDP failure on demand."""
-import os
 import re
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
-
-DDPRUN = os.environ["DDPRUN"]
-TRAIN = str(Path(os.environ["DDPRUN_BUILD"]) / "examples" / "train")
-SMALL = ["--width", "64", "--depth", "2", "--steps", "20", "--batch", "16"]
-
-
-def env():
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("PET_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "MASTER_"))}
-    e["OMP_NUM_THREADS"] = "1"
-    e["OPENBLAS_NUM_THREADS"] = "1"
-    return e
+from trainlib import DDPRUN, SMALL, TRAIN, checksums, losses, reference
+from trainlib import train_env as env
 
 
 def ddprun(nproc, *args, timeout=120):
     return subprocess.run([DDPRUN, f"--nproc_per_node={nproc}", "--shutdown_timeout=5", TRAIN,
                            "--device", "cpu", *args], env=env(), capture_output=True, text=True,
                           timeout=timeout)
-
-
-def reference(world, *args):
-    r = subprocess.run([TRAIN, "--reference", "--world-size", str(world), *args], env=env(),
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return float(re.search(r"reference checksum (\S+)", r.stdout).group(1))
-
-
-def checksums(stdout):
-    return {int(r): float(c) for r, c in re.findall(r"rank (\d+) checksum (\S+)", stdout)}
-
-
-def losses(stdout):
-    return [float(x) for x in re.findall(r"step \d+ loss (\S+)", stdout)]
 
 
 @pytest.mark.parametrize("world", [2, 4])

@@ -5,16 +5,12 @@ Every test skips with "skipped: no CUDA device" where `nvidia-smi -L` lists no G
 (scripts/gpu-check.sh fails on that line where a GPU should be)."""
 import ctypes
 import ctypes.util
-import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
-DDPRUN = os.environ["DDPRUN"]
-TRAIN = str(Path(os.environ["DDPRUN_BUILD"]) / "examples" / "train")
-SMALL = ["--width", "64", "--depth", "2", "--steps", "20", "--batch", "16"]
+from trainlib import DDPRUN, SMALL, TRAIN, checksums, reference, train_env
 REL = 1e-4  # cuBLAS and OpenBLAS sum in different orders
 
 
@@ -56,34 +52,13 @@ def nccl_version():
 
 
 def env(**extra):
-    e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("PET_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "MASTER_", "LOCAL_"))}
-    e["OMP_NUM_THREADS"] = "1"
-    e["OPENBLAS_NUM_THREADS"] = "1"
-    e["NVIDIA_TF32_OVERRIDE"] = "0"
-    e.update(extra)
-    return e
+    return train_env(NVIDIA_TF32_OVERRIDE="0", **extra)
 
 
 def ddprun_cuda(nproc, *args, extra_env=None):
     return subprocess.run([DDPRUN, f"--nproc_per_node={nproc}", "--shutdown_timeout=5", TRAIN,
                            "--device", "cuda", *args], env=env(**(extra_env or {})),
                           capture_output=True, text=True, timeout=180)
-
-
-def reference(world, *args):
-    r = subprocess.run([TRAIN, "--reference", "--world-size", str(world), *args], env=env(),
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    return float(re.search(r"reference checksum (\S+)", r.stdout).group(1))
-
-
-def checksums(stdout):
-    return {int(r): float(c) for r, c in re.findall(r"rank (\d+) checksum (\S+)", stdout)}
-
-
-def losses(stdout):
-    return [float(x) for x in re.findall(r"step \d+ loss (\S+)", stdout)]
 
 
 def assert_matches_reference(world, args, extra_env=None):

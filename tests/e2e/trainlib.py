@@ -1,0 +1,35 @@
+"""What the tests of examples/train share: where it is, a clean environment, its reference
+run and how to read its output."""
+import os
+import re
+import subprocess
+from pathlib import Path
+
+DDPRUN = os.environ["DDPRUN"]
+TRAIN = str(Path(os.environ["DDPRUN_BUILD"]) / "examples" / "train")
+SMALL = ["--width", "64", "--depth", "2", "--steps", "20", "--batch", "16"]
+
+
+def train_env(**extra):
+    """This process's environment without any launcher variable, one thread per worker."""
+    e = {k: v for k, v in os.environ.items()
+         if not k.startswith(("PET_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "MASTER_", "LOCAL_"))}
+    e.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    e.update(extra)
+    return e
+
+
+def reference(world, *args):
+    """The checksum `train --reference --world-size world` computes in one process."""
+    r = subprocess.run([TRAIN, "--reference", "--world-size", str(world), *args],
+                       env=train_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    return float(re.search(r"reference checksum (\S+)", r.stdout).group(1))
+
+
+def checksums(stdout):
+    return {int(r): float(c) for r, c in re.findall(r"rank (\d+) checksum (\S+)", stdout)}
+
+
+def losses(stdout):
+    return [float(x) for x in re.findall(r"step \d+ loss (\S+)", stdout)]
