@@ -116,6 +116,9 @@ def main():
     ap.add_argument("--ov-width", type=int, default=512)
     ap.add_argument("--ov-depth", type=int, default=4)
     ap.add_argument("--ov-batch", type=int, default=96)
+    ap.add_argument("--ov-bucket-cap-mb", type=float, default=25.0,
+                    help="the reducer's bucket cap in the overlap runs (25 = PyTorch's default; "
+                         "smaller gives several buckets, so reduction can start during backward)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per job")
     args = ap.parse_args()
     runs = args.runs or (3 if args.quick else 5)
@@ -204,8 +207,9 @@ def main():
         print("#  all: CPU, Gloo, %d ranks, --standalone, OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, fp32, SGD" % nproc)
         print("#  step: width %d depth %d batch %d per rank; %d warm-up + %d timed steps" % (
             args.width, args.depth, args.batch, args.warmup, steps))
-        print("#  overlap: width %d depth %d batch %d per rank (ddprun only); modes ddp, --no-comm, --comm-only" % (
-            args.ov_width, args.ov_depth, args.ov_batch))
+        print("#  overlap: width %d depth %d batch %d per rank, bucket cap %g MiB (ddprun only); "
+              "modes ddp, --no-comm, --comm-only" % (args.ov_width, args.ov_depth, args.ov_batch,
+                                                     args.ov_bucket_cap_mb))
         print("#  time/step = median over timed steps per rank, MAX over ranks; then median of %d runs" % runs)
         print("#")
         sys.stdout.flush()
@@ -215,10 +219,11 @@ def main():
         for _ in range(runs):
             measure("ddprun", ddprun_job(W, D, B), same_checksum)
             measure("pytorch", torch_job(W, D, B), torch_finite)
+        cap = ["--bucket-cap-mb", str(args.ov_bucket_cap_mb)]
         for _ in range(runs):
-            measure("ov_ddp", ddprun_job(OW, OD, OB), same_checksum)
-            measure("ov_nocomm", ddprun_job(OW, OD, OB, ["--no-comm"]), no_check)
-            measure("ov_comm", ddprun_job(OW, OD, OB, ["--comm-only"]), same_checksum)
+            measure("ov_ddp", ddprun_job(OW, OD, OB, cap), same_checksum)
+            measure("ov_nocomm", ddprun_job(OW, OD, OB, ["--no-comm"] + cap), no_check)
+            measure("ov_comm", ddprun_job(OW, OD, OB, ["--comm-only"] + cap), same_checksum)
 
         def per_run(key, field, agg=max):
             return [agg(d[field] for d in ranks.values()) for ranks in res.get(key, [])]
