@@ -179,7 +179,7 @@ class GlooProcessGroup : public ProcessGroup {
 
   std::string Describe(const Op& op) const {
     return std::string(op.name) + " #" + std::to_string(op.seq) + " (" +
-           HumanBytes(op.tensor.bytes()) + " " + DTypeName(op.tensor.dtype) + ")";
+           FormatBytes(op.tensor.bytes()) + " " + DTypeName(op.tensor.dtype) + ")";
   }
 
   void Execute(Op& op) {

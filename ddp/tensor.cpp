@@ -1,7 +1,5 @@
 #include "ddp/tensor.hpp"
 
-#include <cstdio>
-
 namespace ddprun::ddp {
 
 size_t SizeOf(DType t) {
@@ -39,18 +37,6 @@ const char* DTypeName(DType t) {
       return "uint8";
   }
   return "?";
-}
-
-std::string HumanBytes(size_t bytes) {
-  char buf[32];
-  if (bytes >= (1u << 20)) {
-    std::snprintf(buf, sizeof(buf), "%.1f MiB", static_cast<double>(bytes) / (1 << 20));
-  } else if (bytes >= 1024) {
-    std::snprintf(buf, sizeof(buf), "%.1f KiB", static_cast<double>(bytes) / 1024);
-  } else {
-    std::snprintf(buf, sizeof(buf), "%zu B", bytes);
-  }
-  return buf;
 }
 
 }  // namespace ddprun::ddp

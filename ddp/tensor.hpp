@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "base/format.hpp"
+
 namespace ddprun::ddp {
 
 enum class DType : uint8_t { kFloat32, kFloat16, kBFloat16, kFloat64, kInt32, kInt64, kUInt8 };
@@ -26,8 +28,5 @@ struct TensorView {
 inline TensorView View(float* p, size_t n, Device d = Device::kCpu) {
   return {p, n, DType::kFloat32, d};
 }
-
-// "25.0 MiB", "512 B"
-std::string HumanBytes(size_t bytes);
 
 }  // namespace ddprun::ddp

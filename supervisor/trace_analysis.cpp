@@ -1,5 +1,7 @@
 #include "supervisor/trace_analysis.hpp"
 
+#include "base/format.hpp"
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -249,20 +251,6 @@ TraceAnalysis AnalyzeTraces(const std::map<int, std::vector<TraceEntry>>& traces
   a.verdict_lines = VerdictLines(a, now);
   a.text = Text(a, now);
   return a;
-}
-
-std::string FormatBytes(uint64_t bytes) {
-  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes) / 1024;
-  size_t unit = 0;
-  while (v >= 1024 && unit + 1 < std::size(kUnits)) {
-    v /= 1024;
-    ++unit;
-  }
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
-  return buf;
 }
 
 std::string FormatTraceEntry(const TraceEntry& e, Clock::time_point now) {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "base/format.hpp"
 #include "env/trace_file.hpp"
 
 namespace ddprun::supervisor {
@@ -82,8 +83,7 @@ TraceAnalysis AnalyzeTraces(const std::map<int, std::vector<env::TraceEntry>>& t
                             const std::map<int, std::string>& no_trace,
                             std::chrono::system_clock::time_point now);
 
-// "512 B", "1.5 KiB", "25.0 MiB", "2.0 GiB".
-std::string FormatBytes(uint64_t bytes);
+using ddprun::FormatBytes;  // base/format.hpp
 
 // "#1043 allreduce 25.0 MiB float32 started 12.3 s ago" style, one line, for
 // the per-rank dump (time since the op's latest timestamp).

@@ -169,7 +169,7 @@ class NcclProcessGroup final : public ProcessGroup {
 
  private:
   std::string Describe(uint64_t seq, const char* op, TensorView t) const {
-    return std::string(op) + " #" + std::to_string(seq) + " (" + HumanBytes(t.bytes()) + " " +
+    return std::string(op) + " #" + std::to_string(seq) + " (" + FormatBytes(t.bytes()) + " " +
            DTypeName(t.dtype) + ")";
   }
 
