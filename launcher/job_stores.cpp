@@ -6,6 +6,7 @@
 #include <random>
 
 #include "env/host.hpp"
+#include "launcher/options.hpp"
 #include "rendezvous/sockets.hpp"
 
 namespace ddprun::launcher {
@@ -17,17 +18,9 @@ constexpr int kDefaultStaticPort = 29500;
 constexpr char kTokenVariable[] = "DDPRUN_STORE_TOKEN";
 
 StatusOr<std::chrono::milliseconds> ConfSeconds(const std::string& key, const std::string& v) {
-  size_t used = 0;
-  double d = -1;
-  try {
-    d = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || d <= 0) {
-    return InvalidArgument("invalid --rdzv_conf " + key + "=" + v + ": a number of seconds > 0");
-  }
-  return std::chrono::milliseconds(static_cast<long long>(d * 1000));
+  auto seconds = ParseSeconds("rdzv_conf " + key, v, /*allow_zero=*/false);
+  if (!seconds.ok()) return seconds.status();
+  return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
 }
 
 Status ApplyConfKey(const std::string& key, const std::string& v, rendezvous::RendezvousSettings& s,

@@ -70,20 +70,6 @@ StatusOr<long long> ParseInt(const std::string& option, const std::string& v, lo
   return n;
 }
 
-StatusOr<double> ParseSeconds(const std::string& option, const std::string& v, bool allow_zero) {
-  size_t used = 0;
-  double d = 0;
-  try {
-    d = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || d < 0 || (!allow_zero && d == 0) || d > 1e9) {
-    return Bad(option, v, allow_zero ? "a number of seconds >= 0" : "a number of seconds > 0");
-  }
-  return d;
-}
-
 StatusOr<bool> ParseBool(const std::string& option, const std::string& v) {
   std::string l;
   for (char c : v) l.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
@@ -437,6 +423,20 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
 }
 
 }  // namespace
+
+StatusOr<double> ParseSeconds(const std::string& option, const std::string& v, bool allow_zero) {
+  size_t used = 0;
+  double d = 0;
+  try {
+    d = std::stod(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || d < 0 || (!allow_zero && d == 0) || d > 1e9) {
+    return Bad(option, v, allow_zero ? "a number of seconds >= 0" : "a number of seconds > 0");
+  }
+  return d;
+}
 
 StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
                                              const env::Environ& environ, const HostCounts& host) {

@@ -26,6 +26,10 @@ struct ParsedCommandLine {
   std::vector<std::string> notices;  // one-line notes for the log (ignored options etc.)
 };
 
+// A number of seconds given for `option` ("shutdown_timeout", "rdzv_conf
+// join_timeout"): > 0, or >= 0 with `allow_zero`; the error names the option.
+StatusOr<double> ParseSeconds(const std::string& option, const std::string& v, bool allow_zero);
+
 // `args` excludes argv[0]. Errors are kInvalidArgument (usage) or
 // kUnimplemented (an option ddprun does not support yet); both exit 2.
 StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
