@@ -41,4 +41,6 @@ if ! "$VENV/bin/python" -c "import torch, pytest, sys; sys.exit(torch.__version_
   echo "setup: installing torch==$TORCH_VERSION and pytest into $VENV (large download, once)"
   "$VENV/bin/pip" install -q "torch==$TORCH_VERSION" numpy pytest
 fi
+# py-spy: Python stacks in ddprun's hang dumps (the tests check them).
+[ -x "$VENV/bin/py-spy" ] || "$VENV/bin/pip" install -q py-spy
 echo "setup: ready (venv $VENV, $("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

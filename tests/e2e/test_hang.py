@@ -1,5 +1,6 @@
 """Hang supervision: heartbeats and output as progress, a debug dump of every rank before
 anything is killed, the straggler named from the flight recorders, restarts, exit code 124."""
+import os
 import re
 import signal
 import subprocess
@@ -60,14 +61,24 @@ def test_hang_restarts_when_restarts_remain(tmp_path):
 
 def test_output_as_progress_for_programs_that_never_beat(tmp_path):
     script = tmp_path / "quiet.py"
-    script.write_text("import time\nfor i in range(5):\n    print('tick', i, flush=True)\n"
-                      "    time.sleep(0.2)\ntime.sleep(600)\n")
-    r, elapsed = run(["--nproc_per_node=2", "--hang_timeout=2", "--hang_detect=output",
-                      "--shutdown_timeout=1", str(script)])
+    script.write_text("import time\n\ndef stuck_here():\n    time.sleep(600)\n\n"
+                      "for i in range(5):\n    print('tick', i, flush=True)\n"
+                      "    time.sleep(0.2)\nstuck_here()\n")
+    log_dir = tmp_path / "logs"
+    # py-spy (installed in the test venv by scripts/setup.sh) gives the Python stacks.
+    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    start = time.monotonic()
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--hang_timeout=2", "--hang_detect=output",
+                        "--shutdown_timeout=1", f"--log_dir={log_dir}", str(script)],
+                       env={**env(), "PATH": path}, capture_output=True, text=True, timeout=90)
+    elapsed = time.monotonic() - start
     assert r.returncode == 124, r.stderr
     assert elapsed < 20
     assert r.stdout.count("tick 4") == 2  # output is still shown as usual
     assert re.search(r"no heartbeat for \d", r.stderr), r.stderr
+    rank0 = (attempt_dirs(log_dir)[0] / "dumps" / "rank_0.txt").read_text()
+    if (Path(sys.executable).parent / "py-spy").exists():
+        assert "stuck_here" in rank0, rank0[-3000:]
 
 
 def test_a_worker_that_never_beats_trips_the_startup_timeout():
