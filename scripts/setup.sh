@@ -15,7 +15,7 @@ debian_packages=(
   libboost-program-options-dev libboost-filesystem-dev libboost-dev
   libuv1-dev libspdlog-dev nlohmann-json3-dev doctest-dev
   libgloo-dev libopenblas-dev
-  elfutils groff-base procps python3 python3-venv clang-format
+  elfutils groff-base procps util-linux passwd python3 python3-venv clang-format
   clang libclang-rt-14-dev
 )
 
