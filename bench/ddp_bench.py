@@ -45,7 +45,6 @@ concurrent rebuild cannot change them mid-run.
 
 import argparse
 import os
-import platform
 import re
 import shutil
 import signal
@@ -54,6 +53,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import benchlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LINE = re.compile(r"^rank (\d+) (step_us|backward_us|maxrss_kb|checksum|finite) (\S+)$")
@@ -127,32 +128,18 @@ def main():
     nproc = 2
     t_start = time.time()
 
-    for p in (args.ddprun, args.train, args.torchrun):
-        if not os.access(p, os.X_OK):
-            sys.exit("not executable: %s" % p)
-    tpy = os.path.join(os.path.dirname(os.path.abspath(args.torchrun)), "python")
-    torch_ver = subprocess.run([tpy, "-c", "import torch; print(torch.__version__)"],
-                               capture_output=True, text=True).stdout.strip() or "unknown"
-    model = "unknown"
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+    benchlib.require_executables((args.ddprun, args.train, args.torchrun))
+    torch_ver = benchlib.torch_version(args.torchrun)
+    model = benchlib.cpu_model()
 
     root = tempfile.mkdtemp(prefix="ddprun_ddp_bench_")
     try:
-        ddprun = os.path.join(root, "ddprun")
-        train = os.path.join(root, "train")
-        shutil.copy2(os.path.abspath(args.ddprun), ddprun)
-        shutil.copy2(os.path.abspath(args.train), train)
-        ddprun_ver = subprocess.run([ddprun, "--version"], capture_output=True, text=True).stdout.strip()
-        env = dict(os.environ)
-        env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-        for k in list(env):
-            if k.startswith(("PET_", "TORCHELASTIC_")) or k in ("RANK", "WORLD_SIZE", "LOCAL_RANK",
-                                                                  "MASTER_ADDR", "MASTER_PORT"):
-                del env[k]
+        ddprun = benchlib.snapshot(os.path.abspath(args.ddprun), root, "ddprun")
+        train = benchlib.snapshot(os.path.abspath(args.train), root, "train")
+        ddprun_ver = benchlib.ddprun_version(ddprun)
+        env = benchlib.launcher_env(
+            keys=("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"),
+            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
         def model_args(w, d, b):
             return ["--width", str(w), "--depth", str(d), "--batch", str(b),
@@ -197,9 +184,8 @@ def main():
             return None
 
         print("# DDP step time and overlap benchmark: ddprun + train vs PyTorch DDP")
-        print("#  date: %s" % time.strftime("%Y-%m-%d %H:%M:%S %Z"))
-        print("#  host: %s, %d CPUs (%s), kernel %s, load average at start %.2f" % (
-            platform.node(), os.cpu_count(), model, platform.release(), os.getloadavg()[0]))
+        print(benchlib.date_line())
+        print(benchlib.host_line(model, os.getloadavg()[0]))
         print("#  ddprun: %s (%s), train: %s" % (os.path.abspath(args.ddprun), ddprun_ver,
                                                  os.path.abspath(args.train)))
         print("#  pytorch: %s (torch %s), DDP Gloo, bench/ddp_torch_mlp.py" % (
@@ -231,8 +217,7 @@ def main():
         def rank0(key, field):
             return [ranks[0][field] for ranks in res.get(key, [])]
 
-        def med(v):
-            return statistics.median(v) if v else None
+        med = benchlib.median_or_none
 
         def fmt(v, f="%.2f"):
             return "-" if v is None else f % v
@@ -306,13 +291,8 @@ def main():
         print("#  min/max over runs (time_per_step: max over ranks; rank0_step: rank 0 alone):")
         for s in spreads:
             print(s)
-        for p in problems:
-            print("#  WRONG RESULT: %s" % p)
-        ok = goals[0] == goals[1] and not problems
-        print("#  elapsed %.0f s, load average at end %.2f" % (time.time() - t_start, os.getloadavg()[0]))
-        print("#  goals met: %d/%d, wrong results: %d   %s" % (
-            goals[0], goals[1], len(problems), "OK" if ok else "FAILED"))
-        return 0 if ok else 1
+        return benchlib.print_footer(goals[0], goals[1], problems,
+                                     before=[benchlib.elapsed_line(t_start, load=True)])
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

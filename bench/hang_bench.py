@@ -50,17 +50,15 @@ environment; after every run, whatever still carries the tag is SIGKILLed.
 import argparse
 import glob
 import os
-import platform
 import re
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
+
+import benchlib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAG = "DDPRUN_HANG_BENCH_TAG"
@@ -87,47 +85,17 @@ while True:
 
 
 def base_env():
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PET_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "MASTER_",
-                                "LOCAL_RANK", "LOCAL_WORLD_SIZE"))}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
-    return env
-
-
-def cleanup(pid, tagval):
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    needle = ("%s=%s" % (TAG, tagval)).encode()
-    for _ in range(50):
-        found = []
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open("/proc/%s/environ" % d, "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        found.append(int(d))
-            except OSError:
-                pass
-        if not found:
-            return
-        for p in found:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.05)
+    return benchlib.launcher_env(
+        prefixes=("PET_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "MASTER_", "LOCAL_RANK",
+                  "LOCAL_WORLD_SIZE"),
+        OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
 
 class Timed:
     """A child whose stdout and stderr lines are stamped with time.time() on arrival."""
 
     def __init__(self, argv, env):
-        self.tagval = uuid.uuid4().hex
-        env = dict(env)
-        env[TAG] = self.tagval
+        env, self.tagval = benchlib.tagged_env(env, TAG)
         self.lines = []  # (time, stream, text)
         self.lock = threading.Lock()
         self.t_start = time.time()
@@ -158,7 +126,7 @@ class Timed:
                 time.sleep(0.005)
             return None, time.time()
         finally:
-            cleanup(self.p.pid, self.tagval)
+            benchlib.kill_tagged(TAG, self.tagval, [self.p.pid])
             for r in self.readers:
                 r.join(timeout=5)
 
@@ -295,15 +263,10 @@ def main():
         setattr(args, attr, dst)
 
     load0 = os.getloadavg()[0]
-    try:
-        cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo")
-                    if l.startswith("model name")), "?")
-    except OSError:
-        cpu = "?"
+    cpu = benchlib.cpu_model("?")
     print("# Hang detection benchmark: ddprun --hang_timeout vs torchrun")
     print("#  date: %s UTC" % time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t0)))
-    print("#  host: %s, %d CPUs (%s), kernel %s, load average at start %.2f"
-          % (platform.node(), os.cpu_count(), cpu, platform.release(), load0))
+    print(benchlib.host_line(cpu, load0))
     print("#  ddprun: %s (%s), train: %s" % (args.ddprun_orig,
                                               tool_version([args.ddprun, "--version"]),
                                               args.train_orig))
@@ -338,7 +301,7 @@ def main():
         def add(metric, unit, key, goal, check, fmt="%.3f"):
             nonlocal goals, met
             v = vals(key)
-            med = statistics.median(v) if v else None
+            med = benchlib.median_or_none(v)
             status = "-"
             if check is not None:
                 goals += 1
@@ -405,12 +368,8 @@ def main():
           "startup: last beat of rank 1 - ddprun start):")
     for s in spreads:
         print("# " + s)
-    for w in wrong:
-        print("#  WRONG: " + w)
-    status = "OK" if met == goals and not wrong else "FAILED"
-    print("#  elapsed %.0f s, load average at end %.2f" % (time.time() - t0, os.getloadavg()[0]))
-    print("#  goals met: %d/%d, wrong results: %d   %s" % (met, goals, len(wrong), status))
-    return 0 if status == "OK" else 1
+    return benchlib.print_footer(met, goals, wrong, before=[benchlib.elapsed_line(t0, load=True)],
+                                 label="WRONG")
 
 
 if __name__ == "__main__":

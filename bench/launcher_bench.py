@@ -37,16 +37,13 @@ environment; after every run, whatever still carries the tag is SIGKILLed.
 
 import argparse
 import os
-import platform
 import re
 import shutil
-import signal
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
+
+import benchlib
 
 WORKER_C = r"""
 #include <stdio.h>
@@ -98,19 +95,12 @@ class Runner:
     def __init__(self, workdir):
         self.workdir = workdir
         self.tag = "DDPRUN_BENCH_TAG"
-        self.base_env = dict(os.environ)
-        self.base_env["OMP_NUM_THREADS"] = "1"
-        self.base_env["PYTHONUNBUFFERED"] = "1"
-        for k in list(self.base_env):
-            if k.startswith("PET_") or k.startswith("TORCHELASTIC_"):
-                del self.base_env[k]
+        self.base_env = benchlib.launcher_env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
     def run(self, argv, stdout_path=os.devnull, poll_ms=None):
         """Spawn argv in a new session; return a dict with rc, wall_s, end_time,
         hwm_kb (polled VmHWM, or None), cpu_s (own utime+stime)."""
-        tagval = uuid.uuid4().hex
-        env = dict(self.base_env)
-        env[self.tag] = tagval
+        env, tagval = benchlib.tagged_env(self.base_env, self.tag)
         out_fd = os.open(stdout_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         err_fd = os.open(os.path.join(self.workdir, "launcher_stderr.log"),
                          os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
@@ -158,30 +148,7 @@ class Runner:
                 "hwm_kb": hwm, "cpu_s": cpu}
 
     def cleanup(self, pid, tagval):
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-        needle = ("%s=%s" % (self.tag, tagval)).encode()
-        for _ in range(50):
-            found = []
-            for d in os.listdir("/proc"):
-                if not d.isdigit():
-                    continue
-                try:
-                    with open("/proc/%s/environ" % d, "rb") as f:
-                        if needle in f.read().split(b"\0"):
-                            found.append(int(d))
-                except OSError:
-                    pass
-            if not found:
-                return
-            for p in found:
-                try:
-                    os.kill(p, signal.SIGKILL)
-                except OSError:
-                    pass
-            time.sleep(0.05)
+        benchlib.kill_tagged(self.tag, tagval, [pid])
 
 
 def read_ts(path):
@@ -236,36 +203,18 @@ def main():
 
     ddprun_src = os.path.abspath(args.ddprun)
     torchrun = os.path.abspath(args.torchrun)
-    for p in (ddprun_src, torchrun):
-        if not os.access(p, os.X_OK):
-            sys.exit("not executable: %s" % p)
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        sys.exit("a C compiler (cc) is needed for the worker program")
+    benchlib.require_executables((ddprun_src, torchrun))
+    cc = benchlib.find_cc()
 
     root = tempfile.mkdtemp(prefix="ddprun_bench_")
     try:
         # Snapshot the binary so a concurrent rebuild cannot change it mid-benchmark.
-        ddprun = os.path.join(root, "ddprun")
-        shutil.copy2(ddprun_src, ddprun)
-        worker = os.path.join(root, "worker")
-        with open(worker + ".c", "w") as f:
-            f.write(WORKER_C)
-        subprocess.run([cc, "-O2", "-o", worker, worker + ".c"], check=True)
+        ddprun = benchlib.snapshot(ddprun_src, root, "ddprun")
+        worker = benchlib.compile_worker(cc, WORKER_C, root)
 
-        ddprun_ver = subprocess.run([ddprun, "--version"], capture_output=True, text=True).stdout.strip()
-        tpy = os.path.join(os.path.dirname(torchrun), "python")
-        torch_ver = subprocess.run([tpy, "-c", "import torch; print(torch.__version__)"],
-                                   capture_output=True, text=True).stdout.strip() or "unknown"
-        model = "unknown"
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith("model name"):
-                        model = line.split(":", 1)[1].strip()
-                        break
-        except OSError:
-            pass
+        ddprun_ver = benchlib.ddprun_version(ddprun)
+        torch_ver = benchlib.torch_version(torchrun)
+        model = benchlib.cpu_model()
 
         R = Runner(root)
         launchers = [("ddprun", ddprun), ("torchrun", torchrun)]
@@ -276,11 +225,8 @@ def main():
             logd = fresh_dir(root, "logs_" + name)
             return [exe] + common + ["--nproc_per_node=%d" % n, "--log_dir", logd] + extra + ["--no_python"] + prog
 
-        print("# ddprun vs torchrun launcher benchmark")
-        print("#  date: %s" % time.strftime("%Y-%m-%d %H:%M:%S %Z"))
-        print("#  host: %s, %d CPUs (%s), kernel %s" % (platform.node(), os.cpu_count(), model, platform.release()))
-        print("#  ddprun: %s (%s)" % (ddprun_src, ddprun_ver))
-        print("#  torchrun: %s (torch %s)" % (torchrun, torch_ver))
+        benchlib.print_launcher_header("ddprun vs torchrun launcher benchmark", ddprun_src,
+                                       ddprun_ver, torchrun, torch_ver, model)
         print("#  common flags: %s, OMP_NUM_THREADS=1, workers: compiled C program" % " ".join(common))
         print("#  runs: %d per measurement per launcher (median)%s" % (runs, ", quick" if args.quick else ""))
         print("#  launch: nproc=%d /bin/true; RSS poll every %g ms (separate runs)" % (nproc_launch, args.poll_ms))
@@ -380,8 +326,8 @@ def main():
                 d = sum(dv) if dv else 0
                 t = sum(tv) if tv else 0
             else:
-                d = statistics.median(dv) if dv else None
-                t = statistics.median(tv) if tv else None
+                d = benchlib.median_or_none(dv)
+                t = benchlib.median_or_none(tv)
             ds = (fmt % d) if d is not None else "n/a"
             ts = (fmt % t) if t is not None else "n/a"
             ratio = ("%.4f" % (d / t)) if (d is not None and t and unit != "-") else "-"
@@ -401,12 +347,7 @@ def main():
         print("#  min/max over runs:")
         for s in spreads:
             print(s)
-        for p in problems:
-            print("#  WRONG RESULT: %s" % p)
-        ok = goals_met == goals_total and not problems
-        print("#  goals met: %d/%d, wrong results: %d   %s" % (
-            goals_met, goals_total, len(problems), "OK" if ok else "FAILED"))
-        return 0 if ok else 1
+        return benchlib.print_footer(goals_met, goals_total, problems)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -38,16 +38,14 @@ Goals (issue): N=16 under 0.3 s, N=1024 under 5 s, on 2 cores.
 
 import argparse
 import os
-import platform
 import shutil
-import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
+
+import benchlib
 
 WORKER_C = r"""
 #include <stdio.h>
@@ -76,34 +74,6 @@ def free_port():
     return port
 
 
-def kill_tagged(tagval, pids):
-    for pid in pids:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    needle = ("%s=%s" % (TAG, tagval)).encode()
-    for _ in range(100):
-        found = []
-        for d in os.listdir("/proc"):
-            if not d.isdigit():
-                continue
-            try:
-                with open("/proc/%s/environ" % d, "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        found.append(int(d))
-            except OSError:
-                pass
-        if not found:
-            return
-        for p in found:
-            try:
-                os.kill(p, signal.SIGKILL)
-            except OSError:
-                pass
-        time.sleep(0.05)
-
-
 def run_processes(who, exe, worker, n, root, base_env, timeout):
     """One run of N agents. Returns (rdzv_s, spawn_s, problem or None)."""
     d = os.path.join(root, "run")
@@ -111,9 +81,7 @@ def run_processes(who, exe, worker, n, root, base_env, timeout):
     os.makedirs(os.path.join(d, "stamps"))
     stamps = os.path.join(d, "stamps")
     port = free_port()
-    tagval = uuid.uuid4().hex
-    env = dict(base_env)
-    env[TAG] = tagval
+    env, tagval = benchlib.tagged_env(base_env, TAG)
     if who == "ddprun":
         flags = ["--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:%d" % port, "--rdzv_id=bench",
                  "--nnodes=%d:%d" % (n, n), "--nproc_per_node=1", "--rdzv_conf=join_timeout=120",
@@ -160,7 +128,7 @@ def run_processes(who, exe, worker, n, root, base_env, timeout):
                 time.sleep(0.02)
     finally:
         os.close(null_fd)
-        kill_tagged(tagval, pids)
+        benchlib.kill_tagged(TAG, tagval, pids, tries=100)
         for pid in pids:
             try:
                 os.waitpid(pid, 0)
@@ -213,12 +181,8 @@ def main():
     sim_sizes = [int(x) for x in args.sim_sizes.split(",") if x]
 
     ddprun_src, sim_src, torchrun = (os.path.abspath(p) for p in (args.ddprun, args.sim, args.torchrun))
-    for p in (ddprun_src, sim_src, torchrun):
-        if not os.access(p, os.X_OK):
-            sys.exit("not executable: %s" % p)
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if not cc:
-        sys.exit("a C compiler (cc) is needed for the worker program")
+    benchlib.require_executables((ddprun_src, sim_src, torchrun))
+    cc = benchlib.find_cc()
     try:
         import resource
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
@@ -230,41 +194,19 @@ def main():
     root = tempfile.mkdtemp(prefix="ddprun_rdzv_bench_")
     try:
         # Snapshots, so a concurrent rebuild cannot change the binaries mid-run.
-        ddprun = os.path.join(root, "ddprun")
-        shutil.copy2(ddprun_src, ddprun)
-        sim = os.path.join(root, "rendezvous_sim")
-        shutil.copy2(sim_src, sim)
-        worker = os.path.join(root, "worker")
-        with open(worker + ".c", "w") as f:
-            f.write(WORKER_C)
-        subprocess.run([cc, "-O2", "-o", worker, worker + ".c"], check=True)
+        ddprun = benchlib.snapshot(ddprun_src, root, "ddprun")
+        sim = benchlib.snapshot(sim_src, root, "rendezvous_sim")
+        worker = benchlib.compile_worker(cc, WORKER_C, root)
 
-        ddprun_ver = subprocess.run([ddprun, "--version"], capture_output=True, text=True).stdout.strip()
-        tpy = os.path.join(os.path.dirname(torchrun), "python")
-        torch_ver = subprocess.run([tpy, "-c", "import torch; print(torch.__version__)"],
-                                   capture_output=True, text=True).stdout.strip() or "unknown"
-        model = "unknown"
-        try:
-            with open("/proc/cpuinfo") as f:
-                for line in f:
-                    if line.startswith("model name"):
-                        model = line.split(":", 1)[1].strip()
-                        break
-        except OSError:
-            pass
-        base_env = dict(os.environ)
-        base_env["OMP_NUM_THREADS"] = "1"
-        base_env["PYTHONUNBUFFERED"] = "1"
-        for k in list(base_env):
-            if k.startswith("PET_") or k.startswith("TORCHELASTIC_") or k in (
-                    "MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
-                del base_env[k]
+        ddprun_ver = benchlib.ddprun_version(ddprun)
+        torch_ver = benchlib.torch_version(torchrun)
+        model = benchlib.cpu_model()
+        base_env = benchlib.launcher_env(
+            keys=("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
+            OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
-        print("# ddprun vs torchrun rendezvous time benchmark")
-        print("#  date: %s" % time.strftime("%Y-%m-%d %H:%M:%S %Z"))
-        print("#  host: %s, %d CPUs (%s), kernel %s" % (platform.node(), os.cpu_count(), model, platform.release()))
-        print("#  ddprun: %s (%s)" % (ddprun_src, ddprun_ver))
-        print("#  torchrun: %s (torch %s)" % (torchrun, torch_ver))
+        benchlib.print_launcher_header("ddprun vs torchrun rendezvous time benchmark", ddprun_src,
+                                       ddprun_ver, torchrun, torch_ver, model)
         print("#  processes: N agents x 1 worker (compiled C), c10d on 127.0.0.1, --nnodes=N:N, "
               "join_timeout=120; both: N=%s; ddprun only: N=%s" % (
                   ",".join(map(str, both)), ",".join(map(str, donly))))
@@ -353,8 +295,8 @@ def main():
                 goals_met += ok
                 status = "met" if ok else "MISSED"
             else:
-                d = statistics.median(dv) if dv else None
-                t = statistics.median(tv) if tv else None
+                d = benchlib.median_or_none(dv)
+                t = benchlib.median_or_none(tv)
                 status = "-"
                 if pred is not None:
                     goals_total += 1
@@ -376,13 +318,8 @@ def main():
             print("#  min/max over runs:")
             for s in spreads:
                 print(s)
-        for p in problems:
-            print("#  WRONG RESULT: %s" % p)
-        ok = goals_met == goals_total and not problems
-        print("#  elapsed %.0f s" % (time.time() - t_begin))
-        print("#  goals met: %d/%d, wrong results: %d   %s" % (
-            goals_met, goals_total, len(problems), "OK" if ok else "FAILED"))
-        return 0 if ok else 1
+        return benchlib.print_footer(goals_met, goals_total, problems,
+                                     before=[benchlib.elapsed_line(t_begin)])
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

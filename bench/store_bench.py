@@ -18,10 +18,11 @@ import datetime
 import os
 import platform
 import resource
-import statistics
 import subprocess
 import sys
 import time
+
+import benchlib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -149,7 +150,7 @@ def main():
         for n in names:
             for k, v in ops[n].items():
                 if v:
-                    res[n]["ops_" + k] = (statistics.median(v), min(v), max(v))
+                    res[n]["ops_" + k] = benchlib.med_min_max(v)
 
         fan = {n: [] for n in names}
         setup = {n: [] for n in names}
@@ -164,8 +165,8 @@ def main():
                 setup[n].append(float(out["setup_s"]))
         for n in names:
             if fan[n]:
-                res[n]["fanin"] = (statistics.median(fan[n]), min(fan[n]), max(fan[n]))
-                res[n]["setup"] = (statistics.median(setup[n]), min(setup[n]), max(setup[n]))
+                res[n]["fanin"] = benchlib.med_min_max(fan[n])
+                res[n]["setup"] = benchlib.med_min_max(setup[n])
     finally:
         for s in servers.values():
             s.stop()
