@@ -132,3 +132,45 @@ TEST_CASE_FIXTURE(Fixture, "unknown pids and repeated exits are ignored") {
 
 }  // namespace
 }  // namespace ddprun::supervisor
+
+namespace ddprun::supervisor {
+namespace {
+
+TEST_CASE_FIXTURE(Fixture, "hung workers fail the group like a crash and are torn down") {
+  GroupState s = Make(3);
+  s.OnHang({{1, "hung: no heartbeat for 3.0 s"}}, now);
+  CHECK(s.phase() == Phase::kStopping);
+  CHECK(control.sent ==
+        std::vector<std::pair<pid_t, int>>{{100, SIGTERM}, {101, SIGTERM}, {102, SIGTERM}});
+  REQUIRE(s.failures().size() == 1);
+  CHECK(s.workers()[1].hang == "hung: no heartbeat for 3.0 s");
+  s.OnExits({{100, ExitStatus::Signaled(SIGTERM)},
+             {101, ExitStatus::Signaled(SIGTERM)},
+             {102, ExitStatus::Signaled(SIGTERM)}},
+            now + std::chrono::seconds(1));
+  CHECK(s.done());
+  CHECK(s.outcome() == Outcome::kFailed);
+  CHECK(s.workers()[1].state == WorkerState::kFailed);  // the hung one stays the failure
+  CHECK(s.workers()[0].state == WorkerState::kStopped);
+  CHECK(s.workers()[1].exit_time == now);  // when it was declared hung, not when it died
+}
+
+TEST_CASE_FIXTURE(Fixture, "a hang found after a crash changes nothing: the crash is the cause") {
+  GroupState s = Make(2);
+  s.OnExits({{100, ExitStatus::Exited(1)}}, now);
+  s.OnHang({{1, "hung"}}, now);
+  REQUIRE(s.failures().size() == 1);
+  CHECK(s.workers()[s.failures()[0]].local_rank == 0);
+  CHECK(s.workers()[1].hang.empty());
+}
+
+TEST_CASE_FIXTURE(Fixture, "a stop request tears the group down with outcome stopped") {
+  GroupState s = Make(2);
+  s.OnStopRequest();
+  CHECK(control.sent.size() == 2);
+  s.OnExits({{100, ExitStatus::Signaled(SIGTERM)}, {101, ExitStatus::Signaled(SIGTERM)}}, now);
+  CHECK(s.outcome() == Outcome::kStopped);
+}
+
+}  // namespace
+}  // namespace ddprun::supervisor
