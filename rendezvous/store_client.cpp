@@ -66,14 +66,14 @@ Status StoreClient::Gone(const std::string& what) const {
 }
 
 Status StoreClient::SendBytes(const std::string& bytes) {
-  if (!fd_.valid()) return Gone("connection already closed");
+  if (broken_) return Gone("connection already closed");
   size_t off = 0;
   while (off < bytes.size()) {
     ssize_t n = ::send(fd_.get(), bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       Status s = Gone(std::string("send: ") + std::strerror(errno));
-      fd_.Reset();
+      broken_ = true;  // the descriptor stays open until destruction: Interrupt() may use it
       return s;
     }
     off += static_cast<size_t>(n);
@@ -84,7 +84,7 @@ Status StoreClient::SendBytes(const std::string& bytes) {
 Status StoreClient::ReadExact(void* out, size_t n, Clock::time_point deadline) {
   auto* p = static_cast<char*>(out);
   while (n > 0) {
-    if (!fd_.valid()) return Gone("connection already closed");
+    if (broken_) return Gone("connection already closed");
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     pollfd pfd{fd_.get(), POLLIN, 0};
     int rc = poll(&pfd, 1, static_cast<int>(std::max<long>(0, left.count())));
@@ -98,7 +98,7 @@ Status StoreClient::ReadExact(void* out, size_t n, Clock::time_point deadline) {
     if (got <= 0) {
       Status s =
           Gone(got == 0 ? "connection closed" : std::string("recv: ") + std::strerror(errno));
-      fd_.Reset();
+      broken_ = true;  // the descriptor stays open until destruction: Interrupt() may use it
       return s;
     }
     p += got;

@@ -67,7 +67,8 @@ class StoreClient {
   Status Gone(const std::string& what) const;
   Clock::time_point Deadline() const { return Clock::now() + timeout_; }
 
-  UniqueFd fd_;
+  UniqueFd fd_;  // set at construction, closed only by the destructor
+  bool broken_ = false;
   std::string address_;
   Duration timeout_;
 };

@@ -9,5 +9,5 @@ cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_SANITIZE="$SAN" \
   -DDDPRUN_PYTHON="${DDPRUN_VENV:-$HOME/.cache/ddprun/venv}/bin/python" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-export TSAN_OPTIONS=halt_on_error=1
+export TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/tests/tsan.supp"
 cd "$BUILD" && ctest --output-on-failure -j2 "$@"
