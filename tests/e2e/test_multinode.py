@@ -230,7 +230,9 @@ def test_c10d_late_joiner_reforms_round(launch, tmp_path):
 
 # --------------------------------------------------------------------------- 4. non-host killed
 
-def test_c10d_sigkill_non_host_agent(launch, tmp_path):
+def three_looping_agents(launch, tmp_path):
+    """Three c10d agents (2:3) of looping workers, the host first; returns (out dir, agents,
+    the running world once all six workers report)."""
     out = tmp_path / "out"
     out.mkdir()
     port = free_port()
@@ -238,7 +240,11 @@ def test_c10d_sigkill_non_host_agent(launch, tmp_path):
     wait_listening(port)
     for n in (1, 2):
         agents.append(launch(c10d_args("2:3", n, port, extra=sh(LOOP)), env=node_env(out, n)))
-    full = wait_world(out, [0, 1, 2], 2, 6)
+    return out, agents, wait_world(out, [0, 1, 2], 2, 6)
+
+
+def test_c10d_sigkill_non_host_agent(launch, tmp_path):
+    out, agents, full = three_looping_agents(launch, tmp_path)
     victims = [full[(2, lr)][0] for lr in range(2)]
     agents[2].signal(signal.SIGKILL)
     killed_at = time.monotonic()
@@ -256,14 +262,7 @@ def test_c10d_sigkill_non_host_agent(launch, tmp_path):
 # --------------------------------------------------------------------------- 5. host killed
 
 def test_c10d_sigkill_store_host(launch, tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    port = free_port()
-    agents = [launch(c10d_args("2:3", 0, port, extra=sh(LOOP)), env=node_env(out, 0))]
-    wait_listening(port)
-    for n in (1, 2):
-        agents.append(launch(c10d_args("2:3", n, port, extra=sh(LOOP)), env=node_env(out, n)))
-    full = wait_world(out, [0, 1, 2], 2, 6)
+    out, agents, full = three_looping_agents(launch, tmp_path)
     pids = [s[0] for s in full.values()]
     agents[0].signal(signal.SIGKILL)
     killed_at = time.monotonic()
