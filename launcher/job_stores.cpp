@@ -125,6 +125,14 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
     }
     stores.rdzv_host = c.master_addr;
     stores.rdzv_port = c.master_port.value_or(kDefaultStaticPort);
+    // As torchrun: a static job's --rdzv_endpoint, when given, is where the store is.
+    if (!c.rdzv_endpoint.empty()) {
+      if (Status s = rendezvous::SplitHostPort(c.rdzv_endpoint, stores.rdzv_port, &stores.rdzv_host,
+                                               &stores.rdzv_port);
+          !s.ok()) {
+        return InvalidArgument("invalid --rdzv_endpoint=" + c.rdzv_endpoint + ": " + s.message());
+      }
+    }
     hosting = c.node_rank == 0;
     if (hosting) {
       auto server = rendezvous::StoreServer::Start(

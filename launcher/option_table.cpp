@@ -15,8 +15,8 @@ const std::vector<OptionDef>& OptionTable() {
       {"rdzv_backend", 0, "NAME", "static", true,
        "rendezvous backend: static or c10d (etcd and etcd-v2 are not supported yet)"},
       {"rdzv_endpoint", 0, "HOST[:PORT]", nullptr, true,
-       "c10d: where the rendezvous store is (port 29400 by default); the agent on that address "
-       "hosts it"},
+       "where the rendezvous store is: c10d (port 29400 by default; the agent on that address "
+       "hosts it), or static in place of --master_addr/--master_port"},
       {"rdzv_id", 0, "ID", "none", true,
        "job id: becomes TORCHELASTIC_RUN_ID and names the log sub-directory"},
       {"rdzv_conf", 0, "K=V,...", nullptr, true,

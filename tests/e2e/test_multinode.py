@@ -422,3 +422,14 @@ def test_pytorch_gloo_allreduce_across_restart(launch, tmp_path):
             r, a, world, total = f.read_text().split()
             assert (int(r), int(a), int(world)) == (rank, attempt, 4)
             assert float(total) == 10.0, f"{f.name}: {total}"
+
+
+def test_static_rdzv_endpoint_names_the_store(launch, tmp_path):
+    """As torchrun: with the static backend, --rdzv_endpoint (when given) is where the store is."""
+    port = free_port()
+    common = ["--nnodes=2", f"--rdzv_endpoint=127.0.0.1:{port}", "--master_port=1",
+              "--rdzv_conf=timeout=20", *sh("exit 0")]
+    agents = [launch([f"--node_rank={r}", f"--local_addr=127.0.0.{r + 1}", *common])
+              for r in (0, 1)]
+    rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
+    assert rcs == [0, 0], outputs(agents)

@@ -130,6 +130,14 @@ TEST_CASE("options with no effect in ddprun are said, not silently dropped") {
   CHECK(Contains(p->notices[0], "--monitor_interval=5 has no effect"));
 }
 
+TEST_CASE("master_addr and master_port under c10d are said to have no effect") {
+  auto p = Parse({"--rdzv_backend=c10d", "--rdzv_endpoint=h:1", "--master_port=7", "t"});
+  REQUIRE(p.ok());
+  REQUIRE(p->notices.size() == 1);
+  CHECK(Contains(p->notices[0], "--master_port=7 has no effect with --rdzv_backend=c10d"));
+  CHECK(Parse({"--master_port=7", "t"})->notices.empty());
+}
+
 TEST_CASE("help and version") {
   CHECK(Parse({"--help"})->action == Action::kHelp);
   CHECK(Parse({"-h"})->action == Action::kHelp);
