@@ -8,12 +8,12 @@
 // port) and a Coordinator on its own StoreClient with RendezvousSettings
 // min = max = N (run_id "bench", join_timeout 120 s), started as the hosting
 // agent starts them (launcher/agent.cpp Setup). Then N threads each
-// Rendezvous::Connect with its own NodeInfo (same host name, addr 127.0.0.1,
+// AgentDriver::Connect with its own NodeInfo (same host name, addr 127.0.0.1,
 // a fake worker store port), and wait at a gate until all N are connected.
 // The gate opens; each thread takes a steady_clock stamp right before its
-// NextRound(), then node rank 0 calls MarkCleared and the others WaitCleared
-// (what an agent does before it starts its workers, PrepareWorkerStore),
-// and each takes a stamp when that returns.
+// first Next(), and one when Next() says to start the workers (node rank 0
+// cleared its worker store, which the others waited for: what an agent does
+// before it starts its workers), and each takes a stamp then.
 //
 //   rdzv     = last "cleared" stamp - last NextRound-start stamp
 //              (the analogue of "last agent started -> every worker running")
@@ -48,6 +48,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include "rendezvous/agent_driver.hpp"
 #include "rendezvous/coordinator.hpp"
 #include "rendezvous/rendezvous.hpp"
 #include "rendezvous/store_client.hpp"
@@ -91,7 +92,8 @@ RunResult RunOnce(int n) {
     out.error = "coordinator client: " + coord_client.status().message();
     return out;
   }
-  Coordinator coordinator(std::move(*coord_client), settings, [](const std::string&) {});
+  Coordinator coordinator(std::move(*coord_client), settings, "simhost_coordinator",
+                          [](const std::string&) {});
   coordinator.Start();
 
   std::mutex mu;
@@ -116,7 +118,10 @@ RunResult RunOnce(int n) {
       self.requested_rank = -1;
       self.worker_store_port = 20000 + i;
       agent_ids[i] = self.agent_id;
-      auto rdzv = Rendezvous::Connect("127.0.0.1", port, settings, self);
+      AgentSettings agent;
+      agent.rdzv = settings;
+      agent.self = self;
+      auto rdzv = AgentDriver::Connect("127.0.0.1", port, agent);
       {
         std::unique_lock<std::mutex> lock(mu);
         ++connected;
@@ -128,19 +133,18 @@ RunResult RunOnce(int n) {
         return;
       }
       start[i] = SteadyClock::now();
-      auto round = rdzv->NextRound();
-      if (!round.ok()) {
-        errors[i] = "NextRound: " + round.status().message();
-        return;
+      auto no_signal = [] { return std::pair<int, std::string>(0, ""); };
+      Action action = (*rdzv)->Next(no_signal);
+      if (action.kind == ActionKind::kClearWorkerStore) {
+        (*rdzv)->WorkerStoreCleared();
+        action = (*rdzv)->Next(no_signal);
       }
-      Status s =
-          round->node_rank == 0 ? rdzv->MarkCleared(round->round) : rdzv->WaitCleared(round->round);
       cleared[i] = SteadyClock::now();
-      if (!s.ok()) {
-        errors[i] = "cleared: " + s.message();
+      if (action.kind != ActionKind::kStartWorkers) {
+        errors[i] = "rendezvous: " + action.message;
         return;
       }
-      results[i] = *round;
+      results[i] = action.round;
     });
   }
   SteadyClock::time_point t_go;

@@ -5,7 +5,6 @@
 #include <csignal>
 #include <filesystem>
 #include <map>
-#include <mutex>
 #include <optional>
 
 #include "env/host.hpp"
@@ -15,8 +14,8 @@
 #include "launcher/dump_request.hpp"
 #include "launcher/job_stores.hpp"
 #include "launcher/worker_specs.hpp"
+#include "rendezvous/agent_driver.hpp"
 #include "rendezvous/coordinator.hpp"
-#include "rendezvous/round_watcher.hpp"
 #include "supervisor/debug_dump.hpp"
 #include "supervisor/failure_report.hpp"
 #include "supervisor/supervisor.hpp"
@@ -57,7 +56,20 @@ void LogStopped(const supervisor::GroupResult& r) {
   }
 }
 
-// The agent's state for one launcher run.
+// Whether a failure looks like the consequence of a peer going away (its
+// connection broke) rather than a cause of its own: such a failure is
+// recorded only if no other failure is within the peer settle time.
+bool DiedOfPeer(const supervisor::FailureRecord& f) {
+  if (f.exit.signal == SIGPIPE) return true;
+  for (const char* sign : {"Connection reset by peer", "Connection closed by peer", "Broken pipe",
+                           "ECONNRESET", "connection was closed by the remote"}) {
+    if (f.message.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// The agent's state for one launcher run: it carries out what the
+// rendezvous machine (rendezvous/agent_machine.hpp) decides.
 class Agent {
  public:
   Agent(const LaunchConfig& c, const Program& p, const env::Environ& e)
@@ -68,16 +80,16 @@ class Agent {
  private:
   Status Setup();
   env::GroupInfo Group(const rendezvous::RoundResult& round) const;
-  Status PrepareWorkerStore(const rendezvous::RoundResult& round);
+  // Admits this host's workers at rank 0's worker store (with a job token).
+  Status AdmitWorkers(const rendezvous::RoundResult& round);
+  // Runs one round's workers and tells the machine what they did; an exit
+  // code when the agent must stop at once (a usage error, no log directory).
   std::optional<int> RunRound(const rendezvous::RoundResult& round);
-  std::optional<int> OnFailure(const rendezvous::RoundResult& round,
-                               const supervisor::GroupResult& result);
-  std::optional<int> OnRoundEnded(const std::string& reason);
-  // `finished`: the round the job completed in (the host then waits for every
-  // agent to have seen it).
-  int Finish(int code, const rendezvous::RoundResult* finished = nullptr);
-  int Closed(const Status& s);
-  std::vector<std::string> ErrorFiles() const;
+  rendezvous::WorkersOutcome Outcome(const rendezvous::RoundResult& round,
+                                     const supervisor::GroupResult& result);
+  int Finish(const rendezvous::Action& exit);
+  int FinishLocally(int code, const std::string& message);
+  std::vector<std::string> ErrorFiles(int attempt) const;
   // Dumps every running worker into `dir` and prints the summary; returns the
   // ranks the flight recorders show as stragglers.
   std::vector<int> DumpWorkers(const supervisor::HangReport& report, const std::string& dir);
@@ -88,14 +100,12 @@ class Agent {
   std::optional<env::LogLayout> layout_;
   std::unique_ptr<supervisor::Supervisor> sup_;
   JobStores stores_;
-  std::optional<rendezvous::Rendezvous> rdzv_;
-  std::optional<rendezvous::RoundResult> round_;  // the round running now
+  std::unique_ptr<rendezvous::AgentDriver> driver_;
+  std::optional<rendezvous::RoundResult> round_;  // the round running now, or last
   std::unique_ptr<rendezvous::Coordinator> coordinator_;
-  rendezvous::RoundWatcher watcher_;
   supervisor::GroupOptions options_;
-  int failures_ = 0;  // failure restarts so far (TORCHELASTIC_RESTART_COUNT)
-  std::mutex end_mu_;
-  std::string end_reason_;  // why the watcher stopped the group
+  // This node's failures in its last failed round, root cause first.
+  std::vector<supervisor::FailureRecord> local_failures_;
 };
 
 Status Agent::Setup() {
@@ -117,11 +127,12 @@ Status Agent::Setup() {
       spdlog::error("rank {} (local_rank {}, pid {}) hung: {} for {:.1f} s", w.rank, w.local_rank,
                     w.pid, w.ever_beat ? "no heartbeat" : "no first heartbeat", w.silent_seconds);
     }
-    return DumpWorkers(report, layout_->DumpDir(failures_));
+    return DumpWorkers(report, layout_->DumpDir(round_ ? round_->restart_count : 0));
   });
   sup_->SetDumpHandler(DumpSignal(), [this](const supervisor::HangReport& report) {
     static int requests = 0;
-    DumpWorkers(report, layout_->DumpDir(failures_) + "/request_" + std::to_string(++requests));
+    DumpWorkers(report, layout_->DumpDir(round_ ? round_->restart_count : 0) + "/request_" +
+                            std::to_string(++requests));
     return std::vector<int>{};
   });
   std::vector<std::string> notices;
@@ -129,19 +140,30 @@ Status Agent::Setup() {
   for (const auto& n : notices) spdlog::info("{}", n);
   if (!stores.ok()) return stores.status();
   stores_ = std::move(*stores);
-  auto rdzv = rendezvous::Rendezvous::Connect(stores_.rdzv_host, stores_.rdzv_port,
-                                              stores_.settings, stores_.self);
-  if (!rdzv.ok()) return rdzv.status();
-  rdzv_.emplace(std::move(*rdzv));
   if (stores_.rdzv_server) {
     auto client =
         rendezvous::StoreClient::Connect(stores_.rdzv_host, stores_.rdzv_port,
                                          stores_.settings.read_timeout, stores_.settings.token);
     if (!client.ok()) return client.status().Annotate("rendezvous coordinator");
     coordinator_ = std::make_unique<rendezvous::Coordinator>(
-        std::move(*client), stores_.settings, [](const std::string& m) { spdlog::warn("{}", m); });
+        std::move(*client), stores_.settings, stores_.self.agent_id,
+        [](const std::string& m) { spdlog::warn("{}", m); });
     coordinator_->Start();
   }
+  rendezvous::AgentSettings settings;
+  settings.rdzv = stores_.settings;
+  settings.self = stores_.self;
+  settings.max_restarts = c_.max_restarts;
+  settings.hosts_store = stores_.rdzv_server != nullptr;
+  // Long enough for the coordinator to find a lost node (keep-alive limit
+  // plus one beat): a node's loss, which killed the workers whose peers then
+  // die of SIGPIPE, is then a membership change, not a failure.
+  settings.peer_settle =
+      stores_.settings.keep_alive_interval * (stores_.settings.keep_alive_max_attempt + 1);
+  auto driver =
+      rendezvous::AgentDriver::Connect(stores_.rdzv_host, stores_.rdzv_port, std::move(settings));
+  if (!driver.ok()) return driver.status();
+  driver_ = std::move(*driver);
   return Status::Ok();
 }
 
@@ -156,7 +178,7 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   g.base_rank = round.base_rank;
   g.master_addr = round.nodes[0].addr;
   g.master_port = round.nodes[0].worker_store_port;
-  g.restart_count = failures_;
+  g.restart_count = round.restart_count;
   g.max_restarts = c_.max_restarts;
   g.use_agent_store = true;
   g.signals_to_handle = c_.signals_to_handle;
@@ -165,18 +187,9 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   return g;
 }
 
-// Rank 0 empties its worker store so no key of the last attempt survives
-// (PyTorch issue #135712); nobody starts workers before it did.
-Status Agent::PrepareWorkerStore(const rendezvous::RoundResult& round) {
-  if (round.node_rank == 0) {
-    stores_.worker_server->Clear();
-    if (Status s = rdzv_->MarkCleared(round.round); !s.ok()) return s;
-  } else if (Status s = rdzv_->WaitCleared(round.round); !s.ok()) {
-    return s;
-  }
+Status Agent::AdmitWorkers(const rendezvous::RoundResult& round) {
   if (stores_.settings.token.empty()) return Status::Ok();
-  // Admits this host's workers at rank 0's worker store (rank 0's own too:
-  // its workers connect from this host like anyone's).
+  // Rank 0's own workers too: they connect from this host like anyone's.
   auto admit =
       rendezvous::StoreClient::Connect(round.nodes[0].addr, round.nodes[0].worker_store_port,
                                        stores_.settings.read_timeout, stores_.settings.token);
@@ -193,7 +206,7 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
   request.dir = dir;
   for (const auto& w : report.running) {
     request.targets.push_back(
-        {w.rank, w.local_rank, w.pid, layout_->TracePath(failures_, w.local_rank)});
+        {w.rank, w.local_rank, w.pid, layout_->TracePath(round_->restart_count, w.local_rank)});
   }
   for (const auto& w : report.hung) {
     auto silent = std::chrono::duration_cast<std::chrono::system_clock::duration>(
@@ -219,160 +232,125 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
   return dump->stragglers;
 }
 
-std::vector<std::string> Agent::ErrorFiles() const {
+std::vector<std::string> Agent::ErrorFiles(int attempt) const {
   std::vector<std::string> files;
-  for (int r = 0; r < c_.nproc_per_node; ++r) files.push_back(layout_->ErrorFile(failures_, r));
+  for (int r = 0; r < c_.nproc_per_node; ++r) files.push_back(layout_->ErrorFile(attempt, r));
   return files;
 }
 
-int Agent::Finish(int code, const rendezvous::RoundResult* finished) {
-  watcher_.Stop();
-  if (!rdzv_) return code;
-  if (coordinator_ && finished != nullptr) {
-    rdzv_->WaitExits(*finished, kExitWait);
-  } else if (coordinator_) {
-    // The job ended otherwise: the others read why before the store goes.
-    rdzv_->WaitOthersLeaving(rdzv_->JoinedLastRound() - 1, kLeaveWait);
-  } else {
-    rdzv_->AnnounceLeaving();
+int Agent::FinishLocally(int code, const std::string& message) {
+  rendezvous::Action exit;
+  exit.kind = rendezvous::ActionKind::kExit;
+  exit.exit_code = code;
+  exit.message = message;
+  return Finish(exit);
+}
+
+int Agent::Finish(const rendezvous::Action& exit) {
+  if (exit.failed) {
+    const auto& cause = exit.root_cause;
+    const bool ours = round_ && cause.node_rank == round_->node_rank &&
+                      cause.node == stores_.self.name && !local_failures_.empty() &&
+                      local_failures_.front().pid == cause.pid;
+    if (ours) {
+      std::fputs(supervisor::FormatReport(program_.name, env::Fqdn(), local_failures_).c_str(),
+                 stderr);
+      if (auto own = env::Lookup(environ_, env::kErrorFile); own && !own->empty()) {
+        supervisor::DumpRootCause(local_failures_.front(), *own);
+      }
+    }
+    spdlog::error("{}", exit.message);
+    if (cause.cls != rendezvous::FailureClass::kRendezvous &&
+        cause.cls != rendezvous::FailureClass::kSignal) {
+      spdlog::error("no restarts left (--max_restarts={}): exit code {} (the root cause's)",
+                    c_.max_restarts, exit.exit_code);
+    }
+  } else if (!exit.message.empty()) {
+    spdlog::error("{}", exit.message);
+  } else if (exit.exit_code == 0 && layout_->base_is_temporary() && !WritesLogFiles(c_)) {
+    std::filesystem::remove_all(layout_->base_dir());  // nothing in it worth keeping
+  }
+  if (driver_) {
+    // The host waits for the others to read the record before its store goes.
+    driver_->Leave(coordinator_ != nullptr, exit.exit_code == 0 ? kExitWait : kLeaveWait);
   }
   if (coordinator_) coordinator_->Stop();
-  return code;
+  return exit.exit_code;
 }
 
-int Agent::Closed(const Status& s) {
-  if (s.code() != StatusCode::kAborted) {
-    spdlog::error("{}", s.message());
-    return Finish(1);
+rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
+                                          const supervisor::GroupResult& result) {
+  rendezvous::WorkersOutcome o;
+  using Kind = rendezvous::WorkersOutcome::Kind;
+  switch (result.outcome) {
+    case supervisor::Outcome::kSucceeded:
+      o.kind = Kind::kSucceeded;
+      return o;
+    case supervisor::Outcome::kInterrupted:
+      spdlog::warn("received {}: workers stopped", supervisor::SignalName(result.received_signal));
+      o.kind = Kind::kInterrupted;
+      o.signal = result.received_signal;
+      o.signal_name = supervisor::SignalName(result.received_signal);
+      return o;
+    case supervisor::Outcome::kStopped:
+    case supervisor::Outcome::kRunning:
+      o.kind = Kind::kStopped;
+      return o;
+    case supervisor::Outcome::kFailed:
+      break;
   }
-  int code = 1;
-  std::string message;
-  rendezvous::ParseClosed(s.message(), &code, &message);
-  spdlog::error("the job was ended: {}", message);
-  return Finish(code);
-}
-
-std::optional<int> Agent::OnFailure(const rendezvous::RoundResult& round,
-                                    const supervisor::GroupResult& result) {
-  auto failures = supervisor::CollectFailures(result, ErrorFiles());
-  const auto& root = failures.front();
-  const int code = root.hung ? kHangExit : root.exit.ShellCode();
-  std::string what = "code=" + std::to_string(code) + " node " + std::to_string(round.node_rank) +
-                     " (" + stores_.self.name + "): rank " + std::to_string(root.rank) +
-                     " (local_rank " + std::to_string(root.local_rank) + ", pid " +
-                     std::to_string(root.pid) + ") " +
-                     (root.hung ? root.message : root.exit.Describe());
-  (void)rdzv_->EndRound(round.round, "failure: " + what);
-  watcher_.Stop();
-  ++failures_;
-  if (failures_ <= c_.max_restarts && result.received_signal == 0) {
-    spdlog::warn(
-        "worker group failed: {}; {}/{} restarts left: restarting the workers of every "
-        "node",
-        what, c_.max_restarts - failures_ + 1, c_.max_restarts);
-    return std::nullopt;
-  }
-  std::string report = supervisor::FormatReport(program_.name, env::Fqdn(), failures);
-  std::fputs(report.c_str(), stderr);
-  if (auto own = env::Lookup(environ_, env::kErrorFile); own && !own->empty()) {
-    supervisor::DumpRootCause(root, *own);
-  }
-  (void)rdzv_->Close(
-      code, what + "; no restarts left (--max_restarts=" + std::to_string(c_.max_restarts) + ")");
-  return Finish(code);
-}
-
-std::optional<int> Agent::OnRoundEnded(const std::string& reason) {
-  const std::string kind = rendezvous::EndKind(reason);
-  if (kind == "store") {
-    spdlog::error("rendezvous: {}", reason.substr(reason.find(':') + 2));
-    return Finish(1);
-  }
-  spdlog::warn("round ended elsewhere: {}", reason);
-  if (kind != "failure") return std::nullopt;  // membership changes are not counted
-  if (++failures_ <= c_.max_restarts) return std::nullopt;
-  // Restarts are counted alike on every node: this one gives up too, with the
-  // root cause's exit code ("failure: code=N ...").
-  int code = 1;
-  auto at = reason.find("code=");
-  if (at != std::string::npos) code = std::atoi(reason.c_str() + at + 5);
-  spdlog::error("no restarts left (--max_restarts={}): the job failed", c_.max_restarts);
-  return Finish(code);
+  local_failures_ = supervisor::CollectFailures(result, ErrorFiles(round.restart_count));
+  const auto& root = local_failures_.front();
+  o.kind = Kind::kFailed;
+  o.cause.cls = root.hung          ? rendezvous::FailureClass::kHang
+                : DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
+                                   : rendezvous::FailureClass::kWorker;
+  o.cause.exit_code = root.hung ? kHangExit : root.exit.ShellCode();
+  o.cause.rank = root.rank;
+  o.cause.local_rank = root.local_rank;
+  o.cause.pid = root.pid;
+  o.cause.what = "rank " + std::to_string(root.rank) + " (local_rank " +
+                 std::to_string(root.local_rank) + ", pid " + std::to_string(root.pid) + ") " +
+                 (root.hung ? root.message : root.exit.Describe());
+  spdlog::warn("worker group failed: {} ({} failure); the job record decides what follows",
+               o.cause.what, rendezvous::FailureClassName(o.cause.cls));
+  return o;
 }
 
 std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   round_ = round;
   const env::GroupInfo group = Group(round);
   spdlog::info(
-      "rendezvous round {} complete: node rank {} of {}, world size {}, MASTER_ADDR={} "
-      "MASTER_PORT={}",
-      round.round, round.node_rank, round.nodes.size(), round.world_size, group.master_addr,
-      group.master_port);
-  if (Status s = PrepareWorkerStore(round); !s.ok()) return Closed(s);
-  if (Status s = layout_->PrepareAttempt(failures_, c_.nproc_per_node); !s.ok()) return Closed(s);
+      "rendezvous round {} complete: node rank {} of {}, world size {}, restart count {}, "
+      "MASTER_ADDR={} MASTER_PORT={}",
+      round.round, round.node_rank, round.nodes.size(), round.world_size, round.restart_count,
+      group.master_addr, group.master_port);
+  if (Status s = AdmitWorkers(round); !s.ok()) return FinishLocally(1, s.message());
+  if (Status s = layout_->PrepareAttempt(round.restart_count, c_.nproc_per_node); !s.ok()) {
+    return FinishLocally(1, s.message());
+  }
   auto specs = BuildWorkerSpecs(c_, program_, group, *layout_, environ_);
-  if (!specs.ok()) {
-    spdlog::error("{}", specs.status().message());
-    return kUsageExit;
-  }
+  if (!specs.ok()) return FinishLocally(kUsageExit, specs.status().message());
   sup_->ClearStopRequest();
-  end_reason_.clear();
-  Status watching =
-      watcher_.Start(stores_.rdzv_host, stores_.rdzv_port, stores_.settings, stores_.self.agent_id,
-                     round.round, [this](const std::string& reason) {
-                       {
-                         std::lock_guard<std::mutex> lock(end_mu_);
-                         end_reason_ = reason;
-                       }
-                       sup_->RequestStop();
-                     });
-  if (!watching.ok()) return Closed(watching);
+  Status watching = driver_->StartWatching([this](const std::string& reason) {
+    spdlog::warn("stopping the workers: {}", reason);
+    sup_->RequestStop();
+  });
+  if (!watching.ok()) return FinishLocally(1, watching.message());
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);
+  driver_->StopWatching();
   LogStopped(result);
-  switch (result.outcome) {
-    case supervisor::Outcome::kSucceeded: {
-      auto finished = rdzv_->FinishRound(round);
-      if (!finished.ok()) return Closed(finished.status());
-      if (*finished) {
-        if (layout_->base_is_temporary() && !WritesLogFiles(c_)) {
-          std::filesystem::remove_all(layout_->base_dir());  // nothing in it worth keeping
-        }
-        return Finish(0, &round);
-      }
-      watcher_.Stop();
-      auto reason = rdzv_->RoundEnd(round.round);
-      return OnRoundEnded(reason.ok() && *reason ? **reason : "membership: round ended");
-    }
-    case supervisor::Outcome::kInterrupted:
-      spdlog::warn("received {}: workers stopped", supervisor::SignalName(result.received_signal));
-      (void)rdzv_->EndRound(round.round, "membership: node " + std::to_string(round.node_rank) +
-                                             " (" + stores_.self.name + ") was stopped by " +
-                                             supervisor::SignalName(result.received_signal));
-      if (coordinator_) {
-        // Without its host the job cannot go on: say why to every agent.
-        (void)rdzv_->Close(128 + result.received_signal,
-                           "the agent hosting the store was stopped by " +
-                               supervisor::SignalName(result.received_signal));
-      }
-      return Finish(128 + result.received_signal);
-    case supervisor::Outcome::kFailed:
-      return OnFailure(round, result);
-    case supervisor::Outcome::kStopped:
-    case supervisor::Outcome::kRunning: {
-      watcher_.Stop();
-      std::lock_guard<std::mutex> lock(end_mu_);
-      return OnRoundEnded(end_reason_);
-    }
-  }
-  return 1;
+  driver_->WorkersExited(Outcome(round, result));
+  return std::nullopt;
 }
 
 int Agent::Run() {
   if (Status s = Setup(); !s.ok()) {
     spdlog::error("{}", s.message());
-    return s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kUnimplemented
-               ? kUsageExit
-               : 1;
+    const bool usage =
+        s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kUnimplemented;
+    if (coordinator_) coordinator_->Stop();
+    return usage ? kUsageExit : 1;
   }
   if (c_.nproc_per_node > 1 && !env::Lookup(environ_, env::kOmpNumThreads)) {
     spdlog::warn(
@@ -380,11 +358,27 @@ int Agent::Run() {
         "to tune)",
         c_.nproc_per_node);
   }
+  auto pending = [this]() -> std::pair<int, std::string> {
+    sup_->PollSignals();
+    const int sig = sup_->pending_signal();
+    return {sig, sig != 0 ? supervisor::SignalName(sig) : ""};
+  };
   while (true) {
-    if (int sig = sup_->pending_signal(); sig != 0) return Finish(128 + sig);
-    auto round = rdzv_->NextRound();
-    if (!round.ok()) return Closed(round.status());
-    if (auto code = RunRound(*round)) return *code;
+    rendezvous::Action action = driver_->Next(pending);
+    switch (action.kind) {
+      case rendezvous::ActionKind::kClearWorkerStore:
+        stores_.worker_server->Clear();
+        driver_->WorkerStoreCleared();
+        break;
+      case rendezvous::ActionKind::kStartWorkers:
+        if (auto code = RunRound(action.round)) return *code;
+        break;
+      case rendezvous::ActionKind::kExit:
+        return Finish(action);
+      case rendezvous::ActionKind::kWait:
+      case rendezvous::ActionKind::kStopWorkers:
+        break;  // no workers run here now: nothing to stop
+    }
   }
 }
 

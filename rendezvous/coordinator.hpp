@@ -1,28 +1,25 @@
-// The round manager that runs on a thread of the agent hosting the
-// rendezvous store: it closes rounds (MAX joined, or MIN joined and the last
-// call expired), assigns node ranks, watches the members' keep-alive
-// counters, and ends a round when a member is lost (closing the job if fewer
-// than MIN remain) or when a new agent waits to join and there is room.
+// The thread that drives the CoordinatorMachine (coordinator_machine.hpp) on
+// the agent hosting the rendezvous store, over its own client connection.
+// It steps when the job record changes (a wait on the record's next version)
+// or every poll interval, until the job is over or Stop() is called.
 //
-// It talks to the store through its own client connection, like any agent.
 // Start() returns at once; Stop() (and the destructor) end the thread.
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <string>
 #include <thread>
 
-#include "rendezvous/rendezvous.hpp"
+#include "rendezvous/coordinator_machine.hpp"
 #include "rendezvous/store_client.hpp"
 
 namespace ddprun::rendezvous {
 
 class Coordinator {
  public:
-  using Log = std::function<void(const std::string&)>;  // must be thread-safe
+  using Log = CoordinatorMachine::Log;  // must be thread-safe
 
-  Coordinator(StoreClient client, RendezvousSettings settings, Log log);
+  Coordinator(StoreClient client, RendezvousSettings settings, std::string self_agent_id, Log log);
   ~Coordinator();
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
@@ -33,21 +30,17 @@ class Coordinator {
 
  private:
   void Run();
-  // Gathers round `round`; false when the job must end (timeout, closed).
-  StatusOr<bool> Gather(int round, std::vector<NodeInfo>* members);
-  // Watches a running round until it ends; false when the job is over.
-  StatusOr<bool> Watch(int round, const std::vector<NodeInfo>& members);
-  // "round 0 timed out ...: 2 of at least 3 nodes joined; seen: ...; missing node ranks: 1"
-  std::string TimeoutReport(int round);
-  StatusOr<bool> LostMember(int round, const std::vector<NodeInfo>& members,
-                            const std::string& lost);
 
   StoreClient client_;
   RendezvousSettings settings_;
-  RendezvousKeys keys_;
-  Log log_;
+  CoordinatorMachine machine_;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
+
+// Waits until the job record passes `version` or `until` comes, whichever is
+// first (a store WAIT on the next version's key). Fails when the store does.
+Status WaitForRecord(StoreClient& client, const RendezvousKeys& keys, int64_t version,
+                     Clock::time_point until);
 
 }  // namespace ddprun::rendezvous

@@ -2,13 +2,11 @@
 
 #include <algorithm>
 #include <sstream>
-#include <thread>
+#include <tuple>
 
 namespace ddprun::rendezvous {
 
 namespace {
-
-constexpr std::chrono::milliseconds kPollSlice{1000};
 
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -20,12 +18,6 @@ std::vector<std::string> Split(const std::string& s, char sep) {
     start = end + 1;
   }
   return out;
-}
-
-std::string Seconds(std::chrono::milliseconds d) {
-  std::ostringstream o;
-  o << d.count() / 1000.0 << " s";
-  return o.str();
 }
 
 }  // namespace
@@ -90,182 +82,6 @@ StatusOr<std::vector<NodeInfo>> DecodeMembers(const std::string& text) {
     out.push_back(*n);
   }
   return out;
-}
-
-void ParseClosed(const std::string& value, int* exit_code, std::string* message) {
-  auto space = value.find(' ');
-  *exit_code = 1;
-  try {
-    *exit_code = std::stoi(value.substr(0, space));
-  } catch (const std::exception&) {
-  }
-  *message = space == std::string::npos ? value : value.substr(space + 1);
-}
-
-StatusOr<Rendezvous> Rendezvous::Connect(const std::string& host, int port,
-                                         RendezvousSettings settings, NodeInfo self) {
-  auto client = StoreClient::Connect(host, port, settings.read_timeout, settings.token);
-  if (!client.ok()) return client.status().Annotate("rendezvous");
-  return Rendezvous(std::move(*client), std::move(settings), std::move(self));
-}
-
-Status Rendezvous::CheckClosed() {
-  auto closed = client_.Check({keys_.Closed()});
-  if (!closed.ok()) return closed.status();
-  if (!*closed) return Status::Ok();
-  auto value = client_.Get(keys_.Closed());
-  if (!value.ok()) return value.status();
-  AnnounceLeaving();
-  return Status(StatusCode::kAborted, *value);
-}
-
-Status Rendezvous::CheckHostedJob() {
-  if (checked_host_) return Status::Ok();
-  auto hosted = client_.Get(RendezvousKeys::HostedRunId());
-  if (!hosted.ok()) return hosted.status().Annotate("rendezvous: which job the store hosts");
-  if (*hosted != settings_.run_id) {
-    return InvalidArgument("rendezvous: the store at " + client_.address() + " coordinates job \"" +
-                           *hosted + "\", not \"" + settings_.run_id +
-                           "\": give every agent of a job the same --rdzv_id, or use another "
-                           "--rdzv_endpoint");
-  }
-  checked_host_ = true;
-  return Status::Ok();
-}
-
-StatusOr<RoundResult> Rendezvous::NextRound() {
-  if (Status s = CheckHostedJob(); !s.ok()) return s;
-  int min_round = 0;
-  while (true) {
-    if (Status s = CheckClosed(); !s.ok()) return s;
-    auto open = client_.Add(keys_.Round(), 0);
-    if (!open.ok()) return open.status();
-    int round = std::max(min_round, static_cast<int>(*open));
-    auto result = TryRound(round);
-    if (!result.ok()) return result.status();
-    if (*result) return **result;
-    min_round = round + 1;  // it closed without us: we wait in the next one
-  }
-}
-
-StatusOr<std::optional<RoundResult>> Rendezvous::TryRound(int round) {
-  last_round_ = round;
-  auto arrival = client_.Add(keys_.Join(round), 1);
-  if (!arrival.ok()) return arrival.status();
-  if (Status s = client_.Set(keys_.Node(round, static_cast<int>(*arrival - 1)), self_.Encode());
-      !s.ok()) {
-    return s;
-  }
-  // A little past the coordinator's own deadline, so that its report (which
-  // names the nodes seen and missing) is what every agent prints.
-  const auto deadline = Clock::now() + settings_.join_timeout + std::chrono::seconds(2);
-  while (true) {
-    Status s = client_.Wait({keys_.Result(round)}, kPollSlice);
-    if (s.ok()) break;
-    if (s.code() != StatusCode::kDeadlineExceeded) return s;
-    if (Status c = CheckClosed(); !c.ok()) return c;
-    if (Clock::now() >= deadline) {
-      auto joined = client_.Add(keys_.Join(round), 0);
-      return Status(StatusCode::kDeadlineExceeded,
-                    "rendezvous round " + std::to_string(round) + " did not complete within " +
-                        Seconds(settings_.join_timeout) + ": " +
-                        std::to_string(joined.ok() ? *joined : -1) + " agent(s) joined, " +
-                        std::to_string(settings_.min_nodes) + " needed (join_timeout)");
-    }
-  }
-  auto text = client_.Get(keys_.Result(round));
-  if (!text.ok()) return text.status();
-  auto nodes = DecodeMembers(*text);
-  if (!nodes.ok()) return nodes.status();
-  RoundResult r;
-  r.round = round;
-  r.nodes = *nodes;
-  bool member = false;
-  for (size_t i = 0; i < r.nodes.size(); ++i) {
-    if (r.nodes[i].agent_id == self_.agent_id) {
-      member = true;
-      r.node_rank = static_cast<int>(i);
-      r.base_rank = r.world_size;
-    }
-    r.world_size += r.nodes[i].nproc;
-  }
-  if (!member) return std::optional<RoundResult>();
-  return std::optional<RoundResult>(r);
-}
-
-Status Rendezvous::MarkCleared(int round) { return client_.Set(keys_.Cleared(round), "1"); }
-
-Status Rendezvous::WaitCleared(int round) {
-  return client_.Wait({keys_.Cleared(round)}, settings_.read_timeout);
-}
-
-Status Rendezvous::EndRound(int round, const std::string& reason) {
-  // The first reason wins: a failure is not overwritten by its consequences.
-  auto r = client_.CompareSet(keys_.End(round), "", reason);
-  return r.ok() ? Status::Ok() : r.status();
-}
-
-StatusOr<std::optional<std::string>> Rendezvous::RoundEnd(int round) {
-  auto ended = client_.Check({keys_.End(round)});
-  if (!ended.ok()) return ended.status();
-  if (!*ended) return std::optional<std::string>();
-  auto reason = client_.Get(keys_.End(round));
-  if (!reason.ok()) return reason.status();
-  return std::optional<std::string>(*reason);
-}
-
-Status Rendezvous::Close(int exit_code, const std::string& message) {
-  auto r = client_.CompareSet(keys_.Closed(), "", std::to_string(exit_code) + " " + message);
-  return r.ok() ? Status::Ok() : r.status();
-}
-
-StatusOr<bool> Rendezvous::FinishRound(const RoundResult& round) {
-  if (Status s = client_.Set(keys_.Done(round.round, round.node_rank), "1"); !s.ok()) return s;
-  std::vector<std::string> done;
-  for (size_t i = 0; i < round.nodes.size(); ++i) {
-    done.push_back(keys_.Done(round.round, static_cast<int>(i)));
-  }
-  while (true) {
-    Status s = client_.Wait(done, kPollSlice);
-    if (s.ok()) break;
-    if (s.code() != StatusCode::kDeadlineExceeded) return s;
-    auto end = RoundEnd(round.round);
-    if (!end.ok()) return end.status();
-    if (*end) return false;
-  }
-  if (Status s = client_.Set(keys_.Exit(round.round, round.node_rank), "1"); !s.ok()) return s;
-  return true;
-}
-
-void Rendezvous::WaitExits(const RoundResult& round, std::chrono::milliseconds timeout) {
-  std::vector<std::string> exits;
-  for (size_t i = 0; i < round.nodes.size(); ++i) {
-    exits.push_back(keys_.Exit(round.round, static_cast<int>(i)));
-  }
-  (void)client_.Wait(exits, timeout);
-}
-
-void Rendezvous::AnnounceLeaving() {
-  if (announced_) return;
-  announced_ = true;
-  (void)client_.Add(keys_.Leaving(), 1);
-}
-
-int Rendezvous::JoinedLastRound() {
-  if (last_round_ < 0) return 1;
-  return static_cast<int>(client_.Add(keys_.Join(last_round_), 0).value_or(1));
-}
-
-void Rendezvous::WaitOthersLeaving(int others, std::chrono::milliseconds timeout) {
-  // Bounded: an agent that was killed never says it leaves. The store has no
-  // "wait for a counter" request, so this looks every few milliseconds.
-  const auto deadline = Clock::now() + timeout;
-  const int expected = others + (announced_ ? 1 : 0);  // this agent may have counted itself
-  while (Clock::now() < deadline) {
-    auto left = client_.Add(keys_.Leaving(), 0);
-    if (!left.ok() || *left >= expected) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
 }
 
 }  // namespace ddprun::rendezvous

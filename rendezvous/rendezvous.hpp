@@ -1,19 +1,13 @@
-// Rendezvous of the agents of one job on the store, in rounds.
+// The pieces every rendezvous party shares: a node's record (NodeInfo), the
+// settings from --rdzv_conf, a round as one agent sees it, the store keys,
+// and how a closing round orders its members.
 //
-// One agent, the store host, runs the Coordinator (coordinator.hpp); every
-// agent (the host too) joins rounds through Rendezvous. A round closes when
-// MAX agents joined, or MIN joined and the last call expired; node ranks are
-// the requested --node_rank where given, else by host name then arrival.
-// Node rank 0's worker store is MASTER_ADDR:MASTER_PORT for every worker.
-//
-// Keys, all under "rdzv/<run_id>/": round (current open round, a counter),
-// r<N>/join (arrival counter), r<N>/node/<i> (NodeInfo by arrival),
-// r<N>/result (the members in rank order), r<N>/cleared (rank 0 emptied its
-// worker store), r<N>/end (why the round ends), r<N>/done/<rank>,
-// r<N>/exit/<rank>, ka/<agent id> (keep-alive counters), closed (why the job
-// is over for every agent: "<exit code> <message>").
-//
-// Thread-compatible: one Rendezvous per thread; it owns its store connection.
+// The protocol itself: agents join round N by bumping "r<N>/join" and
+// writing their NodeInfo under "r<N>/node/<arrival>"; the coordinator on the
+// store host closes the round in the job record (job_record.hpp), which is
+// the only place decisions live; agents beat "ka/<agent id>" so that the
+// coordinator can tell a lost node; node rank 0 says "r<N>/cleared" once its
+// worker store is empty. Every key is under "rdzv/<run_id>/".
 #pragma once
 
 #include <chrono>
@@ -22,7 +16,6 @@
 #include <vector>
 
 #include "base/status.hpp"
-#include "rendezvous/store_client.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -55,7 +48,8 @@ struct RoundResult {
   int node_rank = 0;
   std::vector<NodeInfo> nodes;  // in rank order
   int world_size = 0;
-  int base_rank = 0;  // global rank of this node's local rank 0
+  int base_rank = 0;      // global rank of this node's local rank 0
+  int restart_count = 0;  // the record's, the same for every member
 };
 
 // Key names, shared by agents and the coordinator.
@@ -64,17 +58,16 @@ class RendezvousKeys {
   explicit RendezvousKeys(const std::string& run_id) : p_("rdzv/" + run_id + "/") {}
   // The run id of the job whose coordinator runs on this store.
   static std::string HostedRunId() { return "rdzv/hosted_run_id"; }
-  std::string Round() const { return p_ + "round"; }
-  std::string Closed() const { return p_ + "closed"; }
+  // The job record (job_record.hpp).
+  std::string Job() const { return p_ + "job"; }
+  // Set after the record reached `version`: a wait on the next one wakes at
+  // once when the record changes.
+  std::string Version(int64_t version) const { return p_ + "v/" + std::to_string(version); }
   std::string Leaving() const { return p_ + "leaving"; }
   std::string KeepAlive(const std::string& agent) const { return p_ + "ka/" + agent; }
   std::string Join(int r) const { return R(r) + "join"; }
   std::string Node(int r, int i) const { return R(r) + "node/" + std::to_string(i); }
-  std::string Result(int r) const { return R(r) + "result"; }
   std::string Cleared(int r) const { return R(r) + "cleared"; }
-  std::string End(int r) const { return R(r) + "end"; }
-  std::string Done(int r, int rank) const { return R(r) + "done/" + std::to_string(rank); }
-  std::string Exit(int r, int rank) const { return R(r) + "exit/" + std::to_string(rank); }
 
  private:
   std::string R(int r) const { return p_ + "r" + std::to_string(r) + "/"; }
@@ -86,65 +79,5 @@ class RendezvousKeys {
 std::vector<NodeInfo> AssignRanks(std::vector<NodeInfo> by_arrival);
 std::string EncodeMembers(const std::vector<NodeInfo>& nodes);
 StatusOr<std::vector<NodeInfo>> DecodeMembers(const std::string& text);
-
-class Rendezvous {
- public:
-  static StatusOr<Rendezvous> Connect(const std::string& host, int port,
-                                      RendezvousSettings settings, NodeInfo self);
-
-  // Joins the next round and waits for it to close. Fails when the job is
-  // closed (the message and exit code of `closed`), or on join timeout.
-  StatusOr<RoundResult> NextRound();
-  // Rank 0 says its worker store is clean; everyone waits for that.
-  Status MarkCleared(int round);
-  Status WaitCleared(int round);
-  // Ends the round for everyone (a worker failure, an agent leaving).
-  Status EndRound(int round, const std::string& reason);
-  // The reason the round ended, if it did.
-  StatusOr<std::optional<std::string>> RoundEnd(int round);
-  // Ends the job for every agent: "<exit code> <message>".
-  Status Close(int exit_code, const std::string& message);
-  // Local workers succeeded; waits until every node's did (true), or the
-  // round ended for another reason (false).
-  StatusOr<bool> FinishRound(const RoundResult& round);
-  // The store host, after the job finished: waits (bounded) until every
-  // member has read that it did, so the store outlives their last requests.
-  void WaitExits(const RoundResult& round, std::chrono::milliseconds timeout);
-  // An agent leaving because the job is over says so (once) ...
-  void AnnounceLeaving();
-  // ... and the store host waits (bounded) for the others that joined the
-  // last round it knows of, so that they read why the job ended before the
-  // store goes away.
-  void WaitOthersLeaving(int others, std::chrono::milliseconds timeout);
-  // Agents that joined the round this agent last joined, itself included.
-  int JoinedLastRound();
-
-  const RendezvousKeys& keys() const { return keys_; }
-  const RendezvousSettings& settings() const { return settings_; }
-  const NodeInfo& self() const { return self_; }
-  StoreClient& client() { return client_; }
-
- private:
-  Rendezvous(StoreClient client, RendezvousSettings settings, NodeInfo self)
-      : client_(std::move(client)),
-        settings_(std::move(settings)),
-        self_(std::move(self)),
-        keys_(settings_.run_id) {}
-  StatusOr<std::optional<RoundResult>> TryRound(int round);
-  Status CheckClosed();
-  // Fails at once when the store's host coordinates another job.
-  Status CheckHostedJob();
-  bool checked_host_ = false;
-
-  StoreClient client_;
-  RendezvousSettings settings_;
-  NodeInfo self_;
-  RendezvousKeys keys_;
-  int last_round_ = -1;
-  bool announced_ = false;
-};
-
-// Parses a `closed` value into its exit code and message.
-void ParseClosed(const std::string& value, int* exit_code, std::string* message);
 
 }  // namespace ddprun::rendezvous

@@ -171,6 +171,10 @@ void Supervisor::RequestStop() {
 
 void Supervisor::ClearStopRequest() { stop_requested_ = false; }
 
+void Supervisor::PollSignals() {
+  if (running_ == nullptr) uv_run(&loop_, UV_RUN_NOWAIT);
+}
+
 void Supervisor::OnSignal(int sig) {
   if (running_ != nullptr) {
     running_->OnSignal(sig);

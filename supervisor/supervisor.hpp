@@ -50,6 +50,9 @@ class Supervisor {
 
   // A terminating signal received while no group ran, or 0.
   int pending_signal() const { return pending_signal_; }
+  // Between groups: handles the signals that arrived since the last call (the
+  // loop runs only inside RunGroup otherwise), so pending_signal() is current.
+  void PollSignals();
 
   // Called on the loop thread when workers are found hung, before they are
   // stopped: the place for a debug dump (it may take a few seconds). Returns

@@ -53,22 +53,12 @@ TEST_CASE("a requested rank that is taken or out of range falls back to the orde
   CHECK(Ids(ranked) == std::vector<std::string>{"1", "2", "3"});
 }
 
-TEST_CASE("the closed value carries the exit code and the message") {
-  int code = 0;
-  std::string message;
-  ParseClosed("3 node 1 failed: rank 2 exit code 3", &code, &message);
-  CHECK(code == 3);
-  CHECK(message == "node 1 failed: rank 2 exit code 3");
-  ParseClosed("garbage", &code, &message);
-  CHECK(code == 1);
-}
-
 TEST_CASE("keys are namespaced by run id and round") {
   RendezvousKeys k("job7");
   CHECK(k.Node(2, 5) == "rdzv/job7/r2/node/5");
-  CHECK(k.Done(0, 1) == "rdzv/job7/r0/done/1");
+  CHECK(k.Cleared(0) == "rdzv/job7/r0/cleared");
   CHECK(k.KeepAlive("a") == "rdzv/job7/ka/a");
-  CHECK(RendezvousKeys("other").Round() != k.Round());
+  CHECK(RendezvousKeys("other").Job() != k.Job());
 }
 
 }  // namespace

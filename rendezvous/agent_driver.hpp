@@ -1,0 +1,73 @@
+// Drives an AgentMachine (agent_machine.hpp) against the real store: the
+// agent's main thread asks Next() for the next thing to do; while workers run,
+// a companion thread on its own connection keeps stepping the machine, so
+// the agent keeps beating and learns at once when the round ends (it wakes
+// on every change of the job record).
+//
+// Thread-safe: the machine is behind a mutex; on_stop runs on the companion
+// thread.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "rendezvous/agent_machine.hpp"
+#include "rendezvous/store_client.hpp"
+
+namespace ddprun::rendezvous {
+
+class AgentDriver {
+ public:
+  // Connects to the rendezvous store and checks it coordinates this job.
+  static StatusOr<std::unique_ptr<AgentDriver>> Connect(const std::string& host, int port,
+                                                        AgentSettings settings);
+  ~AgentDriver() { StopWatching(); }
+  AgentDriver(const AgentDriver&) = delete;
+  AgentDriver& operator=(const AgentDriver&) = delete;
+
+  // Steps until the machine asks for something other than waiting.
+  // `pending_signal` is asked between steps: a terminating signal ddprun
+  // received (0: none) makes the agent leave the job.
+  using SignalQuery = std::function<std::pair<int, std::string>()>;
+  Action Next(const SignalQuery& pending_signal);
+  void WorkerStoreCleared();
+  // While the workers run: `on_stop(reason)` is called once when they must stop.
+  Status StartWatching(std::function<void(const std::string&)> on_stop);
+  void StopWatching();
+  void WorkersExited(const WorkersOutcome& outcome);
+
+  // After the last action (kExit): this agent says it leaves; the store host
+  // waits (bounded by `timeout`) for the others to have said so too, so the
+  // store outlives their last requests.
+  void Leave(bool hosts_store, std::chrono::milliseconds timeout);
+
+  StoreClient& client() { return client_; }
+
+ private:
+  AgentDriver(StoreClient client, std::string host, int port, AgentSettings settings)
+      : client_(std::move(client)),
+        host_(std::move(host)),
+        port_(port),
+        keys_(settings.rdzv.run_id),
+        machine_(std::move(settings)) {}
+  Status CheckHostedJob();
+  void Watch(std::function<void(const std::string&)> on_stop);
+
+  StoreClient client_;
+  std::string host_;
+  int port_;
+  RendezvousKeys keys_;
+  std::mutex mu_;
+  AgentMachine machine_;
+  std::optional<StoreClient> watch_client_;
+  std::atomic<bool> stop_watching_{false};
+  std::thread watcher_;
+  bool left_ = false;
+};
+
+}  // namespace ddprun::rendezvous

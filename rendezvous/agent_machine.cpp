@@ -1,0 +1,336 @@
+#include "rendezvous/agent_machine.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+namespace ddprun::rendezvous {
+
+namespace {
+
+std::string Seconds(std::chrono::milliseconds d) {
+  std::ostringstream o;
+  o << d.count() / 1000.0 << " s";
+  return o.str();
+}
+
+// Why round `r` no longer runs, as the record says.
+std::string WhyEnded(const JobRecord& rec, int r) {
+  const std::string round = "round " + std::to_string(r);
+  if (rec.round != r) return round + " was replaced by round " + std::to_string(rec.round);
+  if (rec.end == RoundEnd::kFailure) return round + " ended: failure on " + rec.cause.Describe();
+  if (rec.end == RoundEnd::kMembership || rec.end == RoundEnd::kNewNodes) {
+    return round + " ended: " + rec.end_reason;
+  }
+  if (rec.outcome == JobOutcome::kFailed) return "the job failed: " + rec.final_cause.Describe();
+  return "the job is over";
+}
+
+}  // namespace
+
+std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
+                              int round) {
+  auto joined = kv.Add(keys.Join(round), 0);
+  const int n = joined.ok() ? static_cast<int>(*joined) : 0;
+  std::ostringstream why;
+  why << "rendezvous round " << round << " timed out after " << Seconds(s.join_timeout)
+      << " (join_timeout): " << n << " of at least " << s.min_nodes << " nodes joined";
+  std::vector<bool> rank_seen(s.max_nodes, false);
+  bool ranked = false;
+  std::string seen;
+  for (int i = 0; i < n; ++i) {
+    auto text = kv.TryGet(keys.Node(round, i));
+    if (!text.ok() || !*text) continue;
+    auto node = NodeInfo::Decode(**text);
+    if (!node.ok()) continue;
+    seen += (seen.empty() ? "" : ", ") + node->name + " (" + node->addr + ")";
+    if (node->requested_rank >= 0 && node->requested_rank < s.max_nodes) {
+      rank_seen[node->requested_rank] = ranked = true;
+    }
+  }
+  if (!seen.empty()) why << "; seen: " << seen;
+  if (ranked) {
+    std::string missing;
+    for (int r = 0; r < s.max_nodes; ++r) {
+      if (!rank_seen[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+    }
+    why << "; missing node ranks: " << missing;
+  }
+  return why.str();
+}
+
+AgentMachine::AgentMachine(AgentSettings settings)
+    : s_(std::move(settings)), keys_(s_.rdzv.run_id) {}
+
+Action AgentMachine::Step(Kv& kv, Time now) {
+  if (phase_ == Phase::kDone) return done_;
+  // A gap far longer than the poll interval means this process did not run
+  // (SIGSTOP, a starved host): time it was away does not count against its
+  // own waits. What happened meanwhile is read from the record below.
+  if (last_step_ && now - *last_step_ > s_.rdzv.keep_alive_interval) {
+    deadline_ += now - *last_step_;
+  }
+  last_step_ = now;
+  if (Status s = Beat(kv, now); !s.ok()) return StoreGone(s);
+  // A signal ends the agent, but what its workers did is recorded first (a
+  // success is a success; the signal stops only what runs).
+  if (signal_ != 0 && phase_ != Phase::kRunning && phase_ != Phase::kStopping &&
+      phase_ != Phase::kExited) {
+    return Leave(kv);
+  }
+  switch (phase_) {
+    case Phase::kJoin:
+      return Join(kv, now);
+    case Phase::kWaitRound:
+      return WaitRound(kv, now);
+    case Phase::kClearing:
+      return Clearing(kv, now);
+    case Phase::kRunning:
+      return Running(kv, now);
+    case Phase::kStopping:
+      return Wait(now);
+    case Phase::kExited:
+      return Exited(kv, now);
+    case Phase::kFinishing:
+      return Finishing(kv, now);
+    case Phase::kDone:
+      break;
+  }
+  return done_;
+}
+
+void AgentMachine::WorkersExited(const WorkersOutcome& outcome, Time now) {
+  if (phase_ != Phase::kRunning && phase_ != Phase::kStopping) return;
+  outcome_ = outcome;
+  settle_until_ = now + s_.peer_settle;
+  phase_ = Phase::kExited;
+  next_wake_ = now;
+}
+
+Status AgentMachine::Beat(Kv& kv, Time now) {
+  if (now < next_beat_) return Status::Ok();
+  next_beat_ = now + s_.rdzv.keep_alive_interval;
+  return kv.Add(keys_.KeepAlive(s_.self.agent_id), 1).status();
+}
+
+Action AgentMachine::Wait(Time now, std::optional<Time> until) {
+  next_wake_ = std::min(now + s_.poll, next_beat_);
+  if (until) next_wake_ = std::min(next_wake_, std::max(now, *until));
+  return Action{};
+}
+
+StatusOr<JobRecord> AgentMachine::Read(Kv& kv) {
+  auto rec = ReadRecord(kv, keys_);
+  if (rec.ok()) version_ = rec->version;
+  return rec;
+}
+
+StatusOr<Applied> AgentMachine::Apply(Kv& kv, const Transition& t) {
+  auto applied = ApplyTransition(kv, keys_, t);
+  if (applied.ok()) version_ = applied->record.version;
+  return applied;
+}
+
+RoundResult AgentMachine::Result(const JobRecord& rec, int node_rank) const {
+  RoundResult r;
+  r.round = rec.round;
+  r.node_rank = node_rank;
+  r.nodes = rec.members;
+  r.restart_count = rec.restarts;
+  for (int i = 0; i < static_cast<int>(rec.members.size()); ++i) {
+    if (i == node_rank) r.base_rank = r.world_size;
+    r.world_size += rec.members[i].nproc;
+  }
+  return r;
+}
+
+Action AgentMachine::ExitByRecord(const JobRecord& rec) {
+  done_ = Action{};
+  done_.kind = ActionKind::kExit;
+  done_.exit_code = rec.exit_code();
+  done_.failed = rec.outcome == JobOutcome::kFailed;
+  done_.root_cause = rec.final_cause;
+  if (done_.failed) done_.message = "the job failed: " + rec.final_cause.Describe();
+  phase_ = Phase::kDone;
+  return done_;
+}
+
+Action AgentMachine::StoreGone(const Status& s) {
+  done_ = Action{};
+  done_.kind = ActionKind::kExit;
+  done_.exit_code = 1;
+  done_.message = s.Annotate("rendezvous").message();
+  phase_ = Phase::kDone;
+  return done_;
+}
+
+Action AgentMachine::Follow(Kv& kv, const JobRecord& rec, Time now) {
+  if (rec.final()) return ExitByRecord(rec);
+  min_round_ = std::max(min_round_, round_ + 1);
+  phase_ = Phase::kJoin;
+  return Join(kv, now);
+}
+
+Action AgentMachine::Join(Kv& kv, Time now) {
+  auto rec = Read(kv);
+  if (!rec.ok()) return StoreGone(rec.status());
+  if (rec->final()) return ExitByRecord(*rec);
+  const int r = std::max(min_round_, rec->round + 1);
+  auto arrival = kv.Add(keys_.Join(r), 1);
+  if (!arrival.ok()) return StoreGone(arrival.status());
+  if (Status s = kv.Set(keys_.Node(r, static_cast<int>(*arrival - 1)), s_.self.Encode()); !s.ok()) {
+    return StoreGone(s);
+  }
+  round_ = r;
+  node_rank_ = -1;
+  if (!first_join_) {
+    first_join_ = now;
+    deadline_ = now + s_.rdzv.join_timeout;
+  }
+  phase_ = Phase::kWaitRound;
+  return Wait(now, deadline_);
+}
+
+Action AgentMachine::WaitRound(Kv& kv, Time now) {
+  auto rec = Read(kv);
+  if (!rec.ok()) return StoreGone(rec.status());
+  if (rec->final()) return ExitByRecord(*rec);
+  if (rec->round >= round_) {
+    const int rank = rec->round == round_ ? rec->MemberRank(s_.self.agent_id) : -1;
+    if (rank < 0 || !rec->Running(round_)) return Follow(kv, *rec, now);  // closed without us
+    node_rank_ = rank;
+    first_join_.reset();
+    cleared_ = false;
+    phase_ = Phase::kClearing;
+    return Clearing(kv, now);
+  }
+  if (now < deadline_) return Wait(now, deadline_);
+  if (rec->round >= 0 && rec->end == RoundEnd::kNone) {
+    // The job runs at its maximum size: no place for this node, but nothing
+    // wrong with the job.
+    return StoreGone(Status(StatusCode::kDeadlineExceeded,
+                            "waited " + Seconds(s_.rdzv.join_timeout) +
+                                " (join_timeout) for a place in the job, which runs round " +
+                                std::to_string(rec->round) + " with " +
+                                std::to_string(rec->members.size()) + " of at most " +
+                                std::to_string(s_.rdzv.max_nodes) + " nodes"));
+  }
+  Cause c;
+  c.cls = FailureClass::kRendezvous;
+  c.what = JoinTimeoutReport(kv, keys_, s_.rdzv, round_);
+  auto applied = Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
+  if (!applied.ok()) return StoreGone(applied.status());
+  if (applied->record.final()) return ExitByRecord(applied->record);
+  return Follow(kv, applied->record, now);
+}
+
+Action AgentMachine::Clearing(Kv& kv, Time now) {
+  auto rec = Read(kv);
+  if (!rec.ok()) return StoreGone(rec.status());
+  if (!rec->Running(round_)) return Follow(kv, *rec, now);
+  Action start;
+  start.kind = ActionKind::kStartWorkers;
+  start.round = Result(*rec, node_rank_);
+  if (node_rank_ == 0) {
+    // Node rank 0 empties its worker store before anyone starts workers, so
+    // no key of the last attempt survives (PyTorch issue #135712).
+    if (!cleared_) {
+      start.kind = ActionKind::kClearWorkerStore;
+      next_wake_ = now;
+      return start;
+    }
+    if (Status s = kv.Set(keys_.Cleared(round_), "1"); !s.ok()) return StoreGone(s);
+  } else {
+    auto cleared = kv.TryGet(keys_.Cleared(round_));
+    if (!cleared.ok()) return StoreGone(cleared.status());
+    if (!*cleared) return Wait(now);
+  }
+  phase_ = Phase::kRunning;
+  return start;
+}
+
+Action AgentMachine::Running(Kv& kv, Time now) {
+  auto rec = Read(kv);
+  if (!rec.ok()) return StoreGone(rec.status());
+  if (rec->Running(round_)) return Wait(now);
+  phase_ = Phase::kStopping;
+  Action stop;
+  stop.kind = ActionKind::kStopWorkers;
+  stop.message = WhyEnded(*rec, round_);
+  return stop;
+}
+
+Action AgentMachine::Exited(Kv& kv, Time now) {
+  using Kind = WorkersOutcome::Kind;
+  if (outcome_.kind == Kind::kInterrupted) {
+    signal_ = outcome_.signal;
+    signal_name_ = outcome_.signal_name;
+    return Leave(kv);
+  }
+  Transition t;
+  if (outcome_.kind == Kind::kSucceeded) {
+    t = [&](const JobRecord& r) { return MarkDone(r, round_, node_rank_); };
+  } else if (outcome_.kind == Kind::kFailed) {
+    Cause cause = outcome_.cause;
+    cause.node_rank = node_rank_;
+    cause.node = s_.self.name;
+    if (cause.cls == FailureClass::kPeer && now < settle_until_) {
+      // Give the failure that caused this one the chance to be recorded first.
+      auto rec = Read(kv);
+      if (!rec.ok()) return StoreGone(rec.status());
+      if (!rec->Running(round_)) return Follow(kv, *rec, now);
+      return Wait(now, settle_until_);
+    }
+    t = [&, cause](const JobRecord& r) {
+      return EndRoundByFailure(r, round_, cause, s_.max_restarts);
+    };
+  } else {
+    // Stopped because the round ended, which the record says; should it
+    // still run, the round is ended here (this node stays), so that no
+    // agent waits for workers that are gone.
+    const std::string why =
+        "node " + std::to_string(node_rank_) + " (" + s_.self.name + ")'s workers were stopped";
+    t = [&, why](const JobRecord& r) { return EndRoundByMembership(r, round_, why, "", 0); };
+  }
+  auto applied = Apply(kv, t);
+  if (!applied.ok()) return StoreGone(applied.status());
+  const JobRecord& rec = applied->record;
+  if (applied->landed && outcome_.kind == Kind::kSucceeded && !rec.final()) {
+    phase_ = Phase::kFinishing;
+    return Wait(now);
+  }
+  return Follow(kv, rec, now);
+}
+
+Action AgentMachine::Finishing(Kv& kv, Time now) {
+  auto rec = Read(kv);
+  if (!rec.ok()) return StoreGone(rec.status());
+  if (rec->final() || !rec->Running(round_)) return Follow(kv, *rec, now);
+  return Wait(now);
+}
+
+Action AgentMachine::Leave(Kv& kv) {
+  const std::string by = "stopped by " + signal_name_;
+  // Best effort: the store may be gone too.
+  if (round_ >= 0) {
+    const std::string reason =
+        "node " + std::to_string(node_rank_) + " (" + s_.self.name + ") was " + by;
+    (void)Apply(kv, [&](const JobRecord& r) {
+      return EndRoundByMembership(r, round_, reason, s_.self.agent_id, s_.rdzv.min_nodes);
+    });
+  }
+  if (s_.hosts_store) {
+    Cause c;
+    c.cls = FailureClass::kSignal;
+    c.exit_code = 128 + signal_;
+    c.what = "the agent hosting the store (" + s_.self.name + ") was " + by;
+    (void)Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
+  }
+  done_ = Action{};
+  done_.kind = ActionKind::kExit;
+  done_.exit_code = 128 + signal_;
+  done_.message = "received " + signal_name_;
+  phase_ = Phase::kDone;
+  return done_;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,144 @@
+// An agent's decisions about rounds and the job, as a state machine with no
+// threads, sockets or clock of its own: Step() reads the job record and the
+// round keys through a Kv at a given time and says what to do next (clear
+// the worker store, start or stop the workers, exit with a code); the caller
+// carries that out and feeds back what the workers did. The real agent
+// drives it over TCP (agent_driver.hpp); the simulation (tests/sim/) drives
+// many of them over one in-process store with a fake clock.
+//
+// Every decision that others must share goes through the job record: the
+// round and its members, the restart count, a failure (the first recorded
+// one is the root cause), a node's workers finishing, the job's outcome. The
+// machine exits only on a final record, or when the store is gone, or when
+// ddprun itself was signalled (then with 128+N).
+//
+// Lifecycle: Join -> WaitRound -> Clearing -> Running -> (workers exit)
+// Exited -> [Settling] -> Finishing | Join | Done.
+//
+// Thread-compatible: the caller serialises calls (the driver holds a mutex).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "rendezvous/job_record.hpp"
+#include "rendezvous/kv.hpp"
+#include "rendezvous/rendezvous.hpp"
+
+namespace ddprun::rendezvous {
+
+struct AgentSettings {
+  RendezvousSettings rdzv;
+  NodeInfo self;
+  int max_restarts = 0;
+  bool hosts_store = false;
+  // How long a failure of the kPeer class (a worker that died because a peer
+  // went away) waits before it is recorded, so that the failure that caused
+  // it, on another node, is recorded first.
+  std::chrono::milliseconds peer_settle{2000};
+  // How often the machine wants to look at the store while nothing happens.
+  std::chrono::milliseconds poll{200};
+};
+
+// What this node's workers did in a round.
+struct WorkersOutcome {
+  enum class Kind { kSucceeded, kFailed, kStopped, kInterrupted };
+  Kind kind = Kind::kSucceeded;
+  Cause cause;              // kFailed: the local root cause (the machine fills in the node)
+  int signal = 0;           // kInterrupted: the signal ddprun received
+  std::string signal_name;  // "SIGTERM"
+};
+
+enum class ActionKind { kWait, kClearWorkerStore, kStartWorkers, kStopWorkers, kExit };
+
+struct Action {
+  ActionKind kind = ActionKind::kWait;
+  RoundResult round;    // kClearWorkerStore, kStartWorkers
+  std::string message;  // kStopWorkers: why; kExit: what to print ("" on success)
+  int exit_code = 0;    // kExit
+  bool failed = false;  // kExit: the record says the job failed (root_cause is set)
+  Cause root_cause;     // kExit with `failed`: the one recorded root cause
+};
+
+class AgentMachine {
+ public:
+  enum class Phase {
+    kJoin,
+    kWaitRound,
+    kClearing,
+    kRunning,
+    kStopping,
+    kExited,
+    kFinishing,
+    kDone
+  };
+
+  using Time = Clock::time_point;
+
+  explicit AgentMachine(AgentSettings settings);
+
+  // Advances with what the store says at `now`. kWait: call again by
+  // next_wake(), or sooner when the record may have changed.
+  Action Step(Kv& kv, Time now);
+  // The caller emptied this node's worker store (after kClearWorkerStore).
+  void WorkerStoreCleared() { cleared_ = true; }
+  // The workers of the running round are gone (after kStartWorkers).
+  void WorkersExited(const WorkersOutcome& outcome, Time now);
+  // ddprun received a terminating signal; the machine leaves at its next step.
+  void Interrupted(int signal, std::string name) {
+    signal_ = signal;
+    signal_name_ = std::move(name);
+  }
+
+  Phase phase() const { return phase_; }
+  Time next_wake() const { return next_wake_; }
+  // The record version the machine last saw (wait for version() + 1).
+  int64_t version() const { return version_; }
+  const AgentSettings& settings() const { return s_; }
+
+ private:
+  Action Join(Kv& kv, Time now);
+  Action WaitRound(Kv& kv, Time now);
+  Action Clearing(Kv& kv, Time now);
+  Action Running(Kv& kv, Time now);
+  Action Exited(Kv& kv, Time now);
+  Action Finishing(Kv& kv, Time now);
+  Action Leave(Kv& kv);
+  // Acts on a record in which our round no longer runs: exit when it is
+  // final, else join the next round.
+  Action Follow(Kv& kv, const JobRecord& rec, Time now);
+  Action ExitByRecord(const JobRecord& rec);
+  Action StoreGone(const Status& s);
+  StatusOr<Applied> Apply(Kv& kv, const Transition& t);
+  StatusOr<JobRecord> Read(Kv& kv);
+  RoundResult Result(const JobRecord& rec, int node_rank) const;
+  Status Beat(Kv& kv, Time now);
+  Action Wait(Time now, std::optional<Time> until = std::nullopt);
+
+  AgentSettings s_;
+  RendezvousKeys keys_;
+  Phase phase_ = Phase::kJoin;
+  Action done_;         // in kDone: the exit action, repeated
+  int round_ = -1;      // the round joined or running
+  int node_rank_ = -1;  // in the running round
+  int min_round_ = 0;   // do not join a round before this one
+  Time deadline_{};     // kWaitRound: join_timeout
+  std::optional<Time> first_join_;
+  bool cleared_ = false;
+  WorkersOutcome outcome_;
+  Time settle_until_{};
+  int signal_ = 0;
+  std::string signal_name_;
+  Time next_beat_{};
+  std::optional<Time> last_step_;
+  Time next_wake_{};
+  int64_t version_ = 0;
+};
+
+// The message of a round that could not form within join_timeout, naming the
+// nodes seen and the requested node ranks missing (coordinator and agents).
+std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
+                              int round);
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,163 @@
+#include "rendezvous/coordinator_machine.hpp"
+
+#include <algorithm>
+#include <sstream>
+
+#include "rendezvous/agent_machine.hpp"
+
+namespace ddprun::rendezvous {
+
+namespace {
+
+constexpr std::chrono::milliseconds kPoll{200};
+
+std::string Describe(const NodeInfo& n, int rank) {
+  return n.name + " (" + n.addr + ", node rank " + std::to_string(rank) + ")";
+}
+
+}  // namespace
+
+CoordinatorMachine::CoordinatorMachine(RendezvousSettings settings, std::string self_agent_id,
+                                       Log log)
+    : s_(std::move(settings)),
+      self_(std::move(self_agent_id)),
+      log_(std::move(log)),
+      keys_(s_.run_id) {}
+
+StatusOr<bool> CoordinatorMachine::Step(Kv& kv, Time now) {
+  if (last_step_ && now - *last_step_ > s_.keep_alive_interval) {
+    // This process did not run for a while (SIGSTOP, a starved host): it saw
+    // no keep-alive meanwhile, so it cannot tell anyone was silent.
+    for (auto& [agent, seen] : seen_) seen.second = now;
+    resumed_at_ = now;
+  }
+  last_step_ = now;
+  next_wake_ = now + kPoll;
+  auto rec = ReadRecord(kv, keys_);
+  if (!rec.ok()) return rec.status();
+  version_ = rec->version;
+  if (rec->final()) return false;
+  if (rec->round >= 0 && rec->end == RoundEnd::kNone) return Watch(kv, *rec, now);
+  return Gather(kv, *rec, now);
+}
+
+StatusOr<bool> CoordinatorMachine::Apply(Kv& kv, const Transition& t) {
+  auto applied = ApplyTransition(kv, keys_, t);
+  if (!applied.ok()) return applied.status();
+  version_ = applied->record.version;
+  return !applied->record.final();
+}
+
+StatusOr<std::optional<std::vector<NodeInfo>>> CoordinatorMachine::Arrivals(Kv& kv, int r, int n) {
+  std::vector<NodeInfo> nodes;
+  for (int i = 0; i < n; ++i) {
+    auto text = kv.TryGet(keys_.Node(r, i));
+    if (!text.ok()) return text.status();
+    if (!*text) return std::optional<std::vector<NodeInfo>>();
+    auto node = NodeInfo::Decode(**text);
+    if (!node.ok()) return node.status();
+    nodes.push_back(std::move(*node));
+  }
+  return std::optional<std::vector<NodeInfo>>(std::move(nodes));
+}
+
+StatusOr<bool> CoordinatorMachine::Gather(Kv& kv, const JobRecord& rec, Time now) {
+  const int r = rec.round + 1;
+  if (gathering_ != r) {
+    gathering_ = r;
+    gather_start_ = now;
+    last_call_until_.reset();
+  }
+  auto joined = kv.Add(keys_.Join(r), 0);
+  if (!joined.ok()) return joined.status();
+  const int n = std::min(static_cast<int>(*joined), s_.max_nodes);
+  if (n >= s_.min_nodes && !last_call_until_) last_call_until_ = now + s_.last_call_timeout;
+  const bool closing = n >= s_.max_nodes || (n >= s_.min_nodes && now >= *last_call_until_);
+  if (closing) {
+    auto arrivals = Arrivals(kv, r, n);
+    if (!arrivals.ok()) return arrivals.status();
+    if (!*arrivals) return true;  // a record is on its way
+    auto members = AssignRanks(std::move(**arrivals));
+    return Apply(kv, [&](const JobRecord& cur) { return CloseRound(cur, r, members); });
+  }
+  if (last_call_until_) next_wake_ = std::min(next_wake_, *last_call_until_);
+  if (n >= s_.min_nodes || now < gather_start_ + s_.join_timeout) return true;
+  Cause c;
+  c.cls = FailureClass::kRendezvous;
+  c.what = JoinTimeoutReport(kv, keys_, s_, r);
+  log_(c.what);
+  return Apply(kv, [&](const JobRecord& cur) { return CloseJob(cur, c); });
+}
+
+// New nodes may make a round re-form only while training goes on and every
+// member answers: not once a member's workers finished, and not while a
+// member is silent (paused, or this coordinator has not heard from it since
+// its own pause), since its workers may have finished meanwhile.
+bool CoordinatorMachine::AllResponsive(const JobRecord& rec, Time now) const {
+  for (size_t i = 0; i < rec.members.size(); ++i) {
+    if (rec.done[i]) return false;
+    auto seen = seen_.find(rec.members[i].agent_id);
+    if (seen == seen_.end()) return false;
+    const Time when = seen->second.second;
+    if (when <= resumed_at_ || now - when > 2 * s_.keep_alive_interval) return false;
+  }
+  return true;
+}
+
+StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now) {
+  const int r = rec.round;
+  if (watching_ != r) {
+    watching_ = r;
+    seen_.clear();
+    for (const auto& m : rec.members) seen_[m.agent_id] = {-1, now};
+  }
+  // Once a member's workers finished, the training is over: a silent member
+  // is awaited (its agent may be paused) up to join_timeout, and then fails
+  // the job, never re-forms a round that would train again.
+  const int finished = static_cast<int>(std::count(rec.done.begin(), rec.done.end(), true));
+  const auto limit = finished > 0
+                         ? std::chrono::duration_cast<std::chrono::milliseconds>(s_.join_timeout)
+                         : s_.keep_alive_interval * s_.keep_alive_max_attempt;
+  for (size_t i = 0; i < rec.members.size(); ++i) {
+    const NodeInfo& m = rec.members[i];
+    // Never itself (it runs in the agent it would declare lost), never a
+    // member whose workers finished (it only waits for the others).
+    if (rec.done[i]) continue;
+    auto count = kv.Add(keys_.KeepAlive(m.agent_id), 0);
+    if (!count.ok()) return count.status();
+    auto& [last, when] = seen_[m.agent_id];
+    if (*count != last) {
+      last = *count;
+      when = now;
+      continue;
+    }
+    if (m.agent_id == self_ || now - when <= limit) continue;
+    std::ostringstream why;
+    why << "lost " << Describe(m, static_cast<int>(i)) << ": no keep-alive for "
+        << std::chrono::duration<double>(limit).count() << " s";
+    if (finished > 0) {
+      Cause c;
+      c.cls = FailureClass::kRendezvous;
+      c.what = why.str() + " (join_timeout) after the workers of " + std::to_string(finished) +
+               " of " + std::to_string(rec.members.size()) +
+               " nodes finished: its workers' outcome is unknown";
+      log_("rendezvous: " + c.what);
+      return Apply(kv, [&](const JobRecord& cur) { return CloseJob(cur, c); });
+    }
+    log_("rendezvous: " + why.str());
+    return Apply(kv, [&](const JobRecord& cur) {
+      return EndRoundByMembership(cur, r, why.str(), m.agent_id, s_.min_nodes);
+    });
+  }
+  auto waiting = kv.Add(keys_.Join(r + 1), 0);
+  if (!waiting.ok()) return waiting.status();
+  if (*waiting > 0 && static_cast<int>(rec.members.size()) < s_.max_nodes &&
+      AllResponsive(rec, now)) {
+    const std::string why = std::to_string(*waiting) + " new node(s) waiting to join";
+    log_("rendezvous: round " + std::to_string(r) + " ends: " + why);
+    return Apply(kv, [&](const JobRecord& cur) { return EndRoundForNewNodes(cur, r, why); });
+  }
+  return true;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,67 @@
+// The coordinator's decisions, as a state machine with no threads, sockets or
+// clock of its own (the thread that drives it over TCP is coordinator.hpp;
+// the simulation drives it over an in-process store with a fake clock).
+//
+// It runs on the agent hosting the store and writes the job record through
+// compare-and-set like any agent: it closes a round (MAX joined, or MIN
+// joined and the last call expired) with the members in rank order; it fails
+// the job when MIN do not join within join_timeout; while a round runs it
+// watches the members' keep-alive counters and ends the round when a member
+// is lost (never itself, never a member whose workers finished) or when new
+// agents wait to join and there is room.
+//
+// Every Step re-reads the record first, so a coordinator that was paused
+// acts on what happened meanwhile; and after a pause it restarts its
+// keep-alive clocks, since it could not watch anyone while it was stopped.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "rendezvous/job_record.hpp"
+#include "rendezvous/kv.hpp"
+
+namespace ddprun::rendezvous {
+
+class CoordinatorMachine {
+ public:
+  using Time = Clock::time_point;
+  using Log = std::function<void(const std::string&)>;
+
+  CoordinatorMachine(RendezvousSettings settings, std::string self_agent_id, Log log);
+
+  // One look at the store at `now`; false when the job is over and there is
+  // nothing left to coordinate. Fails when the store does.
+  StatusOr<bool> Step(Kv& kv, Time now);
+
+  Time next_wake() const { return next_wake_; }
+  int64_t version() const { return version_; }
+
+ private:
+  StatusOr<bool> Gather(Kv& kv, const JobRecord& rec, Time now);
+  StatusOr<bool> Watch(Kv& kv, const JobRecord& rec, Time now);
+  StatusOr<bool> Apply(Kv& kv, const Transition& t);
+  bool AllResponsive(const JobRecord& rec, Time now) const;
+  // The node records of the first `n` arrivals of round `r`; nullopt while
+  // one is not written yet (its agent bumped the counter a moment ago).
+  StatusOr<std::optional<std::vector<NodeInfo>>> Arrivals(Kv& kv, int r, int n);
+
+  RendezvousSettings s_;
+  std::string self_;
+  Log log_;
+  RendezvousKeys keys_;
+  int gathering_ = -1;  // the round being gathered
+  Time gather_start_{};
+  std::optional<Time> last_call_until_;
+  int watching_ = -1;                                     // the round being watched
+  std::map<std::string, std::pair<int64_t, Time>> seen_;  // agent -> (counter, when it changed)
+  std::optional<Time> last_step_;
+  Time resumed_at_{};  // when this coordinator last came back from a pause
+  Time next_wake_{};
+  int64_t version_ = 0;
+};
+
+}  // namespace ddprun::rendezvous

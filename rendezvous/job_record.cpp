@@ -1,0 +1,288 @@
+#include "rendezvous/job_record.hpp"
+
+#include <algorithm>
+#include <charconv>
+
+namespace ddprun::rendezvous {
+
+namespace {
+
+constexpr char kMagic[] = "ddprun-job/1";
+
+// Fields are "<decimal length>:<bytes>", so any text survives.
+class FieldWriter {
+ public:
+  FieldWriter& Str(const std::string& s) {
+    out_ += std::to_string(s.size()) + ":" + s;
+    return *this;
+  }
+  FieldWriter& Int(int64_t v) { return Str(std::to_string(v)); }
+  std::string& text() { return out_; }
+
+ private:
+  std::string out_;
+};
+
+class FieldReader {
+ public:
+  explicit FieldReader(const std::string& text) : text_(text) {}
+  bool Str(std::string* out) {
+    auto colon = text_.find(':', at_);
+    size_t len = 0;
+    if (colon == std::string::npos) return false;
+    auto [p, ec] = std::from_chars(text_.data() + at_, text_.data() + colon, len);
+    if (ec != std::errc() || p != text_.data() + colon || len > text_.size() - colon - 1) {
+      return false;
+    }
+    *out = text_.substr(colon + 1, len);
+    at_ = colon + 1 + len;
+    return true;
+  }
+  template <typename T>
+  bool Int(T* out) {
+    std::string s;
+    if (!Str(&s)) return false;
+    auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
+    return ec == std::errc() && p == s.data() + s.size() && !s.empty();
+  }
+  bool AtEnd() const { return at_ == text_.size(); }
+
+ private:
+  const std::string& text_;
+  size_t at_ = 0;
+};
+
+void WriteCause(FieldWriter& w, const Cause& c) {
+  w.Int(static_cast<int>(c.cls)).Int(c.exit_code).Int(c.node_rank).Str(c.node);
+  w.Int(c.rank).Int(c.local_rank).Int(c.pid).Str(c.what);
+}
+
+bool ReadCause(FieldReader& r, Cause* c) {
+  int cls = 0;
+  if (!r.Int(&cls) || cls < 0 || cls > static_cast<int>(FailureClass::kSignal)) return false;
+  c->cls = static_cast<FailureClass>(cls);
+  return r.Int(&c->exit_code) && r.Int(&c->node_rank) && r.Str(&c->node) && r.Int(&c->rank) &&
+         r.Int(&c->local_rank) && r.Int(&c->pid) && r.Str(&c->what);
+}
+
+Status Rejected(const std::string& why) { return Status(StatusCode::kAborted, why); }
+
+// The common precondition of the transitions that act on a running round.
+Status CheckRunning(const JobRecord& rec, int r) {
+  if (rec.final()) return Rejected("the job is over");
+  if (rec.round != r) {
+    return Rejected("round " + std::to_string(r) + " is not the current round (" +
+                    std::to_string(rec.round) + ")");
+  }
+  if (rec.end != RoundEnd::kNone) return Rejected("round " + std::to_string(r) + " already ended");
+  return Status::Ok();
+}
+
+JobRecord Next(const JobRecord& rec) {
+  JobRecord next = rec;
+  ++next.version;
+  return next;
+}
+
+JobRecord Fail(JobRecord next, const Cause& cause) {
+  next.outcome = JobOutcome::kFailed;
+  next.final_cause = cause;
+  return next;
+}
+
+}  // namespace
+
+const char* FailureClassName(FailureClass c) {
+  switch (c) {
+    case FailureClass::kWorker:
+      return "worker";
+    case FailureClass::kHang:
+      return "hang";
+    case FailureClass::kPeer:
+      return "peer";
+    case FailureClass::kRendezvous:
+      return "rendezvous";
+    case FailureClass::kSignal:
+      return "signal";
+  }
+  return "?";
+}
+
+std::string Cause::Describe() const {
+  if (node_rank < 0) return what;
+  return "node " + std::to_string(node_rank) + " (" + node + "): " + what;
+}
+
+int JobRecord::exit_code() const {
+  if (outcome == JobOutcome::kSucceeded) return 0;
+  return outcome == JobOutcome::kFailed ? final_cause.exit_code : 1;
+}
+
+int JobRecord::MemberRank(const std::string& agent_id) const {
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i].agent_id == agent_id) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+int JobRecord::world_size() const {
+  int n = 0;
+  for (const auto& m : members) n += m.nproc;
+  return n;
+}
+
+std::string JobRecord::Encode() const {
+  FieldWriter w;
+  w.Str(kMagic).Int(version).Int(round).Str(EncodeMembers(members)).Int(restarts);
+  w.Int(static_cast<int>(end));
+  WriteCause(w, cause);
+  w.Str(end_reason).Str(lost_agent);
+  std::string bits;
+  for (bool b : done) bits += b ? '1' : '0';
+  w.Str(bits).Int(static_cast<int>(outcome));
+  WriteCause(w, final_cause);
+  return std::move(w.text());
+}
+
+StatusOr<JobRecord> JobRecord::Decode(const std::string& text) {
+  JobRecord rec;
+  if (text.empty()) return rec;
+  auto bad = [&] {
+    return InvalidArgument("rendezvous: malformed job record (" + std::to_string(text.size()) +
+                           " bytes)");
+  };
+  FieldReader r(text);
+  std::string magic, members, bits;
+  int end = 0, outcome = 0;
+  if (!r.Str(&magic) || magic != kMagic || !r.Int(&rec.version) || !r.Int(&rec.round) ||
+      !r.Str(&members) || !r.Int(&rec.restarts) || !r.Int(&end) || !ReadCause(r, &rec.cause) ||
+      !r.Str(&rec.end_reason) || !r.Str(&rec.lost_agent) || !r.Str(&bits) || !r.Int(&outcome) ||
+      !ReadCause(r, &rec.final_cause) || !r.AtEnd()) {
+    return bad();
+  }
+  auto nodes = DecodeMembers(members);
+  if (!nodes.ok() || end < 0 || end > 3 || outcome < 0 || outcome > 2 ||
+      bits.size() != nodes->size()) {
+    return bad();
+  }
+  rec.members = std::move(*nodes);
+  rec.end = static_cast<RoundEnd>(end);
+  rec.outcome = static_cast<JobOutcome>(outcome);
+  for (char c : bits) rec.done.push_back(c == '1');
+  return rec;
+}
+
+StatusOr<JobRecord> CloseRound(const JobRecord& rec, int r, std::vector<NodeInfo> members) {
+  if (rec.final()) return Rejected("the job is over");
+  if (r != rec.round + 1) {
+    return Rejected("round " + std::to_string(r) + " does not follow round " +
+                    std::to_string(rec.round));
+  }
+  if (rec.round >= 0 && rec.end == RoundEnd::kNone) {
+    return Rejected("round " + std::to_string(rec.round) + " still runs");
+  }
+  JobRecord next = Next(rec);
+  next.round = r;
+  next.done.assign(members.size(), false);
+  next.members = std::move(members);
+  next.end = RoundEnd::kNone;
+  next.cause = Cause();
+  next.end_reason.clear();
+  next.lost_agent.clear();
+  return next;
+}
+
+StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& cause,
+                                      int max_restarts) {
+  if (Status s = CheckRunning(rec, r); !s.ok()) return s;
+  JobRecord next = Next(rec);
+  next.end = RoundEnd::kFailure;
+  next.cause = cause;
+  if (++next.restarts > max_restarts) return Fail(std::move(next), cause);
+  return next;
+}
+
+StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std::string& reason,
+                                         const std::string& lost_agent, int min_nodes) {
+  if (Status s = CheckRunning(rec, r); !s.ok()) return s;
+  int remain = static_cast<int>(rec.members.size());
+  if (!lost_agent.empty()) {
+    int lost = rec.MemberRank(lost_agent);
+    if (lost < 0) return Rejected("agent " + lost_agent + " is not a member");
+    if (rec.done[lost]) return Rejected("agent " + lost_agent + "'s workers finished");
+    --remain;
+  }
+  JobRecord next = Next(rec);
+  next.end = RoundEnd::kMembership;
+  next.end_reason = reason;
+  next.lost_agent = lost_agent;
+  if (remain >= min_nodes) return next;
+  Cause c;
+  c.cls = FailureClass::kRendezvous;
+  c.what = reason + "; " + std::to_string(remain) + " node(s) remain, fewer than the minimum of " +
+           std::to_string(min_nodes) + " (--nnodes)";
+  return Fail(std::move(next), c);
+}
+
+StatusOr<JobRecord> EndRoundForNewNodes(const JobRecord& rec, int r, const std::string& reason) {
+  if (Status s = CheckRunning(rec, r); !s.ok()) return s;
+  JobRecord next = Next(rec);
+  next.end = RoundEnd::kNewNodes;
+  next.end_reason = reason;
+  return next;
+}
+
+StatusOr<JobRecord> MarkDone(const JobRecord& rec, int r, int node_rank) {
+  // A round ended by a membership change is over for training, but workers
+  // that had already succeeded did; a failure is final for the round.
+  if (rec.end == RoundEnd::kFailure || rec.round != r || rec.final()) {
+    if (Status s = CheckRunning(rec, r); !s.ok()) return s;
+  }
+  if (node_rank < 0 || node_rank >= static_cast<int>(rec.members.size())) {
+    return Rejected("node rank " + std::to_string(node_rank) + " is not a member");
+  }
+  JobRecord next = Next(rec);
+  next.done[node_rank] = true;
+  if (std::all_of(next.done.begin(), next.done.end(), [](bool b) { return b; })) {
+    next.outcome = JobOutcome::kSucceeded;
+  }
+  return next;
+}
+
+StatusOr<JobRecord> CloseJob(const JobRecord& rec, const Cause& cause) {
+  if (rec.final()) return Rejected("the job is over");
+  return Fail(Next(rec), cause);
+}
+
+StatusOr<JobRecord> ReadRecord(Kv& kv, const RendezvousKeys& keys) {
+  auto text = kv.TryGet(keys.Job());
+  if (!text.ok()) return text.status();
+  return JobRecord::Decode(text->value_or(""));
+}
+
+StatusOr<Applied> ApplyTransition(Kv& kv, const RendezvousKeys& keys,
+                                  const Transition& transition) {
+  auto text = kv.TryGet(keys.Job());
+  if (!text.ok()) return text.status();
+  std::string current = text->value_or("");
+  // Each lost race means another writer's transition landed; the record
+  // only moves forward, so this ends (bounded all the same).
+  for (int attempt = 0; attempt < 1000; ++attempt) {
+    auto rec = JobRecord::Decode(current);
+    if (!rec.ok()) return rec.status();
+    auto next = transition(*rec);
+    if (!next.ok()) return Applied{std::move(*rec), false, next.status().message()};
+    const std::string desired = next->Encode();
+    auto stored = kv.CompareSet(keys.Job(), current, desired);
+    if (!stored.ok()) return stored.status();
+    if (*stored == desired) {
+      // Wakes whoever waits for the record to change.
+      if (Status s = kv.Set(keys.Version(next->version), ""); !s.ok()) return s;
+      return Applied{std::move(*next), true, ""};
+    }
+    current = std::move(*stored);
+  }
+  return Internal("rendezvous: the job record kept changing under 1000 compare-and-sets");
+}
+
+}  // namespace ddprun::rendezvous

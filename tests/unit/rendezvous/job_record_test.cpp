@@ -1,0 +1,270 @@
+#include "rendezvous/job_record.hpp"
+
+#include <doctest/doctest.h>
+
+#include "rendezvous/agent_machine.hpp"
+#include "rendezvous/coordinator_machine.hpp"
+
+namespace ddprun::rendezvous {
+namespace {
+
+NodeInfo Member(const std::string& id) {
+  NodeInfo n;
+  n.agent_id = id;
+  n.name = "host-" + id;
+  n.addr = "10.0.0." + id;
+  n.nproc = 2;
+  n.worker_store_port = 4000;
+  return n;
+}
+
+Cause WorkerCause(int code) {
+  Cause c;
+  c.cls = FailureClass::kWorker;
+  c.exit_code = code;
+  c.node_rank = 1;
+  c.node = "host-b";
+  c.rank = 3;
+  c.local_rank = 1;
+  c.pid = 4242;
+  c.what = "rank 3 (local_rank 1, pid 4242) exit code " + std::to_string(code);
+  return c;
+}
+
+JobRecord Closed(int members) {
+  std::vector<NodeInfo> nodes;
+  for (int i = 0; i < members; ++i) nodes.push_back(Member(std::to_string(i)));
+  auto rec = CloseRound(JobRecord(), 0, nodes);
+  REQUIRE(rec.ok());
+  return *rec;
+}
+
+TEST_CASE("the job record survives encoding, any text in its messages included") {
+  JobRecord rec = Closed(3);
+  auto ended = EndRoundByFailure(rec, 0, WorkerCause(7), 0);
+  REQUIRE(ended.ok());
+  ended->end_reason = "odd: \t\n 12:colons: \x01";
+  auto back = JobRecord::Decode(ended->Encode());
+  REQUIRE(back.ok());
+  CHECK(back->Encode() == ended->Encode());
+  CHECK(back->members.size() == 3);
+  CHECK(back->final_cause.what == "rank 3 (local_rank 1, pid 4242) exit code 7");
+  CHECK(back->end_reason == ended->end_reason);
+  CHECK(JobRecord::Decode("").ok());  // nothing written yet
+  CHECK(JobRecord::Decode("").value().round == -1);
+  CHECK_FALSE(JobRecord::Decode("garbage").ok());
+  std::string truncated = ended->Encode();
+  truncated.pop_back();
+  CHECK_FALSE(JobRecord::Decode(truncated).ok());
+}
+
+TEST_CASE("a failure uses one restart; the one past --max_restarts fails the job for good") {
+  JobRecord rec = Closed(2);
+  auto first = EndRoundByFailure(rec, 0, WorkerCause(3), 1);
+  REQUIRE(first.ok());
+  CHECK(first->restarts == 1);
+  CHECK_FALSE(first->final());
+  // A second failure of the same round is a consequence: rejected.
+  CHECK_FALSE(EndRoundByFailure(*first, 0, WorkerCause(9), 1).ok());
+  auto next = CloseRound(*first, 1, first->members);
+  REQUIRE(next.ok());
+  CHECK(next->restarts == 1);  // what round 1's workers see
+  auto last = EndRoundByFailure(*next, 1, WorkerCause(5), 1);
+  REQUIRE(last.ok());
+  CHECK(last->final());
+  CHECK(last->exit_code() == 5);
+  // Final: nothing changes it any more.
+  CHECK_FALSE(CloseRound(*last, 2, last->members).ok());
+  CHECK_FALSE(MarkDone(*last, 1, 0).ok());
+  CHECK_FALSE(CloseJob(*last, WorkerCause(1)).ok());
+}
+
+TEST_CASE("membership changes use no restart; fewer than MIN remaining fails the job") {
+  JobRecord rec = Closed(3);
+  auto lost = EndRoundByMembership(rec, 0, "lost host-2", "2", 2);
+  REQUIRE(lost.ok());
+  CHECK(lost->restarts == 0);
+  CHECK_FALSE(lost->final());
+  auto too_few = EndRoundByMembership(rec, 0, "lost host-2", "2", 3);
+  REQUIRE(too_few.ok());
+  CHECK(too_few->final());
+  CHECK(too_few->exit_code() == 1);
+  CHECK(too_few->final_cause.cls == FailureClass::kRendezvous);
+}
+
+TEST_CASE("a member whose workers finished is never lost; all finished is success") {
+  JobRecord rec = Closed(2);
+  auto one = MarkDone(rec, 0, 1);
+  REQUIRE(one.ok());
+  CHECK_FALSE(one->final());
+  CHECK_FALSE(EndRoundByMembership(*one, 0, "lost", "1", 1).ok());
+  auto both = MarkDone(*one, 0, 0);
+  REQUIRE(both.ok());
+  CHECK(both->outcome == JobOutcome::kSucceeded);
+  CHECK(both->exit_code() == 0);
+  CHECK_FALSE(EndRoundByFailure(*both, 0, WorkerCause(1), 3).ok());
+}
+
+TEST_CASE("membership changes end a round softly: workers that had finished still count") {
+  JobRecord rec = Closed(2);
+  auto ended = EndRoundForNewNodes(rec, 0, "1 new node(s) waiting to join");
+  REQUIRE(ended.ok());
+  CHECK(ended->restarts == 0);
+  auto one = MarkDone(*ended, 0, 0);
+  REQUIRE(one.ok());
+  CHECK_FALSE(one->final());
+  auto both = MarkDone(*one, 0, 1);
+  REQUIRE(both.ok());
+  CHECK(both->outcome == JobOutcome::kSucceeded);
+  // Once the next round closed, round 0 is history.
+  auto next = CloseRound(*one, 1, one->members);
+  REQUIRE(next.ok());
+  CHECK_FALSE(MarkDone(*next, 0, 1).ok());
+  // A loss is soft too (the lost node may come back having finished); a
+  // failure is not.
+  auto lost = EndRoundByMembership(rec, 0, "lost", "1", 1);
+  REQUIRE(lost.ok());
+  CHECK(MarkDone(*lost, 0, 0).ok());
+  auto failed = EndRoundByFailure(rec, 0, WorkerCause(3), 1);
+  REQUIRE(failed.ok());
+  CHECK_FALSE(MarkDone(*failed, 0, 0).ok());
+}
+
+TEST_CASE("compare-and-set: the first of two racing transitions wins, the second sees it") {
+  LocalStore store;
+  auto a = store.Connect();
+  auto b = store.Connect();
+  RendezvousKeys keys("job");
+  std::vector<NodeInfo> members{Member("0"), Member("1")};
+  auto closed =
+      ApplyTransition(a, keys, [&](const JobRecord& r) { return CloseRound(r, 0, members); });
+  REQUIRE(closed.ok());
+  CHECK(closed->landed);
+  auto first = ApplyTransition(
+      a, keys, [](const JobRecord& r) { return EndRoundByFailure(r, 0, WorkerCause(3), 0); });
+  auto second = ApplyTransition(
+      b, keys, [](const JobRecord& r) { return EndRoundByFailure(r, 0, WorkerCause(9), 0); });
+  REQUIRE(first.ok());
+  REQUIRE(second.ok());
+  CHECK(first->landed);
+  CHECK_FALSE(second->landed);
+  CHECK(second->record.exit_code() == 3);
+  auto read = ReadRecord(b, keys);
+  REQUIRE(read.ok());
+  CHECK(read->final_cause.exit_code == 3);
+}
+
+// Two agents and the coordinator on one in-process store, stepped by hand.
+struct TwoAgents {
+  using Time = Clock::time_point;
+  LocalStore store;
+  LocalStore::Handle kv0 = store.Connect(), kv1 = store.Connect(), kvc = store.Connect();
+  RendezvousSettings rdzv;
+  std::optional<AgentMachine> a0, a1;
+  std::optional<CoordinatorMachine> coordinator;
+  Time now = Time(std::chrono::hours(1));
+
+  explicit TwoAgents(int max_restarts) {
+    rdzv.run_id = "t";
+    rdzv.min_nodes = rdzv.max_nodes = 2;
+    AgentSettings s;
+    s.rdzv = rdzv;
+    s.max_restarts = max_restarts;
+    s.self = Member("0");
+    s.hosts_store = true;
+    a0.emplace(s);
+    s.self = Member("1");
+    s.hosts_store = false;
+    a1.emplace(s);
+    coordinator.emplace(rdzv, "0", [](const std::string&) {});
+  }
+  // Steps everyone until both agents ask for something; returns (a0's, a1's).
+  std::pair<Action, Action> Until() {
+    std::optional<Action> r0, r1;
+    for (int i = 0; i < 100 && !(r0 && r1); ++i) {
+      now += std::chrono::milliseconds(50);
+      (void)coordinator->Step(kvc, now);
+      for (auto [m, kv, r] : {std::tuple(&*a0, &kv0, &r0), std::tuple(&*a1, &kv1, &r1)}) {
+        if (*r) continue;
+        Action a = m->Step(*kv, now);
+        if (a.kind == ActionKind::kClearWorkerStore) {
+          m->WorkerStoreCleared();
+        } else if (a.kind != ActionKind::kWait) {
+          *r = a;
+        }
+      }
+    }
+    REQUIRE(r0);
+    REQUIRE(r1);
+    return {*r0, *r1};
+  }
+};
+
+TEST_CASE("machines: a failure restarts both nodes with the same restart count") {
+  TwoAgents t(1);
+  auto [s0, s1] = t.Until();
+  REQUIRE(s0.kind == ActionKind::kStartWorkers);
+  REQUIRE(s1.kind == ActionKind::kStartWorkers);
+  CHECK(s0.round.node_rank + s1.round.node_rank == 1);
+  CHECK(s0.round.world_size == 4);
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause = WorkerCause(3);
+  t.a1->WorkersExited(failed, t.now);
+  (void)t.a1->Step(t.kv1, t.now);  // records the failure
+  CHECK(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
+  WorkersOutcome stopped;
+  stopped.kind = WorkersOutcome::Kind::kStopped;
+  t.a0->WorkersExited(stopped, t.now);
+  auto [r0, r1] = t.Until();
+  REQUIRE(r0.kind == ActionKind::kStartWorkers);
+  REQUIRE(r1.kind == ActionKind::kStartWorkers);
+  CHECK(r0.round.restart_count == 1);
+  CHECK(r1.round.restart_count == 1);
+}
+
+TEST_CASE("machines: with no restarts left both agents exit with the root cause's code") {
+  TwoAgents t(0);
+  (void)t.Until();
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause = WorkerCause(7);
+  t.a1->WorkersExited(failed, t.now);
+  Action e1 = t.a1->Step(t.kv1, t.now);
+  REQUIRE(e1.kind == ActionKind::kExit);
+  CHECK(e1.exit_code == 7);
+  CHECK(e1.failed);
+  REQUIRE(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
+  // Its own worker died of the broken connection: not the root cause.
+  WorkersOutcome peer;
+  peer.kind = WorkersOutcome::Kind::kFailed;
+  peer.cause.cls = FailureClass::kPeer;
+  peer.cause.exit_code = 141;
+  t.a0->WorkersExited(peer, t.now);
+  Action e0 = t.a0->Step(t.kv0, t.now);
+  REQUIRE(e0.kind == ActionKind::kExit);
+  CHECK(e0.exit_code == 7);
+  CHECK(e0.message == e1.message);
+}
+
+TEST_CASE("machines: a peer-class failure waits for the failure that caused it") {
+  TwoAgents t(0);
+  (void)t.Until();
+  WorkersOutcome peer;
+  peer.kind = WorkersOutcome::Kind::kFailed;
+  peer.cause.cls = FailureClass::kPeer;
+  peer.cause.exit_code = 141;
+  t.a0->WorkersExited(peer, t.now);
+  CHECK(t.a0->Step(t.kv0, t.now).kind == ActionKind::kWait);  // settling
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause = WorkerCause(4);
+  t.a1->WorkersExited(failed, t.now + std::chrono::milliseconds(500));
+  CHECK(t.a1->Step(t.kv1, t.now + std::chrono::milliseconds(500)).exit_code == 4);
+  Action e0 = t.a0->Step(t.kv0, t.now + std::chrono::milliseconds(600));
+  REQUIRE(e0.kind == ActionKind::kExit);
+  CHECK(e0.exit_code == 4);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
