@@ -1,0 +1,136 @@
+"""Elastic jobs under pauses and races, with real agents on 127.0.0.x: the cases where agents used
+to disagree (docs/elastic-invariants.md), each now decided by the one job record in the store.
+
+1. an agent paused past the keep-alive limit comes back: every round's workers see one restart
+   count (0: a membership change uses no restart), and the job ends 0 everywhere;
+2. a non-host agent paused right as the workers finish: the finished job is not run again;
+3. the store host paused after every worker finished: it does not evict itself, all exit 0;
+4. --max_restarts=0, a worker SIGKILLed after its peers on other nodes died of SIGPIPE: every
+   agent exits 137 and prints the same root cause (the SIGKILL, not a neighbour's SIGPIPE).
+
+The pauses are the faults under test (their length is the input), not waits for an event; every
+wait for an outcome polls with a deadline.
+"""
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+from conftest import pid_alive, sh, wait_for
+from test_multinode import (AGENT_TIMEOUT, FAST, KEEP_ALIVE_LIMIT, LOOP, c10d_args, free_port,
+                            node_env, outputs, read, starts, stop_and_wait, wait_listening,
+                            wait_world)
+
+PAUSE = KEEP_ALIVE_LIMIT * 2  # well past the keep-alive limit
+
+
+def c10d_agents(launch, tmp_path, nnodes, count, script, extra=()):
+    """`count` c10d agents (the store host first) running `script`; returns (out, agents)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    agents = [launch(c10d_args(nnodes, 0, port, extra=[*extra, *sh(script)]), env=node_env(out, 0))]
+    wait_listening(port)
+    for n in range(1, count):
+        agents.append(launch(c10d_args(nnodes, n, port, extra=[*extra, *sh(script)]),
+                             env=node_env(out, n)))
+    return out, agents
+
+
+def test_paused_agent_comes_back_without_a_restart(launch, tmp_path):
+    out, agents = c10d_agents(launch, tmp_path, "2:3", 3, LOOP)
+    full = wait_world(out, [0, 1, 2], 2, 6)
+    agents[2].signal(signal.SIGSTOP)
+    # Lost while paused: the others re-form without it ...
+    wait_world(out, [0, 1], 2, 4, timeout=KEEP_ALIVE_LIMIT + 10)
+    # ... and its workers die meanwhile (as a broken collective kills them), unseen by its agent.
+    for lr in range(2):
+        os.kill(full[(2, lr)][0], signal.SIGKILL)
+    time.sleep(0.5)
+    agents[2].signal(signal.SIGCONT)
+    # Back, it finds its round ended by a membership change: no restart is used, and it makes
+    # the others re-form with it.
+    wait_world(out, [0, 1, 2], 2, 6, timeout=AGENT_TIMEOUT)
+    every = [s for n in range(3) for lr in range(2) for s in starts(out, n, lr)]
+    assert all(s[2] == 0 for s in every), f"TORCHELASTIC_RESTART_COUNT differs: {every}"
+    assert stop_and_wait(out, agents) == [0, 0, 0], outputs(agents)
+
+
+# Workers that run until $OUTDIR/go exists, then record that they finished and exit 0.
+FINISH = r'''
+echo "$$ $WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $RANK $GROUP_RANK" >> "$OUTDIR/starts_${NODE}_${LOCAL_RANK}"
+while [ ! -e "$OUTDIR/go" ]; do sleep 0.05; done
+echo done >> "$OUTDIR/finished_${NODE}_${LOCAL_RANK}"
+exit 0
+'''
+
+
+def finished(out, nodes):
+    return all(read(Path(out) / f"finished_{n}_{lr}") for n in nodes for lr in range(2))
+
+
+def test_agent_paused_as_workers_finish_does_not_run_the_job_again(launch, tmp_path):
+    out, agents = c10d_agents(launch, tmp_path, "2:2", 2, FINISH)
+    wait_for(lambda: all(starts(out, n, lr) for n in range(2) for lr in range(2)), 15,
+             what="every worker started")
+    agents[1].signal(signal.SIGSTOP)
+    (out / "go").touch()
+    wait_for(lambda: finished(out, [0, 1]), 10, what="every worker finished")
+    time.sleep(PAUSE)  # the host's workers are done; node 1's agent is still stopped
+    agents[1].signal(signal.SIGCONT)
+    rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
+    assert rcs == [0, 0], outputs(agents)
+    for n in range(2):
+        for lr in range(2):
+            assert len(starts(out, n, lr)) == 1, f"the finished job ran again\n{outputs(agents)}"
+
+
+def test_store_host_paused_after_workers_finished_exits_zero(launch, tmp_path):
+    out, agents = c10d_agents(launch, tmp_path, "2:2", 2, FINISH)
+    wait_for(lambda: all(starts(out, n, lr) for n in range(2) for lr in range(2)), 15,
+             what="every worker started")
+    agents[0].signal(signal.SIGSTOP)
+    (out / "go").touch()
+    wait_for(lambda: finished(out, [0, 1]), 10, what="every worker finished")
+    time.sleep(PAUSE)
+    agents[0].signal(signal.SIGCONT)
+    rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
+    assert rcs == [0, 0], outputs(agents)
+    assert "lost" not in agents[0].stderr(), outputs(agents)
+
+
+# Node 1's workers run until stopped (local rank 1 is the victim the test SIGKILLs). Every
+# worker of the other nodes dies of SIGPIPE as soon as $OUTDIR/pipe exists (what a broken
+# connection does to a peer).
+PEERS = r'''
+echo $$ > "$OUTDIR/pid_${NODE}_${LOCAL_RANK}"
+while [ ! -e "$OUTDIR/pipe" ]; do sleep 0.02; done
+if [ "$NODE" = 1 ]; then
+  while true; do sleep 0.1; done
+fi
+kill -PIPE $$
+'''
+
+
+def test_neighbours_sigpipe_is_never_the_root_cause(launch, tmp_path):
+    out, agents = c10d_agents(launch, tmp_path, "3:3", 3, PEERS, extra=["--max_restarts=0"])
+    wait_for(lambda: all(read(out / f"pid_{n}_{lr}") for n in range(3) for lr in range(2)), 15,
+             what="every worker started")
+    victim = int(read(out / "pid_1_1"))
+    (out / "pipe").touch()  # the neighbours die first, of SIGPIPE ...
+    wait_for(lambda: not any(pid_alive(int(read(out / f"pid_{n}_{lr}")))
+                             for n in (0, 2) for lr in range(2)),
+             10, what="the neighbours to die of SIGPIPE")
+    os.kill(victim, signal.SIGKILL)  # ... then the real failure happens
+    rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
+    assert rcs == [137, 137, 137], outputs(agents)
+    causes = set()
+    for a in agents:
+        found = re.findall(r"the job failed: (.*)", a.stderr())
+        assert found, a.output()
+        causes.add(found[-1])
+    assert len(causes) == 1, causes
+    assert f"pid {victim}) signal 9 (SIGKILL)" in causes.pop(), outputs(agents)
+    assert "Root Cause (first observed failure)" in agents[1].stderr(), outputs(agents)
