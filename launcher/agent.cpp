@@ -64,6 +64,9 @@ bool DiedOfPeer(const supervisor::FailureRecord& f) {
   for (const char* sign : {"Connection reset by peer", "Connection closed by peer", "Broken pipe",
                            "ECONNRESET", "connection was closed by the remote"}) {
     if (f.message.find(sign) != std::string::npos) return true;
+    // Its last lines: a worker that wrote no error file still said why.
+    const size_t from = f.output_tail.size() > 1024 ? f.output_tail.size() - 1024 : 0;
+    if (f.output_tail.find(sign, from) != std::string::npos) return true;
   }
   return false;
 }
@@ -318,6 +321,12 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
 }
 
 std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
+  if (round_ && round.restart_count > round_->restart_count) {
+    spdlog::warn(
+        "restarting the workers of every node after a failure: restart {} of {} "
+        "(--max_restarts)",
+        round.restart_count, c_.max_restarts);
+  }
   round_ = round;
   const env::GroupInfo group = Group(round);
   spdlog::info(

@@ -97,6 +97,7 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
         w.local_rank,  w.rank, w.pid, w.exit, std::chrono::system_clock::to_time_t(w.exit_time),
         kNotAvailable, ""};
     f.hung = !w.hang.empty();
+    f.output_tail = w.output_tail;
     if (f.hung) {
       f.message = w.hang;
     } else if (!w.start_error.empty()) {

@@ -22,6 +22,7 @@ struct FailureRecord {
   std::string error_file;   // "<N/A>" when the worker wrote none
   std::string message;      // traceback, error message, or what happened
   bool hung = false;        // declared hung by the launcher
+  std::string output_tail;  // the worker's last output lines
 };
 
 // Reads a worker's error file (torchrun's JSON, nested or flat form). Returns

@@ -54,6 +54,7 @@ struct WorkerRecord {
   WallTime exit_time;
   std::string start_error;  // why it could not be started, if it could not
   std::string hang;         // why it was declared hung ("" when it was not)
+  std::string output_tail;  // its last output lines, stdout and stderr (at most ~4 KiB)
 };
 
 enum class Phase { kRunning, kStopping, kKilling, kDone };

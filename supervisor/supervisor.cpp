@@ -52,6 +52,7 @@ struct Supervisor::PipeReader {
   bool closing = false;
 
   void Line(std::string_view line) {
+    owner->NoteLine(worker, line);
     if (spec.console) {
       out.append(spec.prefix);
       out.append(line);
@@ -170,6 +171,17 @@ void Supervisor::RequestStop() {
 }
 
 void Supervisor::ClearStopRequest() { stop_requested_ = false; }
+
+void Supervisor::NoteLine(size_t worker, std::string_view line) {
+  // What a failure report needs: the last few KiB, cut at a line start.
+  constexpr size_t kKeep = 4096;
+  if (worker >= progress_.size()) return;
+  std::string& tail = progress_[worker].tail;
+  tail.append(line.substr(line.size() > kKeep ? line.size() - kKeep : 0));
+  if (tail.size() <= 2 * kKeep) return;
+  size_t cut = tail.find('\n', tail.size() - kKeep);
+  tail.erase(0, cut == std::string::npos ? tail.size() - kKeep : cut + 1);
+}
 
 void Supervisor::PollSignals() {
   if (running_ == nullptr) uv_run(&loop_, UV_RUN_NOWAIT);
@@ -463,7 +475,11 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   running_ = nullptr;
   timer_->Target(nullptr);
   Drain(state);
-  return GroupResult{state.outcome(), state.received_signal(), state.workers(), state.failures()};
+  GroupResult result{state.outcome(), state.received_signal(), state.workers(), state.failures()};
+  for (size_t i = 0; i < result.workers.size() && i < progress_.size(); ++i) {
+    result.workers[i].output_tail = std::move(progress_[i].tail);
+  }
+  return result;
 }
 
 }  // namespace ddprun::supervisor

@@ -85,8 +85,10 @@ class Supervisor {
     bool beaten = false;
     int64_t mtime_ns = 0;  // heartbeat file mtime last seen
     std::string file;
+    std::string tail;  // the last lines the worker wrote, both streams (bounded)
   };
   void NoteProgress(size_t index);
+  void NoteLine(size_t worker, std::string_view line);
   void ArmHangCheck();
   void CheckHangs();
   void CloseReader(PipeReader& reader);

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "ddp/error_file.hpp"
 #include "ddp/flight_recorder.hpp"
 #include "ddp/process_group.hpp"
 #include "ddp/reducer.hpp"
@@ -186,6 +187,7 @@ void PrintTiming(const Rank<Model>& r) {
 
 int Fail(int rank, const Status& s) {
   std::fprintf(stderr, "train: rank %d: %s\n", rank, s.message().c_str());
+  (void)ddp::RecordError("train: rank " + std::to_string(rank) + ": " + s.message());
   std::fflush(nullptr);
   return 1;
 }

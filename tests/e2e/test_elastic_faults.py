@@ -5,8 +5,10 @@ to disagree (docs/elastic-invariants.md), each now decided by the one job record
    count (0: a membership change uses no restart), and the job ends 0 everywhere;
 2. a non-host agent paused right as the workers finish: the finished job is not run again;
 3. the store host paused after every worker finished: it does not evict itself, all exit 0;
-4. --max_restarts=0, a worker SIGKILLed after its peers on other nodes died of SIGPIPE: every
-   agent exits 137 and prints the same root cause (the SIGKILL, not a neighbour's SIGPIPE).
+4. --max_restarts=0, a worker SIGKILLed after its peers on other nodes died of the broken
+   connection (SIGPIPE, or exit 1 after "Connection reset by peer" in their error file or on
+   their stderr): every agent exits 137 and prints the same root cause (the SIGKILL, not a
+   neighbour's death).
 
 The pauses are the faults under test (their length is the input), not waits for an event; every
 wait for an outcome polls with a deadline.
@@ -18,6 +20,8 @@ import signal
 import time
 from pathlib import Path
 
+import pytest
+
 from conftest import pid_alive, sh, wait_for
 from test_multinode import (AGENT_TIMEOUT, FAST, KEEP_ALIVE_LIMIT, LOOP, c10d_args, free_port,
                             node_env, outputs, read, starts, stop_and_wait, wait_listening,
@@ -26,16 +30,17 @@ from test_multinode import (AGENT_TIMEOUT, FAST, KEEP_ALIVE_LIMIT, LOOP, c10d_ar
 PAUSE = KEEP_ALIVE_LIMIT * 2  # well past the keep-alive limit
 
 
-def c10d_agents(launch, tmp_path, nnodes, count, script, extra=()):
+def c10d_agents(launch, tmp_path, nnodes, count, script, extra=(), env=None):
     """`count` c10d agents (the store host first) running `script`; returns (out, agents)."""
     out = tmp_path / "out"
     out.mkdir()
     port = free_port()
-    agents = [launch(c10d_args(nnodes, 0, port, extra=[*extra, *sh(script)]), env=node_env(out, 0))]
+    args = [*extra, *sh(script)]
+    agents = [launch(c10d_args(nnodes, 0, port, extra=args), env=node_env(out, 0, **(env or {})))]
     wait_listening(port)
     for n in range(1, count):
-        agents.append(launch(c10d_args(nnodes, n, port, extra=[*extra, *sh(script)]),
-                             env=node_env(out, n)))
+        agents.append(launch(c10d_args(nnodes, n, port, extra=args),
+                             env=node_env(out, n, **(env or {}))))
     return out, agents
 
 
@@ -102,27 +107,38 @@ def test_store_host_paused_after_workers_finished_exits_zero(launch, tmp_path):
 
 
 # Node 1's workers run until stopped (local rank 1 is the victim the test SIGKILLs). Every
-# worker of the other nodes dies of SIGPIPE as soon as $OUTDIR/pipe exists (what a broken
-# connection does to a peer).
+# worker of the other nodes dies as soon as $OUTDIR/pipe exists, as a broken connection to a
+# peer kills it: of SIGPIPE, or exit 1 after Gloo's message (no error file).
 PEERS = r'''
 echo $$ > "$OUTDIR/pid_${NODE}_${LOCAL_RANK}"
 while [ ! -e "$OUTDIR/pipe" ]; do sleep 0.02; done
 if [ "$NODE" = 1 ]; then
   while true; do sleep 0.1; done
 fi
+msg="train: rank $RANK: allreduce: Read error [127.0.0.2]:41234: Connection reset by peer"
+if [ "$HOW" = error_file ]; then  # as PyTorch's @record and the DDP core write it
+  printf '{"message": "%s", "timestamp": %s}' "$msg" "$(date +%s)" > "$TORCHELASTIC_ERROR_FILE"
+  exit 1
+fi
+if [ "$HOW" = output ]; then  # said only on stderr, which ddprun reads (-t)
+  echo "$msg" >&2
+  exit 1
+fi
 kill -PIPE $$
 '''
 
 
-def test_neighbours_sigpipe_is_never_the_root_cause(launch, tmp_path):
-    out, agents = c10d_agents(launch, tmp_path, "3:3", 3, PEERS, extra=["--max_restarts=0"])
+@pytest.mark.parametrize("how", ["sigpipe", "error_file", "output"])
+def test_neighbours_death_is_never_the_root_cause(launch, tmp_path, how):
+    out, agents = c10d_agents(launch, tmp_path, "3:3", 3, PEERS,
+                              extra=["--max_restarts=0", "--tee=2"], env={"HOW": how})
     wait_for(lambda: all(read(out / f"pid_{n}_{lr}") for n in range(3) for lr in range(2)), 15,
              what="every worker started")
     victim = int(read(out / "pid_1_1"))
-    (out / "pipe").touch()  # the neighbours die first, of SIGPIPE ...
+    (out / "pipe").touch()  # the neighbours die first, of the broken connection ...
     wait_for(lambda: not any(pid_alive(int(read(out / f"pid_{n}_{lr}")))
                              for n in (0, 2) for lr in range(2)),
-             10, what="the neighbours to die of SIGPIPE")
+             10, what="the neighbours to die")
     os.kill(victim, signal.SIGKILL)  # ... then the real failure happens
     rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
     assert rcs == [137, 137, 137], outputs(agents)
