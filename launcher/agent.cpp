@@ -268,9 +268,12 @@ int Agent::Finish(const rendezvous::Action& exit) {
       spdlog::error("no restarts left (--max_restarts={}): exit code {} (the root cause's)",
                     c_.max_restarts, exit.exit_code);
     }
+  } else if (!exit.message.empty() && exit.exit_code == 0) {
+    spdlog::warn("{}", exit.message);
   } else if (!exit.message.empty()) {
     spdlog::error("{}", exit.message);
-  } else if (exit.exit_code == 0 && layout_->base_is_temporary() && !WritesLogFiles(c_)) {
+  }
+  if (exit.exit_code == 0 && layout_->base_is_temporary() && !WritesLogFiles(c_)) {
     std::filesystem::remove_all(layout_->base_dir());  // nothing in it worth keeping
   }
   if (driver_) {

@@ -1,5 +1,7 @@
 #include "rendezvous/agent_driver.hpp"
 
+#include <algorithm>
+#include <map>
 #include <thread>
 
 #include "rendezvous/coordinator.hpp"
@@ -104,23 +106,49 @@ void AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout) {
   if (left_) return;
   left_ = true;
   ClientKv kv(client_);
-  auto left = kv.Add(keys_.Leaving(), 1);
-  if (!hosts_store || !left.ok()) return;
+  const std::string& self = machine_.settings().self.agent_id;
+  if (!kv.Set(keys_.Left(self), "1").ok() || !hosts_store) return;
   // The others that may still read the record: the last round's members and
-  // the agents waiting to join the next one. Bounded: a killed agent never
-  // says it leaves. The store has no "wait for a counter" request, so this
-  // looks every few milliseconds.
-  auto rec = ReadRecord(kv, keys_);
-  if (!rec.ok()) return;
-  auto waiting = kv.Add(keys_.Join(rec->round + 1), 0);
-  const int64_t expected =
-      static_cast<int64_t>(rec->members.size()) + (waiting.ok() ? *waiting : 0);
-  const auto deadline = Clock::now() + timeout;
-  while (Clock::now() < deadline) {
-    auto n = kv.Add(keys_.Leaving(), 0);
-    if (!n.ok() || *n >= expected) return;
+  // the agents waiting to join the next one, for `timeout`; agents lost
+  // (paused, or killed) for the keep-alive limit at most.
+  // Bounded: a killed agent never says it leaves. The store has no "wait for
+  // one of these keys" request, so this looks every few milliseconds.
+  const auto now = Clock::now();
+  const auto& s = machine_.settings().rdzv;
+  const auto earlier = now + std::min<std::chrono::milliseconds>(
+                                 timeout, s.keep_alive_interval * s.keep_alive_max_attempt);
+  std::map<std::string, Clock::time_point> waiting = Others(kv, self, now + timeout, earlier);
+  while (!waiting.empty()) {
+    const auto t = Clock::now();
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      auto left = kv.TryGet(keys_.Left(it->first));
+      if (!left.ok()) return;
+      it = (*left || t >= it->second) ? waiting.erase(it) : std::next(it);
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+std::map<std::string, Clock::time_point> AgentDriver::Others(Kv& kv, const std::string& self,
+                                                             Clock::time_point current,
+                                                             Clock::time_point earlier) {
+  std::map<std::string, Clock::time_point> others;
+  auto rec = ReadRecord(kv, keys_);
+  if (!rec.ok()) return others;
+  for (int r = 0; r <= rec->round + 1; ++r) {
+    auto joined = kv.Add(keys_.Join(r), 0);
+    for (int i = 0; joined.ok() && i < *joined; ++i) {
+      auto text = kv.TryGet(keys_.Node(r, i));
+      if (!text.ok() || !*text) continue;
+      auto node = NodeInfo::Decode(**text);
+      if (!node.ok() || node->agent_id == self) continue;
+      const bool now_in = (r == rec->round + 1 || rec->MemberRank(node->agent_id) >= 0) &&
+                          node->agent_id != rec->lost_agent;
+      auto& until = others[node->agent_id];
+      until = std::max(until, now_in ? current : earlier);
+    }
+  }
+  return others;
 }
 
 }  // namespace ddprun::rendezvous

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,6 +57,12 @@ class AgentDriver {
         keys_(settings.rdzv.run_id),
         machine_(std::move(settings)) {}
   Status CheckHostedJob();
+  // Every other agent the job has seen, with how long the store host waits
+  // for it to leave: until `current` for the last round's members and the
+  // agents waiting to join, until `earlier` for the rest.
+  std::map<std::string, Clock::time_point> Others(Kv& kv, const std::string& self,
+                                                  Clock::time_point current,
+                                                  Clock::time_point earlier);
   void Watch(std::function<void(const std::string&)> on_stop);
 
   StoreClient client_;

@@ -143,24 +143,31 @@ RoundResult AgentMachine::Result(const JobRecord& rec, int node_rank) const {
   return r;
 }
 
-Action AgentMachine::ExitByRecord(const JobRecord& rec) {
+Action AgentMachine::Exit(int code, std::string message) {
   done_ = Action{};
   done_.kind = ActionKind::kExit;
-  done_.exit_code = rec.exit_code();
-  done_.failed = rec.outcome == JobOutcome::kFailed;
-  done_.root_cause = rec.final_cause;
-  if (done_.failed) done_.message = "the job failed: " + rec.final_cause.Describe();
+  done_.exit_code = code;
+  done_.message = std::move(message);
   phase_ = Phase::kDone;
   return done_;
 }
 
-Action AgentMachine::StoreGone(const Status& s) {
-  done_ = Action{};
-  done_.kind = ActionKind::kExit;
-  done_.exit_code = 1;
-  done_.message = s.Annotate("rendezvous").message();
-  phase_ = Phase::kDone;
+Action AgentMachine::ExitByRecord(const JobRecord& rec) {
+  const bool failed = rec.outcome == JobOutcome::kFailed;
+  std::string message;
+  if (failed) {
+    message = "the job failed: " + rec.final_cause.Describe();
+  } else if (!rec.lost_agent.empty()) {
+    message = "the job is complete without a node: " + rec.end_reason;
+  }
+  Exit(rec.exit_code(), std::move(message));
+  done_.failed = failed;
+  done_.root_cause = rec.final_cause;
   return done_;
+}
+
+Action AgentMachine::StoreGone(const Status& s) {
+  return Exit(1, s.Annotate("rendezvous").message());
 }
 
 Action AgentMachine::Follow(Kv& kv, const JobRecord& rec, Time now) {
@@ -325,12 +332,7 @@ Action AgentMachine::Leave(Kv& kv) {
     c.what = "the agent hosting the store (" + s_.self.name + ") was " + by;
     (void)Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
   }
-  done_ = Action{};
-  done_.kind = ActionKind::kExit;
-  done_.exit_code = 128 + signal_;
-  done_.message = "received " + signal_name_;
-  phase_ = Phase::kDone;
-  return done_;
+  return Exit(128 + signal_, "received " + signal_name_);
 }
 
 }  // namespace ddprun::rendezvous

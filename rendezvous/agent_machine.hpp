@@ -108,6 +108,7 @@ class AgentMachine {
   // Acts on a record in which our round no longer runs: exit when it is
   // final, else join the next round.
   Action Follow(Kv& kv, const JobRecord& rec, Time now);
+  Action Exit(int code, std::string message);
   Action ExitByRecord(const JobRecord& rec);
   Action StoreGone(const Status& s);
   StatusOr<Applied> Apply(Kv& kv, const Transition& t);

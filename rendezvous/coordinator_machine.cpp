@@ -111,13 +111,11 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
     seen_.clear();
     for (const auto& m : rec.members) seen_[m.agent_id] = {-1, now};
   }
-  // Once a member's workers finished, the training is over: a silent member
-  // is awaited (its agent may be paused) up to join_timeout, and then fails
-  // the job, never re-forms a round that would train again.
+  // Once a member's workers finished, the training is over: a member lost
+  // then ends the job as a success without it, never re-forms a round that
+  // would train again.
   const int finished = static_cast<int>(std::count(rec.done.begin(), rec.done.end(), true));
-  const auto limit = finished > 0
-                         ? std::chrono::duration_cast<std::chrono::milliseconds>(s_.join_timeout)
-                         : s_.keep_alive_interval * s_.keep_alive_max_attempt;
+  const auto limit = s_.keep_alive_interval * s_.keep_alive_max_attempt;
   for (size_t i = 0; i < rec.members.size(); ++i) {
     const NodeInfo& m = rec.members[i];
     // Never itself (it runs in the agent it would declare lost), never a
@@ -136,13 +134,11 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
     why << "lost " << Describe(m, static_cast<int>(i)) << ": no keep-alive for "
         << std::chrono::duration<double>(limit).count() << " s";
     if (finished > 0) {
-      Cause c;
-      c.cls = FailureClass::kRendezvous;
-      c.what = why.str() + " (join_timeout) after the workers of " + std::to_string(finished) +
-               " of " + std::to_string(rec.members.size()) +
-               " nodes finished: its workers' outcome is unknown";
-      log_("rendezvous: " + c.what);
-      return Apply(kv, [&](const JobRecord& cur) { return CloseJob(cur, c); });
+      const std::string done = why.str() + ", after the workers of " + std::to_string(finished) +
+                               " of " + std::to_string(rec.members.size()) + " nodes finished";
+      log_("rendezvous: " + done + ": the job is complete without it");
+      return Apply(kv,
+                   [&](const JobRecord& cur) { return FinishWithout(cur, r, done, m.agent_id); });
     }
     log_("rendezvous: " + why.str());
     return Apply(kv, [&](const JobRecord& cur) {

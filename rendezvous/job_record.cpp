@@ -249,6 +249,22 @@ StatusOr<JobRecord> MarkDone(const JobRecord& rec, int r, int node_rank) {
   return next;
 }
 
+StatusOr<JobRecord> FinishWithout(const JobRecord& rec, int r, const std::string& reason,
+                                  const std::string& lost_agent) {
+  if (Status s = CheckRunning(rec, r); !s.ok()) return s;
+  const int lost = rec.MemberRank(lost_agent);
+  if (lost < 0 || rec.done[lost]) return Rejected("agent " + lost_agent + " is not a member left");
+  if (std::none_of(rec.done.begin(), rec.done.end(), [](bool b) { return b; })) {
+    return Rejected("no member's workers finished");
+  }
+  JobRecord next = Next(rec);
+  next.end = RoundEnd::kMembership;
+  next.end_reason = reason;
+  next.lost_agent = lost_agent;
+  next.outcome = JobOutcome::kSucceeded;
+  return next;
+}
+
 StatusOr<JobRecord> CloseJob(const JobRecord& rec, const Cause& cause) {
   if (rec.final()) return Rejected("the job is over");
   return Fail(Next(rec), cause);

@@ -105,6 +105,12 @@ StatusOr<JobRecord> EndRoundForNewNodes(const JobRecord& rec, int r, const std::
 // Member `node_rank`'s workers all succeeded in round `r` (which runs, or was
 // ended by a membership change); the job succeeds when every member's did.
 StatusOr<JobRecord> MarkDone(const JobRecord& rec, int r, int node_rank);
+// Some members' workers all succeeded in round `r` and member `lost_agent`,
+// whose had not said so, went silent past the keep-alive limit: the job
+// succeeded without it (as torchrun's agents exit 0 once their own workers
+// did; the training is over, a new round would run it again).
+StatusOr<JobRecord> FinishWithout(const JobRecord& rec, int r, const std::string& reason,
+                                  const std::string& lost_agent);
 // The job fails for a reason outside a round (rendezvous timeout, the store
 // host stopped by a signal).
 StatusOr<JobRecord> CloseJob(const JobRecord& rec, const Cause& cause);

@@ -63,7 +63,8 @@ class RendezvousKeys {
   // Set after the record reached `version`: a wait on the next one wakes at
   // once when the record changes.
   std::string Version(int64_t version) const { return p_ + "v/" + std::to_string(version); }
-  std::string Leaving() const { return p_ + "leaving"; }
+  // Set by an agent as it exits, having read the job's outcome.
+  std::string Left(const std::string& agent) const { return p_ + "left/" + agent; }
   std::string KeepAlive(const std::string& agent) const { return p_ + "ka/" + agent; }
   std::string Join(int r) const { return R(r) + "join"; }
   std::string Node(int r, int i) const { return R(r) + "node/" + std::to_string(i); }

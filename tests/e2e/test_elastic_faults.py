@@ -5,6 +5,7 @@ to disagree (docs/elastic-invariants.md), each now decided by the one job record
    count (0: a membership change uses no restart), and the job ends 0 everywhere;
 2. a non-host agent paused right as the workers finish: the finished job is not run again;
 3. the store host paused after every worker finished: it does not evict itself, all exit 0;
+   a node killed after its workers finished, before it said so: the others complete the job;
 4. --max_restarts=0, a worker SIGKILLed after its peers on other nodes died of the broken
    connection (SIGPIPE, or exit 1 after "Connection reset by peer" in their error file or on
    their stderr): every agent exits 137 and prints the same root cause (the SIGKILL, not a
@@ -76,16 +77,22 @@ def finished(out, nodes):
     return all(read(Path(out) / f"finished_{n}_{lr}") for n in nodes for lr in range(2))
 
 
-def test_agent_paused_as_workers_finish_does_not_run_the_job_again(launch, tmp_path):
+def finish_while_paused(launch, tmp_path, paused):
+    """Two c10d agents (2:2): agent `paused` is SIGSTOPped, every worker finishes, and the agent
+    stays stopped well past the keep-alive limit before SIGCONT. Returns (out, agents, rcs)."""
     out, agents = c10d_agents(launch, tmp_path, "2:2", 2, FINISH)
     wait_for(lambda: all(starts(out, n, lr) for n in range(2) for lr in range(2)), 15,
              what="every worker started")
-    agents[1].signal(signal.SIGSTOP)
+    agents[paused].signal(signal.SIGSTOP)
     (out / "go").touch()
     wait_for(lambda: finished(out, [0, 1]), 10, what="every worker finished")
-    time.sleep(PAUSE)  # the host's workers are done; node 1's agent is still stopped
-    agents[1].signal(signal.SIGCONT)
-    rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
+    time.sleep(PAUSE)
+    agents[paused].signal(signal.SIGCONT)
+    return out, agents, [a.wait(AGENT_TIMEOUT) for a in agents]
+
+
+def test_agent_paused_as_workers_finish_does_not_run_the_job_again(launch, tmp_path):
+    out, agents, rcs = finish_while_paused(launch, tmp_path, paused=1)
     assert rcs == [0, 0], outputs(agents)
     for n in range(2):
         for lr in range(2):
@@ -93,17 +100,22 @@ def test_agent_paused_as_workers_finish_does_not_run_the_job_again(launch, tmp_p
 
 
 def test_store_host_paused_after_workers_finished_exits_zero(launch, tmp_path):
+    out, agents, rcs = finish_while_paused(launch, tmp_path, paused=0)
+    assert rcs == [0, 0], outputs(agents)
+    assert "lost" not in agents[0].stderr(), outputs(agents)
+
+
+def test_node_killed_after_its_workers_finished_completes_the_job(launch, tmp_path):
     out, agents = c10d_agents(launch, tmp_path, "2:2", 2, FINISH)
     wait_for(lambda: all(starts(out, n, lr) for n in range(2) for lr in range(2)), 15,
              what="every worker started")
-    agents[0].signal(signal.SIGSTOP)
+    agents[1].signal(signal.SIGSTOP)  # so that it never says its workers finished
     (out / "go").touch()
     wait_for(lambda: finished(out, [0, 1]), 10, what="every worker finished")
-    time.sleep(PAUSE)
-    agents[0].signal(signal.SIGCONT)
-    rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
-    assert rcs == [0, 0], outputs(agents)
-    assert "lost" not in agents[0].stderr(), outputs(agents)
+    agents[1].signal(signal.SIGKILL)
+    assert agents[0].wait(AGENT_TIMEOUT) == 0, outputs(agents)
+    assert "the job is complete without a node: lost" in agents[0].stderr(), outputs(agents)
+    assert all(len(starts(out, n, lr)) == 1 for n in range(2) for lr in range(2)), outputs(agents)
 
 
 # Node 1's workers run until stopped (local rank 1 is the victim the test SIGKILLs). Every

@@ -130,6 +130,20 @@ TEST_CASE("membership changes end a round softly: workers that had finished stil
   CHECK_FALSE(MarkDone(*failed, 0, 0).ok());
 }
 
+TEST_CASE("a member lost after others finished completes the job without it") {
+  JobRecord rec = Closed(3);
+  CHECK_FALSE(FinishWithout(rec, 0, "lost", "2").ok());  // nobody finished: a membership change
+  auto one = MarkDone(rec, 0, 0);
+  REQUIRE(one.ok());
+  CHECK_FALSE(FinishWithout(*one, 0, "lost", "0").ok());  // it finished: not lost
+  auto done = FinishWithout(*one, 0, "lost host-2", "2");
+  REQUIRE(done.ok());
+  CHECK(done->outcome == JobOutcome::kSucceeded);
+  CHECK(done->exit_code() == 0);
+  CHECK(done->lost_agent == "2");
+  CHECK(done->restarts == 0);
+}
+
 TEST_CASE("compare-and-set: the first of two racing transitions wins, the second sees it") {
   LocalStore store;
   auto a = store.Connect();
