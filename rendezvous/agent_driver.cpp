@@ -8,6 +8,12 @@
 
 namespace ddprun::rendezvous {
 
+namespace {
+
+constexpr std::chrono::milliseconds kLostLinger{10000};
+
+}  // namespace
+
 StatusOr<std::unique_ptr<AgentDriver>> AgentDriver::Connect(const std::string& host, int port,
                                                             AgentSettings settings) {
   auto client = StoreClient::Connect(host, port, settings.rdzv.read_timeout, settings.rdzv.token);
@@ -110,13 +116,16 @@ void AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout) {
   if (!kv.Set(keys_.Left(self), "1").ok() || !hosts_store) return;
   // The others that may still read the record: the last round's members and
   // the agents waiting to join the next one, for `timeout`; agents lost
-  // (paused, or killed) for the keep-alive limit at most.
+  // (paused, or killed: nothing tells which) for twice the keep-alive limit,
+  // at least kLostLinger.
   // Bounded: a killed agent never says it leaves. The store has no "wait for
   // one of these keys" request, so this looks every few milliseconds.
   const auto now = Clock::now();
   const auto& s = machine_.settings().rdzv;
-  const auto earlier = now + std::min<std::chrono::milliseconds>(
-                                 timeout, s.keep_alive_interval * s.keep_alive_max_attempt);
+  const auto earlier =
+      now + std::min<std::chrono::milliseconds>(
+                timeout, std::max<std::chrono::milliseconds>(
+                             kLostLinger, 2 * s.keep_alive_interval * s.keep_alive_max_attempt));
   std::map<std::string, Clock::time_point> waiting = Others(kv, self, now + timeout, earlier);
   while (!waiting.empty()) {
     const auto t = Clock::now();
@@ -142,8 +151,9 @@ std::map<std::string, Clock::time_point> AgentDriver::Others(Kv& kv, const std::
       if (!text.ok() || !*text) continue;
       auto node = NodeInfo::Decode(**text);
       if (!node.ok() || node->agent_id == self) continue;
-      const bool now_in = (r == rec->round + 1 || rec->MemberRank(node->agent_id) >= 0) &&
-                          node->agent_id != rec->lost_agent;
+      const int member = rec->MemberRank(node->agent_id);
+      const bool lost = node->agent_id == rec->lost_agent || (member >= 0 && rec->gone[member]);
+      const bool now_in = (r == rec->round + 1 || member >= 0) && !lost;
       auto& until = others[node->agent_id];
       until = std::max(until, now_in ? current : earlier);
     }

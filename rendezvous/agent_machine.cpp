@@ -68,6 +68,8 @@ Action AgentMachine::Step(Kv& kv, Time now) {
   // own waits. What happened meanwhile is read from the record below.
   if (last_step_ && now - *last_step_ > s_.rdzv.keep_alive_interval) {
     deadline_ += now - *last_step_;
+    away_ =
+        std::max(away_, std::chrono::duration_cast<std::chrono::milliseconds>(now - *last_step_));
   }
   last_step_ = now;
   if (Status s = Beat(kv, now); !s.ok()) return StoreGone(s);
@@ -157,8 +159,8 @@ Action AgentMachine::ExitByRecord(const JobRecord& rec) {
   std::string message;
   if (failed) {
     message = "the job failed: " + rec.final_cause.Describe();
-  } else if (!rec.lost_agent.empty()) {
-    message = "the job is complete without a node: " + rec.end_reason;
+  } else if (std::find(rec.gone.begin(), rec.gone.end(), true) != rec.gone.end()) {
+    message = "the job is complete without a node: " + rec.gone_reason;
   }
   Exit(rec.exit_code(), std::move(message));
   done_.failed = failed;
@@ -167,7 +169,14 @@ Action AgentMachine::ExitByRecord(const JobRecord& rec) {
 }
 
 Action AgentMachine::StoreGone(const Status& s) {
-  return Exit(1, s.Annotate("rendezvous").message());
+  std::string message = s.Annotate("rendezvous").message();
+  if (away_.count() > 0) {
+    // The likely story: the job went on without this node and is over.
+    message += "; this agent did not run for " + Seconds(away_) +
+               " (stopped or starved) and may have been dropped from the job, which then "
+               "ended: its outcome is in the other agents' logs";
+  }
+  return Exit(1, message);
 }
 
 Action AgentMachine::Follow(Kv& kv, const JobRecord& rec, Time now) {

@@ -133,6 +133,7 @@ class AgentMachine {
   std::string signal_name_;
   Time next_beat_{};
   std::optional<Time> last_step_;
+  std::chrono::milliseconds away_{0};  // the longest time this agent did not run
   Time next_wake_{};
   int64_t version_ = 0;
 };

@@ -112,15 +112,15 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
     for (const auto& m : rec.members) seen_[m.agent_id] = {-1, now};
   }
   // Once a member's workers finished, the training is over: a member lost
-  // then ends the job as a success without it, never re-forms a round that
-  // would train again.
+  // then is no longer awaited (the job completes without it), and no round
+  // re-forms to train again.
   const int finished = static_cast<int>(std::count(rec.done.begin(), rec.done.end(), true));
   const auto limit = s_.keep_alive_interval * s_.keep_alive_max_attempt;
   for (size_t i = 0; i < rec.members.size(); ++i) {
     const NodeInfo& m = rec.members[i];
     // Never itself (it runs in the agent it would declare lost), never a
     // member whose workers finished (it only waits for the others).
-    if (rec.done[i]) continue;
+    if (rec.done[i] || rec.gone[i]) continue;
     auto count = kv.Add(keys_.KeepAlive(m.agent_id), 0);
     if (!count.ok()) return count.status();
     auto& [last, when] = seen_[m.agent_id];
@@ -134,11 +134,10 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
     why << "lost " << Describe(m, static_cast<int>(i)) << ": no keep-alive for "
         << std::chrono::duration<double>(limit).count() << " s";
     if (finished > 0) {
-      const std::string done = why.str() + ", after the workers of " + std::to_string(finished) +
+      const std::string gone = why.str() + ", after the workers of " + std::to_string(finished) +
                                " of " + std::to_string(rec.members.size()) + " nodes finished";
-      log_("rendezvous: " + done + ": the job is complete without it");
-      return Apply(kv,
-                   [&](const JobRecord& cur) { return FinishWithout(cur, r, done, m.agent_id); });
+      log_("rendezvous: " + gone + ": the job completes without it");
+      return Apply(kv, [&](const JobRecord& cur) { return ExcuseLost(cur, r, gone, m.agent_id); });
     }
     log_("rendezvous: " + why.str());
     return Apply(kv, [&](const JobRecord& cur) {

@@ -78,6 +78,20 @@ Status CheckRunning(const JobRecord& rec, int r) {
   return Status::Ok();
 }
 
+std::string Bits(const std::vector<bool>& v) {
+  std::string bits;
+  for (bool b : v) bits += b ? '1' : '0';
+  return bits;
+}
+
+// Every member's workers finished, or the member is gone.
+bool AllFinished(const JobRecord& rec) {
+  for (size_t i = 0; i < rec.done.size(); ++i) {
+    if (!rec.done[i] && !rec.gone[i]) return false;
+  }
+  return true;
+}
+
 JobRecord Next(const JobRecord& rec) {
   JobRecord next = rec;
   ++next.version;
@@ -137,9 +151,7 @@ std::string JobRecord::Encode() const {
   w.Int(static_cast<int>(end));
   WriteCause(w, cause);
   w.Str(end_reason).Str(lost_agent);
-  std::string bits;
-  for (bool b : done) bits += b ? '1' : '0';
-  w.Str(bits).Int(static_cast<int>(outcome));
+  w.Str(Bits(done)).Str(Bits(gone)).Str(gone_reason).Int(static_cast<int>(outcome));
   WriteCause(w, final_cause);
   return std::move(w.text());
 }
@@ -152,23 +164,25 @@ StatusOr<JobRecord> JobRecord::Decode(const std::string& text) {
                            " bytes)");
   };
   FieldReader r(text);
-  std::string magic, members, bits;
+  std::string magic, members, bits, gone_bits;
   int end = 0, outcome = 0;
   if (!r.Str(&magic) || magic != kMagic || !r.Int(&rec.version) || !r.Int(&rec.round) ||
       !r.Str(&members) || !r.Int(&rec.restarts) || !r.Int(&end) || !ReadCause(r, &rec.cause) ||
-      !r.Str(&rec.end_reason) || !r.Str(&rec.lost_agent) || !r.Str(&bits) || !r.Int(&outcome) ||
-      !ReadCause(r, &rec.final_cause) || !r.AtEnd()) {
+      !r.Str(&rec.end_reason) || !r.Str(&rec.lost_agent) || !r.Str(&bits) || !r.Str(&gone_bits) ||
+      !r.Str(&rec.gone_reason) || !r.Int(&outcome) || !ReadCause(r, &rec.final_cause) ||
+      !r.AtEnd()) {
     return bad();
   }
   auto nodes = DecodeMembers(members);
   if (!nodes.ok() || end < 0 || end > 3 || outcome < 0 || outcome > 2 ||
-      bits.size() != nodes->size()) {
+      bits.size() != nodes->size() || gone_bits.size() != nodes->size()) {
     return bad();
   }
   rec.members = std::move(*nodes);
   rec.end = static_cast<RoundEnd>(end);
   rec.outcome = static_cast<JobOutcome>(outcome);
   for (char c : bits) rec.done.push_back(c == '1');
+  for (char c : gone_bits) rec.gone.push_back(c == '1');
   return rec;
 }
 
@@ -184,6 +198,8 @@ StatusOr<JobRecord> CloseRound(const JobRecord& rec, int r, std::vector<NodeInfo
   JobRecord next = Next(rec);
   next.round = r;
   next.done.assign(members.size(), false);
+  next.gone.assign(members.size(), false);
+  next.gone_reason.clear();
   next.members = std::move(members);
   next.end = RoundEnd::kNone;
   next.cause = Cause();
@@ -243,25 +259,25 @@ StatusOr<JobRecord> MarkDone(const JobRecord& rec, int r, int node_rank) {
   }
   JobRecord next = Next(rec);
   next.done[node_rank] = true;
-  if (std::all_of(next.done.begin(), next.done.end(), [](bool b) { return b; })) {
-    next.outcome = JobOutcome::kSucceeded;
-  }
+  next.gone[node_rank] = false;  // it came back
+  if (AllFinished(next)) next.outcome = JobOutcome::kSucceeded;
   return next;
 }
 
-StatusOr<JobRecord> FinishWithout(const JobRecord& rec, int r, const std::string& reason,
-                                  const std::string& lost_agent) {
+StatusOr<JobRecord> ExcuseLost(const JobRecord& rec, int r, const std::string& reason,
+                               const std::string& lost_agent) {
   if (Status s = CheckRunning(rec, r); !s.ok()) return s;
   const int lost = rec.MemberRank(lost_agent);
-  if (lost < 0 || rec.done[lost]) return Rejected("agent " + lost_agent + " is not a member left");
+  if (lost < 0 || rec.done[lost] || rec.gone[lost]) {
+    return Rejected("agent " + lost_agent + " is not a member still awaited");
+  }
   if (std::none_of(rec.done.begin(), rec.done.end(), [](bool b) { return b; })) {
     return Rejected("no member's workers finished");
   }
   JobRecord next = Next(rec);
-  next.end = RoundEnd::kMembership;
-  next.end_reason = reason;
-  next.lost_agent = lost_agent;
-  next.outcome = JobOutcome::kSucceeded;
+  next.gone[lost] = true;
+  next.gone_reason += (next.gone_reason.empty() ? "" : "; ") + reason;
+  if (AllFinished(next)) next.outcome = JobOutcome::kSucceeded;
   return next;
 }
 

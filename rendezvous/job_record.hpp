@@ -65,10 +65,12 @@ struct JobRecord {
   std::vector<NodeInfo> members;  // of `round`, in node rank order
   int restarts = 0;               // failure restarts used before `round` started
   RoundEnd end = RoundEnd::kNone;
-  Cause cause;             // end == kFailure: the root cause
-  std::string end_reason;  // kMembership, kNewNodes: "lost host-b (...)"
-  std::string lost_agent;  // end == kMembership: the agent declared lost, if one
-  std::vector<bool> done;  // members whose workers all succeeded in `round`
+  Cause cause;              // end == kFailure: the root cause
+  std::string end_reason;   // kMembership, kNewNodes: "lost host-b (...)"
+  std::string lost_agent;   // end == kMembership: the agent declared lost, if one
+  std::vector<bool> done;   // members whose workers all succeeded in `round`
+  std::vector<bool> gone;   // members lost after others' workers finished: not awaited
+  std::string gone_reason;  // why they are gone ("lost host-b (...): no keep-alive ...")
   JobOutcome outcome = JobOutcome::kRunning;
   Cause final_cause;  // outcome == kFailed: the root cause every agent reports
 
@@ -103,14 +105,16 @@ StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std:
 // with them (no restart used).
 StatusOr<JobRecord> EndRoundForNewNodes(const JobRecord& rec, int r, const std::string& reason);
 // Member `node_rank`'s workers all succeeded in round `r` (which runs, or was
-// ended by a membership change); the job succeeds when every member's did.
+// ended by a membership change); the job succeeds when every member's did
+// (or the member is gone, see ExcuseLost).
 StatusOr<JobRecord> MarkDone(const JobRecord& rec, int r, int node_rank);
 // Some members' workers all succeeded in round `r` and member `lost_agent`,
-// whose had not said so, went silent past the keep-alive limit: the job
-// succeeded without it (as torchrun's agents exit 0 once their own workers
-// did; the training is over, a new round would run it again).
-StatusOr<JobRecord> FinishWithout(const JobRecord& rec, int r, const std::string& reason,
-                                  const std::string& lost_agent);
+// whose had not said so, went silent past the keep-alive limit: the job no
+// longer waits for it, and succeeds once every other member's workers did
+// (as torchrun's agents exit 0 once their own workers did; the training is
+// over, and a new round would run it again).
+StatusOr<JobRecord> ExcuseLost(const JobRecord& rec, int r, const std::string& reason,
+                               const std::string& lost_agent);
 // The job fails for a reason outside a round (rendezvous timeout, the store
 // host stopped by a signal).
 StatusOr<JobRecord> CloseJob(const JobRecord& rec, const Cause& cause);

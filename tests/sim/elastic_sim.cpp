@@ -179,7 +179,7 @@ class Sim {
   Time now_ = kOrigin;
   std::map<int, RoundPlan> rounds_;
   std::set<int> failed_rounds_;
-  std::set<int> lost_checked_;
+  std::set<std::pair<int, std::string>> lost_checked_;  // (round, agent) declared lost
   std::optional<JobRecord> final_;
   int64_t seen_version_ = 0;
   bool store_down_ = false;
@@ -603,9 +603,18 @@ void Sim::Check() {
   }
   // (c): nobody is declared lost unless it was silent that long by its own
   // doing (paused, killed, gone), never because the store host was paused.
+  std::vector<std::string> lost_now;
   if (rec.end == RoundEnd::kMembership && !rec.lost_agent.empty() &&
-      lost_checked_.insert(rec.round).second) {
-    const int lost = std::stoi(rec.lost_agent.substr(5));
+      lost_checked_.insert({rec.round, rec.lost_agent}).second) {
+    lost_now.push_back(rec.lost_agent);
+  }
+  for (size_t i = 0; i < rec.gone.size(); ++i) {  // not awaited after others finished
+    if (rec.gone[i] && lost_checked_.insert({rec.round, rec.members[i].agent_id}).second) {
+      lost_now.push_back(rec.members[i].agent_id);
+    }
+  }
+  for (const std::string& lost_agent : lost_now) {
+    const int lost = std::stoi(lost_agent.substr(5));
     if (lost == 0) Fail("(c) the coordinator declared its own node lost");
     const auto limit = rdzv_.keep_alive_interval * rdzv_.keep_alive_max_attempt;
     const SimAgent& x = agents_[lost];
@@ -614,7 +623,7 @@ void Sim::Check() {
       silent |= start <= now_ && end >= now_ - limit - rdzv_.keep_alive_interval;
     }
     if (!silent || (!x.signalled && now_ - x.last_beat < limit)) {
-      Fail("(c) " + rec.lost_agent + " declared lost " +
+      Fail("(c) " + lost_agent + " declared lost " +
            std::to_string(std::chrono::duration_cast<Ms>(now_ - x.last_beat).count()) +
            " ms after its last keep-alive, though it was not paused or killed");
     }

@@ -130,18 +130,25 @@ TEST_CASE("membership changes end a round softly: workers that had finished stil
   CHECK_FALSE(MarkDone(*failed, 0, 0).ok());
 }
 
-TEST_CASE("a member lost after others finished completes the job without it") {
+TEST_CASE("a member lost after others finished is not awaited; the rest still are") {
   JobRecord rec = Closed(3);
-  CHECK_FALSE(FinishWithout(rec, 0, "lost", "2").ok());  // nobody finished: a membership change
+  CHECK_FALSE(ExcuseLost(rec, 0, "lost", "2").ok());  // nobody finished: a membership change
   auto one = MarkDone(rec, 0, 0);
   REQUIRE(one.ok());
-  CHECK_FALSE(FinishWithout(*one, 0, "lost", "0").ok());  // it finished: not lost
-  auto done = FinishWithout(*one, 0, "lost host-2", "2");
+  CHECK_FALSE(ExcuseLost(*one, 0, "lost", "0").ok());  // it finished: not lost
+  auto excused = ExcuseLost(*one, 0, "lost host-2", "2");
+  REQUIRE(excused.ok());
+  CHECK_FALSE(excused->final());  // member 1's workers still run
+  CHECK(excused->Running(0));
+  CHECK(excused->restarts == 0);
+  auto back = JobRecord::Decode(excused->Encode());
+  REQUIRE(back.ok());
+  CHECK(back->gone == std::vector<bool>{false, false, true});
+  CHECK(back->gone_reason == "lost host-2");
+  auto done = MarkDone(*excused, 0, 1);
   REQUIRE(done.ok());
   CHECK(done->outcome == JobOutcome::kSucceeded);
   CHECK(done->exit_code() == 0);
-  CHECK(done->lost_agent == "2");
-  CHECK(done->restarts == 0);
 }
 
 TEST_CASE("compare-and-set: the first of two racing transitions wins, the second sees it") {
