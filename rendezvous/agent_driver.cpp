@@ -39,18 +39,18 @@ Action AgentDriver::Next(const SignalQuery& pending_signal) {
   ClientKv kv(client_);
   while (true) {
     Action action;
-    int64_t version = 0;
+    std::string key;
     Clock::time_point wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto [sig, name] = pending_signal(); sig != 0) machine_.Interrupted(sig, name);
       action = machine_.Step(kv, Clock::now());
-      version = machine_.version();
+      key = machine_.wake_key();
       wake = machine_.next_wake();
     }
     if (action.kind != ActionKind::kWait) return action;
     // A store failure shows at the next step.
-    (void)WaitForRecord(client_, keys_, version, wake);
+    (void)WaitForKey(client_, key, wake);
   }
 }
 
@@ -91,20 +91,20 @@ void AgentDriver::Watch(std::function<void(const std::string&)> on_stop) {
   ClientKv kv(*watch_client_);
   while (!stop_watching_) {
     Action action;
-    int64_t version = 0;
+    std::string key;
     Clock::time_point wake;
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_watching_) return;
       action = machine_.Step(kv, Clock::now());
-      version = machine_.version();
+      key = machine_.wake_key();
       wake = machine_.next_wake();
     }
     if (action.kind == ActionKind::kStopWorkers || action.kind == ActionKind::kExit) {
       on_stop(action.message);
       return;
     }
-    (void)WaitForRecord(*watch_client_, keys_, version, wake);
+    (void)WaitForKey(*watch_client_, key, wake);
   }
 }
 

@@ -100,6 +100,11 @@ Action AgentMachine::Step(Kv& kv, Time now) {
   return done_;
 }
 
+std::string AgentMachine::wake_key() const {
+  if (phase_ == Phase::kClearing && node_rank_ > 0) return keys_.Cleared(round_);
+  return keys_.Version(version_ + 1);
+}
+
 void AgentMachine::WorkersExited(const WorkersOutcome& outcome, Time now) {
   if (phase_ != Phase::kRunning && phase_ != Phase::kStopping) return;
   outcome_ = outcome;

@@ -93,8 +93,12 @@ class AgentMachine {
 
   Phase phase() const { return phase_; }
   Time next_wake() const { return next_wake_; }
-  // The record version the machine last saw (wait for version() + 1).
+  // The record version the machine last saw.
   int64_t version() const { return version_; }
+  // The store key whose appearance should wake the caller before
+  // next_wake(): the record's next version, or in kClearing the key node rank
+  // 0 sets once its worker store is clean.
+  std::string wake_key() const;
   const AgentSettings& settings() const { return s_; }
 
  private:

@@ -2,11 +2,10 @@
 
 namespace ddprun::rendezvous {
 
-Status WaitForRecord(StoreClient& client, const RendezvousKeys& keys, int64_t version,
-                     Clock::time_point until) {
+Status WaitForKey(StoreClient& client, const std::string& key, Clock::time_point until) {
   auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now());
   if (left.count() <= 0) return Status::Ok();
-  Status s = client.Wait({keys.Version(version + 1)}, left);
+  Status s = client.Wait({key}, left);
   return s.code() == StatusCode::kDeadlineExceeded ? Status::Ok() : s;
 }
 
@@ -32,11 +31,10 @@ void Coordinator::Stop() {
 
 void Coordinator::Run() {
   ClientKv kv(client_);
-  const RendezvousKeys keys(settings_.run_id);
   while (!stop_) {
     auto go_on = machine_.Step(kv, Clock::now());
     if (!go_on.ok() || !*go_on) return;
-    if (!WaitForRecord(client_, keys, machine_.version(), machine_.next_wake()).ok()) return;
+    if (!WaitForKey(client_, machine_.wake_key(), machine_.next_wake()).ok()) return;
   }
 }
 

@@ -1,7 +1,8 @@
 // The thread that drives the CoordinatorMachine (coordinator_machine.hpp) on
 // the agent hosting the rendezvous store, over its own client connection.
-// It steps when the job record changes (a wait on the record's next version)
-// or every poll interval, until the job is over or Stop() is called.
+// It steps when what the machine waits for appears (the next arrival while a
+// round gathers, the record's next version) or every poll interval, until the
+// job is over or Stop() is called.
 //
 // Start() returns at once; Stop() (and the destructor) end the thread.
 #pragma once
@@ -38,9 +39,8 @@ class Coordinator {
   std::thread thread_;
 };
 
-// Waits until the job record passes `version` or `until` comes, whichever is
-// first (a store WAIT on the next version's key). Fails when the store does.
-Status WaitForRecord(StoreClient& client, const RendezvousKeys& keys, int64_t version,
-                     Clock::time_point until);
+// Waits until `key` is set or `until` comes, whichever is first (a store
+// WAIT): what a machine's wake_key() names. Fails when the store does.
+Status WaitForKey(StoreClient& client, const std::string& key, Clock::time_point until);
 
 }  // namespace ddprun::rendezvous

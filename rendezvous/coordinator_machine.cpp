@@ -36,6 +36,7 @@ StatusOr<bool> CoordinatorMachine::Step(Kv& kv, Time now) {
   auto rec = ReadRecord(kv, keys_);
   if (!rec.ok()) return rec.status();
   version_ = rec->version;
+  wake_key_ = keys_.Version(version_ + 1);
   if (rec->final()) return false;
   if (rec->round >= 0 && rec->end == RoundEnd::kNone) return Watch(kv, *rec, now);
   return Gather(kv, *rec, now);
@@ -81,6 +82,7 @@ StatusOr<bool> CoordinatorMachine::Gather(Kv& kv, const JobRecord& rec, Time now
     return Apply(kv, [&](const JobRecord& cur) { return CloseRound(cur, r, members); });
   }
   if (last_call_until_) next_wake_ = std::min(next_wake_, *last_call_until_);
+  wake_key_ = keys_.Node(r, static_cast<int>(*joined));  // the next arrival
   if (n >= s_.min_nodes || now < gather_start_ + s_.join_timeout) return true;
   Cause c;
   c.cls = FailureClass::kRendezvous;

@@ -39,6 +39,10 @@ class CoordinatorMachine {
 
   Time next_wake() const { return next_wake_; }
   int64_t version() const { return version_; }
+  // The store key whose appearance should wake the caller before
+  // next_wake(): while a round gathers, the next arrival's record; else the
+  // job record's next version.
+  const std::string& wake_key() const { return wake_key_; }
 
  private:
   StatusOr<bool> Gather(Kv& kv, const JobRecord& rec, Time now);
@@ -62,6 +66,7 @@ class CoordinatorMachine {
   Time resumed_at_{};  // when this coordinator last came back from a pause
   Time next_wake_{};
   int64_t version_ = 0;
+  std::string wake_key_;
 };
 
 }  // namespace ddprun::rendezvous
