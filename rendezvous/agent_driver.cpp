@@ -8,12 +8,6 @@
 
 namespace ddprun::rendezvous {
 
-namespace {
-
-constexpr std::chrono::milliseconds kLostLinger{10000};
-
-}  // namespace
-
 StatusOr<std::unique_ptr<AgentDriver>> AgentDriver::Connect(const std::string& host, int port,
                                                             AgentSettings settings) {
   auto client = StoreClient::Connect(host, port, settings.rdzv.read_timeout, settings.rdzv.token);
@@ -116,16 +110,15 @@ void AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout) {
   if (!kv.Set(keys_.Left(self), "1").ok() || !hosts_store) return;
   // The others that may still read the record: the last round's members and
   // the agents waiting to join the next one, for `timeout`; agents lost
-  // (paused, or killed: nothing tells which) for twice the keep-alive limit,
-  // at least kLostLinger.
+  // (paused, or killed: nothing tells which) for the keep-alive limit, past
+  // which they are dead by contract (one that comes back later finds the
+  // store gone and says it was likely dropped).
   // Bounded: a killed agent never says it leaves. The store has no "wait for
   // one of these keys" request, so this looks every few milliseconds.
   const auto now = Clock::now();
   const auto& s = machine_.settings().rdzv;
-  const auto earlier =
-      now + std::min<std::chrono::milliseconds>(
-                timeout, std::max<std::chrono::milliseconds>(
-                             kLostLinger, 2 * s.keep_alive_interval * s.keep_alive_max_attempt));
+  const auto earlier = now + std::min<std::chrono::milliseconds>(
+                                 timeout, s.keep_alive_interval * s.keep_alive_max_attempt);
   std::map<std::string, Clock::time_point> waiting = Others(kv, self, now + timeout, earlier);
   while (!waiting.empty()) {
     const auto t = Clock::now();

@@ -24,7 +24,9 @@ and checks, per round (violation names in brackets):
       [rerun_after_success];
   (c) every agent ends within --bound seconds of the round start [hung];
   (d) the agents that were not SIGKILLed exit with the same code [exit_mismatch] and name the
-      same root cause (exit code and rank) [cause_mismatch];
+      same root cause (exit code and rank) [cause_mismatch]; but an agent SIGSTOPped past the
+      keep-alive limit is lost by contract, and one that comes back to a store that is gone
+      (the job ended without it) exits 1 saying it may have been dropped: not compared;
   (e) when only agents were lost or paused (no worker killed, host not killed), no agent gives
       up with "no restarts left" nor prints a worker failure report [no_restarts_left_agent_fault];
   a worker that exits 0 prints the checksum of `train --reference --world-size WORLD_SIZE`
@@ -70,6 +72,7 @@ TRAIN_FLAGS = ["--device", "cpu", "--width", "64", "--depth", "2", "--batch", "1
 RDZV_CONF = ("join_timeout=20,last_call_timeout=1,keep_alive_interval=0.5,"
              "keep_alive_max_attempt=3")
 POLL = 0.02
+KEEP_ALIVE_LIMIT = 0.5 * 3  # keep_alive_interval x keep_alive_max_attempt in RDZV_CONF
 ORPHAN_GRACE = 5.0
 
 # Faults a plan draws from (kind -> weight) for its first fault; a second fault is drawn from
@@ -314,6 +317,7 @@ class Agent:
         self.rc = None
         self.killed = False  # SIGKILLed by the plan
         self.stopped_until = None  # SIGSTOPped by the plan, SIGCONT due then
+        self.paused_for = 0.0  # the longest SIGSTOP it got (seconds)
         self.hung = False  # still running at the bound (then SIGKILLed)
 
     def alive(self):
@@ -460,6 +464,7 @@ class Round:
         ok = signal_pid(agent.proc.pid, signal.SIGSTOP)
         if ok:
             agent.stopped_until = now + f["pause"]
+            agent.paused_for = max(agent.paused_for, f["pause"])
         return {"kind": kind, "at": at, "fired": ok, "target": f["target"], "pause": f["pause"]}
 
     def run(self, wrapper):
@@ -514,7 +519,6 @@ class Round:
 
     def finish(self, deadline):
         """Ends the round: SIGCONT, the hang bound, SIGKILL of everything left, orphans."""
-        now = time.monotonic()
         for a in self.agents:
             if a.stopped_until is not None:
                 signal_pid(a.proc.pid, signal.SIGCONT)
@@ -700,7 +704,13 @@ class Round:
 
         # (d) the agents not SIGKILLed agree on the exit code and the root cause.
         # (Agents SIGKILLed at the bound are reported as hung, not compared.)
-        survivors = [a for a in self.agents if not a.killed and not a.hung and a.rc is not None]
+        # An agent stopped past the keep-alive limit is lost by contract; if it comes back after
+        # the job ended and its store is gone, it can read no outcome, and says so ("may have been
+        # dropped from the job") with exit 1: not compared.
+        dropped = [a for a in self.agents if a.paused_for > KEEP_ALIVE_LIMIT and a.rc == 1
+                   and b"may have been dropped from the job" in a.text()]
+        survivors = [a for a in self.agents if not a.killed and not a.hung and a.rc is not None
+                     and a not in dropped]
         rcs = {a.rc for a in survivors}
         if len(rcs) > 1:
             self.violate("exit_mismatch", ", ".join(f"a{a.idx}={a.rc}" for a in survivors))

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from conftest import pid_alive, sh, wait_for
-from test_multinode import (AGENT_TIMEOUT, FAST, KEEP_ALIVE_LIMIT, LOOP, c10d_args, free_port,
+from test_multinode import (AGENT_TIMEOUT, KEEP_ALIVE_LIMIT, LOOP, c10d_args, free_port,
                             node_env, outputs, read, starts, stop_and_wait, wait_listening,
                             wait_world)
 
