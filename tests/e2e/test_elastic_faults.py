@@ -6,7 +6,8 @@ to disagree (docs/elastic-invariants.md), each now decided by the one job record
 2. a non-host agent paused right as the workers finish: the finished job is not run again;
 3. the store host paused after every worker finished: it does not evict itself, all exit 0;
    a node killed after its workers finished, before it said so: the others complete the job;
-4. --max_restarts=0, a worker SIGKILLed after its peers on other nodes died of the broken
+4. an agent waiting for a round acts on SIGTERM at once (exit 143, no worker started);
+5. --max_restarts=0, a worker SIGKILLed after its peers on other nodes died of the broken
    connection (SIGPIPE, or exit 1 after "Connection reset by peer" in their error file or on
    their stderr): every agent exits 137 and prints the same root cause (the SIGKILL, not a
    neighbour's death).
@@ -162,3 +163,14 @@ def test_neighbours_death_is_never_the_root_cause(launch, tmp_path, how):
     assert len(causes) == 1, causes
     assert f"pid {victim}) signal 9 (SIGKILL)" in causes.pop(), outputs(agents)
     assert "Root Cause (first observed failure)" in agents[1].stderr(), outputs(agents)
+
+
+def test_sigterm_while_waiting_for_a_round_exits_at_once(launch, tmp_path):
+    """An agent waiting for the other nodes acts on SIGTERM then, not when the round forms."""
+    out, agents = c10d_agents(launch, tmp_path, "2:2", 1, FINISH)
+    time.sleep(0.5)  # let it join round 0 and wait there (the fault's moment, not an event)
+    agents[0].signal(signal.SIGTERM)
+    sent = time.monotonic()
+    assert agents[0].wait(10) == 128 + signal.SIGTERM, agents[0].output()
+    assert time.monotonic() - sent < 2, agents[0].output()
+    assert not starts(out, 0, 0), "no worker may start after the agent was told to stop"
