@@ -172,8 +172,8 @@ def main():
             s.stop()
     elapsed = time.time() - t_start
 
-    print(f"# store_bench: ddprun store server vs PyTorch TCPStore (libuv), same client "
-          f"(ddprun StoreClient)")
+    print("# store_bench: ddprun store server vs PyTorch TCPStore (libuv), same client "
+          "(ddprun StoreClient)")
     print(f"# host {platform.node()}  cpus {os.cpu_count()}  kernel {platform.release()}  "
           f"torch {torch.__version__}  date {datetime.datetime.utcnow():%Y-%m-%d %H:%M} UTC")
     print(f"# ops: {a.clients} clients x {a.seconds:g} s, median of {a.runs} "

@@ -16,7 +16,6 @@ environment into files under tmp_path; the tests poll those files with deadlines
 9. PyTorch interop: gloo all_reduce through the agent store, across a failure restart.
 """
 
-import os
 import re
 import signal
 import socket
