@@ -39,7 +39,7 @@ and checks, per round (violation names in brackets):
       [lost_node_job_failed];
   no process carrying the round's marker (CHAOS_ROUND=<uuid> in /proc/*/environ) survives the
       agents by more than 5 s: an agent or a worker (the wrapper) [orphans], a process a worker
-      started (train under the wrapper, which ties it to itself with setpriv --pdeathsig, so
+      started (train under the wrapper, which ties it to itself with a parent-death signal, so
       this catches only what escapes that) [orphan_grandchildren].
 
 Round k of a run uses seed --seed + k; `--seed S --rounds 1` reruns the round printed with seed
@@ -94,7 +94,12 @@ printf 'pid=%s node=%s rank=%s local_rank=%s world=%s group_rank=%s restart=%s r
   "$pos" "$(date +%s.%N)" > "$d/s.$$.tmp" && mv "$d/s.$$.tmp" "$d/s.$$"
 # train dies with this wrapper (as the wrapper dies with its agent): the suite measures the
 # elastic logic; containing a worker's own children is the supervisor's business, tested apart.
-setpriv --pdeathsig KILL -- "$CHAOS_TRAIN" --steps "$CHAOS_STEPS" __TRAIN_FLAGS__ > "$d/o.$$" 2>&1
+# (A parent-death signal set after the parent died never fires: the parent is checked after.)
+"$CHAOS_PYTHON" -c 'import ctypes, os, sys
+ctypes.CDLL(None).prctl(1, 9)  # PR_SET_PDEATHSIG, SIGKILL
+if os.getppid() != int(sys.argv[1]):
+    os._exit(137)
+os.execv(sys.argv[2], sys.argv[2:])' $$ "$CHAOS_TRAIN" --steps "$CHAOS_STEPS" __TRAIN_FLAGS__ > "$d/o.$$" 2>&1
 rc=$?
 cs=$(sed -n 's/^rank [0-9]* checksum \([^ ]*\)$/\1/p' "$d/o.$$" | head -n 1)
 printf 'pid=%s rc=%s checksum=%s t=%s\n' "$$" "$rc" "${cs:-none}" "$(date +%s.%N)" \
@@ -373,6 +378,7 @@ class Round:
         env = base_env()
         env.update(CHAOS_ROUND=self.marker, CHAOS_DIR=self.dir, CHAOS_NODE=addr,
                    CHAOS_AGENT_LOG=log_path, CHAOS_TRAIN=self.args.train,
+                   CHAOS_PYTHON=sys.executable,
                    CHAOS_STEPS=str(self.args.steps))
         cmd = [self.args.ddprun, "--rdzv_backend=c10d",
                f"--rdzv_endpoint=127.0.0.1:{self.port}", f"--rdzv_id=chaos{self.seed}",
