@@ -47,8 +47,6 @@ class AgentDriver {
   // store outlives their last requests.
   void Leave(bool hosts_store, std::chrono::milliseconds timeout);
 
-  StoreClient& client() { return client_; }
-
  private:
   AgentDriver(StoreClient client, std::string host, int port, AgentSettings settings)
       : client_(std::move(client)),

@@ -79,21 +79,24 @@ Action AgentMachine::Step(Kv& kv, Time now) {
       phase_ != Phase::kExited) {
     return Leave(kv);
   }
+  if (phase_ == Phase::kStopping) return Wait(now);  // for the workers to exit
+  // Every decision starts from what the record says now.
+  auto rec = Read(kv);
+  if (!rec.ok()) return StoreGone(rec.status());
   switch (phase_) {
     case Phase::kJoin:
-      return Join(kv, now);
+      return Join(kv, *rec, now);
     case Phase::kWaitRound:
-      return WaitRound(kv, now);
+      return WaitRound(kv, *rec, now);
     case Phase::kClearing:
-      return Clearing(kv, now);
+      return Clearing(kv, *rec, now);
     case Phase::kRunning:
-      return Running(kv, now);
-    case Phase::kStopping:
-      return Wait(now);
+      return Running(*rec, now);
     case Phase::kExited:
-      return Exited(kv, now);
+      return Exited(kv, *rec, now);
     case Phase::kFinishing:
-      return Finishing(kv, now);
+      return Finishing(kv, *rec, now);
+    case Phase::kStopping:
     case Phase::kDone:
       break;
   }
@@ -188,14 +191,12 @@ Action AgentMachine::Follow(Kv& kv, const JobRecord& rec, Time now) {
   if (rec.final()) return ExitByRecord(rec);
   min_round_ = std::max(min_round_, round_ + 1);
   phase_ = Phase::kJoin;
-  return Join(kv, now);
+  return Join(kv, rec, now);
 }
 
-Action AgentMachine::Join(Kv& kv, Time now) {
-  auto rec = Read(kv);
-  if (!rec.ok()) return StoreGone(rec.status());
-  if (rec->final()) return ExitByRecord(*rec);
-  const int r = std::max(min_round_, rec->round + 1);
+Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {
+  if (rec.final()) return ExitByRecord(rec);
+  const int r = std::max(min_round_, rec.round + 1);
   auto arrival = kv.Add(keys_.Join(r), 1);
   if (!arrival.ok()) return StoreGone(arrival.status());
   if (Status s = kv.Set(keys_.Node(r, static_cast<int>(*arrival - 1)), s_.self.Encode()); !s.ok()) {
@@ -211,28 +212,26 @@ Action AgentMachine::Join(Kv& kv, Time now) {
   return Wait(now, deadline_);
 }
 
-Action AgentMachine::WaitRound(Kv& kv, Time now) {
-  auto rec = Read(kv);
-  if (!rec.ok()) return StoreGone(rec.status());
-  if (rec->final()) return ExitByRecord(*rec);
-  if (rec->round >= round_) {
-    const int rank = rec->round == round_ ? rec->MemberRank(s_.self.agent_id) : -1;
-    if (rank < 0 || !rec->Running(round_)) return Follow(kv, *rec, now);  // closed without us
+Action AgentMachine::WaitRound(Kv& kv, const JobRecord& rec, Time now) {
+  if (rec.final()) return ExitByRecord(rec);
+  if (rec.round >= round_) {
+    const int rank = rec.round == round_ ? rec.MemberRank(s_.self.agent_id) : -1;
+    if (rank < 0 || !rec.Running(round_)) return Follow(kv, rec, now);  // closed without us
     node_rank_ = rank;
     first_join_.reset();
     cleared_ = false;
     phase_ = Phase::kClearing;
-    return Clearing(kv, now);
+    return Clearing(kv, rec, now);
   }
   if (now < deadline_) return Wait(now, deadline_);
-  if (rec->round >= 0 && rec->end == RoundEnd::kNone) {
+  if (rec.round >= 0 && rec.end == RoundEnd::kNone) {
     // The job runs at its maximum size: no place for this node, but nothing
     // wrong with the job.
     return StoreGone(Status(StatusCode::kDeadlineExceeded,
                             "waited " + Seconds(s_.rdzv.join_timeout) +
                                 " (join_timeout) for a place in the job, which runs round " +
-                                std::to_string(rec->round) + " with " +
-                                std::to_string(rec->members.size()) + " of at most " +
+                                std::to_string(rec.round) + " with " +
+                                std::to_string(rec.members.size()) + " of at most " +
                                 std::to_string(s_.rdzv.max_nodes) + " nodes"));
   }
   Cause c;
@@ -244,13 +243,11 @@ Action AgentMachine::WaitRound(Kv& kv, Time now) {
   return Follow(kv, applied->record, now);
 }
 
-Action AgentMachine::Clearing(Kv& kv, Time now) {
-  auto rec = Read(kv);
-  if (!rec.ok()) return StoreGone(rec.status());
-  if (!rec->Running(round_)) return Follow(kv, *rec, now);
+Action AgentMachine::Clearing(Kv& kv, const JobRecord& rec, Time now) {
+  if (!rec.Running(round_)) return Follow(kv, rec, now);
   Action start;
   start.kind = ActionKind::kStartWorkers;
-  start.round = Result(*rec, node_rank_);
+  start.round = Result(rec, node_rank_);
   if (node_rank_ == 0) {
     // Node rank 0 empties its worker store before anyone starts workers, so
     // no key of the last attempt survives (PyTorch issue #135712).
@@ -269,18 +266,16 @@ Action AgentMachine::Clearing(Kv& kv, Time now) {
   return start;
 }
 
-Action AgentMachine::Running(Kv& kv, Time now) {
-  auto rec = Read(kv);
-  if (!rec.ok()) return StoreGone(rec.status());
-  if (rec->Running(round_)) return Wait(now);
+Action AgentMachine::Running(const JobRecord& rec, Time now) {
+  if (rec.Running(round_)) return Wait(now);
   phase_ = Phase::kStopping;
   Action stop;
   stop.kind = ActionKind::kStopWorkers;
-  stop.message = WhyEnded(*rec, round_);
+  stop.message = WhyEnded(rec, round_);
   return stop;
 }
 
-Action AgentMachine::Exited(Kv& kv, Time now) {
+Action AgentMachine::Exited(Kv& kv, const JobRecord& now_rec, Time now) {
   using Kind = WorkersOutcome::Kind;
   if (outcome_.kind == Kind::kInterrupted) {
     signal_ = outcome_.signal;
@@ -296,9 +291,7 @@ Action AgentMachine::Exited(Kv& kv, Time now) {
     cause.node = s_.self.name;
     if (cause.cls == FailureClass::kPeer && now < settle_until_) {
       // Give the failure that caused this one the chance to be recorded first.
-      auto rec = Read(kv);
-      if (!rec.ok()) return StoreGone(rec.status());
-      if (!rec->Running(round_)) return Follow(kv, *rec, now);
+      if (!now_rec.Running(round_)) return Follow(kv, now_rec, now);
       return Wait(now, settle_until_);
     }
     t = [&, cause](const JobRecord& r) {
@@ -322,10 +315,8 @@ Action AgentMachine::Exited(Kv& kv, Time now) {
   return Follow(kv, rec, now);
 }
 
-Action AgentMachine::Finishing(Kv& kv, Time now) {
-  auto rec = Read(kv);
-  if (!rec.ok()) return StoreGone(rec.status());
-  if (rec->final() || !rec->Running(round_)) return Follow(kv, *rec, now);
+Action AgentMachine::Finishing(Kv& kv, const JobRecord& rec, Time now) {
+  if (!rec.Running(round_)) return Follow(kv, rec, now);  // over, or ended
   return Wait(now);
 }
 

@@ -93,8 +93,6 @@ class AgentMachine {
 
   Phase phase() const { return phase_; }
   Time next_wake() const { return next_wake_; }
-  // The record version the machine last saw.
-  int64_t version() const { return version_; }
   // The store key whose appearance should wake the caller before
   // next_wake(): the record's next version, or in kClearing the key node rank
   // 0 sets once its worker store is clean.
@@ -102,12 +100,13 @@ class AgentMachine {
   const AgentSettings& settings() const { return s_; }
 
  private:
-  Action Join(Kv& kv, Time now);
-  Action WaitRound(Kv& kv, Time now);
-  Action Clearing(Kv& kv, Time now);
-  Action Running(Kv& kv, Time now);
-  Action Exited(Kv& kv, Time now);
-  Action Finishing(Kv& kv, Time now);
+  // One per phase; `rec` is the record as the step read it.
+  Action Join(Kv& kv, const JobRecord& rec, Time now);
+  Action WaitRound(Kv& kv, const JobRecord& rec, Time now);
+  Action Clearing(Kv& kv, const JobRecord& rec, Time now);
+  Action Running(const JobRecord& rec, Time now);
+  Action Exited(Kv& kv, const JobRecord& now_rec, Time now);
+  Action Finishing(Kv& kv, const JobRecord& rec, Time now);
   Action Leave(Kv& kv);
   // Acts on a record in which our round no longer runs: exit when it is
   // final, else join the next round.

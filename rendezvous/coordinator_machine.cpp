@@ -35,8 +35,7 @@ StatusOr<bool> CoordinatorMachine::Step(Kv& kv, Time now) {
   next_wake_ = now + kPoll;
   auto rec = ReadRecord(kv, keys_);
   if (!rec.ok()) return rec.status();
-  version_ = rec->version;
-  wake_key_ = keys_.Version(version_ + 1);
+  wake_key_ = keys_.Version(rec->version + 1);
   if (rec->final()) return false;
   if (rec->round >= 0 && rec->end == RoundEnd::kNone) return Watch(kv, *rec, now);
   return Gather(kv, *rec, now);
@@ -45,7 +44,7 @@ StatusOr<bool> CoordinatorMachine::Step(Kv& kv, Time now) {
 StatusOr<bool> CoordinatorMachine::Apply(Kv& kv, const Transition& t) {
   auto applied = ApplyTransition(kv, keys_, t);
   if (!applied.ok()) return applied.status();
-  version_ = applied->record.version;
+  wake_key_ = keys_.Version(applied->record.version + 1);
   return !applied->record.final();
 }
 

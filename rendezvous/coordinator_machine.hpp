@@ -38,7 +38,6 @@ class CoordinatorMachine {
   StatusOr<bool> Step(Kv& kv, Time now);
 
   Time next_wake() const { return next_wake_; }
-  int64_t version() const { return version_; }
   // The store key whose appearance should wake the caller before
   // next_wake(): while a round gathers, the next arrival's record; else the
   // job record's next version.
@@ -65,7 +64,6 @@ class CoordinatorMachine {
   std::optional<Time> last_step_;
   Time resumed_at_{};  // when this coordinator last came back from a pause
   Time next_wake_{};
-  int64_t version_ = 0;
   std::string wake_key_;
 };
 

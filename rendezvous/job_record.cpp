@@ -303,14 +303,14 @@ StatusOr<Applied> ApplyTransition(Kv& kv, const RendezvousKeys& keys,
     auto rec = JobRecord::Decode(current);
     if (!rec.ok()) return rec.status();
     auto next = transition(*rec);
-    if (!next.ok()) return Applied{std::move(*rec), false, next.status().message()};
+    if (!next.ok()) return Applied{std::move(*rec), false};  // rejected: act on what is stored
     const std::string desired = next->Encode();
     auto stored = kv.CompareSet(keys.Job(), current, desired);
     if (!stored.ok()) return stored.status();
     if (*stored == desired) {
       // Wakes whoever waits for the record to change.
       if (Status s = kv.Set(keys.Version(next->version), ""); !s.ok()) return s;
-      return Applied{std::move(*next), true, ""};
+      return Applied{std::move(*next), true};
     }
     current = std::move(*stored);
   }

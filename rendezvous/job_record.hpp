@@ -123,9 +123,8 @@ StatusOr<JobRecord> CloseJob(const JobRecord& rec, const Cause& cause);
 StatusOr<JobRecord> ReadRecord(Kv& kv, const RendezvousKeys& keys);
 
 struct Applied {
-  JobRecord record;      // what the store holds now
-  bool landed = false;   // whether this transition made it so
-  std::string rejected;  // why not, when it did not
+  JobRecord record;     // what the store holds now
+  bool landed = false;  // whether this transition made it so
 };
 using Transition = std::function<StatusOr<JobRecord>(const JobRecord&)>;
 // Applies `transition` to the stored record by compare-and-set, recomputing

@@ -70,8 +70,6 @@ class LocalStore {
 
   Handle Connect() { return Handle(*this, next_id_++); }
   void SetDown(bool down) { down_ = down; }
-  bool down() const { return down_; }
-  size_t num_keys() const { return state_.num_keys(); }
 
  private:
   // Applies one request; the reply bytes, or an error when the store is down.
