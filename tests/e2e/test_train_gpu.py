@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from trainlib import DDPRUN, SMALL, TRAIN, checksums, reference, train_env
+from trainlib import DDPRUN, SMALL, TRAIN, checksums, losses, reference, train_env
 REL = 1e-4  # cuBLAS and OpenBLAS sum in different orders
 
 
