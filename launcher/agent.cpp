@@ -115,9 +115,17 @@ Status Agent::Setup() {
   auto layout = env::LogLayout::Create(c_.log_dir, c_.rdzv_id);
   if (!layout.ok()) return layout.status();
   layout_ = std::move(*layout);
-  auto sup = supervisor::Supervisor::Create(c_.handled_signals);
+  const auto cgroup = env::Lookup(environ_, supervisor::kCgroupVar).value_or("1");
+  if (cgroup != "0" && cgroup != "1") {
+    return InvalidArgument(std::string(supervisor::kCgroupVar) + "=" + cgroup +
+                           ": must be 0 (contain workers by their environment only) or 1 "
+                           "(a cgroup of the job's own where one can be made; the default)");
+  }
+  auto sup = supervisor::Supervisor::Create(c_.handled_signals, cgroup == "1");
   if (!sup.ok()) return sup.status();
   sup_ = std::move(*sup);
+  spdlog::debug("workers and every process they start are contained by {}",
+                sup_->DescribeContainment());
   options_.shutdown_timeout = supervisor::Duration(c_.shutdown_timeout);
   options_.hang_timeout = supervisor::Duration(c_.hang_timeout);
   options_.startup_timeout = supervisor::Duration(c_.startup_timeout);

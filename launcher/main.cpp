@@ -19,6 +19,7 @@
 #include "launcher/option_table.hpp"
 #include "launcher/options.hpp"
 #include "launcher/program.hpp"
+#include "supervisor/containment.hpp"
 
 #ifndef DDPRUN_VERSION
 #define DDPRUN_VERSION "0.0.0"
@@ -80,6 +81,9 @@ int Doctor(const std::vector<std::string>& options, const ddprun::env::Environ& 
 
 int main(int argc, char** argv) {
   using namespace ddprun;  // NOLINT: main only
+  if (argc >= 2 && std::string(argv[1]) == supervisor::kGuardianArg) {
+    return supervisor::RunGuardian(argc, argv);
+  }
   const env::Environ environ = env::CurrentEnviron();
   SetUpLogging(environ);
   std::vector<std::string> args(argv + 1, argv + argc);

@@ -30,6 +30,11 @@ ExitStatus ExitStatus::FromWaitStatus(int wstatus) {
   return Exited(WEXITSTATUS(wstatus));
 }
 
+ExitStatus ExitStatus::FromSiginfo(const siginfo_t& info) {
+  if (info.si_code == CLD_EXITED) return Exited(info.si_status);
+  return Signaled(info.si_status);
+}
+
 std::string ExitStatus::Describe() const {
   if (signal != 0) return "signal " + std::to_string(signal) + " (" + SignalName(signal) + ")";
   return "exit code " + std::to_string(code);

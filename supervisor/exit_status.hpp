@@ -1,6 +1,8 @@
 // How a worker ended: an exit code or a signal, decoded from waitpid().
 #pragma once
 
+#include <signal.h>
+
 #include <string>
 
 namespace ddprun::supervisor {
@@ -10,6 +12,8 @@ struct ExitStatus {
   int signal = 0;  // terminating signal, or 0
 
   static ExitStatus FromWaitStatus(int wstatus);
+  // From waitid()'s siginfo (CLD_EXITED, CLD_KILLED or CLD_DUMPED).
+  static ExitStatus FromSiginfo(const siginfo_t& info);
   static ExitStatus Exited(int code) { return {code, 0}; }
   static ExitStatus Signaled(int sig) { return {0, sig}; }
 

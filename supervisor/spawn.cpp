@@ -21,6 +21,15 @@ namespace {
 
 // Runs in the forked child: async-signal-safe calls only.
 void SetUpChild(const SpawnRequest& req, pid_t parent) {
+  if (req.cgroup_procs_fd >= 0) {
+    char digits[16];
+    size_t n = 0;
+    for (pid_t pid = getpid(); pid > 0; pid /= 10) digits[n++] = static_cast<char>('0' + pid % 10);
+    char text[16];
+    for (size_t i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
+    // A failure leaves the environment mark as the only containment.
+    (void)!write(req.cgroup_procs_fd, text, n);
+  }
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(137);  // the launcher died before prctl took hold

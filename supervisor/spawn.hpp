@@ -1,6 +1,7 @@
 // Starting one worker process (Boost.Process), and signalling process groups.
 //
-// The child, between fork and exec, only sets itself up: its own process
+// The child, between fork and exec, only sets itself up: the job's cgroup
+// (when there is one), its own process
 // group (so a kill reaches its children too), a parent-death SIGKILL (so no
 // worker outlives a SIGKILLed launcher), default signal dispositions and an
 // empty signal mask, the three standard descriptors, and close-on-exec on
@@ -23,6 +24,7 @@ struct SpawnRequest {
   int stdin_fd = -1;
   int stdout_fd = -1;
   int stderr_fd = -1;
+  int cgroup_procs_fd = -1;  // the child joins this cgroup first, when >= 0
 };
 
 // Starts the worker; its pid is also its process group id. An exec failure

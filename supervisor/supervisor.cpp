@@ -112,8 +112,12 @@ class Supervisor::LoopTimer : public Timer {
 
 Supervisor::Supervisor(Key) {}
 
-StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& handled_signals) {
+StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& handled_signals,
+                                                         bool try_cgroup) {
   auto s = std::make_unique<Supervisor>(Key{});
+  auto containment = Containment::Create(try_cgroup);
+  if (!containment.ok()) return containment.status();
+  s->containment_ = std::move(*containment);
   if (int rc = uv_loop_init(&s->loop_); rc != 0) {
     return Internal(std::string("uv_loop_init: ") + uv_strerror(rc));
   }
@@ -195,17 +199,20 @@ void Supervisor::OnSignal(int sig) {
   }
 }
 
+// Exits are read without reaping (WNOWAIT): a worker stays a zombie until
+// Drain(), so its pid, which is also its process group id, cannot be reused
+// while the group may still be signalled.
 void Supervisor::ReapChildren() {
   if (running_ == nullptr) return;
   std::vector<std::pair<pid_t, ExitStatus>> exits;
   for (const auto& w : running_->workers()) {
     if (w.state != WorkerState::kRunning) continue;
-    int status = 0;
-    pid_t r;
+    siginfo_t info{};
+    int r;
     do {
-      r = waitpid(w.pid, &status, WNOHANG);
+      r = waitid(P_PID, static_cast<id_t>(w.pid), &info, WEXITED | WNOHANG | WNOWAIT);
     } while (r < 0 && errno == EINTR);
-    if (r == w.pid) exits.emplace_back(w.pid, ExitStatus::FromWaitStatus(status));
+    if (r == 0 && info.si_pid == w.pid) exits.emplace_back(w.pid, ExitStatus::FromSiginfo(info));
   }
   if (!exits.empty()) running_->OnExits(exits, std::chrono::system_clock::now());
 }
@@ -283,7 +290,14 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   if (!out.ok() || !err.ok()) {
     pid = (out.ok() ? err : out).status();
   } else {
-    pid = SpawnWorker(SpawnRequest{spec.argv, spec.envp, dev_null_in_.get(), *out, *err});
+    std::vector<std::string> envp;
+    const std::string mark = std::string(kProcessTreeVar) + "=";
+    for (const auto& e : spec.envp) {
+      if (e.rfind(mark, 0) != 0) envp.push_back(e);  // an outer ddprun's mark is replaced
+    }
+    envp.push_back(containment_->env_entry());
+    pid = SpawnWorker(SpawnRequest{spec.argv, envp, dev_null_in_.get(), *out, *err,
+                                   containment_->cgroup_procs_fd()});
   }
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);
@@ -304,9 +318,19 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
 
 void Supervisor::Drain(GroupState& state) {
   // Children the workers left behind would hold the pipes open: workers are
-  // gone, so their process groups go too.
+  // gone, so everything they started goes too. Their process groups first
+  // (the leaders are unreaped zombies, so each group id is still theirs),
+  // then whatever left the groups, through the containment.
   for (const auto& w : state.workers()) {
     if (w.pid > 0 && w.state != WorkerState::kAbandoned) control_.SignalGroup(w.pid, SIGKILL);
+  }
+  containment_->KillAll(std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::duration<double>(options_.kill_timeout.count())));
+  for (const auto& w : state.workers()) {
+    if (w.pid > 0 && w.state != WorkerState::kAbandoned) {
+      while (waitpid(w.pid, nullptr, WNOHANG) < 0 && errno == EINTR) {
+      }
+    }
   }
   uv_timer_t drain{};
   uv_timer_init(&loop_, &drain);

@@ -18,6 +18,7 @@
 
 #include "base/status.hpp"
 #include "base/unique_fd.hpp"
+#include "supervisor/containment.hpp"
 #include "supervisor/group_state.hpp"
 #include "supervisor/spawn.hpp"
 #include "supervisor/worker_spec.hpp"
@@ -39,7 +40,10 @@ class Supervisor {
  public:
   explicit Supervisor(Key);  // use Create()
   // Installs handlers for `handled_signals`; SIGPIPE is ignored from now on.
-  static StatusOr<std::unique_ptr<Supervisor>> Create(const std::set<int>& handled_signals);
+  // Workers and all they start are contained (supervisor/containment.hpp),
+  // in a cgroup of the job's own when `try_cgroup` and one can be made.
+  static StatusOr<std::unique_ptr<Supervisor>> Create(const std::set<int>& handled_signals,
+                                                      bool try_cgroup);
   ~Supervisor();
   Supervisor(const Supervisor&) = delete;
   Supervisor& operator=(const Supervisor&) = delete;
@@ -62,6 +66,9 @@ class Supervisor {
   // Handles `dump_signal` (ddprun dump): the handler gets every running
   // worker; nothing is stopped.
   void SetDumpHandler(int dump_signal, HangHandler handler);
+
+  // How the workers' process trees are contained, for the log.
+  std::string DescribeContainment() const { return containment_->Describe(); }
 
   // Thread-safe: stops the running group (outcome kStopped), or the next one
   // to start, until ClearStopRequest().
@@ -100,6 +107,7 @@ class Supervisor {
   std::vector<std::unique_ptr<uv_signal_t>> signals_;
   std::unique_ptr<LoopTimer> timer_;
   PosixProcessControl control_;
+  std::unique_ptr<Containment> containment_;
   GroupState* running_ = nullptr;
   int pending_signal_ = 0;
   UniqueFd dev_null_in_;

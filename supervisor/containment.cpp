@@ -1,0 +1,267 @@
+#include "supervisor/containment.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+extern char** environ;  // NOLINT: POSIX
+
+namespace ddprun::supervisor {
+
+namespace {
+
+constexpr std::chrono::milliseconds kPollStep{5};
+// How long the guardian keeps killing what it finds before it gives up.
+constexpr std::chrono::milliseconds kGuardianWait{10000};
+
+std::string ReadSmallFile(const std::string& path, size_t limit) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return {};
+  std::string out;
+  char buf[4096];
+  while (out.size() < limit) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
+int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
+
+bool PidfdKill(int pidfd) {
+  return syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) == 0;
+}
+
+// The directory of this process's cgroup v2, or "" when there is none we can name.
+std::string OwnCgroupDir() {
+  std::string own;
+  std::istringstream cgroups(ReadSmallFile("/proc/self/cgroup", 1 << 16));
+  for (std::string line; std::getline(cgroups, line);) {
+    if (line.rfind("0::", 0) == 0) own = line.substr(3);
+  }
+  if (own.empty() || own.find(" (deleted)") != std::string::npos) return {};
+  std::istringstream mounts(ReadSmallFile("/proc/self/mountinfo", 1 << 20));
+  for (std::string line; std::getline(mounts, line);) {
+    // id parent major:minor root mountpoint options [optional...] - fstype source super
+    size_t dash = line.find(" - ");
+    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
+    std::istringstream fields(line.substr(0, dash));
+    std::string id, parent, dev, root, mountpoint;
+    fields >> id >> parent >> dev >> root >> mountpoint;
+    if (root == "/") return mountpoint + (own == "/" ? "" : own);
+    if (own.rfind(root, 0) == 0) return mountpoint + own.substr(root.size());
+  }
+  return {};
+}
+
+std::string RandomToken() {
+  std::random_device rd;
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%08x%08x", rd(), rd());
+  return buf;
+}
+
+bool IsPopulated(const std::string& dir) {
+  std::string events = ReadSmallFile(dir + "/cgroup.events", 4096);
+  return events.find("populated 1") != std::string::npos;
+}
+
+int CountProcs(const std::string& dir) {
+  std::string procs = ReadSmallFile(dir + "/cgroup.procs", 1 << 20);
+  int n = 0;
+  for (char c : procs) n += c == '\n';
+  return n;
+}
+
+bool WriteString(const std::string& path, const char* text) {
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  return fd.valid() && WriteAll(fd.get(), text, std::strlen(text));
+}
+
+}  // namespace
+
+int KillCgroup(const std::string& dir, std::chrono::milliseconds wait) {
+  const int before = CountProcs(dir);
+  if (before > 0 && !WriteString(dir + "/cgroup.kill", "1")) return -1;
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  while (IsPopulated(dir) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(kPollStep);
+  }
+  return before;
+}
+
+int SweepMarkedProcesses(const std::string& env_entry, std::chrono::milliseconds wait) {
+  const std::string inner = std::string(1, '\0') + env_entry + std::string(1, '\0');
+  const pid_t self = getpid();
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  int signalled = 0;
+  for (;;) {
+    int found = 0;
+    DIR* proc = opendir("/proc");
+    if (proc == nullptr) return signalled;
+    while (dirent* e = readdir(proc)) {
+      char* end = nullptr;
+      long pid = std::strtol(e->d_name, &end, 10);
+      if (*end != '\0' || pid <= 0 || pid == self) continue;
+      // Opened before the environment is read: if the pid is reused in
+      // between, the signal goes to the (dead) process we opened.
+      UniqueFd pidfd(PidfdOpen(static_cast<pid_t>(pid)));
+      if (!pidfd.valid()) continue;
+      std::string env = ReadSmallFile("/proc/" + std::string(e->d_name) + "/environ", 8 << 20);
+      env.push_back('\0');
+      bool marked = env.compare(0, env_entry.size() + 1, inner, 1, env_entry.size() + 1) == 0 ||
+                    env.find(inner) != std::string::npos;
+      if (!marked) continue;
+      ++found;
+      if (PidfdKill(pidfd.get())) ++signalled;
+    }
+    closedir(proc);
+    if (found == 0 || std::chrono::steady_clock::now() >= deadline) return signalled;
+    std::this_thread::sleep_for(kPollStep);
+  }
+}
+
+Containment::Containment(Key) {}
+
+StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
+  auto c = std::make_unique<Containment>(Key{});
+  c->token_ = std::to_string(getpid()) + "." + RandomToken();
+  c->env_entry_ = std::string(kProcessTreeVar) + "=" + c->token_;
+  if (try_cgroup) {
+    std::string parent = OwnCgroupDir();
+    std::string dir = parent + "/ddprun-" + c->token_;
+    if (!parent.empty() && mkdir(dir.c_str(), 0755) == 0) {
+      UniqueFd procs(open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+      if (procs.valid() && access((dir + "/cgroup.kill").c_str(), W_OK) == 0) {
+        c->cgroup_dir_ = dir;
+        c->procs_ = std::move(procs);
+      } else {
+        rmdir(dir.c_str());
+      }
+    }
+  }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("guardian pipe", errno);
+  UniqueFd read_end(fds[0]);
+  c->guardian_pipe_ = UniqueFd(fds[1]);
+  if (read_end.get() == 3) {  // dup2(3, 3) would leave close-on-exec set
+    read_end = UniqueFd(fcntl(3, F_DUPFD_CLOEXEC, 4));
+    if (!read_end.valid()) return ErrnoStatus("guardian pipe", errno);
+  }
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, read_end.get(), 3);
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none;
+  sigemptyset(&none);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
+  std::string cgroup_arg = c->cgroup_dir_.empty() ? "-" : c->cgroup_dir_;
+  std::string exe = "ddprun-guardian";
+  std::vector<char*> argv = {exe.data(), const_cast<char*>(kGuardianArg), c->token_.data(),
+                             cgroup_arg.data(), nullptr};
+  // The guardian itself does not carry the mark: a sweep must not kill it.
+  std::vector<char*> envp;
+  const std::string prefix = std::string(kProcessTreeVar) + "=";
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0) envp.push_back(*e);
+  }
+  envp.push_back(nullptr);
+  pid_t pid = -1;
+  int rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attr, argv.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0) {
+    if (!c->cgroup_dir_.empty()) rmdir(c->cgroup_dir_.c_str());
+    return ErrnoStatus("start the guardian process (ddprun re-executed from /proc/self/exe)", rc);
+  }
+  c->guardian_ = pid;
+  return c;
+}
+
+Containment::~Containment() {
+  KillAll(std::chrono::milliseconds(2000));
+  if (!cgroup_dir_.empty()) {
+    procs_.Reset();
+    rmdir(cgroup_dir_.c_str());
+  }
+  if (guardian_pipe_.valid()) {
+    (void)WriteAll(guardian_pipe_.get(), "x", 1);  // goodbye: nothing is left to kill
+    guardian_pipe_.Reset();
+  }
+  if (guardian_ > 0) {
+    // Reaped when it has gone (at once, normally); a stopped guardian is not waited for.
+    UniqueFd pidfd(PidfdOpen(guardian_));
+    pollfd p{pidfd.get(), POLLIN, 0};
+    if (pidfd.valid() && poll(&p, 1, 1000) == 1) waitpid(guardian_, nullptr, WNOHANG);
+  }
+}
+
+std::string Containment::Describe() const {
+  if (!cgroup_dir_.empty()) return "cgroup " + cgroup_dir_;
+  return "the environment mark " + env_entry_ + " (no cgroup v2 this launcher may create)";
+}
+
+int Containment::KillAll(std::chrono::milliseconds wait) {
+  int killed = 0;
+  if (!cgroup_dir_.empty()) killed = std::max(0, KillCgroup(cgroup_dir_, wait));
+  // Also when the cgroup did it: a process moved out of it still carries the mark.
+  return killed + SweepMarkedProcesses(env_entry_, cgroup_dir_.empty() ? wait : kPollStep);
+}
+
+int RunGuardian(int argc, char** argv) {
+  if (argc != 4) return 2;
+  setsid();  // out of the launcher's process group and terminal: a group kill spares us
+  prctl(PR_SET_NAME, "ddprun-guardian");
+  for (int sig :
+       {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE, SIGUSR1, SIGUSR2}) {
+    signal(sig, SIG_IGN);
+  }
+  syscall(SYS_close_range, 4U, ~0U, 0U);
+  char byte = 0;
+  ssize_t n;
+  do {
+    n = read(3, &byte, 1);
+  } while (n < 0 && errno == EINTR);
+  if (n == 1) return 0;  // the launcher said goodbye: it cleaned up itself
+  const std::string entry = std::string(kProcessTreeVar) + "=" + argv[2];
+  const std::string dir = argv[3];
+  int killed = 0;
+  if (dir != "-") {
+    killed += std::max(0, KillCgroup(dir, kGuardianWait));
+    rmdir(dir.c_str());
+  }
+  killed += SweepMarkedProcesses(entry, kGuardianWait);
+  if (killed > 0) {
+    std::fprintf(stderr,
+                 "[ddprun guardian] the launcher died without cleaning up: killed %d leftover "
+                 "process%s of its job\n",
+                 killed, killed == 1 ? "" : "es");
+  }
+  return 0;
+}
+
+}  // namespace ddprun::supervisor

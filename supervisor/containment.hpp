@@ -1,0 +1,87 @@
+// Containment: every process a worker starts, however it detaches (its own
+// children, double forks, setsid), dies with the job; also when the launcher
+// itself is SIGKILLed.
+//
+// Two mechanisms, the first that works is used:
+//  - a cgroup v2 of the job's own (created under the launcher's cgroup when
+//    it may create one): workers join it before exec; cgroup.kill ends all
+//    of it at once, with exact membership;
+//  - a mark in the environment (DDPRUN_PROCESS_TREE=<token>, unique per
+//    run) that descendants inherit: a sweep of /proc kills every process
+//    carrying it. A process that clears its environment escapes this one.
+// Either way a guardian process (ddprun re-executed, in a session of its
+// own) waits on a pipe the launcher holds: when the launcher dies without
+// saying goodbye, the guardian kills what is left and exits.
+//
+// Signals go through pidfds, so a pid that was reused is never signalled.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "base/status.hpp"
+#include "base/unique_fd.hpp"
+
+namespace ddprun::supervisor {
+
+// The worker-environment variable that marks a job's processes.
+inline constexpr const char* kProcessTreeVar = "DDPRUN_PROCESS_TREE";
+// Set to 0 to not create a cgroup (the environment mark is then used).
+inline constexpr const char* kCgroupVar = "DDPRUN_CGROUP";
+
+class Containment {
+  struct Key {
+    explicit Key() = default;
+  };
+
+ public:
+  explicit Containment(Key);
+  // Creates the job's cgroup (when `try_cgroup` and allowed) and starts the
+  // guardian. Fails only when the guardian cannot be started.
+  static StatusOr<std::unique_ptr<Containment>> Create(bool try_cgroup);
+  // Kills what is left, removes the cgroup, and dismisses the guardian.
+  ~Containment();
+  Containment(const Containment&) = delete;
+  Containment& operator=(const Containment&) = delete;
+
+  // "DDPRUN_PROCESS_TREE=<token>", for every worker's environment.
+  const std::string& env_entry() const { return env_entry_; }
+  // The job cgroup's cgroup.procs, open for writing; -1 without a cgroup.
+  int cgroup_procs_fd() const { return procs_.get(); }
+  // The job cgroup's directory; empty without one.
+  const std::string& cgroup_dir() const { return cgroup_dir_; }
+  // How processes are contained, for the log.
+  std::string Describe() const;
+
+  // Kills every process of the job that is still alive and waits up to
+  // `wait` for them to be gone. Returns how many it signalled (the cgroup's
+  // count before the kill, or the sweep's).
+  int KillAll(std::chrono::milliseconds wait);
+
+ private:
+  std::string token_;
+  std::string env_entry_;
+  std::string cgroup_dir_;
+  UniqueFd procs_;
+  UniqueFd guardian_pipe_;  // write end; the guardian sees EOF when we die
+  pid_t guardian_ = -1;
+};
+
+// Kills every live process whose environment holds `env_entry` (the first
+// environment entry or one after a NUL), repeating until none is left or
+// `wait` passed. Returns how many processes were signalled.
+int SweepMarkedProcesses(const std::string& env_entry, std::chrono::milliseconds wait);
+
+// cgroup.kill on `dir`, then waits up to `wait` for it to be empty. Returns
+// how many processes it held before, or -1 when cgroup.kill failed.
+int KillCgroup(const std::string& dir, std::chrono::milliseconds wait);
+
+// The guardian's main: argv is {exe, kGuardianArg, token, cgroup dir or "-"},
+// the launcher's pipe on fd 3. ddprun's main calls it when argv[1] is kGuardianArg.
+inline constexpr const char* kGuardianArg = "__ddprun_guardian__";
+int RunGuardian(int argc, char** argv);
+
+}  // namespace ddprun::supervisor

@@ -1,0 +1,238 @@
+"""No orphan of any kind: every process a worker starts dies with the job, also when ddprun itself
+is SIGKILLed; and ddprun never signals a process or group that is no longer its own.
+
+The workers here detach in every way a training script's helpers do: a child in the worker's
+process group, a child in a process group of its own, a double-forked daemon in a new session,
+and a setsid'd child that forks again. Survivors are found by pid and start time (so a reused pid
+is not mistaken for a survivor)."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import DDPRUN, PYTHON, base_env, run_ddprun
+
+ROUNDS = int(os.environ.get("DDPRUN_ORPHAN_ROUNDS", "100"))
+
+# Starts four descendants that detach differently, writes "pid starttime" of each to
+# $PID_DIR/<rank>.<n>, then sleeps (or exits with $WORKER_EXIT when set).
+WORKER = textwrap.dedent("""\
+    import os, sys, time
+    d = os.environ["PID_DIR"]
+    rank = os.environ["RANK"]
+
+    def note(tag):
+        with open(f"/proc/{os.getpid()}/stat") as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+        path = f"{d}/{rank}.{tag}"
+        with open(path + ".tmp", "w") as f:
+            f.write(f"{os.getpid()} {start}")
+        os.rename(path + ".tmp", path)
+
+    def linger(tag):
+        note(tag)
+        while True:
+            time.sleep(100)
+
+    if os.fork() == 0:            # same process group
+        linger("group")
+    if os.fork() == 0:            # a process group of its own
+        os.setpgid(0, 0)
+        linger("pgid")
+    if os.fork() == 0:            # classic daemon: fork, setsid, fork
+        os.setsid()
+        if os.fork() == 0:
+            linger("daemon")
+        os._exit(0)
+    if os.fork() == 0:            # setsid, then a grandchild in the new session
+        os.setsid()
+        if os.fork() == 0:
+            linger("session-child")
+        linger("session")
+    note("worker")
+    code = os.environ.get("WORKER_EXIT")
+    if code is not None:
+        while len(os.listdir(d)) < 6:
+            time.sleep(0.01)
+        sys.exit(int(code))
+    while True:
+        time.sleep(100)
+    """)
+TAGS = ["group", "pgid", "daemon", "session-child", "session", "worker"]
+
+
+def start_time(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    if fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def survivors(pid_dir):
+    alive = []
+    for name in os.listdir(pid_dir):
+        if name.endswith(".tmp"):
+            continue
+        pid, start = (pid_dir / name).read_text().split()
+        if start_time(int(pid)) == start:
+            alive.append(f"{name} (pid {pid})")
+    return alive
+
+
+def wait_gone(pid_dir, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = survivors(pid_dir)
+        if not left:
+            return []
+        time.sleep(0.02)
+    return survivors(pid_dir)
+
+
+def kill_leftovers(pid_dir):
+    for name in os.listdir(pid_dir):
+        if name.endswith(".tmp"):
+            continue
+        pid, start = (pid_dir / name).read_text().split()
+        if start_time(int(pid)) == start:
+            os.kill(int(pid), signal.SIGKILL)
+
+
+@pytest.fixture
+def worker(tmp_path):
+    path = tmp_path / "detaching_worker.py"
+    path.write_text(WORKER)
+    return path
+
+
+@pytest.mark.parametrize("cgroup", ["1", "0"])
+def test_sigkilled_launcher_leaves_no_process_behind(tmp_path, worker, cgroup):
+    """ROUNDS times: two workers each start four detaching descendants; ddprun is SIGKILLed at
+    a random moment after they are all up (and, in a fifth of the rounds, while they start);
+    every one of them must be gone within seconds."""
+    nproc = 2
+    failures = []
+    rng = __import__("random").Random(9)
+    for i in range(ROUNDS):
+        pid_dir = tmp_path / f"round{i}"
+        pid_dir.mkdir()
+        env = base_env(PID_DIR=str(pid_dir), DDPRUN_CGROUP=cgroup)
+        proc = subprocess.Popen([str(DDPRUN), f"--nproc_per_node={nproc}", "--no_python", PYTHON,
+                                 str(worker)], env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                start_new_session=True)
+        early = i % 5 == 4
+        deadline = time.monotonic() + 20
+        want = nproc * len(TAGS)
+        while len([n for n in os.listdir(pid_dir) if not n.endswith(".tmp")]) < want:
+            if early and os.listdir(pid_dir):
+                break
+            assert time.monotonic() < deadline, f"round {i}: workers did not start"
+            time.sleep(0.005)
+        time.sleep(rng.uniform(0, 0.05))
+        proc.kill()
+        proc.wait()
+        if early:
+            time.sleep(0.3)  # processes still starting when ddprun died: they must die too
+        left = wait_gone(pid_dir)
+        if left:
+            failures.append(f"round {i}: {', '.join(left)}")
+            kill_leftovers(pid_dir)
+        proc.stderr.close()
+    assert not failures, f"{len(failures)} of {ROUNDS} rounds left processes:\n" + "\n".join(
+        failures[:10])
+
+
+@pytest.mark.parametrize("cgroup", ["1", "0"])
+def test_job_end_kills_every_descendant(tmp_path, worker, cgroup):
+    """A job whose workers exit (here: one fails) ends with none of their descendants alive,
+    however they detached; ddprun exits with the failure's code."""
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    env = base_env(PID_DIR=str(pid_dir), DDPRUN_CGROUP=cgroup, WORKER_EXIT="3")
+    r = run_ddprun(["--nproc_per_node=2", "--no_python", PYTHON, str(worker)], env=env)
+    left = survivors(pid_dir)
+    kill_leftovers(pid_dir)
+    assert r.rc == 3, r
+    assert not left, f"left alive after ddprun exited: {left}\n{r}"
+
+
+def test_containment_is_logged(tmp_path, worker):
+    r = run_ddprun(["--nproc_per_node=1", "--no_python", "true"],
+                   env=base_env(LOGLEVEL="DEBUG"))
+    assert r.rc == 0, r
+    assert "contained by" in r.stderr, r
+
+
+PID_REUSE = textwrap.dedent("""\
+    # Runs as pid 1 of a private pid namespace. ddprun runs two workers: one exits at once, the
+    # other a second later. Meanwhile an unrelated process is started with the first worker's
+    # pid (ns_last_pid) as the leader of its own group, if that pid is free. ddprun must not
+    # kill it when the job ends.
+    import os, subprocess, sys, time
+    ddprun, python, d = sys.argv[1:4]
+    worker = ("import os, sys, time\\n"
+              "open(os.environ['D'] + '/' + os.environ['RANK'], 'w').write(str(os.getpid()))\\n"
+              "time.sleep(0 if os.environ['RANK'] == '0' else 1.5)\\n")
+    env = dict(os.environ, D=d)
+    job = subprocess.Popen([ddprun, "--nproc_per_node=2", "--no_python", python, "-c", worker],
+                           env=env)
+    while not os.path.exists(d + "/0"):
+        time.sleep(0.005)
+    first = int(open(d + "/0").read())
+    while True:  # until worker 0 has exited (a zombie or gone)
+        try:
+            state = open(f"/proc/{first}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            break
+        if state == "Z":
+            break
+        time.sleep(0.005)
+    time.sleep(0.2)
+    env.pop("DDPRUN_PROCESS_TREE", None)
+    bystander = None
+    for _ in range(50):
+        with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+            f.write(str(first - 1))
+        p = subprocess.Popen(["sleep", "30"], start_new_session=True, env=env)
+        if p.pid == first:
+            bystander = p
+            break
+        p.kill(); p.wait()
+    rc = job.wait()
+    if bystander is None:
+        print("REUSE-IMPOSSIBLE")  # worker 0's pid was still held: nothing to kill by mistake
+        sys.exit(0 if rc == 0 else 1)
+    alive = bystander.poll() is None
+    print("BYSTANDER-ALIVE" if alive else f"BYSTANDER-KILLED {bystander.returncode}")
+    bystander.kill()
+    sys.exit(0 if alive and rc == 0 else 1)
+    """)
+
+
+def test_reused_pid_is_never_signalled(tmp_path):
+    """A worker's pid reused by an unrelated process (in a private pid namespace, where the
+    next pid can be chosen): ddprun's end-of-job cleanup must not touch that process."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private pid namespace")
+    script = tmp_path / "reuse.py"
+    script.write_text(PID_REUSE)
+    d = tmp_path / "pids"
+    d.mkdir()
+    r = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", PYTHON, str(script),
+                        str(DDPRUN), PYTHON, str(d)], env=base_env(), capture_output=True,
+                       text=True, timeout=60)
+    if "unshare failed" in r.stderr or "Operation not permitted" in r.stderr:
+        pytest.skip(f"no private pid namespace here: {r.stderr.strip()}")
+    assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
+    assert "BYSTANDER-KILLED" not in r.stdout, r.stdout
