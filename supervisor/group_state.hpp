@@ -55,6 +55,7 @@ struct WorkerRecord {
   std::string start_error;  // why it could not be started, if it could not
   std::string hang;         // why it was declared hung ("" when it was not)
   std::string output_tail;  // its last output lines, stdout and stderr (at most ~4 KiB)
+  std::string log_error;    // why its log files are incomplete (a failed write), or ""
 };
 
 enum class Phase { kRunning, kStopping, kKilling, kDone };

@@ -6,12 +6,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
+#include <cstring>
 #include <cerrno>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "supervisor/console.hpp"
 #include "supervisor/line_splitter.hpp"
 
 namespace ddprun::supervisor {
@@ -42,12 +46,12 @@ struct Supervisor::PipeReader {
   Supervisor* owner = nullptr;
   size_t worker = 0;  // index into the group's workers
   StreamSpec spec;
-  int console_fd = -1;
+  ConsoleWriter* console = nullptr;
   UniqueFd file;
   int filter_fd = -1;
   LineSplitter splitter;
   std::string buffer;  // reused for reads
-  std::string out;     // console bytes of one read, written at once
+  std::string out;     // console bytes of one read, queued at once
   bool open = false;
   bool closing = false;
 
@@ -61,14 +65,22 @@ struct Supervisor::PipeReader {
     for (const auto& f : spec.duplicate_filters) {
       if (line.find(f) == std::string_view::npos) continue;
       std::string copy = spec.prefix + std::string(line);
-      WriteAll(filter_fd, copy.data(), copy.size());
+      if (!WriteAll(filter_fd, copy.data(), copy.size())) {
+        owner->NoteLogLost(worker, spec.filter_file, errno);
+        filter_fd = -1;
+      }
       break;
     }
   }
 
   void Consume(std::string_view data) {
     if (spec.track_progress) owner->NoteProgress(worker);
-    if (file.valid()) WriteAll(file.get(), data.data(), data.size());
+    // The log file is the complete record: written synchronously (a regular
+    // file does not block on a reader); after a failed write it is given up.
+    if (file.valid() && !WriteAll(file.get(), data.data(), data.size())) {
+      owner->NoteLogLost(worker, spec.file, errno);
+      file.Reset();
+    }
     splitter.Feed(data, [this](std::string_view l) { Line(l); });
     Flush();
   }
@@ -80,7 +92,7 @@ struct Supervisor::PipeReader {
 
   void Flush() {
     if (out.empty()) return;
-    WriteAll(console_fd, out.data(), out.size());  // a closed console must not stop the job
+    console->Write(out, spec.file);  // never blocks: an unread console drops lines, counted
     out.clear();
   }
 };
@@ -187,6 +199,16 @@ void Supervisor::NoteLine(size_t worker, std::string_view line) {
   tail.erase(0, cut == std::string::npos ? tail.size() - kKeep : cut + 1);
 }
 
+void Supervisor::NoteLogLost(size_t worker, const std::string& path, int err) {
+  if (worker >= progress_.size()) return;
+  std::string& lost = progress_[worker].log_error;
+  if (!lost.empty()) lost += "; ";
+  lost += path + ": write failed: " + std::strerror(err) + "; later output is not in it";
+  spdlog::error("log file {} is incomplete: write failed: {}; its later output is only on the "
+                "console",
+                path, std::strerror(err));
+}
+
 void Supervisor::PollSignals() {
   if (running_ == nullptr) uv_run(&loop_, UV_RUN_NOWAIT);
 }
@@ -217,10 +239,11 @@ void Supervisor::ReapChildren() {
   if (!exits.empty()) running_->OnExits(exits, std::chrono::system_clock::now());
 }
 
-int Supervisor::FilterFd(const std::string& path) {
+StatusOr<int> Supervisor::FilterFd(const std::string& path) {
   auto it = filter_files_.find(path);
   if (it == filter_files_.end()) {
     UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!fd.valid()) return ErrnoStatus("open the filter file " + path, errno);
     it = filter_files_.emplace(path, std::move(fd)).first;
   }
   return it->second.get();
@@ -246,13 +269,17 @@ StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
   reader->owner = this;
   reader->worker = progress_.size();  // the worker being started
   reader->spec = stream;
-  reader->console_fd = console_fd;
+  reader->console = &ConsoleWriter::For(console_fd);
   if (!stream.file.empty()) {
     reader->file =
         UniqueFd(open(stream.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!reader->file.valid()) return ErrnoStatus("open " + stream.file, errno);
   }
-  if (!stream.duplicate_filters.empty()) reader->filter_fd = FilterFd(stream.filter_file);
+  if (!stream.duplicate_filters.empty()) {
+    auto filter = FilterFd(stream.filter_file);
+    if (!filter.ok()) return filter.status();
+    reader->filter_fd = *filter;
+  }
   uv_pipe_init(&loop_, &reader->pipe, 0);
   reader->pipe.data = reader.get();
   uv_pipe_open(&reader->pipe, read_end.Release());
@@ -502,6 +529,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   GroupResult result{state.outcome(), state.received_signal(), state.workers(), state.failures()};
   for (size_t i = 0; i < result.workers.size() && i < progress_.size(); ++i) {
     result.workers[i].output_tail = std::move(progress_[i].tail);
+    result.workers[i].log_error = std::move(progress_[i].log_error);
   }
   return result;
 }

@@ -82,7 +82,7 @@ class Supervisor {
   void StartWorker(const WorkerSpec& spec, GroupState& state);
   StatusOr<int> ChildFd(const StreamSpec& stream, int console_fd,
                         std::vector<UniqueFd>& parent_side);
-  int FilterFd(const std::string& path);
+  StatusOr<int> FilterFd(const std::string& path);
   void ReapChildren();
   void OnSignal(int sig);
   void Drain(GroupState& state);
@@ -93,9 +93,11 @@ class Supervisor {
     int64_t mtime_ns = 0;  // heartbeat file mtime last seen
     std::string file;
     std::string tail;  // the last lines the worker wrote, both streams (bounded)
+    std::string log_error;  // why its log files are incomplete, "" when they are not
   };
   void NoteProgress(size_t index);
   void NoteLine(size_t worker, std::string_view line);
+  void NoteLogLost(size_t worker, const std::string& path, int err);
   void ArmHangCheck();
   void CheckHangs();
   void CloseReader(PipeReader& reader);

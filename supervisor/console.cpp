@@ -1,0 +1,189 @@
+#include "supervisor/console.hpp"
+
+#include <spdlog/sinks/base_sink.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <system_error>
+#include <thread>
+
+#include "base/unique_fd.hpp"
+
+namespace ddprun::supervisor {
+
+namespace {
+
+constexpr size_t kDefaultCapacity = 4 << 20;
+
+uint64_t CountLines(std::string_view data) {
+  uint64_t n = static_cast<uint64_t>(std::count(data.begin(), data.end(), '\n'));
+  return n + (!data.empty() && data.back() != '\n' ? 1 : 0);
+}
+
+}  // namespace
+
+struct ConsoleWriter::State {
+  int fd = -1;
+  std::mutex mu;
+  std::condition_variable work;  // the writer waits for lines
+  std::condition_variable idle;  // Flush waits for an empty queue
+  std::deque<std::string> queue;
+  size_t bytes = 0;  // queued, including the chunk being written
+  size_t capacity = kDefaultCapacity;
+  bool in_flight = false;
+  bool broken = false;  // write failed (closed console): nothing more is written
+  bool started = false;
+  bool threadless = false;  // no thread could be made: writes are synchronous
+  uint64_t dropped_total = 0;
+  uint64_t dropped_pending = 0;  // not yet told in a notice
+  std::string where_kept;
+
+  void QueueNotice() {
+    if (dropped_pending == 0) return;
+    std::string notice = "[ddprun: " + std::to_string(dropped_pending) +
+                         " lines not shown: console not reading; " +
+                         (where_kept.empty() ? std::string("no log file keeps them")
+                                             : "see " + where_kept) +
+                         "]\n";
+    dropped_pending = 0;
+    bytes += notice.size();
+    queue.push_back(std::move(notice));
+  }
+
+  void Run() {
+    std::unique_lock lock(mu);
+    for (;;) {
+      work.wait(lock, [this] { return !queue.empty(); });
+      std::string chunk = std::move(queue.front());
+      queue.pop_front();
+      in_flight = true;
+      lock.unlock();
+      const bool ok = broken || WriteAll(fd, chunk.data(), chunk.size());
+      lock.lock();
+      in_flight = false;
+      bytes -= chunk.size();
+      if (!ok) broken = true;
+      if (queue.empty()) idle.notify_all();
+    }
+  }
+};
+
+ConsoleWriter::ConsoleWriter(int fd) : state_(new State) { state_->fd = fd; }
+
+ConsoleWriter& ConsoleWriter::For(int fd) {
+  static std::mutex mu;
+  static auto* writers = new std::map<int, ConsoleWriter*>();  // never destroyed
+  std::lock_guard lock(mu);
+  auto& w = (*writers)[fd];
+  if (w == nullptr) w = new ConsoleWriter(fd);
+  return *w;
+}
+
+void ConsoleWriter::Write(std::string_view data, std::string_view where_kept) {
+  if (data.empty()) return;
+  State& s = *state_;
+  std::unique_lock lock(s.mu);
+  if (s.broken) return;  // a closed console must not stop the job
+  if (!s.started) {
+    s.started = true;
+    try {
+      std::thread([&s] { s.Run(); }).detach();
+    } catch (const std::system_error&) {
+      s.threadless = true;  // out of threads: better slow output than none
+    }
+  }
+  if (s.threadless) {
+    if (!WriteAll(s.fd, data.data(), data.size())) s.broken = true;
+    return;
+  }
+  if (!s.queue.empty() && s.bytes + data.size() > s.capacity) {
+    const uint64_t lines = CountLines(data);
+    s.dropped_pending += lines;
+    s.dropped_total += lines;
+    if (!where_kept.empty()) s.where_kept = std::string(where_kept);
+    return;
+  }
+  s.QueueNotice();
+  s.bytes += data.size();
+  s.queue.emplace_back(data);
+  s.work.notify_one();
+}
+
+bool ConsoleWriter::Flush(std::chrono::milliseconds timeout) {
+  State& s = *state_;
+  std::unique_lock lock(s.mu);
+  if (s.threadless || !s.started) return true;
+  s.QueueNotice();
+  s.work.notify_one();
+  if (s.idle.wait_for(lock, timeout, [&s] { return s.queue.empty() && !s.in_flight; })) {
+    return true;
+  }
+  for (const auto& chunk : s.queue) s.dropped_total += CountLines(chunk);
+  return false;
+}
+
+uint64_t ConsoleWriter::dropped_lines() const {
+  std::lock_guard lock(state_->mu);
+  return state_->dropped_total;
+}
+
+void ConsoleWriter::set_capacity(size_t bytes) {
+  std::lock_guard lock(state_->mu);
+  state_->capacity = bytes;
+}
+
+void FlushConsole(std::chrono::milliseconds timeout) {
+  ConsoleWriter::For(STDOUT_FILENO).Flush(timeout);
+  ConsoleWriter::For(STDERR_FILENO).Flush(timeout);
+}
+
+namespace {
+
+class ConsoleSink : public spdlog::sinks::base_sink<std::mutex> {
+ public:
+  ConsoleSink() : color_(isatty(STDERR_FILENO) == 1) {}
+
+ protected:
+  void sink_it_(const spdlog::details::log_msg& msg) override {
+    spdlog::memory_buf_t formatted;
+    formatter_->format(msg, formatted);
+    std::string line(formatted.data(), formatted.size());
+    if (color_ && msg.color_range_end > msg.color_range_start) {
+      line.insert(msg.color_range_end, "\033[m");
+      line.insert(msg.color_range_start, Color(msg.level));
+    }
+    ConsoleWriter::For(STDERR_FILENO).Write(line);
+  }
+  void flush_() override {}
+
+ private:
+  static const char* Color(spdlog::level::level_enum level) {
+    switch (level) {
+      case spdlog::level::trace:
+        return "\033[37m";
+      case spdlog::level::debug:
+        return "\033[36m";
+      case spdlog::level::info:
+        return "\033[32m";
+      case spdlog::level::warn:
+        return "\033[33m\033[1m";
+      case spdlog::level::err:
+        return "\033[31m\033[1m";
+      case spdlog::level::critical:
+        return "\033[1m\033[41m";
+      default:
+        return "";
+    }
+  }
+  bool color_;
+};
+
+}  // namespace
+
+std::shared_ptr<spdlog::sinks::sink> ConsoleLogSink() { return std::make_shared<ConsoleSink>(); }
+
+}  // namespace ddprun::supervisor

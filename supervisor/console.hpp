@@ -1,0 +1,57 @@
+// The launcher's console (its stdout and stderr), written so that a console
+// nobody reads never stops supervision.
+//
+// Each destination has a writer thread and a bounded queue. Write() never
+// blocks: when the queue is full (a pager left open, Ctrl-S, a stuck log
+// shipper), the lines are dropped and counted, and once the console reads
+// again a notice says how many it missed and where they are kept
+// ("[ddprun: 12345 lines not shown: console not reading; see <log>]").
+// Log files are written by the supervisor directly; they stay complete.
+//
+// The writers live as long as the process (never destroyed), so a writer
+// blocked in write() at exit is no hazard.
+#pragma once
+
+#include <spdlog/sinks/sink.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace ddprun::supervisor {
+
+class ConsoleWriter {
+ public:
+  // The writer of fd 1 (kStdout) or fd 2 (kStderr); any other fd gets a writer of its own.
+  static ConsoleWriter& For(int fd);
+
+  // Queues `data` (whole lines); drops and counts them when the queue is full.
+  // `where_kept` names where dropped lines can be read instead (a log file or
+  // directory), "" when nowhere.
+  void Write(std::string_view data, std::string_view where_kept = {});
+  // Waits up to `timeout` until everything queued is written; false if not
+  // (the rest is counted as dropped).
+  bool Flush(std::chrono::milliseconds timeout);
+
+  // Lines dropped since the start.
+  uint64_t dropped_lines() const;
+  // The queue bound in bytes (tests and benchmarks set a small one).
+  void set_capacity(size_t bytes);
+
+  struct State;
+
+ private:
+  explicit ConsoleWriter(int fd);
+  State* state_;
+};
+
+// Flushes both console writers, each for at most `timeout`.
+void FlushConsole(std::chrono::milliseconds timeout);
+
+// A spdlog sink that writes through ConsoleWriter::For(2), with the level in
+// colour when stderr is a terminal.
+std::shared_ptr<spdlog::sinks::sink> ConsoleLogSink();
+
+}  // namespace ddprun::supervisor
