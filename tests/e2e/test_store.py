@@ -948,6 +948,7 @@ def test_preauth_memory_bounded_with_100_hostile_connections(host_factory):
     # store has read all it will (it closes each after the handshake bound).
     wait_for(lambda: h.connections() == 0, 30, "the hostile connections to be closed")
     peak_kib = h.rss_kb("VmHWM")
+    print(f"store_host peak RSS {peak_kib} KiB with 100 hostile connections")
     assert peak_kib < 64 * 1024, f"store_host peaked at {peak_kib} KiB with 100 hostile connections"
     assert h.log_count("bytes before finishing the handshake") == 100
     r = authenticated(h.port)
