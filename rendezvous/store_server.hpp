@@ -34,10 +34,11 @@ struct StoreServerOptions {
   int port = 0;       // 0: the kernel picks a free port
   std::string token;  // "" = no access control
   Limits limits;
-  GuardLimits guard;
   // Called on the loop thread for notable events (refused clients, closes on
   // malformed input). Must be thread-safe.
   std::function<void(const std::string&)> log;
+  // Last, so that callers that brace-initialise the fields above need not name it.
+  GuardLimits guard;
 };
 
 class StoreServer {
