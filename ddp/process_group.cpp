@@ -1,6 +1,9 @@
 #include "ddp/process_group.hpp"
 
 #include <cstdlib>
+#include <limits>
+
+#include "base/parse.hpp"
 
 #include "ddp/gloo_process_group.hpp"
 #ifdef DDPRUN_HAVE_CUDA
@@ -39,13 +42,12 @@ const char* Get(const char* name) {
 bool ParseIntVar(const char* name, int* out, std::string* bad) {
   const char* v = Get(name);
   if (v == nullptr) return false;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0) {
+  auto n = ParseInteger(name, v, 0, std::numeric_limits<int>::max(), "");
+  if (!n.ok()) {
     *bad += std::string(bad->empty() ? "" : ", ") + name + "=" + v;
     return false;
   }
-  *out = static_cast<int>(n);
+  *out = static_cast<int>(*n);
   return true;
 }
 
@@ -81,13 +83,9 @@ StatusOr<LaunchEnv> ReadLaunchEnv() {
                            " is not below WORLD_SIZE=" + std::to_string(e.world_size));
   }
   if (const char* t = Get("DDPRUN_COLLECTIVE_TIMEOUT")) {
-    char* end = nullptr;
-    double s = std::strtod(t, &end);
-    if (*end != '\0' || s <= 0) {
-      return InvalidArgument(std::string("ddp: invalid DDPRUN_COLLECTIVE_TIMEOUT=") + t +
-                             ": a number of seconds > 0");
-    }
-    e.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
+    auto s = ParseSeconds("DDPRUN_COLLECTIVE_TIMEOUT", t, /*allow_zero=*/false);
+    if (!s.ok()) return s.status().Annotate("ddp");
+    e.timeout = std::chrono::ceil<std::chrono::milliseconds>(*s);
   }
   if (const char* t = Get("DDPRUN_STORE_TOKEN")) e.store_token = t;
   if (const char* t = Get("DDPRUN_TRACE_FILE")) e.trace_file = t;
