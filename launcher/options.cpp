@@ -1,6 +1,5 @@
 #include "launcher/options.hpp"
 
-#include <boost/program_options.hpp>
 #include <cctype>
 #include <csignal>
 #include <random>
@@ -15,18 +14,16 @@
 
 namespace ddprun::launcher {
 
-namespace po = boost::program_options;
-
 namespace {
 
 // Values as given: from the command line, else from PET_<NAME>.
 class RawOptions {
  public:
-  RawOptions(po::variables_map vm, const env::Environ& environ)
-      : vm_(std::move(vm)), env_(environ) {}
+  RawOptions(std::map<std::string, std::string> given, const env::Environ& environ)
+      : given_(std::move(given)), env_(environ) {}
 
   std::optional<std::string> Get(const OptionDef& def) const {
-    if (vm_.count(def.name) != 0) return vm_[def.name].as<std::vector<std::string>>().back();
+    if (auto it = given_.find(def.name); it != given_.end()) return it->second;
     if (!def.pet_fallback) return std::nullopt;
     return env::Lookup(env_, PetName(def.name));
   }
@@ -34,7 +31,7 @@ class RawOptions {
   // When `s` is about an option whose value came from PET_<NAME>, says so.
   Status NameEnvironmentSource(const Status& s) const {
     for (const auto& def : OptionTable()) {
-      if (vm_.count(def.name) != 0 || !def.pet_fallback) continue;
+      if (given_.count(def.name) != 0 || !def.pet_fallback) continue;
       auto v = env::Lookup(env_, PetName(def.name));
       if (v && s.message().find(std::string("--") + def.name + "=") != std::string::npos) {
         return s.Annotate(PetName(def.name) + "=" + *v);
@@ -52,7 +49,7 @@ class RawOptions {
   static const OptionDef* Find(const std::string& name) { return *FindLongOption(name); }
 
  private:
-  po::variables_map vm_;
+  std::map<std::string, std::string> given_;
   const env::Environ& env_;
 };
 
@@ -471,36 +468,16 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
                                              const env::Environ& environ, const HostCounts& host) {
   auto split = SplitCommandLine(args);
   if (!split.ok()) return split.status();
-  po::options_description desc;
-  for (const auto& def : OptionTable()) {
-    if (def.value_name == nullptr) {
-      desc.add_options()(def.name, po::value<std::vector<std::string>>()->implicit_value(
-                                       std::vector<std::string>{"1"}, "1"));
-    } else {
-      desc.add_options()(def.name, po::value<std::vector<std::string>>());
-    }
-  }
-  po::variables_map vm;
-  try {
-    po::store(
-        po::command_line_parser(split->launcher)
-            .options(desc)
-            .style(po::command_line_style::unix_style & ~po::command_line_style::allow_guessing)
-            .run(),
-        vm);
-  } catch (const po::error& e) {
-    return InvalidArgument(e.what());
-  }
   ParsedCommandLine parsed;
-  if (vm.count("help") != 0) {
+  if (split->values.count("help") != 0) {
     parsed.action = Action::kHelp;
     return parsed;
   }
-  if (vm.count("version") != 0) {
+  if (split->values.count("version") != 0) {
     parsed.action = Action::kVersion;
     return parsed;
   }
-  RawOptions raw(std::move(vm), environ);
+  RawOptions raw(split->values, environ);
   if (Status s = ApplyOptions(raw, environ, host, parsed); !s.ok()) {
     return raw.NameEnvironmentSource(s);
   }

@@ -258,5 +258,34 @@ TEST_CASE("enumerated options list what they accept") {
                  "invalid --start_method=Spawn: spawn, fork or forkserver"));
 }
 
+TEST_CASE("one parser reads every spelling; an option given twice keeps the last value") {
+  for (std::vector<std::string> args : {std::vector<std::string>{"-t3", "t"},
+                                        {"-t", "3", "t"},
+                                        {"-t=3", "t"},
+                                        {"--tee=3", "t"},
+                                        {"--tee", "3", "t"},
+                                        {"--te=3", "t"}}) {
+    auto p = Parse(args);
+    REQUIRE(p.ok());
+    CHECK(p->config.tee.all == 3);
+  }
+  CHECK(Parse({"--max_restarts=1", "--max-restarts", "2", "t"})->config.max_restarts == 2);
+  CHECK(Parse({"--standalone", "t"})->config.standalone);
+  auto split = SplitCommandLine({"-m", "--nproc-per-node", "2", "--rdzv-conf=a=b", "x", "-t", "1"});
+  REQUIRE(split.ok());
+  CHECK(split->values == std::map<std::string, std::string>{
+                             {"module", "1"}, {"nproc_per_node", "2"}, {"rdzv_conf", "a=b"}});
+  CHECK(split->launcher ==
+        std::vector<std::string>{"--module", "--nproc_per_node=2", "--rdzv_conf=a=b"});
+  CHECK(*split->program == "x");
+  CHECK(split->program_args == std::vector<std::string>{"-t", "1"});
+}
+
+TEST_CASE("an empty value reaches the option's own check") {
+  CHECK(Contains(Error({"--role=", "t"}), "invalid --role=: 1 to 128 characters"));
+  CHECK(Contains(Error({"--nproc_per_node=", "t"}), "invalid --nproc_per_node=: a number >= 1"));
+  CHECK(Contains(Error({"--shutdown_timeout", "", "t"}), "invalid --shutdown_timeout=: a number"));
+}
+
 }  // namespace
 }  // namespace ddprun::launcher
