@@ -92,7 +92,9 @@ StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int por
   }
   if (forced && !*forced) return false;
   auto server = rendezvous::StoreServer::Start(
-      {host, port, stores.settings.token, {}, [](const std::string& m) { spdlog::warn("{}", m); }});
+      {host, port, stores.settings.token, {}, {}, [](const std::string& m) {
+         spdlog::warn("{}", m);
+       }});
   if (server.ok()) {
     stores.rdzv_server = std::move(*server);
     return true;
@@ -143,10 +145,13 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
     }
     hosting = c.node_rank == 0;
     if (hosting) {
-      auto server = rendezvous::StoreServer::Start(
-          {stores.rdzv_host, stores.rdzv_port, stores.settings.token, {}, [](const std::string& m) {
-             spdlog::warn("{}", m);
-           }});
+      auto server =
+          rendezvous::StoreServer::Start({stores.rdzv_host,
+                                          stores.rdzv_port,
+                                          stores.settings.token,
+                                          {},
+                                          {},
+                                          [](const std::string& m) { spdlog::warn("{}", m); }});
       if (!server.ok()) return server.status().Annotate("--master_addr/--master_port");
       stores.rdzv_server = std::move(*server);
     }
@@ -162,7 +167,7 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
   }
   if (stores.rdzv_server) stores.rdzv_port = stores.rdzv_server->port();
   auto worker = rendezvous::StoreServer::Start(
-      {c.local_addr, 0, stores.settings.token, {}, [](const std::string& m) {
+      {c.local_addr, 0, stores.settings.token, {}, {}, [](const std::string& m) {
          spdlog::warn("{}", m);
        }});
   if (!worker.ok()) return worker.status().Annotate("worker store");
