@@ -7,6 +7,7 @@
 
 #include "base/parse.hpp"
 #include "env/host.hpp"
+#include "env/names.hpp"
 #include "rendezvous/sockets.hpp"
 
 namespace ddprun::launcher {
@@ -15,7 +16,6 @@ namespace {
 
 constexpr int kDefaultC10dPort = 29400;
 constexpr int kDefaultStaticPort = 29500;
-constexpr char kTokenVariable[] = "DDPRUN_STORE_TOKEN";
 
 std::string ConfSubject(const std::string& key) { return "--rdzv_conf " + key; }
 
@@ -92,9 +92,7 @@ StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int por
   }
   if (forced && !*forced) return false;
   auto server = rendezvous::StoreServer::Start(
-      {host, port, stores.settings.token, {}, {}, [](const std::string& m) {
-         spdlog::warn("{}", m);
-       }});
+      {host, port, stores.settings.token, {}, [](const std::string& m) { spdlog::warn("{}", m); }});
   if (server.ok()) {
     stores.rdzv_server = std::move(*server);
     return true;
@@ -113,7 +111,7 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
   s.min_nodes = c.nnodes_min;
   s.max_nodes = c.nnodes_max;
   if (c.rdzv_backend == "static") s.join_timeout = std::chrono::seconds(900);
-  s.token = env::Lookup(environ, kTokenVariable).value_or("");
+  s.token = env::Lookup(environ, env::kStoreToken).value_or("");
   for (const auto& [key, value] : c.rdzv_conf) {
     if (Status st = ApplyConfKey(key, value, s, notices); !st.ok()) return st;
   }
@@ -145,13 +143,10 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
     }
     hosting = c.node_rank == 0;
     if (hosting) {
-      auto server =
-          rendezvous::StoreServer::Start({stores.rdzv_host,
-                                          stores.rdzv_port,
-                                          stores.settings.token,
-                                          {},
-                                          {},
-                                          [](const std::string& m) { spdlog::warn("{}", m); }});
+      auto server = rendezvous::StoreServer::Start(
+          {stores.rdzv_host, stores.rdzv_port, stores.settings.token, {}, [](const std::string& m) {
+             spdlog::warn("{}", m);
+           }});
       if (!server.ok()) return server.status().Annotate("--master_addr/--master_port");
       stores.rdzv_server = std::move(*server);
     }
@@ -167,7 +162,7 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
   }
   if (stores.rdzv_server) stores.rdzv_port = stores.rdzv_server->port();
   auto worker = rendezvous::StoreServer::Start(
-      {c.local_addr, 0, stores.settings.token, {}, {}, [](const std::string& m) {
+      {c.local_addr, 0, stores.settings.token, {}, [](const std::string& m) {
          spdlog::warn("{}", m);
        }});
   if (!worker.ok()) return worker.status().Annotate("worker store");
