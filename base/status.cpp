@@ -1,6 +1,8 @@
 #include "base/status.hpp"
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 namespace ddprun {
@@ -14,6 +16,46 @@ Status ErrnoStatus(std::string_view what, int err) {
   }
   return Status(code, std::string(what) + ": " + std::strerror(err));
 }
+
+namespace internal {
+
+namespace {
+
+const char* CodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return "ok";
+    case StatusCode::kInvalidArgument:
+      return "invalid argument";
+    case StatusCode::kNotFound:
+      return "not found";
+    case StatusCode::kPermissionDenied:
+      return "permission denied";
+    case StatusCode::kUnimplemented:
+      return "unimplemented";
+    case StatusCode::kUnavailable:
+      return "unavailable";
+    case StatusCode::kDeadlineExceeded:
+      return "deadline exceeded";
+    case StatusCode::kAborted:
+      return "aborted";
+    case StatusCode::kInternal:
+      return "internal";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+void StatusOrFailure(const char* what, const Status& status) {
+  // A bug in ddprun, not a user error: say which error was ignored, then abort
+  // so that the core dump or the sanitizer's stack shows the caller.
+  std::fprintf(stderr, "ddprun: internal error: %s: %s: %s\n", what, CodeName(status.code()),
+               status.message().c_str());
+  std::abort();
+}
+
+}  // namespace internal
 
 }  // namespace ddprun
 

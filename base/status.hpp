@@ -7,7 +7,6 @@
 // Library code returns these; only launcher/main.cpp maps them to exit codes.
 #pragma once
 
-#include <cassert>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -63,25 +62,52 @@ inline Status Internal(std::string m) { return {StatusCode::kInternal, std::move
 // Builds a kInternal status from a failed system call: "what: strerror(err)".
 Status ErrnoStatus(std::string_view what, int err);
 
+namespace internal {
+// Ends the process (abort) after writing "ddprun: <what>: <status's code and
+// message>" to stderr. For programming errors only: a StatusOr read without
+// checking ok(), or built from an ok Status.
+[[noreturn]] void StatusOrFailure(const char* what, const Status& status);
+}  // namespace internal
+
 // A value or the Status that explains why there is none.
+//
+// Reading the value (value(), *, ->) of a StatusOr that holds an error is a
+// checked failure, in every build type: the process aborts with a message that
+// names the error. Check ok() first, or use value_or(). Constructing one from
+// an ok Status is the same failure (there would be neither value nor error).
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design
-  StatusOr(Status status) : status_(std::move(status)) { assert(!status_.ok()); }  // NOLINT
+  StatusOr(T value) : value_(std::move(value)) {}         // NOLINT: implicit by design
+  StatusOr(Status status) : status_(std::move(status)) {  // NOLINT: implicit by design
+    if (status_.ok()) internal::StatusOrFailure("StatusOr constructed from an ok Status", status_);
+  }
 
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
+  T& value() & {
+    Checked();
+    return *value_;
+  }
+  const T& value() const& {
+    Checked();
+    return *value_;
+  }
+  T&& value() && {
+    Checked();
+    return std::move(*value_);
+  }
   T value_or(T fallback) const { return ok() ? *value_ : std::move(fallback); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
 
  private:
+  void Checked() const {
+    if (!status_.ok()) internal::StatusOrFailure("value of a StatusOr holding an error", status_);
+  }
+
   Status status_;
   std::optional<T> value_;
 };

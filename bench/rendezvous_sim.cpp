@@ -54,11 +54,10 @@
 #include "rendezvous/store_client.hpp"
 #include "rendezvous/store_server.hpp"
 
-using namespace ddprun;
-using namespace ddprun::rendezvous;
-using SteadyClock = std::chrono::steady_clock;
-
+namespace ddprun::rendezvous {
 namespace {
+
+using SteadyClock = std::chrono::steady_clock;
 
 struct RunResult {
   double rdzv_ms = -1, release_ms = -1, connect_ms = -1;
@@ -215,8 +214,11 @@ int Usage() {
 }
 
 }  // namespace
+}  // namespace ddprun::rendezvous
 
 int main(int argc, char** argv) {
+  using ddprun::rendezvous::Median, ddprun::rendezvous::RunOnce, ddprun::rendezvous::RunResult,
+      ddprun::rendezvous::Usage;
   int runs = 3;
   bool raw = false;
   std::vector<int> sizes;

@@ -109,7 +109,9 @@ def main():
     import torch
     servers = {}
     t_start = time.time()
-    servers["ddprun"] = Server("ddprun", [a.store_host, "127.0.0.1", "0"])
+    # No token; fan-in and idle open 10000 connections from one host: over the default cap.
+    servers["ddprun"] = Server("ddprun", [a.store_host, "127.0.0.1", "0", "-",
+                                          "per_host=1000000"])
     servers["pytorch"] = Server("pytorch", [sys.executable, "-c", TORCH_SERVER])
     names = ["ddprun", "pytorch"]
     failures = []

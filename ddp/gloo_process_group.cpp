@@ -7,7 +7,6 @@
 
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
@@ -21,6 +20,7 @@
 
 #include "base/unique_fd.hpp"
 #include "ddp/flight_recorder.hpp"
+#include "ddp/gloo_reduce.hpp"
 #include "rendezvous/store_client.hpp"
 
 namespace ddprun::ddp {
@@ -83,12 +83,22 @@ std::string LocalAddressToward(const std::string& master, int port) {
   return buf;
 }
 
-template <typename T>
-gloo::AllreduceOptions::Func ReduceFunc(ReduceOp op) {
-  if (op == ReduceOp::kMax) {
-    return [](void* c, const void* a, const void* b, size_t n) { gloo::max<T>(c, a, b, n); };
+// Gloo moves elements of the tensor's size; what they are is the reduce function's business.
+void SetOutput(gloo::AllreduceOptions& o, TensorView t) {
+  switch (SizeOf(t.dtype)) {
+    case 1:
+      o.setOutput(static_cast<uint8_t*>(t.data), t.count);
+      break;
+    case 2:
+      o.setOutput(static_cast<uint16_t*>(t.data), t.count);
+      break;
+    case 4:
+      o.setOutput(static_cast<uint32_t*>(t.data), t.count);
+      break;
+    default:
+      o.setOutput(static_cast<uint64_t*>(t.data), t.count);
+      break;
   }
-  return [](void* c, const void* a, const void* b, size_t n) { gloo::sum<T>(c, a, b, n); };
 }
 
 class GlooProcessGroup : public ProcessGroup {
@@ -114,21 +124,21 @@ class GlooProcessGroup : public ProcessGroup {
     thread_.join();
   }
 
+  // A dtype Gloo cannot reduce fails at once, on every rank alike, and
+  // issues no collective.
   std::shared_ptr<Work> AllReduce(TensorView t, ReduceOp op) override {
-    return Enqueue("allreduce", t, [this, t, op](uint32_t tag) {
+    auto reduce = GlooReduceFor(t.dtype, op);
+    if (!reduce.ok()) {
+      auto work = std::make_shared<Work>();
+      work->Complete(reduce.status().Annotate("ddp: allreduce"));
+      return work;
+    }
+    return Enqueue("allreduce", t, [this, t, reduce = *reduce](uint32_t tag) {
       gloo::AllreduceOptions o(ctx_);
       o.setTag(tag);
       o.setTimeout(timeout_);
-      if (t.dtype == DType::kFloat64) {
-        o.setOutput(static_cast<double*>(t.data), t.count);
-        o.setReduceFunction(ReduceFunc<double>(op));
-      } else if (t.dtype == DType::kInt64) {
-        o.setOutput(static_cast<int64_t*>(t.data), t.count);
-        o.setReduceFunction(ReduceFunc<int64_t>(op));
-      } else {
-        o.setOutput(static_cast<float*>(t.data), t.count);
-        o.setReduceFunction(ReduceFunc<float>(op));
-      }
+      SetOutput(o, t);
+      o.setReduceFunction(reduce);
       gloo::allreduce(o);
     });
   }

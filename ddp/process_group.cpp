@@ -1,8 +1,12 @@
 #include "ddp/process_group.hpp"
 
 #include <cstdlib>
+#include <limits>
+
+#include "base/parse.hpp"
 
 #include "ddp/gloo_process_group.hpp"
+#include "env/names.hpp"
 #ifdef DDPRUN_HAVE_CUDA
 #include "ddp/cuda/nccl_process_group.hpp"
 #endif
@@ -39,13 +43,12 @@ const char* Get(const char* name) {
 bool ParseIntVar(const char* name, int* out, std::string* bad) {
   const char* v = Get(name);
   if (v == nullptr) return false;
-  char* end = nullptr;
-  long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0) {
+  auto n = ParseInteger(name, v, 0, std::numeric_limits<int>::max(), "");
+  if (!n.ok()) {
     *bad += std::string(bad->empty() ? "" : ", ") + name + "=" + v;
     return false;
   }
-  *out = static_cast<int>(n);
+  *out = static_cast<int>(*n);
   return true;
 }
 
@@ -54,18 +57,18 @@ bool ParseIntVar(const char* name, int* out, std::string* bad) {
 StatusOr<LaunchEnv> ReadLaunchEnv() {
   LaunchEnv e;
   std::string missing, bad;
-  for (auto [name, field] : {std::pair{"RANK", &e.rank},
-                             {"WORLD_SIZE", &e.world_size},
-                             {"LOCAL_RANK", &e.local_rank},
-                             {"MASTER_PORT", &e.master_port}}) {
+  for (auto [name, field] : {std::pair{env::kRank, &e.rank},
+                             {env::kWorldSize, &e.world_size},
+                             {env::kLocalRank, &e.local_rank},
+                             {env::kMasterPort, &e.master_port}}) {
     if (!ParseIntVar(name, field, &bad) && Get(name) == nullptr) {
       missing += std::string(missing.empty() ? "" : ", ") + name;
     }
   }
-  if (const char* addr = Get("MASTER_ADDR")) {
+  if (const char* addr = Get(env::kMasterAddr)) {
     e.master_addr = addr;
   } else {
-    missing += std::string(missing.empty() ? "" : ", ") + "MASTER_ADDR";
+    missing += std::string(missing.empty() ? "" : ", ") + env::kMasterAddr;
   }
   if (!missing.empty()) {
     return InvalidArgument("ddp: " + missing +
@@ -74,24 +77,20 @@ StatusOr<LaunchEnv> ReadLaunchEnv() {
                            std::string("./train"));
   }
   if (!bad.empty()) return InvalidArgument("ddp: invalid launcher variables: " + bad);
-  ParseIntVar("LOCAL_WORLD_SIZE", &e.local_world_size, &bad);
-  ParseIntVar("TORCHELASTIC_RESTART_COUNT", &e.restart_count, &bad);
+  ParseIntVar(env::kLocalWorldSize, &e.local_world_size, &bad);
+  ParseIntVar(env::kRestartCount, &e.restart_count, &bad);
   if (e.world_size < 1 || e.rank >= e.world_size) {
-    return InvalidArgument("ddp: RANK=" + std::to_string(e.rank) +
-                           " is not below WORLD_SIZE=" + std::to_string(e.world_size));
+    return InvalidArgument(std::string("ddp: ") + env::kRank + "=" + std::to_string(e.rank) +
+                           " is not below " + env::kWorldSize + "=" + std::to_string(e.world_size));
   }
-  if (const char* t = Get("DDPRUN_COLLECTIVE_TIMEOUT")) {
-    char* end = nullptr;
-    double s = std::strtod(t, &end);
-    if (*end != '\0' || s <= 0) {
-      return InvalidArgument(std::string("ddp: invalid DDPRUN_COLLECTIVE_TIMEOUT=") + t +
-                             ": a number of seconds > 0");
-    }
-    e.timeout = std::chrono::milliseconds(static_cast<long long>(s * 1000));
+  if (const char* t = Get(env::kCollectiveTimeout)) {
+    auto s = ParseSeconds(env::kCollectiveTimeout, t, /*allow_zero=*/false);
+    if (!s.ok()) return s.status().Annotate("ddp");
+    e.timeout = std::chrono::ceil<std::chrono::milliseconds>(*s);
   }
-  if (const char* t = Get("DDPRUN_STORE_TOKEN")) e.store_token = t;
-  if (const char* t = Get("DDPRUN_TRACE_FILE")) e.trace_file = t;
-  if (const char* t = Get("DDPRUN_HEARTBEAT_FILE")) e.heartbeat_file = t;
+  if (const char* t = Get(env::kStoreToken)) e.store_token = t;
+  if (const char* t = Get(env::kTraceFile)) e.trace_file = t;
+  if (const char* t = Get(env::kHeartbeatFile)) e.heartbeat_file = t;
   return e;
 }
 

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "base/parse.hpp"
 #include "env/host.hpp"
 #include "env/names.hpp"
 
@@ -161,11 +162,9 @@ void CheckShm(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
 }
 
 std::optional<uint64_t> ParseCount(const std::string& s) {
-  if (s.empty() || s.size() > 9) return std::nullopt;
-  for (char ch : s) {
-    if (!std::isdigit(static_cast<unsigned char>(ch))) return std::nullopt;
-  }
-  return std::stoull(s);
+  auto n = ParseInteger("count", s, 0, 999'999'999, "");
+  if (!n.ok()) return std::nullopt;
+  return static_cast<uint64_t>(*n);
 }
 
 void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {

@@ -1,8 +1,8 @@
 // Every environment variable in the launcher-worker contract, in one place.
 //
-// Workers get torchrun 2.x's set (see docs/worker-contract.md and the man
-// page) plus ddprun's own DDPRUN_* files; ddprun reads a few more for its own
-// configuration.
+// Workers get torchrun 2.x's set (see the man page's ENVIRONMENT) plus ddprun's own DDPRUN_* files;
+// workers of ddprun's DDP core (ddp/) read two more; ddprun reads a few more for its own
+// configuration. Every name here is documented in man/ddprun.1 (tests/e2e/test_docs.py checks).
 #pragma once
 
 namespace ddprun::env {
@@ -34,6 +34,12 @@ inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 inline constexpr char kHeartbeatFile[] = "DDPRUN_HEARTBEAT_FILE";
 inline constexpr char kTraceFile[] = "DDPRUN_TRACE_FILE";
 inline constexpr char kDumpDir[] = "DDPRUN_DUMP_DIR";
+
+// Read by workers of ddprun's DDP core (ddp/process_group.cpp), which a user
+// may set for them: the collective timeout in seconds (default 10 minutes), and
+// the job token of the store at MASTER_ADDR:MASTER_PORT.
+inline constexpr char kCollectiveTimeout[] = "DDPRUN_COLLECTIVE_TIMEOUT";
+inline constexpr char kStoreToken[] = "DDPRUN_STORE_TOKEN";  // read by ddprun too
 
 // Read by ddprun itself.
 inline constexpr char kPythonExec[] = "PYTHON_EXEC";

@@ -50,18 +50,20 @@ void GetOp(const TraceEntry& e, char (&op)[16]) {
 //
 // The guard is the pair (state, seq). A writer rewriting a slot stores
 // state = 0, then the fields, then seq, then the final state. The reader reads
-// state then seq, copies the rest, and re-reads state then seq: if any field
+// seq then state, copies the rest, and re-reads state then seq: if any field
 // it copied came from a newer write, it then sees state 0 or the new write's
 // state, and with that state the new seq, so the second pair differs from the
 // first and the copy is torn. (Re-reading state alone is not enough: the new
-// write may end in the state the old one had.)
+// write may end in the state the old one had. And the first state must be read
+// after the first seq: read before it, it may be the previous occupant's final
+// state, equal to this write's, with this write's fields only half stored.)
 // A state update without a new seq (Started, Finished) writes its timestamp
 // before the state, so the copy may hold a timestamp the state does not cover
 // yet; those are cleared.
 bool ReadSlot(const TraceEntry& slot, TraceEntry* out) {
+  const uint64_t seq = Get(slot.seq);
   const uint32_t state = Get(slot.state);
   if (state == 0) return false;
-  const uint64_t seq = Get(slot.seq);
   TraceEntry e;
   GetOp(slot, e.op);
   e.bytes = Get(slot.bytes);

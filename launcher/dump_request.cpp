@@ -7,6 +7,9 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
+
+#include "base/parse.hpp"
 
 namespace ddprun::launcher {
 
@@ -39,7 +42,8 @@ std::optional<int> MaybeRequestDump(const std::vector<std::string>& args) {
   if (args.empty() || args[0] != "dump") return std::nullopt;
   int pid = 0;
   if (args.size() == 2) {
-    pid = std::atoi(args[1].c_str());
+    auto n = ParseInteger("pid", args[1], 1, std::numeric_limits<int>::max(), "");
+    pid = n.ok() ? static_cast<int>(*n) : 0;
   } else if (args.size() == 1) {
     auto pids = RunningLaunchers();
     if (pids.size() != 1) {

@@ -5,8 +5,9 @@
 
 #include <random>
 
+#include "base/parse.hpp"
 #include "env/host.hpp"
-#include "launcher/options.hpp"
+#include "env/names.hpp"
 #include "rendezvous/sockets.hpp"
 
 namespace ddprun::launcher {
@@ -15,12 +16,21 @@ namespace {
 
 constexpr int kDefaultC10dPort = 29400;
 constexpr int kDefaultStaticPort = 29500;
-constexpr char kTokenVariable[] = "DDPRUN_STORE_TOKEN";
 
+std::string ConfSubject(const std::string& key) { return "--rdzv_conf " + key; }
+
+// torchrun's spellings of a boolean rendezvous setting.
+StatusOr<bool> ParseConfBool(const std::string& key, const std::string& v) {
+  auto i = ParseChoice(ConfSubject(key), v, {"1", "true", "True", "0", "false", "False"});
+  if (!i.ok()) return i.status();
+  return *i < 3;
+}
+
+// Rounded up, so that a tiny timeout is 1 ms and never 0.
 StatusOr<std::chrono::milliseconds> ConfSeconds(const std::string& key, const std::string& v) {
-  auto seconds = ParseSeconds("rdzv_conf " + key, v, /*allow_zero=*/false);
+  auto seconds = ParseSeconds(ConfSubject(key), v, /*allow_zero=*/false);
   if (!seconds.ok()) return seconds.status();
-  return std::chrono::milliseconds(static_cast<long long>(*seconds * 1000));
+  return std::chrono::ceil<std::chrono::milliseconds>(*seconds);
 }
 
 Status ApplyConfKey(const std::string& key, const std::string& v, rendezvous::RendezvousSettings& s,
@@ -38,21 +48,20 @@ Status ApplyConfKey(const std::string& key, const std::string& v, rendezvous::Re
     return Status::Ok();
   }
   if (key == "keep_alive_max_attempt") {
-    int n = 0;
-    try {
-      n = std::stoi(v);
-    } catch (const std::exception&) {
-    }
-    if (n < 1) return InvalidArgument("invalid --rdzv_conf " + key + "=" + v + ": a number >= 1");
-    s.keep_alive_max_attempt = n;
+    auto n = ParseInteger(ConfSubject(key), v, 1, 1 << 20, "a whole number >= 1");
+    if (!n.ok()) return n.status();
+    s.keep_alive_max_attempt = static_cast<int>(*n);
     return Status::Ok();
   }
   if (key == "token") {
     s.token = v;
     return Status::Ok();
   }
-  if (key == "is_host") return Status::Ok();  // read by OpenJobStores
+  if (key == "is_host") return ParseConfBool(key, v).status();  // used by OpenJobStores
   if (key == "close_timeout" || key == "heartbeat_timeout" || key == "use_libuv") {
+    Status valid =
+        key == "use_libuv" ? ParseConfBool(key, v).status() : ConfSeconds(key, v).status();
+    if (!valid.ok()) return valid;
     notices->push_back("--rdzv_conf " + key + "=" + v +
                        " has no effect: ddprun's store writes never wait on a lock");
     return Status::Ok();
@@ -77,10 +86,9 @@ StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int por
   auto it = c.rdzv_conf.find("is_host");
   std::optional<bool> forced;
   if (it != c.rdzv_conf.end()) {
-    const std::string& v = it->second;
-    if (v == "1" || v == "true" || v == "True") forced = true;
-    if (v == "0" || v == "false" || v == "False") forced = false;
-    if (!forced) return InvalidArgument("invalid --rdzv_conf is_host=" + v + ": 1 or 0");
+    auto b = ParseConfBool("is_host", it->second);
+    if (!b.ok()) return b.status();
+    forced = *b;
   }
   if (forced && !*forced) return false;
   auto server = rendezvous::StoreServer::Start(
@@ -103,7 +111,7 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
   s.min_nodes = c.nnodes_min;
   s.max_nodes = c.nnodes_max;
   if (c.rdzv_backend == "static") s.join_timeout = std::chrono::seconds(900);
-  s.token = env::Lookup(environ, kTokenVariable).value_or("");
+  s.token = env::Lookup(environ, env::kStoreToken).value_or("");
   for (const auto& [key, value] : c.rdzv_conf) {
     if (Status st = ApplyConfKey(key, value, s, notices); !st.ok()) return st;
   }

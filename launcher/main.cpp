@@ -29,14 +29,14 @@ namespace {
 
 constexpr int kUsageExit = 2;
 
-void SetUpLogging(const ddprun::env::Environ& environ) {
+ddprun::Status SetUpLogging(const ddprun::env::Environ& environ) {
   auto logger = spdlog::stderr_color_mt("ddprun");
   logger->set_pattern("%^[ddprun %H:%M:%S %l]%$ %v");
-  std::string level = ddprun::env::Lookup(environ, ddprun::env::kLogLevel).value_or("INFO");
-  for (auto& ch : level) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (level == "warning") level = "warn";
-  logger->set_level(spdlog::level::from_str(level));
+  auto level = ddprun::launcher::LogLevelName(environ);
+  if (!level.ok()) return level.status();
+  logger->set_level(spdlog::level::from_str(*level));
   spdlog::set_default_logger(logger);
+  return ddprun::Status::Ok();
 }
 
 int ExitCodeFor(const ddprun::Status& s) {
@@ -85,7 +85,10 @@ int main(int argc, char** argv) {
     return supervisor::RunGuardian(argc, argv);
   }
   const env::Environ environ = env::CurrentEnviron();
-  SetUpLogging(environ);
+  if (Status s = SetUpLogging(environ); !s.ok()) {
+    std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
+    return kUsageExit;
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   launcher::HostCounts host{env::CpuCount(),
                             env::GpuCount(env::Lookup(environ, env::kCudaVisibleDevices))};

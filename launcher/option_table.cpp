@@ -190,6 +190,7 @@ Status TakeOption(const std::vector<std::string>& args, size_t& i, SplitArgs& ou
     value = args[++i];
   }
   out.launcher.push_back("--" + std::string(def->name) + (value ? "=" + *value : ""));
+  out.values[def->name] = value.value_or("1");
   return Status::Ok();
 }
 

@@ -1,7 +1,9 @@
 // The one table of ddprun's options: torchrun's, in both spellings, plus
-// ddprun's own. --help, the argv scanner and the man page test all read it.
+// ddprun's own. --help, the command-line parser and the man page test all
+// read it.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,10 +29,14 @@ const std::vector<OptionDef>& OptionTable();
 StatusOr<const OptionDef*> FindLongOption(const std::string& name);
 const OptionDef* FindShortOption(char c);
 
-// The launcher's own arguments, each rewritten as "--<canonical>[=value]",
-// then the program and its arguments, untouched.
+// The command line read once, by the table: the launcher's own arguments,
+// then the program and its arguments, untouched. Every spelling torchrun
+// accepts is read: --name=V, --name V, -tV, -t V, -t=V, dashes or
+// underscores, unique prefixes. A flag given on the command line has the
+// value "1"; an option given twice keeps the last value.
 struct SplitArgs {
-  std::vector<std::string> launcher;
+  std::vector<std::string> launcher;          // each "--<canonical>[=value]", in order
+  std::map<std::string, std::string> values;  // canonical name -> value
   std::optional<std::string> program;
   std::vector<std::string> program_args;
 };

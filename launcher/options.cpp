@@ -1,29 +1,29 @@
 #include "launcher/options.hpp"
 
-#include <boost/program_options.hpp>
 #include <cctype>
 #include <csignal>
 #include <random>
 
+#include "base/parse.hpp"
 #include "env/names.hpp"
 #include "env/worker_env.hpp"
+#include "launcher/job_stores.hpp"
 #include "launcher/option_table.hpp"
+#include "rendezvous/sockets.hpp"
 #include "supervisor/exit_status.hpp"
 
 namespace ddprun::launcher {
-
-namespace po = boost::program_options;
 
 namespace {
 
 // Values as given: from the command line, else from PET_<NAME>.
 class RawOptions {
  public:
-  RawOptions(po::variables_map vm, const env::Environ& environ)
-      : vm_(std::move(vm)), env_(environ) {}
+  RawOptions(std::map<std::string, std::string> given, const env::Environ& environ)
+      : given_(std::move(given)), env_(environ) {}
 
   std::optional<std::string> Get(const OptionDef& def) const {
-    if (vm_.count(def.name) != 0) return vm_[def.name].as<std::vector<std::string>>().back();
+    if (auto it = given_.find(def.name); it != given_.end()) return it->second;
     if (!def.pet_fallback) return std::nullopt;
     return env::Lookup(env_, PetName(def.name));
   }
@@ -31,7 +31,7 @@ class RawOptions {
   // When `s` is about an option whose value came from PET_<NAME>, says so.
   Status NameEnvironmentSource(const Status& s) const {
     for (const auto& def : OptionTable()) {
-      if (vm_.count(def.name) != 0 || !def.pet_fallback) continue;
+      if (given_.count(def.name) != 0 || !def.pet_fallback) continue;
       auto v = env::Lookup(env_, PetName(def.name));
       if (v && s.message().find(std::string("--") + def.name + "=") != std::string::npos) {
         return s.Annotate(PetName(def.name) + "=" + *v);
@@ -49,25 +49,20 @@ class RawOptions {
   static const OptionDef* Find(const std::string& name) { return *FindLongOption(name); }
 
  private:
-  po::variables_map vm_;
+  std::map<std::string, std::string> given_;
   const env::Environ& env_;
 };
 
+// The longest run id or role: both become parts of paths, store keys and log prefixes.
+constexpr size_t kMaxNameLength = 128;
+
 Status Bad(const std::string& option, const std::string& value, const std::string& accepted) {
-  return InvalidArgument("invalid --" + option + "=" + value + ": " + accepted);
+  return InvalidValue("--" + option, value, accepted);
 }
 
 StatusOr<long long> ParseInt(const std::string& option, const std::string& v, long long lo,
                              long long hi, const std::string& accepted) {
-  size_t used = 0;
-  long long n = 0;
-  try {
-    n = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    return Bad(option, v, accepted);
-  }
-  if (used != v.size() || n < lo || n > hi) return Bad(option, v, accepted);
-  return n;
+  return ParseInteger("--" + option, v, lo, hi, accepted);
 }
 
 StatusOr<bool> ParseBool(const std::string& option, const std::string& v) {
@@ -108,8 +103,12 @@ Status ParseNnodes(const std::string& v, LaunchConfig& c) {
   return Status::Ok();
 }
 
-StatusOr<StreamSelection> ParseStreams(const std::string& option, const std::string& v) {
-  const std::string accepted = "0, 1, 2 or 3, or LOCAL_RANK:VALUE pairs such as 0:1,1:2";
+// `nproc`: the workers per node, so that a pair names a local rank that exists.
+StatusOr<StreamSelection> ParseStreams(const std::string& option, const std::string& v, int nproc) {
+  const std::string accepted =
+      "0, 1, 2 or 3, or LOCAL_RANK:VALUE pairs such as 0:1,1:2 with "
+      "local ranks from 0 to " +
+      std::to_string(nproc - 1);
   StreamSelection sel;
   if (v.find(':') == std::string::npos) {
     auto n = ParseInt(option, v, 0, 3, accepted);
@@ -120,7 +119,7 @@ StatusOr<StreamSelection> ParseStreams(const std::string& option, const std::str
   for (const auto& pair : env::SplitList(v)) {
     auto kv = env::SplitList(pair, ':');
     if (kv.size() != 2) return Bad(option, v, accepted);
-    auto r = ParseInt(option, kv[0], 0, 1 << 16, accepted);
+    auto r = ParseInt(option, kv[0], 0, nproc - 1, accepted);
     auto s = ParseInt(option, kv[1], 0, 3, accepted);
     if (!r.ok() || !s.ok()) return Bad(option, v, accepted);
     sel.by_rank[static_cast<int>(*r)] = static_cast<int>(*s);
@@ -187,6 +186,16 @@ Status ParseGpus(const std::string& v, LaunchConfig& c) {
     }
   }
   c.gpus = v;
+  return Status::Ok();
+}
+
+// HOST, HOST:PORT, [IPV6]:PORT or a bare IPv6 address, as the agent will read it.
+Status CheckEndpoint(const std::string& v) {
+  std::string host;
+  int port = 0;
+  if (Status s = rendezvous::SplitHostPort(v, 0, &host, &port); !s.ok()) {
+    return Bad("rdzv_endpoint", v, s.message() + " (HOST[:PORT], or [IPV6]:PORT)");
+  }
   return Status::Ok();
 }
 
@@ -279,8 +288,14 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
     }
     return Bad("rdzv_backend", c.rdzv_backend, "static or c10d");
   }
-  if (auto v = raw.Get("rdzv_endpoint")) c.rdzv_endpoint = *v;
-  if (auto v = raw.Get("rdzv_id")) c.rdzv_id = *v;
+  if (auto v = raw.Get("rdzv_endpoint")) {
+    if (Status s = CheckEndpoint(*v); !s.ok()) return s;
+    c.rdzv_endpoint = *v;
+  }
+  if (auto v = raw.Get("rdzv_id")) {
+    if (Status s = CheckName("--rdzv_id", *v, kMaxNameLength); !s.ok()) return s;
+    c.rdzv_id = *v;
+  }
   if (auto v = raw.Get("rdzv_conf")) {
     auto conf = ParseRdzvConf(*v);
     if (!conf.ok()) return conf.status();
@@ -341,28 +356,31 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     c.max_restarts = static_cast<int>(*n);
   }
   if (auto v = raw.Get("monitor_interval")) {
-    auto d = ParseSeconds("monitor_interval", *v, false);
+    auto d = ParseSeconds("--monitor_interval", *v, /*allow_zero=*/false);
     if (!d.ok()) return d.status();
-    c.monitor_interval = *d;
+    c.monitor_interval = d->count();
   }
   if (auto v = raw.Get("start_method")) {
-    if (*v != "spawn" && *v != "fork" && *v != "forkserver") {
-      return Bad("start_method", *v, "spawn, fork or forkserver");
-    }
+    auto m = ParseChoice("--start_method", *v, {"spawn", "fork", "forkserver"});
+    if (!m.ok()) return m.status();
     c.start_method = *v;
   }
-  if (auto v = raw.Get("role")) c.role = *v;
+  if (auto v = raw.Get("role")) {
+    if (Status s = CheckName("--role", *v, kMaxNameLength); !s.ok()) return s;
+    c.role = *v;
+  }
   for (auto [name, field] :
        {std::pair{"hang_timeout", &c.hang_timeout}, {"startup_timeout", &c.startup_timeout}}) {
     if (auto v = raw.Get(name)) {
-      auto d = ParseSeconds(name, *v, true);
+      auto d = ParseSeconds(std::string("--") + name, *v, /*allow_zero=*/true);
       if (!d.ok()) return d.status();
-      *field = *d;
+      *field = d->count();
     }
   }
   if (auto v = raw.Get("hang_detect")) {
-    if (*v != "heartbeat" && *v != "output") return Bad("hang_detect", *v, "heartbeat or output");
-    c.hang_detect_output = *v == "output";
+    auto d = ParseChoice("--hang_detect", *v, {"heartbeat", "output"});
+    if (!d.ok()) return d.status();
+    c.hang_detect_output = *d == 1;
   }
   if (auto v = raw.Get("gpus")) {
     if (Status s = ParseGpus(*v, c); !s.ok()) return s;
@@ -379,7 +397,7 @@ Status ApplyOutput(const RawOptions& raw, LaunchConfig& c) {
   if (auto v = raw.Get("log_dir")) c.log_dir = *v;
   for (auto [name, field] : {std::pair{"redirects", &c.redirects}, {"tee", &c.tee}}) {
     if (auto v = raw.Get(name)) {
-      auto sel = ParseStreams(name, *v);
+      auto sel = ParseStreams(name, *v, c.nproc_per_node);
       if (!sel.ok()) return sel.status();
       *field = *sel;
     }
@@ -406,15 +424,15 @@ Status ApplyShutdown(const RawOptions& raw, const env::Environ& environ, LaunchC
     (void)ParseSignals(c.signals_to_handle, c);
   }
   std::optional<std::string> timeout = raw.Get("shutdown_timeout");
-  std::string option = "shutdown_timeout";
+  std::string subject = "--shutdown_timeout";
   if (!timeout) {
     timeout = env::Lookup(environ, env::kShutdownTimeout);
-    option = std::string("shutdown_timeout (from ") + env::kShutdownTimeout + ")";
+    subject = env::kShutdownTimeout;
   }
   if (timeout) {
-    auto d = ParseSeconds(option, *timeout, true);
+    auto d = ParseSeconds(subject, *timeout, /*allow_zero=*/true);
     if (!d.ok()) return d.status();
-    c.shutdown_timeout = *d;
+    c.shutdown_timeout = d->count();
   }
   return Status::Ok();
 }
@@ -434,56 +452,40 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
 
 }  // namespace
 
-StatusOr<double> ParseSeconds(const std::string& option, const std::string& v, bool allow_zero) {
-  size_t used = 0;
-  double d = 0;
-  try {
-    d = std::stod(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || d < 0 || (!allow_zero && d == 0) || d > 1e9) {
-    return Bad(option, v, allow_zero ? "a number of seconds >= 0" : "a number of seconds > 0");
-  }
-  return d;
+StatusOr<std::string> LogLevelName(const env::Environ& environ) {
+  const std::string level = env::Lookup(environ, env::kLogLevel).value_or("");
+  if (level.empty()) return std::string("info");
+  auto i = ParseChoice(env::kLogLevel, level,
+                       {"TRACE", "DEBUG", "INFO", "WARNING", "WARN", "ERROR", "CRITICAL", "OFF"},
+                       /*ignore_case=*/true);
+  if (!i.ok()) return i.status();
+  static const char* const kSpdlogNames[] = {"trace",   "debug", "info",     "warning",
+                                             "warning", "error", "critical", "off"};
+  return std::string(kSpdlogNames[*i]);
 }
 
 StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& args,
                                              const env::Environ& environ, const HostCounts& host) {
   auto split = SplitCommandLine(args);
   if (!split.ok()) return split.status();
-  po::options_description desc;
-  for (const auto& def : OptionTable()) {
-    if (def.value_name == nullptr) {
-      desc.add_options()(def.name, po::value<std::vector<std::string>>()->implicit_value(
-                                       std::vector<std::string>{"1"}, "1"));
-    } else {
-      desc.add_options()(def.name, po::value<std::vector<std::string>>());
-    }
-  }
-  po::variables_map vm;
-  try {
-    po::store(
-        po::command_line_parser(split->launcher)
-            .options(desc)
-            .style(po::command_line_style::unix_style & ~po::command_line_style::allow_guessing)
-            .run(),
-        vm);
-  } catch (const po::error& e) {
-    return InvalidArgument(e.what());
-  }
   ParsedCommandLine parsed;
-  if (vm.count("help") != 0) {
+  if (split->values.count("help") != 0) {
     parsed.action = Action::kHelp;
     return parsed;
   }
-  if (vm.count("version") != 0) {
+  if (split->values.count("version") != 0) {
     parsed.action = Action::kVersion;
     return parsed;
   }
-  RawOptions raw(std::move(vm), environ);
+  RawOptions raw(split->values, environ);
   if (Status s = ApplyOptions(raw, environ, host, parsed); !s.ok()) {
     return raw.NameEnvironmentSource(s);
+  }
+  // The agent reads --rdzv_conf when it starts; a bad key is a usage error
+  // before any directory, store or worker is made.
+  std::vector<std::string> conf_notices;
+  if (auto s = SettingsFromConfig(parsed.config, environ, &conf_notices); !s.ok()) {
+    return s.status();
   }
   if (!split->program) {
     return InvalidArgument(

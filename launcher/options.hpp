@@ -26,9 +26,10 @@ struct ParsedCommandLine {
   std::vector<std::string> notices;  // one-line notes for the log (ignored options etc.)
 };
 
-// A number of seconds given for `option` ("shutdown_timeout", "rdzv_conf
-// join_timeout"): > 0, or >= 0 with `allow_zero`; the error names the option.
-StatusOr<double> ParseSeconds(const std::string& option, const std::string& v, bool allow_zero);
+// LOGLEVEL, in any case: TRACE, DEBUG, INFO, WARNING (or WARN), ERROR,
+// CRITICAL or OFF; unset or empty is INFO. Returns the level's lower-case
+// name as spdlog spells it ("warning"); an unknown level is kInvalidArgument.
+StatusOr<std::string> LogLevelName(const env::Environ& environ);
 
 // `args` excludes argv[0]. Errors are kInvalidArgument (usage) or
 // kUnimplemented (an option ddprun does not support yet); both exit 2.

@@ -1,5 +1,11 @@
 #include "launcher/worker_specs.hpp"
 
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/unique_fd.hpp"
 #include "env/host.hpp"
 #include "env/names.hpp"
 
@@ -32,6 +38,20 @@ supervisor::StreamSpec Route(const LaunchConfig& c, int local_rank, int bit, std
   return s;
 }
 
+// The supervisor appends the lines a duplicate filter matches to one file per
+// stream and drops them when it cannot open it: open it here first, so that
+// the job is refused instead.
+Status CheckFilterFile(const char* option, const std::vector<std::string>& filters,
+                       const std::string& path) {
+  if (filters.empty()) return Status::Ok();
+  UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (fd.valid()) return Status::Ok();
+  const int err = errno;
+  return InvalidArgument(std::string("--") + option + ": cannot open " + path + ": " +
+                         std::strerror(err) + " (errno " + std::to_string(err) +
+                         "): make the log directory writable or choose another --log_dir");
+}
+
 }  // namespace
 
 std::string LinePrefix(const std::string& tmpl, const std::string& role, int rank, int local_rank,
@@ -52,6 +72,16 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
   const std::string tmpl = env::Lookup(environ, env::kLinePrefixTemplate).value_or(kDefaultPrefix);
   const std::string host = tmpl.find("${host}") != std::string::npos ? env::Hostname() : "";
   const int attempt = group.restart_count;
+  if (Status s = CheckFilterFile("duplicate_stdout_filters", c.duplicate_stdout_filters,
+                                 layout.FilteredPath(attempt, "stdout"));
+      !s.ok()) {
+    return s;
+  }
+  if (Status s = CheckFilterFile("duplicate_stderr_filters", c.duplicate_stderr_filters,
+                                 layout.FilteredPath(attempt, "stderr"));
+      !s.ok()) {
+    return s;
+  }
   std::vector<supervisor::WorkerSpec> specs;
   for (int r = 0; r < c.nproc_per_node; ++r) {
     env::WorkerFiles files{layout.ErrorFile(attempt, r), layout.HeartbeatPath(attempt, r),

@@ -81,7 +81,7 @@ void AgentDriver::StopWatching() {
   watch_client_.reset();
 }
 
-void AgentDriver::Watch(std::function<void(const std::string&)> on_stop) {
+void AgentDriver::Watch(const std::function<void(const std::string&)>& on_stop) {
   ClientKv kv(*watch_client_);
   while (!stop_watching_) {
     Action action;

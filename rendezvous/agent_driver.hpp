@@ -61,7 +61,7 @@ class AgentDriver {
   std::map<std::string, Clock::time_point> Others(Kv& kv, const std::string& self,
                                                   Clock::time_point current,
                                                   Clock::time_point earlier);
-  void Watch(std::function<void(const std::string&)> on_stop);
+  void Watch(const std::function<void(const std::string&)>& on_stop);
 
   StoreClient client_;
   std::string host_;

@@ -57,7 +57,7 @@ StatusOr<std::string> ClientKv::CompareSet(const std::string& key, const std::st
 LocalStore::LocalStore()
     : state_([this](ClientId, std::string bytes) { reply_ = std::move(bytes); }) {}
 
-StatusOr<std::string> LocalStore::Call(ClientId id, Request request) {
+StatusOr<std::string> LocalStore::Call(ClientId id, const Request& request) {
   if (down_) return Unavailable("store (simulated) is gone");
   reply_.clear();
   if (!state_.Handle(id, request)) return Internal("store (simulated) refused the request");
@@ -73,13 +73,13 @@ StatusOr<std::optional<std::string>> LocalStore::Handle::TryGet(const std::strin
 Status LocalStore::Handle::Set(const std::string& key, const std::string& value) {
   Request r = Keyed(Op::kSet, key);
   r.values.push_back(value);
-  return store_.Call(id_, std::move(r)).status();
+  return store_.Call(id_, r).status();
 }
 
 StatusOr<int64_t> LocalStore::Handle::Add(const std::string& key, int64_t delta) {
   Request r = Keyed(Op::kAdd, key);
   r.number = delta;
-  auto reply = store_.Call(id_, std::move(r));
+  auto reply = store_.Call(id_, r);
   if (!reply.ok()) return reply.status();
   return static_cast<int64_t>(ReadU64(*reply, 0));
 }
@@ -89,7 +89,7 @@ StatusOr<std::string> LocalStore::Handle::CompareSet(const std::string& key,
                                                      const std::string& desired) {
   Request r = Keyed(Op::kCompareSet, key);
   r.values = {expected, desired};
-  auto reply = store_.Call(id_, std::move(r));
+  auto reply = store_.Call(id_, r);
   if (!reply.ok()) return reply.status();
   return reply->substr(sizeof(uint64_t), ReadU64(*reply, 0));
 }

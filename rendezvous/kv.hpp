@@ -73,7 +73,7 @@ class LocalStore {
 
  private:
   // Applies one request; the reply bytes, or an error when the store is down.
-  StatusOr<std::string> Call(ClientId id, Request request);
+  StatusOr<std::string> Call(ClientId id, const Request& request);
 
   StoreState state_;
   std::string reply_;

@@ -12,6 +12,8 @@
 #include <memory>
 #include <thread>
 
+#include "base/parse.hpp"
+
 namespace ddprun::rendezvous {
 
 namespace {
@@ -101,11 +103,32 @@ std::string HostPort(const std::string& host, int port) {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
+namespace {
+
+// A host name or IPv4 address (letters, digits, '.', '-', '_'), or an IPv6
+// literal that inet_pton reads, maybe with a zone.
+bool IsHost(const std::string& host) {
+  if (host.find(':') != std::string::npos) {
+    in6_addr addr{};
+    const std::string address = host.substr(0, host.find('%'));  // without a zone: fe80::1%eth0
+    return inet_pton(AF_INET6, address.c_str(), &addr) == 1;
+  }
+  if (host.empty()) return false;
+  for (char c : host) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '-' || c == '_';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 Status SplitHostPort(const std::string& endpoint, int default_port, std::string* host, int* port) {
   std::string rest;
   if (!endpoint.empty() && endpoint[0] == '[') {
     auto close = endpoint.find(']');
-    if (close == std::string::npos) return InvalidArgument(endpoint + ": unclosed [");
+    if (close == std::string::npos) return InvalidArgument("unclosed [");
     *host = endpoint.substr(1, close - 1);
     rest = endpoint.substr(close + 1);
   } else {
@@ -114,20 +137,16 @@ Status SplitHostPort(const std::string& endpoint, int default_port, std::string*
     *host = (colon == std::string::npos || bare_v6) ? endpoint : endpoint.substr(0, colon);
     rest = (colon == std::string::npos || bare_v6) ? "" : endpoint.substr(colon);
   }
+  if (host->empty()) return InvalidArgument("no host");
+  if (!IsHost(*host)) {
+    return InvalidArgument("the host is neither a host name nor an IP address");
+  }
   *port = default_port;
   if (rest.empty()) return Status::Ok();
-  size_t used = 0;
-  int p = -1;
-  try {
-    p = std::stoi(rest.substr(1), &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (rest[0] != ':' || used + 1 != rest.size() || p < 0 || p > 65535) {
-    return InvalidArgument(endpoint + ": the port is not a number from 0 to 65535");
-  }
-  *port = p;
-  if (host->empty()) return InvalidArgument(endpoint + ": no host");
+  auto p = rest[0] == ':' ? ParseInteger("port", rest.substr(1), 0, 65535, "")
+                          : StatusOr<long long>(InvalidArgument("junk after the address"));
+  if (!p.ok()) return InvalidArgument("the port is not a number from 0 to 65535");
+  *port = static_cast<int>(*p);
   return Status::Ok();
 }
 

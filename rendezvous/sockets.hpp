@@ -33,7 +33,8 @@ StatusOr<UniqueFd> ConnectWithRetry(const std::string& host, int port, Clock::ti
 // "host:port", with brackets around IPv6 literals.
 std::string HostPort(const std::string& host, int port);
 
-// Splits "host[:port]" / "[v6]:port"; `default_port` when none is given.
+// Splits "host[:port]" / "[v6]:port" / a bare v6 address; `default_port` when
+// none is given. Refuses a host that is neither a name nor an IP address.
 Status SplitHostPort(const std::string& endpoint, int default_port, std::string* host, int* port);
 
 }  // namespace ddprun::rendezvous

@@ -7,125 +7,7 @@ namespace ddprun::rendezvous {
 
 namespace {
 
-// A cursor over the input that fails (rather than reads past the end) when
-// bytes are missing, and remembers why a request is malformed.
-class Reader {
- public:
-  Reader(std::string_view in, const Limits& limits) : in_(in), limits_(limits) {}
-
-  bool U8(uint8_t* v) { return Fixed(v, 1); }
-  bool U32(uint32_t* v) { return Fixed(v, 4); }
-  bool U64(uint64_t* v) { return Fixed(v, 8); }
-  bool I64(int64_t* v) { return Fixed(v, 8); }
-
-  bool Str(std::string* s, size_t limit, const char* what) {
-    uint64_t n = 0;
-    if (!U64(&n)) return false;
-    if (n > limit) {
-      error_ = std::string(what) + " of " + std::to_string(n) + " bytes is over the " +
-               std::to_string(limit) + "-byte limit";
-      return false;
-    }
-    if (in_.size() - pos_ < n) return Short(n);
-    s->assign(in_.data() + pos_, n);
-    pos_ += n;
-    return true;
-  }
-  bool Key(std::string* s) { return Str(s, limits_.max_key, "key"); }
-  bool Value(std::string* s) { return Str(s, limits_.max_value, "value"); }
-
-  bool Count(uint64_t* n) {
-    if (!U64(n)) return false;
-    if (*n > limits_.max_keys_per_request) {
-      error_ = "request with " + std::to_string(*n) + " keys is over the " +
-               std::to_string(limits_.max_keys_per_request) + "-key limit";
-      return false;
-    }
-    return true;
-  }
-  bool Keys(std::vector<std::string>* keys) {
-    uint64_t n = 0;
-    if (!Count(&n)) return false;
-    keys->clear();
-    keys->reserve(std::min<uint64_t>(n, 1024));  // a count alone must not cost memory
-    for (uint64_t i = 0; i < n; ++i) {
-      if (!Key(&keys->emplace_back())) return false;
-    }
-    return true;
-  }
-
-  size_t pos() const { return pos_; }
-  // The input length below which parsing again cannot get further.
-  size_t needed() const { return needed_; }
-  const std::string& error() const { return error_; }
-
- private:
-  bool Short(size_t n) {
-    needed_ = pos_ + n;
-    return false;
-  }
-
-  template <typename T>
-  bool Fixed(T* v, size_t n) {
-    if (in_.size() - pos_ < n) return Short(n);
-    std::memcpy(v, in_.data() + pos_, n);  // little-endian hosts only (x86-64, arm64)
-    pos_ += n;
-    return true;
-  }
-
-  std::string_view in_;
-  const Limits& limits_;
-  size_t pos_ = 0;
-  size_t needed_ = 0;
-  std::string error_;
-};
-
-bool ParseBody(Reader& r, Request* q) {
-  switch (q->op) {
-    case Op::kValidate:
-    case Op::kPing:
-      return r.U32(&q->word);
-    case Op::kSet:
-    case Op::kAppend:
-    case Op::kQueuePush:
-      q->keys.resize(1), q->values.resize(1);
-      return r.Key(&q->keys[0]) && r.Value(&q->values[0]);
-    case Op::kCompareSet:
-      q->keys.resize(1), q->values.resize(2);
-      return r.Key(&q->keys[0]) && r.Value(&q->values[0]) && r.Value(&q->values[1]);
-    case Op::kGet:
-    case Op::kDeleteKey:
-    case Op::kQueuePop:
-    case Op::kQueueLen:
-      q->keys.resize(1);
-      return r.Key(&q->keys[0]);
-    case Op::kAdd:
-    case Op::kBarrier:
-      q->keys.resize(1);
-      return r.Key(&q->keys[0]) && r.I64(&q->number);
-    case Op::kCheck:
-    case Op::kWait:
-    case Op::kMultiGet:
-      return r.Keys(&q->keys);
-    case Op::kMultiSet: {
-      uint64_t n = 0;
-      if (!r.Count(&n)) return false;
-      q->keys.resize(n), q->values.resize(n);
-      for (uint64_t i = 0; i < n; ++i) {
-        if (!r.Key(&q->keys[i]) || !r.Value(&q->values[i])) return false;
-      }
-      return true;
-    }
-    case Op::kGetNumKeys:
-    case Op::kCancelWait:
-    case Op::kListKeys:
-      return true;
-    case Op::kAuth:
-      q->values.resize(1);
-      return r.Str(&q->values[0], 4096, "token");
-  }
-  return false;
-}
+constexpr size_t kMaxToken = 4096;
 
 bool KnownOp(uint8_t op) {
   return op <= static_cast<uint8_t>(Op::kBarrier) || op == static_cast<uint8_t>(Op::kAuth);
@@ -133,30 +15,197 @@ bool KnownOp(uint8_t op) {
 
 }  // namespace
 
-ParseResult ParseRequest(std::string_view input, const Limits& limits, Request* out,
-                         size_t* consumed, std::string* error) {
-  Reader r(input, limits);
-  uint8_t op = 0;
-  if (!r.U8(&op)) {
-    *consumed = 1;
-    return ParseResult::kNeedMore;
+RequestParser::Field RequestParser::FieldAt(Op op, size_t index) {
+  using F = Field;
+  // A layout that starts with kCount repeats the fields after it count times.
+  static constexpr F kWord[] = {F::kWord, F::kEnd};
+  static constexpr F kKeyValue[] = {F::kKey, F::kValue, F::kEnd};
+  static constexpr F kCompareSet[] = {F::kKey, F::kValue, F::kValue, F::kEnd};
+  static constexpr F kKey[] = {F::kKey, F::kEnd};
+  static constexpr F kKeyNumber[] = {F::kKey, F::kNumber, F::kEnd};
+  static constexpr F kKeys[] = {F::kCount, F::kKey, F::kEnd};
+  static constexpr F kPairs[] = {F::kCount, F::kKey, F::kValue, F::kEnd};
+  static constexpr F kNothing[] = {F::kEnd};
+  static constexpr F kToken[] = {F::kToken, F::kEnd};
+  switch (op) {
+    case Op::kValidate:
+    case Op::kPing:
+      return kWord[index];
+    case Op::kSet:
+    case Op::kAppend:
+    case Op::kQueuePush:
+      return kKeyValue[index];
+    case Op::kCompareSet:
+      return kCompareSet[index];
+    case Op::kGet:
+    case Op::kDeleteKey:
+    case Op::kQueuePop:
+    case Op::kQueueLen:
+      return kKey[index];
+    case Op::kAdd:
+    case Op::kBarrier:
+      return kKeyNumber[index];
+    case Op::kCheck:
+    case Op::kWait:
+    case Op::kMultiGet:
+      return kKeys[index];
+    case Op::kMultiSet:
+      return kPairs[index];
+    case Op::kGetNumKeys:
+    case Op::kCancelWait:
+    case Op::kListKeys:
+      return kNothing[index];
+    case Op::kAuth:
+      return kToken[index];
   }
+  return F::kEnd;
+}
+
+ParseResult RequestParser::Feed(std::string_view* input, Request* out, std::string* error) {
+  if (!started_) {
+    if (input->empty()) return ParseResult::kNeedMore;
+    uint8_t op = static_cast<uint8_t>(input->front());
+    input->remove_prefix(1);
+    if (!StartRequest(op, error)) return ParseResult::kError;
+  }
+  while (field_ != Field::kEnd) {
+    if (in_string_) {
+      TakeString(input);
+      if (in_string_) return ParseResult::kNeedMore;
+      NextField();
+      continue;
+    }
+    if (!TakeFixed(input, field_ == Field::kWord ? 4 : 8)) return ParseResult::kNeedMore;
+    if (!FinishFixed(error)) {
+      *error = OpName(static_cast<uint8_t>(request_.op)) + ": " + *error;
+      return ParseResult::kError;
+    }
+  }
+  *out = std::move(request_);
+  request_ = Request{};
+  started_ = false;
+  request_bytes_ = 0;
+  return ParseResult::kOk;
+}
+
+bool RequestParser::StartRequest(uint8_t op, std::string* error) {
   if (!KnownOp(op)) {
     *error = "unknown opcode " + std::to_string(op);
-    return ParseResult::kError;
+    return false;
   }
-  *out = Request{};
-  out->op = static_cast<Op>(op);
-  if (!ParseBody(r, out)) {
-    if (r.error().empty()) {
-      *consumed = r.needed();
-      return ParseResult::kNeedMore;
-    }
-    *error = OpName(op) + ": " + r.error();
-    return ParseResult::kError;
+  request_.op = static_cast<Op>(op);
+  started_ = true;
+  request_bytes_ = 1;
+  index_ = 0;
+  items_left_ = 0;
+  field_ = FieldAt(request_.op, 0);
+  StartField();
+  return true;
+}
+
+void RequestParser::StartField() {
+  fixed_len_ = 0;
+  in_string_ = false;
+}
+
+bool RequestParser::TakeFixed(std::string_view* input, size_t n) {
+  size_t take = std::min(n - fixed_len_, input->size());
+  std::memcpy(fixed_ + fixed_len_, input->data(), take);
+  fixed_len_ += take;
+  request_bytes_ += take;
+  input->remove_prefix(take);
+  return fixed_len_ == n;
+}
+
+void RequestParser::TakeString(std::string_view* input) {
+  size_t take = static_cast<size_t>(std::min<uint64_t>(string_left_, input->size()));
+  string_->append(input->data(), take);
+  string_left_ -= take;
+  request_bytes_ += take;
+  input->remove_prefix(take);
+  in_string_ = string_left_ > 0;
+}
+
+// A fixed-size field is complete in fixed_ (little-endian hosts only: x86-64,
+// arm64). For a string it is the length: the bytes follow.
+bool RequestParser::FinishFixed(std::string* error) {
+  uint64_t n = 0;
+  std::memcpy(&n, fixed_, fixed_len_);
+  switch (field_) {
+    case Field::kWord:
+      request_.word = static_cast<uint32_t>(n);
+      break;
+    case Field::kNumber:
+      request_.number = static_cast<int64_t>(n);
+      break;
+    case Field::kCount:
+      return StartItems(n, error);
+    case Field::kKey:
+      return StartString(n, limits_.max_key, "key", &request_.keys, error);
+    case Field::kValue:
+      return StartString(n, limits_.max_value, "value", &request_.values, error);
+    case Field::kToken:
+      return StartString(n, kMaxToken, "token", &request_.values, error);
+    case Field::kEnd:
+      break;
   }
-  *consumed = r.pos();
-  return ParseResult::kOk;
+  NextField();
+  return true;
+}
+
+// MULTI_SET's count is an i64 on the wire: a negative one is huge here.
+bool RequestParser::StartItems(uint64_t n, std::string* error) {
+  if (n > limits_.max_keys_per_request) {
+    *error = "request with " + std::to_string(n) + " keys is over the " +
+             std::to_string(limits_.max_keys_per_request) + "-key limit";
+    return false;
+  }
+  items_left_ = n;
+  if (n == 0) {
+    field_ = Field::kEnd;
+    return true;
+  }
+  NextField();
+  return true;
+}
+
+// The string is appended to as its bytes arrive: its length alone allocates
+// nothing.
+bool RequestParser::StartString(uint64_t n, size_t limit, const char* what,
+                                std::vector<std::string>* list, std::string* error) {
+  if (n > limit) {
+    *error = std::string(what) + " of " + std::to_string(n) + " bytes is over the " +
+             std::to_string(limit) + "-byte limit";
+    return false;
+  }
+  if (n > limits_.max_request - std::min(request_bytes_, limits_.max_request)) {
+    *error = "request of at least " + std::to_string(request_bytes_ + n) + " bytes is over the " +
+             std::to_string(limits_.max_request) + "-byte limit";
+    return false;
+  }
+  string_ = &list->emplace_back();
+  string_left_ = n;
+  in_string_ = n > 0;
+  if (!in_string_) NextField();
+  return true;
+}
+
+void RequestParser::NextField() {
+  field_ = FieldAt(request_.op, ++index_);
+  if (field_ == Field::kEnd && items_left_ > 0 && --items_left_ > 0) {
+    index_ = 1;  // the next item of a counted request
+    field_ = FieldAt(request_.op, index_);
+  }
+  StartField();
+}
+
+ParseResult ParseRequest(std::string_view input, const Limits& limits, Request* out,
+                         size_t* consumed, std::string* error) {
+  RequestParser parser(limits);
+  std::string_view rest = input;
+  ParseResult r = parser.Feed(&rest, out, error);
+  if (r == ParseResult::kOk) *consumed = input.size() - rest.size();
+  return r;
 }
 
 Encoder& Encoder::U8(uint8_t v) {

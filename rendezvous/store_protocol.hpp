@@ -3,9 +3,10 @@
 // server uses, and the encoder both sides use.
 //
 // Framing: a u8 opcode, then fields; strings are a u64 little-endian length
-// and raw bytes. There is no request length or id, so a request that is not
-// complete yet is re-parsed when more bytes arrive, and anything malformed
-// or over the limits closes that connection.
+// and raw bytes. There is no request length or id, so the parser is a state
+// machine fed one read at a time: a request split over many reads is parsed
+// once, each byte looked at once, and anything malformed or over the limits
+// closes that connection.
 #pragma once
 
 #include <cstdint>
@@ -48,12 +49,14 @@ inline constexpr uint8_t kAuthOk = 1;
 
 // Sizes above which a request closes its connection. PyTorch's libuv server
 // allows 8 KiB keys, 8 MiB values and 128 Ki keys per request; these are at
-// least as generous.
+// least as generous. Every length is checked when its field is parsed, before
+// the bytes it announces arrive.
 struct Limits {
   size_t max_key = 64 * 1024;
   size_t max_value = 64 * 1024 * 1024;
   size_t max_keys_per_request = 128 * 1024;
-  size_t max_buffered = 256 * 1024 * 1024;  // unparsed input + unsent output per connection
+  size_t max_request = 256 * 1024 * 1024;  // bytes of one request, opcode included
+  size_t max_unsent = 256 * 1024 * 1024;   // replies a connection has not read yet
 };
 
 struct Request {
@@ -67,11 +70,61 @@ struct Request {
 
 enum class ParseResult { kOk, kNeedMore, kError };
 
-// Parses one request from the front of `input`. On kOk sets `*consumed` to
-// the request's length; on kNeedMore to the input length below which parsing
-// again cannot get further (so a large request is not re-parsed per read);
-// on kError sets `*error` ("unknown opcode 99", "key of 9000000 bytes is
-// over the 65536-byte limit").
+// Parses a stream of requests fed in pieces of any size. The cost is linear
+// in the bytes fed: a partial request is kept as the fields parsed so far plus
+// the field in progress, and nothing is parsed twice. Memory follows the bytes
+// received, not the lengths announced: no vector or string is sized from a
+// count or length field before its bytes arrive.
+//
+// After kError the parser is spent: the connection must be closed.
+class RequestParser {
+ public:
+  explicit RequestParser(const Limits& limits) : limits_(limits) {}
+  RequestParser(const RequestParser&) = delete;  // string_ points into request_
+  RequestParser& operator=(const RequestParser&) = delete;
+
+  // Consumes bytes from the front of `*input` up to the end of one request.
+  //   kOk:       `*out` holds the request; `*input` starts after it.
+  //   kNeedMore: all of `*input` was consumed into the request in progress.
+  //   kError:    `*error` says why ("GET: key of 9000000 bytes is over the
+  //              65536-byte limit", "unknown opcode 99").
+  ParseResult Feed(std::string_view* input, Request* out, std::string* error);
+
+  // Bytes of the request in progress consumed so far (0 between requests).
+  size_t partial_bytes() const { return request_bytes_; }
+
+ private:
+  // The fields of a request, in wire order.
+  enum class Field : uint8_t { kEnd, kWord, kNumber, kCount, kKey, kValue, kToken };
+  static Field FieldAt(Op op, size_t index);
+
+  bool StartRequest(uint8_t op, std::string* error);
+  void StartField();
+  bool TakeFixed(std::string_view* input, size_t n);
+  void TakeString(std::string_view* input);
+  bool FinishFixed(std::string* error);
+  bool StartItems(uint64_t n, std::string* error);
+  bool StartString(uint64_t n, size_t limit, const char* what, std::vector<std::string>* list,
+                   std::string* error);
+  void NextField();
+
+  const Limits limits_;
+  Request request_;
+  bool started_ = false;
+  Field field_ = Field::kEnd;  // the field in progress
+  size_t index_ = 0;           // its index in FieldAt's layout
+  uint64_t items_left_ = 0;    // repetitions left after a count field
+  char fixed_[8] = {};         // a fixed-size field, or a string's length, being read
+  size_t fixed_len_ = 0;
+  bool in_string_ = false;  // reading a string's bytes into *string_
+  uint64_t string_left_ = 0;
+  std::string* string_ = nullptr;
+  size_t request_bytes_ = 0;
+};
+
+// Parses one whole request from the front of `input` (tests and tools; the
+// server feeds a RequestParser). On kOk sets `*consumed` to its length;
+// kNeedMore when `input` is a strict prefix of a request; kError as above.
 ParseResult ParseRequest(std::string_view input, const Limits& limits, Request* out,
                          size_t* consumed, std::string* error);
 

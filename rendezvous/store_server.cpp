@@ -7,7 +7,9 @@
 #include <sys/socket.h>
 #include <uv.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
@@ -17,6 +19,7 @@
 
 #include "base/unique_fd.hpp"
 #include "rendezvous/sockets.hpp"
+#include "rendezvous/store_guard.hpp"
 #include "rendezvous/store_state.hpp"
 
 namespace ddprun::rendezvous {
@@ -27,20 +30,26 @@ constexpr size_t kReadChunk = 64 * 1024;
 
 enum class Stage { kNew, kValidated, kReady };
 
+std::string Seconds(std::chrono::milliseconds d) {
+  return std::to_string(d.count() / 1000) + "." + std::to_string(d.count() % 1000 / 100) + "s";
+}
+
 }  // namespace
 
 class StoreServer::Impl {
  public:
   struct Conn {
+    explicit Conn(const Limits& limits) : parser(limits) {}
     uv_tcp_t tcp{};
     Impl* server = nullptr;
     ClientId id = 0;
     std::string peer;  // host address
-    std::string in;
-    size_t in_off = 0;
+    RequestParser parser;
     size_t out_pending = 0;
-    size_t parse_at = 0;  // unparsed bytes needed before parsing again
     Stage stage = Stage::kNew;
+    bool parked = false;       // its AUTH waits for its host's turn (StoreGuard)
+    std::string parked_token;  // that AUTH's token
+    std::string held;          // bytes read after that AUTH, parsed once it is judged
     bool closing = false;
   };
 
@@ -52,7 +61,8 @@ class StoreServer::Impl {
 
   explicit Impl(StoreServerOptions options)
       : options_(std::move(options)),
-        state_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); }) {}
+        state_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); }),
+        guard_(options_.guard) {}
 
   Status Listen(UniqueFd fd, int port) {
     port_ = port;
@@ -68,6 +78,8 @@ class StoreServer::Impl {
                          if (status == 0) static_cast<Impl*>(s->data)->Accept();
                        });
     if (rc != 0) return Internal(std::string("listen: ") + uv_strerror(rc));
+    uv_timer_init(&loop_, &timer_);
+    timer_.data = this;
     uv_async_init(&loop_, &wake_, [](uv_async_t* a) { static_cast<Impl*>(a->data)->RunTasks(); });
     wake_.data = this;
     thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
@@ -80,6 +92,7 @@ class StoreServer::Impl {
       stopping_ = true;
       for (auto& [id, c] : conns_) Close(*c, "");
       uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
+      uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
       uv_close(reinterpret_cast<uv_handle_t*>(&wake_), nullptr);
     });
     thread_.join();
@@ -127,8 +140,15 @@ class StoreServer::Impl {
     if (options_.log) options_.log(message);
   }
 
+  static StoreGuard::Time Now() { return StoreGuard::Clock::now(); }
+
+  Conn* Find(ClientId id) {
+    auto it = conns_.find(id);
+    return it == conns_.end() || it->second->closing ? nullptr : it->second.get();
+  }
+
   void Accept() {
-    auto conn = std::make_unique<Conn>();
+    auto conn = std::make_unique<Conn>(options_.limits);
     conn->server = this;
     conn->id = next_id_++;
     uv_tcp_init(&loop_, &conn->tcp);
@@ -144,11 +164,28 @@ class StoreServer::Impl {
     conn->peer = PeerHost(conn->tcp);
     Conn& c = *conn;
     conns_.emplace(c.id, std::move(conn));
+    StoreGuard::Admission admission = guard_.Connect(c.id, c.peer, Now());
+    if (admission.evict) {
+      if (Conn* old = Find(*admission.evict)) {
+        Close(*old, "closed to make room: " + std::to_string(guard_.handshaking()) +
+                        " connections were in the handshake (the limit); the oldest of the "
+                        "host with the most goes");
+      }
+    }
+    if (!admission.admitted) {
+      Close(c, "refused: " + admission.refusal);
+      return;
+    }
+    StartReading(c);
+    ArmTimer();
+  }
+
+  void StartReading(Conn& c) {
     uv_read_start(
         reinterpret_cast<uv_stream_t*>(&c.tcp),
         [](uv_handle_t* h, size_t, uv_buf_t* buf) {
           // One buffer for every read on this loop thread: reads are handled
-          // one at a time, and the bytes are appended to the connection's own.
+          // one at a time, and the parser copies what it keeps.
           auto* server = static_cast<Conn*>(h->data)->server;
           *buf = uv_buf_init(server->read_buffer_.data(), server->read_buffer_.size());
         },
@@ -158,8 +195,7 @@ class StoreServer::Impl {
             cn->server->Close(*cn, "");
             return;
           }
-          cn->in.append(buf->base, static_cast<size_t>(n));
-          cn->server->OnData(*cn);
+          cn->server->Consume(*cn, std::string_view(buf->base, static_cast<size_t>(n)));
         });
   }
 
@@ -170,59 +206,44 @@ class StoreServer::Impl {
     return AddressString(addr);
   }
 
-  void OnData(Conn& c) {
-    while (!c.closing) {
-      std::string_view pending(c.in.data() + c.in_off, c.in.size() - c.in_off);
-      if (pending.size() < c.parse_at) break;
+  // Feeds `data` to the connection's parser and dispatches each request. In
+  // the handshake the parser is fed at most one byte over the bound, so an
+  // unproved connection never holds more than that.
+  void Consume(Conn& c, std::string_view data) {
+    while (!data.empty() && !c.closing && !c.parked) {
+      std::string_view part = data;
+      bool handshake = c.stage != Stage::kReady;
+      if (handshake) part = part.substr(0, guard_.HandshakeBytesLeft(c.id) + 1);
+      const size_t offered = part.size();
       Request req;
-      size_t used = 0;
       std::string error;
-      ParseResult r = ParseRequest(pending, options_.limits, &req, &used, &error);
-      if (r == ParseResult::kNeedMore) {
-        c.parse_at = used;
-        break;
+      ParseResult r = c.parser.Feed(&part, &req, &error);
+      const size_t used = offered - part.size();
+      data.remove_prefix(used);
+      if (handshake && !guard_.CountHandshakeBytes(c.id, used)) {
+        Close(c, "sent over " + std::to_string(guard_.limits().handshake_bytes) +
+                     " bytes before finishing the handshake");
+        return;
       }
-      c.parse_at = 0;
       if (r == ParseResult::kError) {
         Close(c, "malformed request: " + error);
         return;
       }
-      c.in_off += used;
-      Dispatch(c, req);
+      if (r == ParseResult::kOk) Dispatch(c, req);
     }
-    if (c.in_off > 0 && c.in_off * 2 >= c.in.size()) {
-      c.in.erase(0, c.in_off);
-      c.in_off = 0;
-    }
-    if (!c.closing && c.in.size() - c.in_off > options_.limits.max_buffered) {
-      Close(c, "sent " + std::to_string(c.in.size() - c.in_off) +
-                   " bytes that form no request (over the buffered-bytes limit)");
-    }
+    if (c.parked && !c.closing) c.held.append(data);
   }
 
   void Dispatch(Conn& c, const Request& req) {
     if (c.stage == Stage::kNew) {
-      if (req.op != Op::kValidate || req.word != kValidateMagic) {
-        Close(c, "first request is " + OpName(static_cast<uint8_t>(req.op)) +
-                     ", not VALIDATE with PyTorch's magic: not a torch >= 2.2 store client");
-        return;
-      }
-      bool admitted = options_.token.empty() || admitted_hosts_.count(c.peer) != 0;
-      c.stage = admitted ? Stage::kReady : Stage::kValidated;
+      Validate(c, req);
       return;
     }
     if (req.op == Op::kAuth) {
-      if (!options_.token.empty() && req.values[0] != options_.token) {
-        Close(c, "refused: wrong job token");
-        return;
-      }
-      admitted_hosts_.insert(c.peer);
-      c.stage = Stage::kReady;
-      Encoder e;
-      Send(c.id, std::move(e.U8(kAuthOk).bytes()));
+      Auth(c, req.values[0]);
       return;
     }
-    if (c.stage != Stage::kReady) {
+    if (c.stage != Stage::kReady && req.op != Op::kPing) {
       Close(c, "refused: the store needs the job token and no ddprun agent on host " + c.peer +
                    " has proved it");
       return;
@@ -232,10 +253,105 @@ class StoreServer::Impl {
     }
   }
 
+  void Validate(Conn& c, const Request& req) {
+    if (req.op != Op::kValidate || req.word != kValidateMagic) {
+      Close(c, "first request is " + OpName(static_cast<uint8_t>(req.op)) +
+                   ", not VALIDATE with PyTorch's magic: not a torch >= 2.2 store client");
+      return;
+    }
+    c.stage = Stage::kValidated;
+    if (options_.token.empty() || admitted_hosts_.count(c.peer) != 0) BecomeReady(c);
+  }
+
+  void BecomeReady(Conn& c) {
+    c.stage = Stage::kReady;
+    guard_.Ready(c.id);
+  }
+
+  // Judges an AUTH now, or parks the connection until its host's turn: after
+  // failed AUTHs a host's verdicts are spaced (StoreGuard), so a token cannot
+  // be guessed faster than that, however many connections try.
+  void Auth(Conn& c, const std::string& token) {
+    switch (guard_.Auth(c.id, Now())) {
+      case StoreGuard::Turn::kNow:
+        Judge(c, token);
+        return;
+      case StoreGuard::Turn::kQueued:
+        c.parked = true;
+        c.parked_token = token;
+        uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
+        ArmTimer();
+        return;
+      case StoreGuard::Turn::kRefused:
+        Close(c, "refused: host " + c.peer + " sent wrong job tokens and " +
+                     std::to_string(guard_.limits().max_auth_queue) +
+                     " more logins wait their turn; retry later");
+        return;
+    }
+  }
+
+  void Judge(Conn& c, const std::string& token) {
+    bool ok = options_.token.empty() || token == options_.token;
+    guard_.Judged(c.id, ok, Now());
+    if (!ok) {
+      Close(c, "refused: wrong job token");
+      return;
+    }
+    admitted_hosts_.insert(c.peer);
+    if (c.stage != Stage::kReady) BecomeReady(c);
+    Encoder e;
+    Send(c.id, std::move(e.U8(kAuthOk).bytes()));
+  }
+
+  // A parked AUTH's turn came: judge it, then go on with what followed it.
+  void Unpark(Conn& c) {
+    c.parked = false;
+    Judge(c, c.parked_token);
+    if (c.closing) return;
+    c.parked_token.clear();
+    std::string held = std::move(c.held);
+    c.held.clear();
+    StartReading(c);
+    Consume(c, held);
+  }
+
+  void OnTimer() {
+    StoreGuard::Time now = Now();
+    for (ClientId id : guard_.Expired(now)) {
+      Conn* c = Find(id);
+      if (!c) {
+        guard_.Disconnect(id);
+        continue;
+      }
+      Close(*c, c->stage == Stage::kNew
+                    ? "sent no VALIDATE within " + Seconds(guard_.limits().handshake_timeout)
+                    : "did not prove the job token within " +
+                          Seconds(guard_.limits().handshake_timeout));
+    }
+    while (std::optional<ClientId> id = guard_.NextDueAuth(now)) {
+      if (Conn* c = Find(*id)) Unpark(*c);
+    }
+    ArmTimer();
+  }
+
+  // Runs OnTimer at the guard's next deadline. A timer that fires early (a
+  // connection left the handshake meanwhile) finds nothing and re-arms.
+  void ArmTimer() {
+    std::optional<StoreGuard::Time> next = guard_.NextDeadline();
+    if (!next) {
+      uv_timer_stop(&timer_);
+      return;
+    }
+    auto wait = std::chrono::ceil<std::chrono::milliseconds>(*next - Now());
+    uv_timer_start(
+        &timer_, [](uv_timer_t* t) { static_cast<Impl*>(t->data)->OnTimer(); },
+        static_cast<uint64_t>(std::max<int64_t>(wait.count(), 0)), 0);
+  }
+
   void Send(ClientId id, std::string bytes) {
-    auto it = conns_.find(id);
-    if (it == conns_.end() || it->second->closing) return;
-    Conn& c = *it->second;
+    Conn* found = Find(id);
+    if (!found) return;
+    Conn& c = *found;
     if (c.out_pending == 0) {
       // The common case: the socket takes the reply at once, no allocation.
       uv_buf_t direct = uv_buf_init(bytes.data(), bytes.size());
@@ -256,7 +372,7 @@ class StoreServer::Impl {
                owned->conn->out_pending -= owned->data.size();
                if (status < 0) owned->conn->server->Close(*owned->conn, "");
              });
-    if (c.out_pending > options_.limits.max_buffered) {
+    if (c.out_pending > options_.limits.max_unsent) {
       Close(c, "does not read its replies (" + std::to_string(c.out_pending) + " bytes unsent)");
     }
   }
@@ -266,6 +382,7 @@ class StoreServer::Impl {
     c.closing = true;
     if (!why.empty() && !stopping_) Log("store: closed client " + c.peer + ": " + why);
     state_.Disconnect(c.id);
+    guard_.Disconnect(c.id);
     uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
     uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), [](uv_handle_t* h) {
       auto* cn = static_cast<Conn*>(h->data);
@@ -275,8 +392,10 @@ class StoreServer::Impl {
 
   StoreServerOptions options_;
   StoreState state_;
+  StoreGuard guard_;
   uv_loop_t loop_{};
   uv_tcp_t listener_{};
+  uv_timer_t timer_{};
   uv_async_t wake_{};
   std::thread thread_;
   std::mutex tasks_mu_;

@@ -2,10 +2,14 @@
 // clients (torch.distributed.TCPStore, init_process_group env://) and
 // ddprun's StoreClient use it alike.
 //
-// Hardening: a malformed or oversized request closes that connection and
-// nothing else; a client that sends without forming requests, or does not
-// read its replies, is closed once it holds Limits::max_buffered bytes; idle
-// clients are never timed out (PyTorch has no keep-alive).
+// Hardening: a malformed or oversized request (Limits) closes that connection
+// and nothing else, and so does a client that does not read its replies once
+// they exceed Limits::max_unsent. Parsing costs linear time in the bytes
+// received. Until its handshake is done a connection may send only a few KiB
+// and must finish within a deadline; connections per host are capped, and
+// failed AUTHs slow down their host's next ones (GuardLimits, StoreGuard).
+// Ready connections are never timed out: PyTorch clients hold silent
+// connections for a whole job (there is no keep-alive).
 //
 // Access control (ddprun's extension): with a token, a connection must send
 // AUTH with the token right after VALIDATE unless its host already has a
@@ -20,6 +24,7 @@
 #include <string>
 
 #include "base/status.hpp"
+#include "rendezvous/store_guard.hpp"
 #include "rendezvous/store_protocol.hpp"
 
 namespace ddprun::rendezvous {
@@ -32,6 +37,8 @@ struct StoreServerOptions {
   // Called on the loop thread for notable events (refused clients, closes on
   // malformed input). Must be thread-safe.
   std::function<void(const std::string&)> log;
+  // Last, so that callers that brace-initialise the fields above need not name it.
+  GuardLimits guard;
 };
 
 class StoreServer {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything ddprun needs on a fresh Debian 12 machine:
 #   - the Debian packages it builds against and runs with (apt-get), and
-#   - the test-only Python packages (PyTorch 2.x, pytest) into a virtual
+#   - the test-only Python packages (PyTorch 2.x, pytest, pyflakes) into a virtual
 #     environment outside the work tree, reused when present so CI does not
 #     download PyTorch again on a machine that has it.
 # Usage: scripts/setup.sh [--no-python]     (--no-python: skip the venv)
@@ -16,7 +16,7 @@ debian_packages=(
   libuv1-dev libspdlog-dev nlohmann-json3-dev doctest-dev
   libgloo-dev libopenblas-dev
   elfutils groff-base procps util-linux passwd python3 python3-venv clang-format
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-tidy
 )
 
 missing=()
@@ -43,4 +43,6 @@ if ! "$VENV/bin/python" -c "import torch, pytest, sys; sys.exit(torch.__version_
 fi
 # py-spy: Python stacks in ddprun's hang dumps (the tests check them).
 [ -x "$VENV/bin/py-spy" ] || "$VENV/bin/pip" install -q py-spy
+# pyflakes: CI's check of the Python tests and benchmarks (scripts/lint.sh).
+"$VENV/bin/python" -c "import pyflakes" 2>/dev/null || "$VENV/bin/pip" install -q pyflakes
 echo "setup: ready (venv $VENV, $("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

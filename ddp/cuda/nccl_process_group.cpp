@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "ddp/flight_recorder.hpp"
+#include "env/names.hpp"
 
 namespace ddprun::ddp {
 namespace {
@@ -377,7 +378,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(const LaunchEnv& 
   auto all =
       ExchangeThroughStore(store, prefix + "device/", env.rank, env.world_size, *mine, env.timeout);
   if (!all.ok()) return all.status().Annotate("ddp: nccl set-up: device exchange");
-  if (Status s = CheckOneRankPerDevice(*all, std::getenv("CUDA_VISIBLE_DEVICES")); !s.ok()) {
+  if (Status s = CheckOneRankPerDevice(*all, std::getenv(env::kCudaVisibleDevices)); !s.ok()) {
     return s;
   }
   auto id = ShareUniqueId(env, store, prefix + "unique_id");

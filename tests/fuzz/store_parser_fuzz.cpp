@@ -1,11 +1,15 @@
 // libFuzzer harness for the store's request parser and state (scripts/fuzz.sh).
 //
-// Feeds the input to ParseRequest the way the server's read loop does:
-// requests are consumed from the front until kNeedMore or kError. Every
-// parsed request is checked against two properties and then applied to a
-// StoreState whose replies are discarded:
+// Parses the input as one whole stream: requests are consumed from the front
+// until kNeedMore or kError. Every parsed request is checked against two
+// properties and then applied to a StoreState whose replies are discarded:
 //   - re-encoding the request gives back exactly the bytes it consumed;
 //   - a strict prefix of those bytes parses as kNeedMore.
+// The same stream is then fed to one RequestParser in pieces, the way the
+// server's reads arrive (piece sizes drawn from the input's first byte), and
+// must give the same requests and the same end (the same error, or a request
+// left incomplete); the parser must never hold more bytes of a request than
+// it was fed, which is what bounds a connection before its handshake ends.
 // VALIDATE opens a new simulated connection (client id) and AUTH switches to
 // the previous one, so that waits and wakes cross clients; a request the state
 // refuses disconnects its client, as the server would.
@@ -15,6 +19,7 @@
 #include <cstdlib>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "rendezvous/store_protocol.hpp"
 #include "rendezvous/store_state.hpp"
@@ -96,10 +101,15 @@ class Session {
   ClientId last_ = 1;
 };
 
-// The server's read loop over one input.
-void FuzzOne(std::string_view input) {
-  Limits limits;
-  Session session;
+// How a stream of requests ended, and what it held.
+struct Outcome {
+  std::vector<std::string> requests;  // re-encoded
+  std::string error;                  // "" when the stream ended in an incomplete request
+};
+
+// The stream parsed whole, request by request.
+Outcome ParseWhole(std::string_view input, const Limits& limits, Session* session) {
+  Outcome out;
   size_t off = 0;
   for (;;) {
     Request req;
@@ -109,13 +119,54 @@ void FuzzOne(std::string_view input) {
     if (r == ParseResult::kNeedMore) break;
     if (r == ParseResult::kError) {
       Check(!error.empty(), "an error has a message");
+      out.error = error;
       break;
     }
     Check(used > 0 && used <= input.size() - off, "a request consumes 1..remaining bytes");
     CheckRequest(input.substr(off, used), limits, req);
-    session.Apply(req);
+    out.requests.push_back(Encode(req));
+    session->Apply(req);
     off += used;
   }
+  return out;
+}
+
+// The stream fed to one parser in pieces, as reads arrive at the server.
+Outcome ParsePieces(std::string_view input, const Limits& limits, uint8_t seed) {
+  static constexpr size_t kPieces[] = {1, 2, 3, 5, 8, 13, 64, 4096};
+  Outcome out;
+  RequestParser parser(limits);
+  size_t fed = 0;  // bytes of the request in progress fed so far
+  for (size_t i = 0; !input.empty(); ++i) {
+    std::string_view piece = input.substr(0, kPieces[(seed + i * (seed | 1)) % 8]);
+    input.remove_prefix(piece.size());
+    while (!piece.empty()) {
+      const size_t offered = piece.size();
+      Request req;
+      std::string error;
+      ParseResult r = parser.Feed(&piece, &req, &error);
+      fed += offered - piece.size();
+      if (r == ParseResult::kError) {
+        out.error = error;
+        return out;
+      }
+      if (r == ParseResult::kOk) {
+        out.requests.push_back(Encode(req));
+        fed = 0;
+      }
+      Check(parser.partial_bytes() == fed, "a partial request holds exactly the bytes fed");
+    }
+  }
+  return out;
+}
+
+void FuzzOne(std::string_view input) {
+  Limits limits;
+  Session session;
+  Outcome whole = ParseWhole(input, limits, &session);
+  Outcome pieces = ParsePieces(input, limits, input.empty() ? 0 : static_cast<uint8_t>(input[0]));
+  Check(whole.requests == pieces.requests, "pieces give the requests the whole stream gives");
+  Check(whole.error == pieces.error, "pieces end the way the whole stream ends");
 }
 
 }  // namespace

@@ -250,7 +250,7 @@ void Sim::StartWorkers(int i, const RoundResult& r) {
 }
 
 // The workers of agent i end with `o`; their peers on other nodes notice.
-void Sim::EndWorkers(int i, WorkersOutcome o, bool breaks_round) {
+void Sim::EndWorkers(int i, const WorkersOutcome& o, bool breaks_round) {
   SimAgent& a = agents_[i];
   if (!a.workers.running) return;
   const int round = a.workers.round;

@@ -145,7 +145,7 @@ class Sim {
   void StepCoordinator();
   void Carry(int i, const Action& a);
   void StartWorkers(int i, const RoundResult& r);
-  void EndWorkers(int i, WorkersOutcome o, bool breaks_round);
+  void EndWorkers(int i, const WorkersOutcome& o, bool breaks_round);
   void BreakRound(int round, int except);
   void Deliver(int i);
   void Crash(int i);

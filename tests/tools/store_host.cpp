@@ -1,20 +1,63 @@
-// Hosts ddprun's store for tests: `store_host HOST PORT [TOKEN]`. Prints
-// "port N" once listening, serves until stdin closes, then exits 0.
+// Hosts ddprun's store for tests: `store_host HOST PORT [TOKEN] [NAME=VALUE...]`.
+// Prints "port N" once listening, serves until stdin closes, then exits 0.
+// NAME=VALUE sets a GuardLimits field, durations in milliseconds:
+// handshake_ms, handshake_bytes, max_handshaking, evict_after_ms,
+// max_handshaking_hard, per_host, auth_backoff_ms, auth_backoff_max_ms,
+// auth_queue. A TOKEN of "-" means none.
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <string>
 
 #include "rendezvous/store_server.hpp"
 
+namespace {
+
+using ddprun::rendezvous::GuardLimits;
+using std::chrono::milliseconds;
+
+bool SetLimit(GuardLimits* g, const std::string& name, long long v) {
+  const auto ms = milliseconds(v);
+  const auto n = static_cast<size_t>(v);
+  const std::map<std::string, std::function<void()>> setters = {
+      {"handshake_ms", [&] { g->handshake_timeout = ms; }},
+      {"handshake_bytes", [&] { g->handshake_bytes = n; }},
+      {"max_handshaking", [&] { g->max_handshaking = n; }},
+      {"evict_after_ms", [&] { g->evict_after = ms; }},
+      {"max_handshaking_hard", [&] { g->max_handshaking_hard = n; }},
+      {"per_host", [&] { g->max_connections_per_host = n; }},
+      {"auth_backoff_ms", [&] { g->auth_backoff = ms; }},
+      {"auth_backoff_max_ms", [&] { g->auth_backoff_max = ms; }},
+      {"auth_queue", [&] { g->max_auth_queue = n; }},
+  };
+  auto it = setters.find(name);
+  if (it == setters.end()) return false;
+  it->second();
+  return true;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: store_host HOST PORT [TOKEN]\n");
+    std::fprintf(stderr, "usage: store_host HOST PORT [TOKEN] [NAME=VALUE...]\n");
     return 2;
   }
   ddprun::rendezvous::StoreServerOptions o;
   o.host = argv[1];
   o.port = std::stoi(argv[2]);
-  if (argc > 3) o.token = argv[3];
+  if (argc > 3 && std::string(argv[3]) != "-") o.token = argv[3];
+  for (int i = 4; i < argc; ++i) {
+    std::string arg = argv[i];
+    size_t eq = arg.find('=');
+    if (eq == std::string::npos ||
+        !SetLimit(&o.guard, arg.substr(0, eq), std::stoll(arg.substr(eq + 1)))) {
+      std::fprintf(stderr, "store_host: unknown limit %s\n", arg.c_str());
+      return 2;
+    }
+  }
   o.log = [](const std::string& m) { std::fprintf(stderr, "%s\n", m.c_str()); };
   auto server = ddprun::rendezvous::StoreServer::Start(o);
   if (!server.ok()) {

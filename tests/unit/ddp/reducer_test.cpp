@@ -219,6 +219,7 @@ TEST_CASE("parameters and buffers are broadcast at construction, buffers before 
   ReducerOptions off;
   off.broadcast_buffers = false;
   auto r2 = Reducer::Create(&g, m.params, buffers, off);
+  REQUIRE(r2.ok());
   REQUIRE((*r2)->BeforeForward().ok());
   CHECK(g.broadcasts.size() == 3);
 }

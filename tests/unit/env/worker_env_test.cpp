@@ -93,6 +93,7 @@ TEST_CASE("an attempt gets per-worker heartbeat files, trace paths and a dump di
 TEST_CASE("existing OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are kept") {
   Environ base{{"OMP_NUM_THREADS", "8"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
   auto e = WorkerEnviron(Group(), 0, {}, base);
+  REQUIRE(e.ok());
   CHECK(e->at("OMP_NUM_THREADS") == "8");
   CHECK(e->at("TORCH_NCCL_ASYNC_ERROR_HANDLING") == "3");
 }
@@ -101,6 +102,7 @@ TEST_CASE("a single worker does not get OMP_NUM_THREADS") {
   GroupInfo g = Group();
   g.local_world_size = 1;
   auto e = WorkerEnviron(g, 0, {}, {});
+  REQUIRE(e.ok());
   CHECK(e->count("OMP_NUM_THREADS") == 0);
 }
 
@@ -108,6 +110,7 @@ TEST_CASE("--gpus sets the device list for every worker") {
   GroupInfo g = Group();
   g.gpus = "0,6,7";
   auto e = WorkerEnviron(g, 1, {}, {{"CUDA_VISIBLE_DEVICES", "1"}});
+  REQUIRE(e.ok());
   CHECK(e->at("CUDA_VISIBLE_DEVICES") == "0,6,7");
 }
 
@@ -115,10 +118,12 @@ TEST_CASE("--virtual_local_rank narrows to one device and sets LOCAL_RANK=0") {
   GroupInfo g = Group();
   g.virtual_local_rank = true;
   auto e = WorkerEnviron(g, 1, {}, {{"CUDA_VISIBLE_DEVICES", "5,6,7"}});
+  REQUIRE(e.ok());
   CHECK(e->at("CUDA_VISIBLE_DEVICES") == "6");
   CHECK(e->at("LOCAL_RANK") == "0");
   CHECK(e->at("RANK") == "5");
   auto none = WorkerEnviron(g, 3, {}, {});
+  REQUIRE(none.ok());
   CHECK(none->at("CUDA_VISIBLE_DEVICES") == "3");
   auto too_few = WorkerEnviron(g, 3, {}, {{"CUDA_VISIBLE_DEVICES", "5,6"}});
   REQUIRE_FALSE(too_few.ok());

@@ -109,8 +109,8 @@ TEST_CASE("later work is refused with not supported yet") {
 }
 
 TEST_CASE("stream selections per rank, signals and timeouts") {
-  auto p = Parse(
-      {"-r", "0:1,1:2", "-t3", "--signals_to_handle=SIGTERM,USR1", "--shutdown-timeout=2.5", "t"});
+  auto p = Parse({"--nproc_per_node=2", "-r", "0:1,1:2", "-t3", "--signals_to_handle=SIGTERM,USR1",
+                  "--shutdown-timeout=2.5", "t"});
   REQUIRE(p.ok());
   CHECK(p->config.redirects.For(0) == 1);
   CHECK(p->config.redirects.For(1) == 2);
@@ -148,6 +148,143 @@ TEST_CASE("help and version") {
 TEST_CASE("duplicate filters treat ,, as a literal comma") {
   auto p = Parse({"--duplicate_stdout_filters=ERROR,a,,b", "t"});
   CHECK(p->config.duplicate_stdout_filters == std::vector<std::string>{"ERROR", "a,b"});
+}
+
+TEST_CASE("every duration option refuses nan, infinity and anything but a decimal number") {
+  for (const char* option :
+       {"monitor_interval", "shutdown_timeout", "hang_timeout", "startup_timeout"}) {
+    for (const char* v : {"nan", "NaN", "inf", "-inf", "1e400", "0x10", " 3", "3s", "+3", "-1"}) {
+      const std::string arg = std::string("--") + option + "=" + v;
+      CAPTURE(arg);
+      const std::string e = Error({arg, "t"});
+      CHECK(Contains(e, "invalid " + arg + ": a number of seconds"));
+    }
+  }
+  CHECK(Parse({"--shutdown_timeout=0.5", "t"})->config.shutdown_timeout == doctest::Approx(0.5));
+  CHECK(Parse({"--hang_timeout=1e3", "t"})->config.hang_timeout == doctest::Approx(1000));
+}
+
+TEST_CASE("every rdzv_conf duration refuses nan; keep_alive_max_attempt is a whole number") {
+  for (const char* key : {"join_timeout", "timeout", "last_call_timeout", "keep_alive_interval",
+                          "read_timeout", "close_timeout", "heartbeat_timeout"}) {
+    const std::string conf = std::string(key) + "=nan";
+    CAPTURE(conf);
+    CHECK(Contains(Error({"--rdzv_conf=" + conf, "t"}),
+                   "invalid --rdzv_conf " + conf + ": a number of seconds > 0"));
+  }
+  CHECK(Contains(Error({"--rdzv_conf=keep_alive_max_attempt=2.5", "t"}),
+                 "invalid --rdzv_conf keep_alive_max_attempt=2.5: a whole number >= 1"));
+  CHECK(Contains(Error({"--rdzv_conf=keep_alive_max_attempt=0", "t"}), "a whole number >= 1"));
+  CHECK(Contains(Error({"--rdzv_conf=is_host=maybe", "t"}), "invalid --rdzv_conf is_host=maybe"));
+  CHECK(Contains(Error({"--rdzv_conf=use_libuv=2", "t"}), "invalid --rdzv_conf use_libuv=2"));
+  CHECK(Parse({"--rdzv_conf=join_timeout=5,keep_alive_max_attempt=3,is_host=0", "t"}).ok());
+}
+
+TEST_CASE("numeric environment variables are checked like options") {
+  CHECK(Contains(Error({"t"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "nan"}}),
+                 "invalid TORCH_ELASTIC_SHUTDOWN_TIMEOUT=nan: a number of seconds >= 0"));
+  const std::string pet = Error({"t"}, {{"PET_SHUTDOWN_TIMEOUT", "nan"}});
+  CHECK(Contains(pet, "PET_SHUTDOWN_TIMEOUT=nan: invalid --shutdown_timeout=nan"));
+  CHECK(Contains(Error({"t"}, {{"PET_NPROC_PER_NODE", "2.5"}}), "--nproc_per_node=2.5"));
+}
+
+TEST_CASE("integers are digits only") {
+  for (const char* arg :
+       {"--nproc_per_node= 2", "--nproc_per_node=+2", "--nproc_per_node=2.0", "--max_restarts=1e3",
+        "--master_port=0x50", "--node_rank=0 ", "--threads_per_worker=99999999999999999999"}) {
+    CAPTURE(arg);
+    CHECK(Contains(Error({arg, "t"}), std::string("invalid ") + arg + ":"));
+  }
+}
+
+TEST_CASE("stream selections name only local ranks that exist") {
+  CHECK(Contains(Error({"-t", "9:1", "t"}), "invalid --tee=9:1"));
+  CHECK(Contains(Error({"-t", "9:1", "t"}), "local ranks from 0 to 0"));
+  CHECK(Contains(Error({"--nproc_per_node=2", "-r", "0:1,2:3", "t"}), "from 0 to 1"));
+  auto p = Parse({"--nproc_per_node=2", "-r", "0:1,1:3", "t"});
+  REQUIRE(p.ok());
+  CHECK(p->config.redirects.For(1) == 3);
+}
+
+TEST_CASE("run ids and roles are restricted to characters safe in paths and prefixes") {
+  const std::string allowed = "characters from A-Z, a-z, 0-9, '.', '_' and '-'";
+  CHECK(Contains(Error({"--role=a\nb", "t"}), "invalid --role=a\\nb: 1 to 128 " + allowed));
+  CHECK(Contains(Error({"--role=.hidden", "t"}), "not starting with '.'"));
+  CHECK(Contains(Error({"--role=" + std::string(129, 'r'), "t"}), "1 to 128"));
+  CHECK(Contains(Error({"--rdzv_id=../../x", "t"}), "invalid --rdzv_id=../../x: 1 to 128"));
+  CHECK(Contains(Error({"--rdzv_id=a/b", "t"}), "invalid --rdzv_id=a/b"));
+  CHECK(Contains(Error({"t"}, {{"PET_RDZV_ID", ".."}}), "PET_RDZV_ID=..: invalid --rdzv_id=.."));
+  auto p = Parse({"--role=trainer-1.a_B", "--rdzv_id=job_42.x-Y", "t"});
+  REQUIRE(p.ok());
+  CHECK(p->config.role == "trainer-1.a_B");
+  CHECK(p->config.rdzv_id == "job_42.x-Y");
+}
+
+TEST_CASE("a rendezvous endpoint that names no host is a usage error") {
+  for (const char* endpoint :
+       {":::", ":29400", "a b:1", "host:abc", "host:70000", "[::1", "[::1]x", "host\n:1"}) {
+    CAPTURE(endpoint);
+    auto p = Parse({"--rdzv_backend=c10d", std::string("--rdzv_endpoint=") + endpoint, "t"});
+    REQUIRE_FALSE(p.ok());
+    CHECK(p.status().code() == StatusCode::kInvalidArgument);
+    CHECK(Contains(p.status().message(), "invalid --rdzv_endpoint="));
+    CHECK(Contains(p.status().message(), "HOST[:PORT]"));
+  }
+  for (const char* endpoint : {"node1", "node1:29400", "10.0.0.1:1", "[::1]:29400", "::1",
+                               "fe80::1%eth0", "my_host.example.com"}) {
+    CAPTURE(endpoint);
+    CHECK(Parse({"--rdzv_backend=c10d", std::string("--rdzv_endpoint=") + endpoint, "t"}).ok());
+  }
+}
+
+TEST_CASE("LOGLEVEL is one of the logging levels, in any case") {
+  CHECK(*LogLevelName({}) == "info");
+  CHECK(*LogLevelName({{"LOGLEVEL", ""}}) == "info");
+  CHECK(*LogLevelName({{"LOGLEVEL", "DEBUG"}}) == "debug");
+  CHECK(*LogLevelName({{"LOGLEVEL", "warning"}}) == "warning");
+  CHECK(*LogLevelName({{"LOGLEVEL", "Warn"}}) == "warning");
+  CHECK(*LogLevelName({{"LOGLEVEL", "ERROR"}}) == "error");
+  auto bad = LogLevelName({{"LOGLEVEL", "garbage"}});
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().code() == StatusCode::kInvalidArgument);
+  CHECK(bad.status().message() ==
+        "invalid LOGLEVEL=garbage: TRACE, DEBUG, INFO, WARNING, WARN, ERROR, CRITICAL or OFF");
+}
+
+TEST_CASE("enumerated options list what they accept") {
+  CHECK(Contains(Error({"--hang_detect=both", "t"}),
+                 "invalid --hang_detect=both: heartbeat or output"));
+  CHECK(Contains(Error({"--start_method=Spawn", "t"}),
+                 "invalid --start_method=Spawn: spawn, fork or forkserver"));
+}
+
+TEST_CASE("one parser reads every spelling; an option given twice keeps the last value") {
+  for (std::vector<std::string> args : {std::vector<std::string>{"-t3", "t"},
+                                        {"-t", "3", "t"},
+                                        {"-t=3", "t"},
+                                        {"--tee=3", "t"},
+                                        {"--tee", "3", "t"},
+                                        {"--te=3", "t"}}) {
+    auto p = Parse(args);
+    REQUIRE(p.ok());
+    CHECK(p->config.tee.all == 3);
+  }
+  CHECK(Parse({"--max_restarts=1", "--max-restarts", "2", "t"})->config.max_restarts == 2);
+  CHECK(Parse({"--standalone", "t"})->config.standalone);
+  auto split = SplitCommandLine({"-m", "--nproc-per-node", "2", "--rdzv-conf=a=b", "x", "-t", "1"});
+  REQUIRE(split.ok());
+  CHECK(split->values == std::map<std::string, std::string>{
+                             {"module", "1"}, {"nproc_per_node", "2"}, {"rdzv_conf", "a=b"}});
+  CHECK(split->launcher ==
+        std::vector<std::string>{"--module", "--nproc_per_node=2", "--rdzv_conf=a=b"});
+  CHECK(*split->program == "x");
+  CHECK(split->program_args == std::vector<std::string>{"-t", "1"});
+}
+
+TEST_CASE("an empty value reaches the option's own check") {
+  CHECK(Contains(Error({"--role=", "t"}), "invalid --role=: 1 to 128 characters"));
+  CHECK(Contains(Error({"--nproc_per_node=", "t"}), "invalid --nproc_per_node=: a number >= 1"));
+  CHECK(Contains(Error({"--shutdown_timeout", "", "t"}), "invalid --shutdown_timeout=: a number"));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace ddprun::rendezvous {
@@ -275,6 +276,74 @@ TEST_CASE("AUTH carries a token of at most 4096 bytes") {
   CHECK(req.op == Op::kAuth);
   CHECK(req.values == std::vector<std::string>{"abc"});
   CHECK(ParseWith(Limits{}, Hex("d7") + Len(4097), &error) == ParseResult::kError);
+}
+
+// Feeds `bytes` to one parser in pieces of `piece` bytes; returns the requests.
+std::vector<Request> FeedInPieces(const std::string& bytes, size_t piece) {
+  Limits limits;
+  RequestParser parser(limits);
+  std::vector<Request> out;
+  for (size_t off = 0; off < bytes.size(); off += piece) {
+    std::string_view chunk = std::string_view(bytes).substr(off, piece);
+    while (!chunk.empty()) {
+      Request req;
+      std::string error;
+      ParseResult r = parser.Feed(&chunk, &req, &error);
+      REQUIRE(r != ParseResult::kError);
+      if (r == ParseResult::kOk) out.push_back(std::move(req));
+    }
+  }
+  CHECK(parser.partial_bytes() == 0);
+  return out;
+}
+
+TEST_CASE("a stream fed in pieces of any size parses into the same requests") {
+  std::string stream;
+  for (const auto& v : Vectors()) stream += Hex(v.hex);
+  for (size_t piece : {size_t{1}, size_t{2}, size_t{3}, size_t{7}, size_t{64}, stream.size()}) {
+    CAPTURE(piece);
+    std::vector<Request> got = FeedInPieces(stream, piece);
+    REQUIRE(got.size() == Vectors().size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      CHECK(got[i].op == Vectors()[i].op);
+      CHECK(got[i].keys == Vectors()[i].keys);
+      CHECK(got[i].values == Vectors()[i].values);
+      CHECK(got[i].number == Vectors()[i].number);
+      CHECK(got[i].word == Vectors()[i].word);
+    }
+  }
+}
+
+TEST_CASE("a partial request counts the bytes consumed so far") {
+  Limits limits;
+  RequestParser parser(limits);
+  std::string set = Hex("01") + Len(1) + "k" + Len(4) + "ab";
+  std::string_view in = set;
+  Request req;
+  std::string error;
+  CHECK(parser.Feed(&in, &req, &error) == ParseResult::kNeedMore);
+  CHECK(in.empty());
+  CHECK(parser.partial_bytes() == set.size());
+  std::string rest = "cd" + Hex("07");
+  in = rest;
+  REQUIRE(parser.Feed(&in, &req, &error) == ParseResult::kOk);
+  CHECK(req.values == std::vector<std::string>{"abcd"});
+  CHECK(in.size() == 1);  // GETNUMKEYS is left for the next call
+  CHECK(parser.partial_bytes() == 0);
+}
+
+TEST_CASE("a request over the request limit is an error when the length is parsed") {
+  Limits limits;
+  limits.max_request = 30;
+  std::string error;
+  // 1 + 8 + 1 + 8 = 18 bytes before the value: 12 more fit.
+  CHECK(ParseWith(limits, Hex("01") + Len(1) + "k" + Len(12) + std::string(12, 'v'), &error) ==
+        ParseResult::kOk);
+  CHECK(ParseWith(limits, Hex("01") + Len(1) + "k" + Len(13), &error) == ParseResult::kError);
+  CHECK(error == "SET: request of at least 31 bytes is over the 30-byte limit");
+  // Many small keys add up too.
+  std::string keys = Hex("06") + Len(3) + Len(1) + "a" + Len(1) + "b";
+  CHECK(ParseWith(limits, keys + Len(1), &error) == ParseResult::kError);
 }
 
 TEST_CASE("opcodes are named in messages") {

@@ -1,0 +1,92 @@
+"""Every value ddprun reads is checked: a bad one is a usage error (exit 2) that names the
+option or variable and says what is accepted, before any worker starts."""
+
+import pytest
+
+from conftest import base_env, run_ddprun, sh
+
+SECONDS = "a number of seconds"
+NAME_CHARS = "characters from A-Z, a-z, 0-9, '.', '_' and '-'"
+
+BAD_OPTIONS = [
+    # NaN as a duration (with --shutdown_timeout=nan a worker ignoring SIGTERM was never killed).
+    (["--monitor_interval=nan"], ["invalid --monitor_interval=nan: " + SECONDS]),
+    (["--shutdown_timeout=nan"], ["invalid --shutdown_timeout=nan: " + SECONDS]),
+    (["--hang_timeout=nan"], ["invalid --hang_timeout=nan: " + SECONDS]),
+    (["--startup_timeout=nan"], ["invalid --startup_timeout=nan: " + SECONDS]),
+    (["--shutdown-timeout=inf"], ["invalid --shutdown_timeout=inf: " + SECONDS]),
+    (["--rdzv_conf=join_timeout=nan"], ["invalid --rdzv_conf join_timeout=nan: " + SECONDS]),
+    (["--rdzv_conf=timeout=nan"], ["invalid --rdzv_conf timeout=nan: " + SECONDS]),
+    (["--rdzv_conf=last_call_timeout=nan"],
+     ["invalid --rdzv_conf last_call_timeout=nan: " + SECONDS]),
+    (["--rdzv_conf=keep_alive_interval=nan"],
+     ["invalid --rdzv_conf keep_alive_interval=nan: " + SECONDS]),
+    (["--rdzv_conf=read_timeout=nan"], ["invalid --rdzv_conf read_timeout=nan: " + SECONDS]),
+    # A count given as a fraction, or with junk around it.
+    (["--rdzv_conf=keep_alive_max_attempt=2.5"],
+     ["invalid --rdzv_conf keep_alive_max_attempt=2.5: a whole number >= 1"]),
+    (["--max_restarts=1.5"], ["invalid --max_restarts=1.5: a number >= 0"]),
+    (["--nproc_per_node=+2"], ["invalid --nproc_per_node=+2"]),
+    # A per-rank stream selection naming a local rank that does not exist.
+    (["-t", "9:1"], ["invalid --tee=9:1", "local ranks from 0 to 0"]),
+    (["--nproc_per_node=2", "-r", "0:3,2:3"], ["invalid --redirects=0:3,2:3", "from 0 to 1"]),
+    # Names that end up in paths, store keys and line prefixes.
+    (["--role=a\nb"], ["invalid --role=a\\nb: 1 to 128 " + NAME_CHARS]),
+    (["--rdzv_id=../../x"], ["invalid --rdzv_id=../../x: 1 to 128 " + NAME_CHARS]),
+    # An endpoint that names no host (this exited 1 after trying to bind it).
+    (["--rdzv_endpoint=:::"], ["invalid --rdzv_endpoint=:::", "HOST[:PORT]"]),
+    (["--rdzv_backend=c10d", "--rdzv_endpoint=:::"], ["invalid --rdzv_endpoint=:::"]),
+    (["--rdzv_backend=c10d", "--rdzv_endpoint=node1:http"], ["invalid --rdzv_endpoint=node1:http"]),
+    (["--rdzv_conf=is_host=maybe"], ["invalid --rdzv_conf is_host=maybe: 1, true, True, 0"]),
+]
+
+
+@pytest.mark.parametrize("options,expected", BAD_OPTIONS, ids=lambda v: repr(v))
+def test_bad_option_exits_2_naming_it(options, expected, tmp_path):
+    marker = tmp_path / "started"
+    log_dir = tmp_path / "logs" / "deep"
+    r = run_ddprun(["--log_dir", log_dir, *options, *sh(f"touch {marker}")], cwd=tmp_path)
+    assert r.rc == 2, r
+    for text in expected:
+        assert text in r.stderr, f"{text!r} missing\n{r}"
+    assert not marker.exists(), "a worker started despite the usage error"
+    assert not log_dir.exists(), "the log directory was made despite the usage error"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], "something was created"
+
+
+BAD_VARIABLES = [
+    ({"LOGLEVEL": "garbage"},
+     ["invalid LOGLEVEL=garbage: TRACE, DEBUG, INFO, WARNING, WARN, ERROR, CRITICAL or OFF"]),
+    ({"TORCH_ELASTIC_SHUTDOWN_TIMEOUT": "nan"},
+     ["invalid TORCH_ELASTIC_SHUTDOWN_TIMEOUT=nan: " + SECONDS]),
+    ({"PET_SHUTDOWN_TIMEOUT": "nan"},
+     ["PET_SHUTDOWN_TIMEOUT=nan: invalid --shutdown_timeout=nan: " + SECONDS]),
+    ({"PET_RDZV_ID": "../x"}, ["PET_RDZV_ID=../x: invalid --rdzv_id=../x"]),
+    ({"PET_RDZV_CONF": "read_timeout=-1"}, ["invalid --rdzv_conf read_timeout=-1: " + SECONDS]),
+]
+
+
+@pytest.mark.parametrize("variables,expected", BAD_VARIABLES, ids=lambda v: repr(v))
+def test_bad_environment_variable_exits_2_naming_it(variables, expected, tmp_path):
+    marker = tmp_path / "started"
+    r = run_ddprun(sh(f"touch {marker}"), env=base_env(**variables), cwd=tmp_path)
+    assert r.rc == 2, r
+    for text in expected:
+        assert text in r.stderr, f"{text!r} missing\n{r}"
+    assert not marker.exists(), "a worker started despite the usage error"
+
+
+def test_loglevel_in_any_case_is_accepted(tmp_path):
+    r = run_ddprun(sh("true"), env=base_env(LOGLEVEL="debug"), cwd=tmp_path)
+    assert r.rc == 0, r
+    assert "debug]" in r.stderr, r
+
+
+def test_good_values_still_run(tmp_path):
+    marker = tmp_path / "started"
+    r = run_ddprun(["--role=trainer-1", "--rdzv_id=job_42.a", "--shutdown_timeout=0.5",
+                    "--rdzv_conf=join_timeout=5,keep_alive_max_attempt=3", "-t", "0:3",
+                    "--log_dir", tmp_path / "logs", *sh(f"touch {marker}")], cwd=tmp_path)
+    assert r.rc == 0, r
+    assert marker.exists()
+    assert [p.name.startswith("job_42.a_") for p in (tmp_path / "logs").iterdir()] == [True]

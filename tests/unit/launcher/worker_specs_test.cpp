@@ -1,0 +1,69 @@
+// One attempt's worker specs: a duplicate filter whose file cannot be opened
+// refuses the job instead of dropping the filtered lines.
+#include "launcher/worker_specs.hpp"
+
+#include <doctest/doctest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <string>
+
+namespace ddprun::launcher {
+namespace {
+
+struct Fixture {
+  Fixture() {
+    char dir[] = "/tmp/worker_specs_test_XXXXXX";
+    REQUIRE(mkdtemp(dir) != nullptr);
+    root = dir;
+    auto made = env::LogLayout::Create(root, "run");
+    REQUIRE(made.ok());
+    layout.emplace(std::move(*made));
+    REQUIRE(layout->PrepareAttempt(0, 1).ok());
+    program.argv = {"/bin/true"};
+    group.master_addr = "127.0.0.1";
+  }
+  ~Fixture() { std::filesystem::remove_all(root); }
+
+  StatusOr<std::vector<supervisor::WorkerSpec>> Build() {
+    return BuildWorkerSpecs(config, program, group, *layout, {});
+  }
+
+  std::string root;
+  std::optional<env::LogLayout> layout;
+  LaunchConfig config;
+  Program program;
+  env::GroupInfo group;
+};
+
+TEST_CASE("the filter files are opened before any worker starts") {
+  Fixture f;
+  f.config.duplicate_stdout_filters = {"ERROR"};
+  f.config.duplicate_stderr_filters = {"WARN"};
+  auto specs = f.Build();
+  REQUIRE(specs.ok());
+  CHECK(std::filesystem::exists(f.layout->FilteredPath(0, "stdout")));
+  CHECK(std::filesystem::exists(f.layout->FilteredPath(0, "stderr")));
+}
+
+TEST_CASE("a filter file that cannot be opened is a usage error naming it and the errno") {
+  Fixture f;
+  f.config.duplicate_stderr_filters = {"WARN"};
+  const std::string path = f.layout->FilteredPath(0, "stderr");
+  std::filesystem::create_directories(path);  // open(O_WRONLY) fails with EISDIR
+  auto specs = f.Build();
+  REQUIRE_FALSE(specs.ok());
+  CHECK(specs.status().code() == StatusCode::kInvalidArgument);
+  CHECK(specs.status().message() == "--duplicate_stderr_filters: cannot open " + path +
+                                        ": Is a directory (errno 21): make the log directory "
+                                        "writable or choose another --log_dir");
+}
+
+TEST_CASE("without filters no filter file is needed") {
+  Fixture f;
+  std::filesystem::create_directories(f.layout->FilteredPath(0, "stdout"));
+  CHECK(f.Build().ok());
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
