@@ -16,6 +16,7 @@
 #include "launcher/worker_specs.hpp"
 #include "rendezvous/agent_driver.hpp"
 #include "rendezvous/coordinator.hpp"
+#include "supervisor/console.hpp"
 #include "supervisor/debug_dump.hpp"
 #include "supervisor/failure_report.hpp"
 #include "supervisor/supervisor.hpp"
@@ -25,7 +26,8 @@ namespace ddprun::launcher {
 namespace {
 
 constexpr int kUsageExit = 2;
-constexpr int kHangExit = 124;  // as timeout(1): the root cause was a hung worker
+constexpr int kHangExit = 124;    // as timeout(1): the root cause was a hung worker
+constexpr int kLogLostExit = 74;  // EX_IOERR: the job succeeded, a log file did not
 constexpr std::chrono::seconds kExitWait{30};
 constexpr std::chrono::seconds kLeaveWait{5};
 
@@ -91,6 +93,8 @@ class Agent {
   rendezvous::WorkersOutcome Outcome(const rendezvous::RoundResult& round,
                                      const supervisor::GroupResult& result);
   int Finish(const rendezvous::Action& exit);
+  // A terminating signal received and not yet acted on, for the driver to ask.
+  rendezvous::AgentDriver::SignalQuery PendingSignal();
   int FinishLocally(int code, const std::string& message);
   std::vector<std::string> ErrorFiles(int attempt) const;
   // Dumps every running worker into `dir` and prints the summary; returns the
@@ -109,6 +113,8 @@ class Agent {
   supervisor::GroupOptions options_;
   // This node's failures in its last failed round, root cause first.
   std::vector<supervisor::FailureRecord> local_failures_;
+  // Log files a failed write left incomplete, over all rounds.
+  std::vector<std::string> lost_logs_;
 };
 
 Status Agent::Setup() {
@@ -238,7 +244,7 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     spdlog::error("debug dump: {}", dump.status().message());
     return {};
   }
-  std::fputs(dump->summary.c_str(), stderr);
+  supervisor::ConsoleWriter::For(STDERR_FILENO).Write(dump->summary);
   spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
   return dump->stragglers;
 }
@@ -247,6 +253,14 @@ std::vector<std::string> Agent::ErrorFiles(int attempt) const {
   std::vector<std::string> files;
   for (int r = 0; r < c_.nproc_per_node; ++r) files.push_back(layout_->ErrorFile(attempt, r));
   return files;
+}
+
+rendezvous::AgentDriver::SignalQuery Agent::PendingSignal() {
+  return [this]() -> std::pair<int, std::string> {
+    sup_->PollSignals();
+    const int sig = sup_->pending_signal();
+    return {sig, sig != 0 ? supervisor::SignalName(sig) : ""};
+  };
 }
 
 int Agent::FinishLocally(int code, const std::string& message) {
@@ -264,8 +278,8 @@ int Agent::Finish(const rendezvous::Action& exit) {
                       cause.node == stores_.self.name && !local_failures_.empty() &&
                       local_failures_.front().pid == cause.pid;
     if (ours) {
-      std::fputs(supervisor::FormatReport(program_.name, env::Fqdn(), local_failures_).c_str(),
-                 stderr);
+      supervisor::ConsoleWriter::For(STDERR_FILENO)
+          .Write(supervisor::FormatReport(program_.name, env::Fqdn(), local_failures_));
       if (auto own = env::Lookup(environ_, env::kErrorFile); own && !own->empty()) {
         supervisor::DumpRootCause(local_failures_.front(), *own);
       }
@@ -281,15 +295,33 @@ int Agent::Finish(const rendezvous::Action& exit) {
   } else if (!exit.message.empty()) {
     spdlog::error("{}", exit.message);
   }
+  int code = exit.exit_code;
+  if (code == 0 && !lost_logs_.empty()) {
+    spdlog::error("the workers succeeded but {} log file(s) are incomplete ({}); exit code {}",
+                  lost_logs_.size(), lost_logs_.front(), kLogLostExit);
+    code = kLogLostExit;
+  }
   if (exit.exit_code == 0 && layout_->base_is_temporary() && !WritesLogFiles(c_)) {
     std::filesystem::remove_all(layout_->base_dir());  // nothing in it worth keeping
   }
   if (driver_) {
     // The host waits for the others to read the record before its store goes.
-    driver_->Leave(coordinator_ != nullptr, exit.exit_code == 0 ? kExitWait : kLeaveWait);
+    const int sig = driver_->Leave(coordinator_ != nullptr,
+                                   exit.exit_code == 0 ? kExitWait : kLeaveWait, PendingSignal());
+    if (sig != 0) {
+      spdlog::warn("received {} while waiting for the other agents to leave: exiting",
+                   supervisor::SignalName(sig));
+      code = 128 + sig;
+    }
   }
   if (coordinator_) coordinator_->Stop();
-  return exit.exit_code;
+  // A terminating signal that came while this ended decides the exit code too.
+  sup_->PollSignals();
+  if (int sig = sup_->pending_signal(); sig != 0 && code != 128 + sig) {
+    spdlog::warn("received {} while exiting", supervisor::SignalName(sig));
+    code = 128 + sig;
+  }
+  return code;
 }
 
 rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
@@ -360,6 +392,9 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);
   driver_->StopWatching();
   LogStopped(result);
+  for (const auto& w : result.workers) {
+    if (!w.log_error.empty()) lost_logs_.push_back(w.log_error);
+  }
   driver_->WorkersExited(Outcome(round, result));
   return std::nullopt;
 }
@@ -378,13 +413,8 @@ int Agent::Run() {
         "to tune)",
         c_.nproc_per_node);
   }
-  auto pending = [this]() -> std::pair<int, std::string> {
-    sup_->PollSignals();
-    const int sig = sup_->pending_signal();
-    return {sig, sig != 0 ? supervisor::SignalName(sig) : ""};
-  };
   while (true) {
-    rendezvous::Action action = driver_->Next(pending);
+    rendezvous::Action action = driver_->Next(PendingSignal());
     switch (action.kind) {
       case rendezvous::ActionKind::kClearWorkerStore:
         stores_.worker_server->Clear();

@@ -2,9 +2,9 @@
 //
 // main reads as the launcher's lifecycle: parse the command line, resolve
 // the program, run the agent, map the outcome to an exit code.
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -19,6 +19,7 @@
 #include "launcher/option_table.hpp"
 #include "launcher/options.hpp"
 #include "launcher/program.hpp"
+#include "supervisor/console.hpp"
 #include "supervisor/containment.hpp"
 
 #ifndef DDPRUN_VERSION
@@ -28,9 +29,12 @@
 namespace {
 
 constexpr int kUsageExit = 2;
+// At exit, how long a console that does not read may hold back the launcher.
+constexpr std::chrono::milliseconds kConsoleFlushWait{5000};
 
 ddprun::Status SetUpLogging(const ddprun::env::Environ& environ) {
-  auto logger = spdlog::stderr_color_mt("ddprun");
+  // Through the console writer: a stderr nobody reads never blocks the launcher.
+  auto logger = std::make_shared<spdlog::logger>("ddprun", ddprun::supervisor::ConsoleLogSink());
   logger->set_pattern("%^[ddprun %H:%M:%S %l]%$ %v");
   auto level = ddprun::launcher::LogLevelName(environ);
   if (!level.ok()) return level.status();
@@ -118,5 +122,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return 1;
   }
-  return launcher::RunAgent(parsed->config, *program, environ);
+  const int code = launcher::RunAgent(parsed->config, *program, environ);
+  // Workers are gone; what the console has not taken yet gets a bounded wait.
+  supervisor::FlushConsole(kConsoleFlushWait);
+  return code;
 }

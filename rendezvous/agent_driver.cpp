@@ -102,12 +102,13 @@ void AgentDriver::Watch(const std::function<void(const std::string&)>& on_stop) 
   }
 }
 
-void AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout) {
-  if (left_) return;
+int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
+                       const SignalQuery& pending_signal) {
+  if (left_) return 0;
   left_ = true;
   ClientKv kv(client_);
   const std::string& self = machine_.settings().self.agent_id;
-  if (!kv.Set(keys_.Left(self), "1").ok() || !hosts_store) return;
+  if (!kv.Set(keys_.Left(self), "1").ok() || !hosts_store) return 0;
   // The others that may still read the record: the last round's members and
   // the agents waiting to join the next one, for `timeout`; agents lost
   // (paused, or killed: nothing tells which) for the keep-alive limit, past
@@ -121,14 +122,16 @@ void AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout) {
                                  timeout, s.keep_alive_interval * s.keep_alive_max_attempt);
   std::map<std::string, Clock::time_point> waiting = Others(kv, self, now + timeout, earlier);
   while (!waiting.empty()) {
+    if (int sig = pending_signal().first; sig != 0) return sig;
     const auto t = Clock::now();
     for (auto it = waiting.begin(); it != waiting.end();) {
       auto left = kv.TryGet(keys_.Left(it->first));
-      if (!left.ok()) return;
+      if (!left.ok()) return 0;
       it = (*left || t >= it->second) ? waiting.erase(it) : std::next(it);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+  return 0;
 }
 
 std::map<std::string, Clock::time_point> AgentDriver::Others(Kv& kv, const std::string& self,

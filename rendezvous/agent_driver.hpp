@@ -44,8 +44,9 @@ class AgentDriver {
 
   // After the last action (kExit): this agent says it leaves; the store host
   // waits (bounded by `timeout`) for the others to have said so too, so the
-  // store outlives their last requests.
-  void Leave(bool hosts_store, std::chrono::milliseconds timeout);
+  // store outlives their last requests. A terminating signal (asked of
+  // `pending_signal` while it waits) ends the wait; returns that signal, or 0.
+  int Leave(bool hosts_store, std::chrono::milliseconds timeout, const SignalQuery& pending_signal);
 
  private:
   AgentDriver(StoreClient client, std::string host, int port, AgentSettings settings)

@@ -44,11 +44,9 @@ struct ConsoleWriter::State {
 
   void QueueNotice() {
     if (dropped_pending == 0) return;
-    std::string notice = "[ddprun: " + std::to_string(dropped_pending) +
-                         " lines not shown: console not reading; " +
-                         (where_kept.empty() ? std::string("no log file keeps them")
-                                             : "see " + where_kept) +
-                         "]\n";
+    std::string notice =
+        "[ddprun: " + std::to_string(dropped_pending) + " lines not shown: console not reading; " +
+        (where_kept.empty() ? std::string("no log file keeps them") : "see " + where_kept) + "]\n";
     dropped_pending = 0;
     bytes += notice.size();
     queue.push_back(std::move(notice));

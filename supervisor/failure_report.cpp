@@ -43,6 +43,7 @@ std::string FormatOne(size_t idx, const std::string& host, const FailureRecord& 
     << (f.exit.signal != 0 ? " (" + SignalName(f.exit.signal) + ")" : "") << "\n"
     << "  error_file: " << f.error_file << "\n"
     << "  traceback : " << Indent(f.message);
+  if (!f.log_error.empty()) o << "\n  log lost  : " << f.log_error;
   return o.str();
 }
 
@@ -93,9 +94,14 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
   std::vector<FailureRecord> out;
   for (size_t idx : result.failures) {
     const WorkerRecord& w = result.workers[idx];
-    FailureRecord f{
-        w.local_rank,  w.rank, w.pid, w.exit, std::chrono::system_clock::to_time_t(w.exit_time),
-        kNotAvailable, ""};
+    FailureRecord f;
+    f.local_rank = w.local_rank;
+    f.rank = w.rank;
+    f.pid = w.pid;
+    f.exit = w.exit;
+    f.timestamp = std::chrono::system_clock::to_time_t(w.exit_time);
+    f.error_file = kNotAvailable;
+    f.log_error = w.log_error;
     f.hung = !w.hang.empty();
     f.output_tail = w.output_tail;
     if (f.hung) {

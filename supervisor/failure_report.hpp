@@ -23,6 +23,7 @@ struct FailureRecord {
   std::string message;      // traceback, error message, or what happened
   bool hung = false;        // declared hung by the launcher
   std::string output_tail;  // the worker's last output lines
+  std::string log_error;    // why its log files are incomplete, or ""
 };
 
 // Reads a worker's error file (torchrun's JSON, nested or flat form). Returns

@@ -8,7 +8,11 @@ GroupState::GroupState(GroupOptions options, ProcessControl* control, Timer* tim
     : options_(std::move(options)), control_(control), timer_(timer) {}
 
 void GroupState::AddWorker(int local_rank, int rank, pid_t pid) {
-  workers_.push_back(WorkerRecord{local_rank, rank, pid, WorkerState::kRunning, {}, {}, {}});
+  WorkerRecord w;
+  w.local_rank = local_rank;
+  w.rank = rank;
+  w.pid = pid;
+  workers_.push_back(std::move(w));
 }
 
 Outcome GroupState::outcome() const {
@@ -53,8 +57,14 @@ void GroupState::OnExits(const std::vector<std::pair<pid_t, ExitStatus>>& exits,
 
 void GroupState::OnStartFailure(int local_rank, int rank, ExitStatus as_exit, WallTime now,
                                 std::string why) {
-  workers_.push_back(
-      WorkerRecord{local_rank, rank, 0, WorkerState::kFailed, as_exit, now, std::move(why)});
+  WorkerRecord w;
+  w.local_rank = local_rank;
+  w.rank = rank;
+  w.state = WorkerState::kFailed;
+  w.exit = as_exit;
+  w.exit_time = now;
+  w.start_error = std::move(why);
+  workers_.push_back(std::move(w));
   failures_.push_back(workers_.size() - 1);
   BeginStop(SIGTERM);
   FinishIfAllExited();

@@ -9,8 +9,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cerrno>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +36,39 @@ int64_t MtimeNs(const std::string& path) {
 uint64_t ToMillis(Duration d) {
   double ms = d.count() * 1000.0;
   return ms <= 0 ? 0 : static_cast<uint64_t>(ms + 0.5);
+}
+
+// After the supervisor's own handlers are gone (the launcher is exiting), a
+// terminating signal still ends the launcher with 128+N, never by its default
+// action (a core dump for SIGQUIT); the workers are gone by then.
+void OnLateSignal(int sig) {
+  if (sig == SIGUSR1 || sig == SIGUSR2) return;  // nobody left to pass them on to
+  _exit(128 + sig);
+}
+
+// libuv restores a signal's default disposition when the last of its handles
+// for that signal closes. Handles on a loop that never runs, never closed,
+// keep that from happening between the supervisor's handles closing and
+// OnLateSignal taking over (their loop's signal pipe just fills up).
+void KeepCaught(int sig) {
+  static uv_loop_t* keeper = [] {
+    auto* loop = new uv_loop_t;  // never closed
+    uv_loop_init(loop);
+    return loop;
+  }();
+  static std::set<int> kept;
+  if (!kept.insert(sig).second) return;
+  auto* h = new uv_signal_t;  // never closed
+  uv_signal_init(keeper, h);
+  uv_signal_start(
+      h, [](uv_signal_t*, int) {}, sig);
+}
+
+void CatchLate(int sig, bool ignore) {
+  struct sigaction sa {};
+  sa.sa_handler = ignore ? SIG_IGN : OnLateSignal;
+  sigfillset(&sa.sa_mask);
+  sigaction(sig, &sa, nullptr);
 }
 
 }  // namespace
@@ -158,6 +191,7 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
                              ": " + uv_strerror(rc));
     }
     s->signals_.push_back(std::move(h));
+    KeepCaught(sig);
   }
   s->timer_ = std::make_unique<LoopTimer>(&s->loop_);
   uv_timer_init(&s->loop_, &s->hang_timer_);
@@ -171,6 +205,8 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
 }
 
 Supervisor::~Supervisor() {
+  for (auto& h : signals_) CatchLate(h->signum, false);
+  if (dump_signal_started_) CatchLate(dump_signal_.signum, true);  // no workers left to dump
   uv_close(reinterpret_cast<uv_handle_t*>(&sigchld_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&stop_async_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&hang_timer_), nullptr);
@@ -204,9 +240,10 @@ void Supervisor::NoteLogLost(size_t worker, const std::string& path, int err) {
   std::string& lost = progress_[worker].log_error;
   if (!lost.empty()) lost += "; ";
   lost += path + ": write failed: " + std::strerror(err) + "; later output is not in it";
-  spdlog::error("log file {} is incomplete: write failed: {}; its later output is only on the "
-                "console",
-                path, std::strerror(err));
+  spdlog::error(
+      "log file {} is incomplete: write failed: {}; its later output is only on the "
+      "console",
+      path, std::strerror(err));
 }
 
 void Supervisor::PollSignals() {
@@ -386,6 +423,7 @@ void Supervisor::SetDumpHandler(int dump_signal, HangHandler handler) {
   dump_handler_ = std::move(handler);
   if (dump_signal_started_) return;
   uv_signal_init(&loop_, &dump_signal_);
+  KeepCaught(dump_signal);
   dump_signal_.data = this;
   uv_signal_start(
       &dump_signal_,

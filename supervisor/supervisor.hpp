@@ -92,7 +92,7 @@ class Supervisor {
     bool beaten = false;
     int64_t mtime_ns = 0;  // heartbeat file mtime last seen
     std::string file;
-    std::string tail;  // the last lines the worker wrote, both streams (bounded)
+    std::string tail;       // the last lines the worker wrote, both streams (bounded)
     std::string log_error;  // why its log files are incomplete, "" when they are not
   };
   void NoteProgress(size_t index);

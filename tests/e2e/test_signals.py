@@ -1,11 +1,13 @@
 """Signals to ddprun and to its workers: forwarding, grace period, no orphans."""
 
+import os
 import signal
+import subprocess
 import time
 
 import pytest
 
-from conftest import base_env, pid_alive, sh, wait_for, wait_for_files
+from conftest import DDPRUN, PYTHON, base_env, pid_alive, sh, wait_for, wait_for_files
 
 # Each worker traps SIG, records it in got_<rank> and exits; pid_<rank> says it is ready.
 TRAPPING_WORKER = """
@@ -154,3 +156,30 @@ def test_failing_worker_stops_job_promptly(tmp_path, launch, pid_reaper):
     failed_at = float((tmp_path / "exit_time").read_text())
     assert ended - failed_at < 10, f"ddprun exited {ended - failed_at:.2f}s after the failure"
     assert not pid_alive(int((tmp_path / "pid_0").read_text()))
+
+
+@pytest.mark.parametrize("sig", [signal.SIGQUIT, signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_signal_storm_during_shutdown_ends_in_128_plus_n(tmp_path, sig):
+    """25 times: the worker finishes and, from that moment until ddprun exits, ddprun gets the
+    signal as fast as it can be sent. ddprun must end with 0 (the signal came too late to count)
+    or 128+N, never by the signal's default action (for SIGQUIT, a core dump)."""
+    marker = tmp_path / "done"
+    worker = f"open({str(marker)!r}, 'w').close()"
+    codes = []
+    for _ in range(25):
+        marker.unlink(missing_ok=True)
+        proc = subprocess.Popen([str(DDPRUN), "--nproc_per_node=1", "--no_python", PYTHON, "-c",
+                                 worker], env=base_env(), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        deadline = time.monotonic() + 20
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.001)
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                os.kill(proc.pid, sig)
+            except ProcessLookupError:
+                break
+        codes.append(proc.wait(timeout=20))
+    bad = [c for c in codes if c not in (0, 128 + sig)]
+    assert not bad, f"exit codes {codes}: {bad} are neither 0 nor {128 + sig}"

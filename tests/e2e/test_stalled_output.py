@@ -1,0 +1,146 @@
+"""Output that cannot be written never stops supervision: a console nobody reads drops lines
+(counted, with a notice) instead of stalling the launcher; a log file that cannot be written
+(full disk) is reported once, named, in the failure report, and in the exit code."""
+
+import os
+import shutil
+import signal
+import subprocess
+import textwrap
+import time
+
+import pytest
+
+from conftest import DDPRUN, PYTHON, base_env
+
+# Rank 0 fails with exit 7 after a second; the others print as fast as they can and note when
+# SIGTERM reached them.
+CHATTY = textwrap.dedent("""\
+    import os, signal, sys, time
+    d = os.environ["OUT_DIR"]
+    rank = int(os.environ["RANK"])
+    def on_term(sig, frame):
+        with open(f"{d}/term.{rank}", "w") as f:
+            f.write(repr(time.time()))
+        os._exit(143)
+    signal.signal(signal.SIGTERM, on_term)
+    start = time.time()
+    if rank == 0 and os.environ.get("FAIL") == "1":
+        time.sleep(1.0)
+        with open(f"{d}/failed", "w") as f:
+            f.write(repr(time.time()))
+        sys.exit(7)
+    n = 0
+    limit = float(os.environ.get("PRINT_FOR", "1e9"))
+    while time.time() - start < limit:
+        n += 1
+        print(f"rank {rank} line {n} " + "x" * 80, flush=(n % 64 == 0))
+    print(f"rank {rank} done after {n} lines", flush=True)
+    """)
+
+
+def start(tmp_path, args, **env):
+    script = tmp_path / "chatty.py"
+    script.write_text(CHATTY)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir(exist_ok=True)
+    e = base_env(OUT_DIR=str(out_dir), **env)
+    proc = subprocess.Popen([str(DDPRUN), *args, "--no_python", PYTHON, str(script)], env=e,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    return proc, out_dir
+
+
+def wait_file(path, timeout):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_unread_console_does_not_delay_failure_handling(tmp_path):
+    """Nobody reads ddprun's stdout or stderr: a worker that fails at +1 s still gets its
+    neighbours SIGTERMed at once and ddprun exits with its code, before anyone reads."""
+    proc, out = start(tmp_path, ["--nproc_per_node=2", "--tee=3", "--log_dir", tmp_path / "logs",
+                                 "--shutdown_timeout=5"], FAIL="1")
+    try:
+        assert wait_file(out / "failed", 20), "rank 0 never failed"
+        failed_at = float((out / "failed").read_text())
+        assert wait_file(out / "term.1", 10), "the failure was not acted on within 10 s"
+        lag = float((out / "term.1").read_text()) - failed_at
+        deadline = time.monotonic() + 15
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rc = proc.poll()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out_text, err_text = proc.communicate()
+    assert lag < 3.0, f"rank 1 got SIGTERM {lag:.1f} s after rank 0 failed"
+    assert rc == 7, f"ddprun did not exit (rc {rc}) while its console was not read"
+    # The log file is complete: rank 1's last line there is its last line printed before SIGTERM.
+    log = (tmp_path / "logs").glob("*/attempt_0/1/stdout.log")
+    assert any(p.stat().st_size > 64 * 1024 for p in log)
+
+
+def test_console_that_resumes_gets_a_counted_notice(tmp_path):
+    """The console stops reading for 3 s while ranks print, then reads again: the lines it missed
+    are counted in a notice that names the log to read them in; the log files hold every line."""
+    proc, out = start(tmp_path, ["--nproc_per_node=1", "--tee=3", "--log_dir", tmp_path / "logs"],
+                      PRINT_FOR="5")
+    time.sleep(3.0)
+    out_text, err_text = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err_text.decode(errors="replace")
+    text = out_text.decode(errors="replace")
+    logs = list((tmp_path / "logs").glob("*/attempt_0/0/stdout.log"))
+    assert logs, "no stdout.log"
+    log_lines = logs[0].read_text().splitlines()
+    assert log_lines[-1].startswith("rank 0 done after"), log_lines[-1]
+    total = int(log_lines[-1].split()[4])
+    assert len(log_lines) == total + 1, "the log file lost lines"
+    notices = [line for line in text.splitlines() if "lines not shown: console not reading" in line]
+    assert notices, "no notice of dropped lines"
+    assert "stdout.log" in notices[0], notices[0]
+    shown = sum(1 for line in text.splitlines() if " line " in line and "rank 0" in line)
+    missed = sum(int(n.split("[ddprun: ")[1].split()[0]) for n in notices)
+    assert shown + missed == total, f"shown {shown} + missed {missed} != printed {total}"
+
+
+def test_sigterm_is_acted_on_while_the_console_is_stalled(tmp_path):
+    proc, out = start(tmp_path, ["--nproc_per_node=2", "--tee=3", "--log_dir", tmp_path / "logs"])
+    try:
+        time.sleep(2.0)  # the pipe is full by now
+        proc.send_signal(signal.SIGTERM)
+        assert wait_file(out / "term.0", 5), "SIGTERM was not passed on while the console stalled"
+        deadline = time.monotonic() + 15
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        rc = proc.poll()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert rc == 128 + signal.SIGTERM, rc
+
+
+def test_full_disk_is_reported_and_in_the_exit_code(tmp_path):
+    """--log_dir on a 256 KiB file system; the worker writes 2 MiB and succeeds: the log's
+    failed write is named once, in the failure report, and the exit code is 74 (EX_IOERR)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to mount a small tmpfs in a private namespace")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    script = tmp_path / "big.py"
+    script.write_text("import sys\nfor i in range(20000):\n    print('y' * 100)\n")
+    cmd = (f"mount -t tmpfs -o size=256k ddprun-full {logs} && exec {DDPRUN} --nproc_per_node=1 "
+           f"--tee=3 --log_dir {logs} --no_python {PYTHON} {script}")
+    r = subprocess.run(["unshare", "--mount", "sh", "-c", cmd], env=base_env(),
+                       capture_output=True, text=True, timeout=60)
+    if "mount:" in r.stderr or "unshare:" in r.stderr:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    assert r.returncode == 74, r.stderr
+    assert r.stderr.count("No space left on device") >= 1, r.stderr
+    assert "stdout.log is incomplete" in r.stderr, r.stderr
+    assert r.stderr.count("is incomplete: write failed") == 1, r.stderr
