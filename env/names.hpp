@@ -34,6 +34,9 @@ inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 inline constexpr char kHeartbeatFile[] = "DDPRUN_HEARTBEAT_FILE";
 inline constexpr char kTraceFile[] = "DDPRUN_TRACE_FILE";
 inline constexpr char kDumpDir[] = "DDPRUN_DUMP_DIR";
+// Marks every process of one ddprun run (inherited by the workers'
+// descendants); supervisor/containment.hpp kills by it where no cgroup does.
+inline constexpr char kProcessTree[] = "DDPRUN_PROCESS_TREE";
 
 // Read by workers of ddprun's DDP core (ddp/process_group.cpp), which a user
 // may set for them: the collective timeout in seconds (default 10 minutes), and
@@ -47,5 +50,6 @@ inline constexpr char kLinePrefixTemplate[] = "TORCHELASTIC_LOG_LINE_PREFIX_TEMP
 inline constexpr char kShutdownTimeout[] = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
 inline constexpr char kLogLevel[] = "LOGLEVEL";
 inline constexpr char kPetPrefix[] = "PET_";
+inline constexpr char kCgroup[] = "DDPRUN_CGROUP";  // 0: contain workers without a cgroup
 
 }  // namespace ddprun::env

@@ -121,9 +121,9 @@ Status Agent::Setup() {
   auto layout = env::LogLayout::Create(c_.log_dir, c_.rdzv_id);
   if (!layout.ok()) return layout.status();
   layout_ = std::move(*layout);
-  const auto cgroup = env::Lookup(environ_, supervisor::kCgroupVar).value_or("1");
+  const auto cgroup = env::Lookup(environ_, env::kCgroup).value_or("1");
   if (cgroup != "0" && cgroup != "1") {
-    return InvalidArgument(std::string(supervisor::kCgroupVar) + "=" + cgroup +
+    return InvalidArgument(std::string(env::kCgroup) + "=" + cgroup +
                            ": must be 0 (contain workers by their environment only) or 1 "
                            "(a cgroup of the job's own where one can be made; the default)");
   }

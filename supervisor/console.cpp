@@ -1,5 +1,7 @@
 #include "supervisor/console.hpp"
 
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/sinks/base_sink.h>
 #include <unistd.h>
 
@@ -53,6 +55,9 @@ struct ConsoleWriter::State {
   }
 
   void Run() {
+    // Every signal is blocked here (from the start: Write): a closed console's
+    // SIGPIPE (thread-directed) stays pending instead of killing the launcher,
+    // and the launcher's signals go to the threads that handle them.
     std::unique_lock lock(mu);
     for (;;) {
       work.wait(lock, [this] { return !queue.empty(); });
@@ -88,11 +93,15 @@ void ConsoleWriter::Write(std::string_view data, std::string_view where_kept) {
   if (s.broken) return;  // a closed console must not stop the job
   if (!s.started) {
     s.started = true;
+    sigset_t all, saved;  // the thread starts with every signal blocked (see Run)
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &saved);
     try {
       std::thread([&s] { s.Run(); }).detach();
     } catch (const std::system_error&) {
       s.threadless = true;  // out of threads: better slow output than none
     }
+    pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   }
   if (s.threadless) {
     if (!WriteAll(s.fd, data.data(), data.size())) s.broken = true;

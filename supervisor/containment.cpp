@@ -146,7 +146,7 @@ Containment::Containment(Key) {}
 StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
   auto c = std::make_unique<Containment>(Key{});
   c->token_ = std::to_string(getpid()) + "." + RandomToken();
-  c->env_entry_ = std::string(kProcessTreeVar) + "=" + c->token_;
+  c->env_entry_ = std::string(env::kProcessTree) + "=" + c->token_;
   if (try_cgroup) {
     std::string parent = OwnCgroupDir();
     std::string dir = parent + "/ddprun-" + c->token_;
@@ -185,7 +185,7 @@ StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
                              cgroup_arg.data(), nullptr};
   // The guardian itself does not carry the mark: a sweep must not kill it.
   std::vector<char*> envp;
-  const std::string prefix = std::string(kProcessTreeVar) + "=";
+  const std::string prefix = std::string(env::kProcessTree) + "=";
   for (char** e = environ; *e != nullptr; ++e) {
     if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0) envp.push_back(*e);
   }
@@ -247,7 +247,7 @@ int RunGuardian(int argc, char** argv) {
     n = read(3, &byte, 1);
   } while (n < 0 && errno == EINTR);
   if (n == 1) return 0;  // the launcher said goodbye: it cleaned up itself
-  const std::string entry = std::string(kProcessTreeVar) + "=" + argv[2];
+  const std::string entry = std::string(env::kProcessTree) + "=" + argv[2];
   const std::string dir = argv[3];
   int killed = 0;
   if (dir != "-") {

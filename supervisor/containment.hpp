@@ -24,13 +24,9 @@
 
 #include "base/status.hpp"
 #include "base/unique_fd.hpp"
+#include "env/names.hpp"
 
 namespace ddprun::supervisor {
-
-// The worker-environment variable that marks a job's processes.
-inline constexpr const char* kProcessTreeVar = "DDPRUN_PROCESS_TREE";
-// Set to 0 to not create a cgroup (the environment mark is then used).
-inline constexpr const char* kCgroupVar = "DDPRUN_CGROUP";
 
 class Containment {
   struct Key {

@@ -355,7 +355,7 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
     pid = (out.ok() ? err : out).status();
   } else {
     std::vector<std::string> envp;
-    const std::string mark = std::string(kProcessTreeVar) + "=";
+    const std::string mark = std::string(env::kProcessTree) + "=";
     for (const auto& e : spec.envp) {
       if (e.rfind(mark, 0) != 0) envp.push_back(e);  // an outer ddprun's mark is replaced
     }

@@ -132,12 +132,17 @@ def test_sigkilled_launcher_leaves_no_process_behind(tmp_path, worker, cgroup):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 start_new_session=True)
         early = i % 5 == 4
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         want = nproc * len(TAGS)
         while len([n for n in os.listdir(pid_dir) if not n.endswith(".tmp")]) < want:
             if early and os.listdir(pid_dir):
                 break
-            assert time.monotonic() < deadline, f"round {i}: workers did not start"
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                err = proc.communicate()[1].decode(errors="replace")
+                kill_leftovers(pid_dir)
+                pytest.fail(f"round {i}: not all started: {sorted(os.listdir(pid_dir))}; "
+                            f"ddprun rc {proc.returncode}\n{err}")
             time.sleep(0.005)
         time.sleep(rng.uniform(0, 0.05))
         proc.kill()

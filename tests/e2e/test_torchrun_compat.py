@@ -21,6 +21,7 @@ ALLOWED = {
     "DDPRUN_HEARTBEAT_FILE": "ddprun's own variable, documented in ddprun(1)",
     "DDPRUN_TRACE_FILE": "ddprun's own variable, documented in ddprun(1)",
     "DDPRUN_DUMP_DIR": "ddprun's own variable, documented in ddprun(1)",
+    "DDPRUN_PROCESS_TREE": "ddprun's own variable (containment), documented in ddprun(1)",
 }
 
 DUMP = """
@@ -68,7 +69,8 @@ def test_worker_environment_matches_torchrun(tmp_path, flags, extra_env):
                   if theirs[rank].get(n) != ours[rank].get(n) and n not in ALLOWED}
         assert differ == {}, f"rank {rank}: (torchrun, ddprun) differ: {differ}"
         for name in ("MASTER_PORT", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_RUN_ID",
-                     "DDPRUN_HEARTBEAT_FILE", "DDPRUN_TRACE_FILE", "DDPRUN_DUMP_DIR"):
+                     "DDPRUN_HEARTBEAT_FILE", "DDPRUN_TRACE_FILE", "DDPRUN_DUMP_DIR",
+                     "DDPRUN_PROCESS_TREE"):
             assert name in ours[rank]
         assert ours[rank]["TORCHELASTIC_USE_AGENT_STORE"] == "True"
     ports = {env["MASTER_PORT"] for env in ours.values()}

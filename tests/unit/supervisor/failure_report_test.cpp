@@ -40,8 +40,15 @@ TEST_CASE("error files in torchrun's nested and flat forms are read") {
 TEST_CASE("the root cause is the earliest error file, and the report keeps torchrun's layout") {
   GroupResult r;
   auto t = std::chrono::system_clock::from_time_t(100);
-  r.workers = {{0, 0, 10, WorkerState::kFailed, ExitStatus::Signaled(SIGKILL), t, ""},
-               {1, 1, 11, WorkerState::kFailed, ExitStatus::Exited(3), t, ""}};
+  for (int i : {0, 1}) {
+    WorkerRecord w;
+    w.local_rank = w.rank = i;
+    w.pid = 10 + i;
+    w.state = WorkerState::kFailed;
+    w.exit = i == 0 ? ExitStatus::Signaled(SIGKILL) : ExitStatus::Exited(3);
+    w.exit_time = t;
+    r.workers.push_back(w);
+  }
   r.failures = {0, 1};
   auto err = TempFile("ddprun_err4.json",
                       R"({"message": {"message": "x", "extraInfo": {"py_callstack": "tb", )"
@@ -64,7 +71,12 @@ TEST_CASE("the root cause is the earliest error file, and the report keeps torch
 }
 
 TEST_CASE("the root cause is copied to the launcher's own error file with its code") {
-  FailureRecord f{0, 0, 1, ExitStatus::Exited(3), 42, "<N/A>", "no traceback"};
+  FailureRecord f;
+  f.pid = 1;
+  f.exit = ExitStatus::Exited(3);
+  f.timestamp = 42;
+  f.error_file = "<N/A>";
+  f.message = "no traceback";
   auto out = std::filesystem::temp_directory_path() / "ddprun_own_error.json";
   DumpRootCause(f, out.string());
   std::ifstream in(out);

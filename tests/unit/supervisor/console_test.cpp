@@ -1,0 +1,61 @@
+#include "supervisor/console.hpp"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <string>
+
+namespace ddprun::supervisor {
+namespace {
+
+std::string ReadAll(int fd) {
+  std::string out;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) out.append(buf, static_cast<size_t>(n));
+  return out;
+}
+
+TEST_CASE("a console that does not read drops lines, counts them, and says so when it reads") {
+  int fds[2];
+  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+  fcntl(fds[1], F_SETPIPE_SZ, 4096);
+  ConsoleWriter& w = ConsoleWriter::For(fds[1]);
+  w.set_capacity(8192);
+  const std::string line(99, 'x');
+  const auto start = std::chrono::steady_clock::now();
+  for (int i = 0; i < 2000; ++i) w.Write(line + "\n", "/logs/0/stdout.log");  // 200 KB
+  // Write() returned at once although nobody read: the lines beyond the bound were dropped.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  const uint64_t dropped = w.dropped_lines();
+  CHECK(dropped > 1000);
+  CHECK(dropped < 2000);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  std::string got;
+  for (int i = 0; i < 200 && !w.Flush(std::chrono::milliseconds(10)); ++i) got += ReadAll(fds[0]);
+  got += ReadAll(fds[0]);
+  REQUIRE(w.Flush(std::chrono::milliseconds(1000)));
+  got += ReadAll(fds[0]);
+  const std::string notice = "[ddprun: " + std::to_string(dropped) +
+                             " lines not shown: console not reading; see /logs/0/stdout.log]\n";
+  CHECK(got.find(notice) != std::string::npos);
+  size_t shown = 0;
+  for (size_t p = 0; (p = got.find(line, p)) != std::string::npos; p += line.size()) ++shown;
+  CHECK(shown + dropped == 2000);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+TEST_CASE("a closed console is given up without blocking or failing the caller") {
+  int fds[2];
+  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+  close(fds[0]);
+  ConsoleWriter& w = ConsoleWriter::For(fds[1]);
+  for (int i = 0; i < 100; ++i) w.Write("line\n");
+  CHECK(w.Flush(std::chrono::milliseconds(2000)));
+  close(fds[1]);
+}
+
+}  // namespace
+}  // namespace ddprun::supervisor
