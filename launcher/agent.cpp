@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 
+#include "base/exit_codes.hpp"
 #include "env/host.hpp"
 #include "env/log_layout.hpp"
 #include "env/names.hpp"
@@ -25,9 +26,6 @@ namespace ddprun::launcher {
 
 namespace {
 
-constexpr int kUsageExit = 2;
-constexpr int kHangExit = 124;    // as timeout(1): the root cause was a hung worker
-constexpr int kLogLostExit = 74;  // EX_IOERR: the job succeeded, a log file did not
 constexpr std::chrono::seconds kExitWait{30};
 constexpr std::chrono::seconds kLeaveWait{5};
 
@@ -298,8 +296,8 @@ int Agent::Finish(const rendezvous::Action& exit) {
   int code = exit.exit_code;
   if (code == 0 && !lost_logs_.empty()) {
     spdlog::error("the workers succeeded but {} log file(s) are incomplete ({}); exit code {}",
-                  lost_logs_.size(), lost_logs_.front(), kLogLostExit);
-    code = kLogLostExit;
+                  lost_logs_.size(), lost_logs_.front(), exit_code::kLogLost);
+    code = exit_code::kLogLost;
   }
   if (exit.exit_code == 0 && layout_->base_is_temporary() && !WritesLogFiles(c_)) {
     std::filesystem::remove_all(layout_->base_dir());  // nothing in it worth keeping
@@ -311,15 +309,15 @@ int Agent::Finish(const rendezvous::Action& exit) {
     if (sig != 0) {
       spdlog::warn("received {} while waiting for the other agents to leave: exiting",
                    supervisor::SignalName(sig));
-      code = 128 + sig;
+      code = exit_code::ForSignal(sig);
     }
   }
   if (coordinator_) coordinator_->Stop();
   // A terminating signal that came while this ended decides the exit code too.
   sup_->PollSignals();
-  if (int sig = sup_->pending_signal(); sig != 0 && code != 128 + sig) {
+  if (int sig = sup_->pending_signal(); sig != 0 && code != exit_code::ForSignal(sig)) {
     spdlog::warn("received {} while exiting", supervisor::SignalName(sig));
-    code = 128 + sig;
+    code = exit_code::ForSignal(sig);
   }
   return code;
 }
@@ -351,7 +349,7 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   o.cause.cls = root.hung          ? rendezvous::FailureClass::kHang
                 : DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
                                    : rendezvous::FailureClass::kWorker;
-  o.cause.exit_code = root.hung ? kHangExit : root.exit.ShellCode();
+  o.cause.exit_code = root.hung ? exit_code::kHang : root.exit.ShellCode();
   o.cause.rank = root.rank;
   o.cause.local_rank = root.local_rank;
   o.cause.pid = root.pid;
@@ -382,7 +380,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
     return FinishLocally(1, s.message());
   }
   auto specs = BuildWorkerSpecs(c_, program_, group, *layout_, environ_);
-  if (!specs.ok()) return FinishLocally(kUsageExit, specs.status().message());
+  if (!specs.ok()) return FinishLocally(exit_code::kUsage, specs.status().message());
   sup_->ClearStopRequest();
   Status watching = driver_->StartWatching([this](const std::string& reason) {
     spdlog::warn("stopping the workers: {}", reason);
@@ -402,10 +400,8 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
 int Agent::Run() {
   if (Status s = Setup(); !s.ok()) {
     spdlog::error("{}", s.message());
-    const bool usage =
-        s.code() == StatusCode::kInvalidArgument || s.code() == StatusCode::kUnimplemented;
     if (coordinator_) coordinator_->Stop();
-    return usage ? kUsageExit : 1;
+    return exit_code::ForStatus(s) == exit_code::kUsage ? exit_code::kUsage : exit_code::kFailure;
   }
   if (c_.nproc_per_node > 1 && !env::Lookup(environ_, env::kOmpNumThreads)) {
     spdlog::warn(

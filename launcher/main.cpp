@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "base/exit_codes.hpp"
 #include "env/environ.hpp"
 #include "env/host.hpp"
 #include "env/limits.hpp"
@@ -28,7 +29,6 @@
 
 namespace {
 
-constexpr int kUsageExit = 2;
 // At exit, how long a console that does not read may hold back the launcher.
 constexpr std::chrono::milliseconds kConsoleFlushWait{5000};
 
@@ -41,17 +41,6 @@ ddprun::Status SetUpLogging(const ddprun::env::Environ& environ) {
   logger->set_level(spdlog::level::from_str(*level));
   spdlog::set_default_logger(logger);
   return ddprun::Status::Ok();
-}
-
-int ExitCodeFor(const ddprun::Status& s) {
-  switch (s.code()) {
-    case ddprun::StatusCode::kNotFound:
-      return 127;
-    case ddprun::StatusCode::kPermissionDenied:
-      return 126;
-    default:
-      return 1;
-  }
 }
 
 // Raises the soft limits the job needs and logs what changed and what looks
@@ -75,7 +64,7 @@ int Doctor(const std::vector<std::string>& options, const ddprun::env::Environ& 
   auto report = ddprun::launcher::RunDoctor(options, environ, host);
   if (!report.ok()) {
     std::fprintf(stderr, "ddprun doctor: %s\n", report.status().message().c_str());
-    return kUsageExit;
+    return ddprun::exit_code::kUsage;
   }
   std::fputs(report->text.c_str(), stdout);
   return report->failed ? 1 : 0;
@@ -91,7 +80,7 @@ int main(int argc, char** argv) {
   const env::Environ environ = env::CurrentEnviron();
   if (Status s = SetUpLogging(environ); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
-    return kUsageExit;
+    return ddprun::exit_code::kUsage;
   }
   std::vector<std::string> args(argv + 1, argv + argc);
   launcher::HostCounts host{env::CpuCount(),
@@ -101,7 +90,7 @@ int main(int argc, char** argv) {
   auto parsed = launcher::ParseCommandLine(args, environ, host);
   if (!parsed.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", parsed.status().message().c_str());
-    return kUsageExit;
+    return ddprun::exit_code::kUsage;
   }
   if (parsed->action == launcher::Action::kHelp) {
     std::fputs(launcher::HelpText().c_str(), stdout);
@@ -116,11 +105,11 @@ int main(int argc, char** argv) {
   if (!program.ok()) {
     std::fprintf(stderr, "ddprun: cannot run %s: %s\n", parsed->config.program.c_str(),
                  program.status().message().c_str());
-    return ExitCodeFor(program.status());
+    return exit_code::ForStatus(program.status());
   }
   if (Status s = PrepareLimits(parsed->config, environ); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
-    return 1;
+    return exit_code::ForStatus(s);
   }
   const int code = launcher::RunAgent(parsed->config, *program, environ);
   // Workers are gone; what the console has not taken yet gets a bounded wait.

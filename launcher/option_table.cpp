@@ -231,9 +231,10 @@ std::string HelpText() {
     o << "\n";
   }
   o << "\nexit status: 0 success; the root-cause worker's exit code, or 128+N if it died of\n"
-       "signal N; 1 other launcher failures; 2 usage error or option not supported yet; 126\n"
-       "program or script not executable or readable; 127 program or interpreter not found;\n"
-       "128+N when ddprun itself was stopped by signal N. See ddprun(1).\n";
+       "signal N; 1 other launcher failures; 2 usage error or option not supported yet; 74\n"
+       "workers succeeded but a log file could not be written; 124 the root cause was a hung\n"
+       "worker; 126 program or script not executable or readable; 127 program or interpreter\n"
+       "not found; 128+N when ddprun itself was stopped by signal N. See ddprun(1).\n";
   return o.str();
 }
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <sstream>
 
+#include "base/exit_codes.hpp"
+
 namespace ddprun::rendezvous {
 
 namespace {
@@ -333,11 +335,11 @@ Action AgentMachine::Leave(Kv& kv) {
   if (s_.hosts_store) {
     Cause c;
     c.cls = FailureClass::kSignal;
-    c.exit_code = 128 + signal_;
+    c.exit_code = exit_code::ForSignal(signal_);
     c.what = "the agent hosting the store (" + s_.self.name + ") was " + by;
     (void)Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
   }
-  return Exit(128 + signal_, "received " + signal_name_);
+  return Exit(exit_code::ForSignal(signal_), "received " + signal_name_);
 }
 
 }  // namespace ddprun::rendezvous

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "base/exit_codes.hpp"
+
 namespace ddprun::supervisor {
 
 struct ExitStatus {
@@ -19,7 +21,7 @@ struct ExitStatus {
 
   bool success() const { return signal == 0 && code == 0; }
   // The shell's convention: the code, or 128+N for death by signal N.
-  int ShellCode() const { return signal != 0 ? 128 + signal : code; }
+  int ShellCode() const { return signal != 0 ? exit_code::ForSignal(signal) : code; }
   // torchrun's convention: the code, or -N for death by signal N.
   int TorchCode() const { return signal != 0 ? -signal : code; }
   // "exit code 3" or "signal 9 (SIGKILL)".

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "base/exit_codes.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/line_splitter.hpp"
 
@@ -43,7 +44,7 @@ uint64_t ToMillis(Duration d) {
 // action (a core dump for SIGQUIT); the workers are gone by then.
 void OnLateSignal(int sig) {
   if (sig == SIGUSR1 || sig == SIGUSR2) return;  // nobody left to pass them on to
-  _exit(128 + sig);
+  _exit(exit_code::ForSignal(sig));
 }
 
 // libuv restores a signal's default disposition when the last of its handles
@@ -373,9 +374,9 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
     return;
   }
   progress_.emplace_back();  // keeps indices aligned with the group's workers
-  int code = pid.status().code() == StatusCode::kNotFound           ? 127
-             : pid.status().code() == StatusCode::kPermissionDenied ? 126
-                                                                    : 1;
+  const int code = exit_code::ForStatus(pid.status()) == exit_code::kUsage
+                       ? exit_code::kFailure
+                       : exit_code::ForStatus(pid.status());
   state.OnStartFailure(spec.local_rank, spec.rank, ExitStatus::Exited(code),
                        std::chrono::system_clock::now(), pid.status().message());
 }

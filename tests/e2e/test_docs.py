@@ -122,3 +122,19 @@ def test_rendezvous_and_access_control_sections_exist():
     for section in ("RENDEZVOUS", "ACCESS CONTROL"):
         assert re.search(r"^\.SH \"?" + section, man, re.M), section
     assert "more than one node" not in man_text().lower()
+
+
+def test_every_exit_code_is_documented_in_man_and_help():
+    """base/exit_codes.hpp is the one table of exit codes: each fixed code in it has its entry
+    in the man page's EXIT STATUS and is named in --help."""
+    table = (SOURCE / "base" / "exit_codes.hpp").read_text()
+    codes = [int(c) for c in re.findall(r"inline constexpr int k\w+ = (\d+);", table)]
+    assert {0, 1, 2, 124, 126, 127} <= set(codes), codes
+    man = MAN_PAGE.read_text()
+    section = man[man.index(".SH EXIT STATUS"):]
+    section = section[:section.index("\n.SH ", 1)]
+    text = help_text()
+    for code in codes:
+        assert f".B {code}\n" in section, f"exit code {code} missing from EXIT STATUS"
+        if code != 0:
+            assert re.search(rf"\b{code}\b", text[text.index("exit status:"):]), code
