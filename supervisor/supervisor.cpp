@@ -17,6 +17,7 @@
 
 #include "base/exit_codes.hpp"
 #include "supervisor/console.hpp"
+#include "supervisor/hang_check.hpp"
 #include "supervisor/line_splitter.hpp"
 
 namespace ddprun::supervisor {
@@ -438,17 +439,9 @@ void Supervisor::SetDumpHandler(int dump_signal, HangHandler handler) {
   dump_signal_started_ = true;
 }
 
+// Without limits nobody is hung, and every worker that ever beat counts as beating.
 HangReport Supervisor::RunningReport() const {
-  HangReport report;
-  const auto now = std::chrono::steady_clock::now();
-  for (size_t i = 0; i < progress_.size() && i < running_->workers().size(); ++i) {
-    const WorkerRecord& w = running_->workers()[i];
-    if (w.state != WorkerState::kRunning) continue;
-    const double silent = std::chrono::duration<double>(now - progress_[i].last).count();
-    report.running.push_back({i, w.rank, w.local_rank, w.pid, silent, progress_[i].beaten});
-    if (progress_[i].beaten) report.beating_ranks.push_back(w.rank);
-  }
-  return report;
+  return FindHung(Beats(), HangLimits{}, std::chrono::steady_clock::now()).report;
 }
 
 void Supervisor::NoteProgress(size_t index) {
@@ -457,25 +450,26 @@ void Supervisor::NoteProgress(size_t index) {
   progress_[index].beaten = true;
 }
 
+std::vector<Beat> Supervisor::Beats() const {
+  std::vector<Beat> beats;
+  for (size_t i = 0; i < progress_.size() && i < running_->workers().size(); ++i) {
+    const WorkerRecord& w = running_->workers()[i];
+    beats.push_back({w.state == WorkerState::kRunning, w.rank, w.local_rank, w.pid,
+                     progress_[i].last, progress_[i].beaten});
+  }
+  return beats;
+}
+
+HangLimits Supervisor::Limits() const { return {options_.hang_timeout, options_.startup_timeout}; }
+
 // The earliest moment some worker could be hung; nothing is looked at before.
 void Supervisor::ArmHangCheck() {
   using std::chrono::steady_clock;
   if (running_ == nullptr || running_->phase() != Phase::kRunning) return;
-  const auto hang = std::chrono::duration_cast<steady_clock::duration>(options_.hang_timeout);
-  const auto startup = std::chrono::duration_cast<steady_clock::duration>(options_.startup_timeout);
-  std::optional<steady_clock::time_point> next;
-  for (size_t i = 0; i < progress_.size(); ++i) {
-    if (running_->workers()[i].state != WorkerState::kRunning) continue;
-    const Progress& p = progress_[i];
-    std::optional<steady_clock::time_point> due;
-    if (p.beaten && hang.count() > 0) due = p.last + hang;
-    if (!p.beaten && startup.count() > 0) due = p.last + startup;
-    // Not beaten yet and no startup limit: look again later for its first beat.
-    if (!p.beaten && startup.count() == 0 && hang.count() > 0) due = steady_clock::now() + hang;
-    if (due && (!next || *due < *next)) next = due;
-  }
+  const auto now = steady_clock::now();
+  auto next = NextHangCheck(Beats(), Limits(), now);
   if (!next) return;
-  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*next - steady_clock::now());
+  auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(*next - now);
   uv_timer_start(
       &hang_timer_, [](uv_timer_t* t) { static_cast<Supervisor*>(t->data)->CheckHangs(); },
       static_cast<uint64_t>(std::max<long>(wait.count(), 0)) + 1, 0);
@@ -496,40 +490,9 @@ void Supervisor::CheckHangs() {
     p.beaten = true;
     p.last = now - std::chrono::nanoseconds(std::max<int64_t>(0, wall_now_ns - m));
   }
-  HangReport report = RunningReport();
-  report.beating_ranks.clear();
-  std::vector<std::pair<size_t, std::string>> hung;
-  auto limit_of = [this](const Progress& p) {
-    return p.beaten ? options_.hang_timeout.count() : options_.startup_timeout.count();
-  };
-  // Ranks stuck at the same moment beat within a few file-time ticks of each
-  // other: once one is past its limit, one silent for nine tenths of it is
-  // stuck too, not "still beating" (the slack is at most half a second).
-  bool any = false;
-  for (size_t i = 0; i < progress_.size(); ++i) {
-    const double limit = limit_of(progress_[i]);
-    any = any || (running_->workers()[i].state == WorkerState::kRunning && limit > 0 &&
-                  std::chrono::duration<double>(now - progress_[i].last).count() >= limit);
-  }
-  for (size_t i = 0; i < progress_.size(); ++i) {
-    const WorkerRecord& w = running_->workers()[i];
-    if (w.state != WorkerState::kRunning) continue;
-    const Progress& p = progress_[i];
-    const double silent = std::chrono::duration<double>(now - p.last).count();
-    const double limit = limit_of(p);
-    const double slack = any ? std::min(0.5, 0.1 * limit) : 0.0;
-    if (limit <= 0 || silent < limit - slack) {
-      if (p.beaten) report.beating_ranks.push_back(w.rank);
-      continue;
-    }
-    report.hung.push_back({i, w.rank, w.local_rank, w.pid, silent, p.beaten});
-    char why[160];
-    std::snprintf(why, sizeof(why),
-                  p.beaten ? "hung: no heartbeat for %.1f s (--hang_timeout=%g)"
-                           : "hung: no first heartbeat %.1f s after start (--startup_timeout=%g)",
-                  silent, limit);
-    hung.emplace_back(i, why);
-  }
+  HangVerdict verdict = FindHung(Beats(), Limits(), now);
+  auto& hung = verdict.hung;
+  const HangReport& report = verdict.report;
   if (hung.empty()) {
     ArmHangCheck();
     return;

@@ -20,6 +20,7 @@
 #include "base/unique_fd.hpp"
 #include "supervisor/containment.hpp"
 #include "supervisor/group_state.hpp"
+#include "supervisor/hang_check.hpp"
 #include "supervisor/spawn.hpp"
 #include "supervisor/worker_spec.hpp"
 
@@ -100,6 +101,8 @@ class Supervisor {
   void NoteLogLost(size_t worker, const std::string& path, int err);
   void ArmHangCheck();
   void CheckHangs();
+  std::vector<Beat> Beats() const;  // hang_check.hpp's view of progress_
+  HangLimits Limits() const;
   void CloseReader(PipeReader& reader);
 
   uv_loop_t loop_;

@@ -1,0 +1,65 @@
+#include "supervisor/hang_check.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace ddprun::supervisor {
+
+namespace {
+
+double Seconds(SteadyTime::duration d) { return std::chrono::duration<double>(d).count(); }
+
+double LimitOf(const Beat& b, const HangLimits& limits) {
+  return b.beaten ? limits.hang_timeout.count() : limits.startup_timeout.count();
+}
+
+}  // namespace
+
+HangVerdict FindHung(const std::vector<Beat>& beats, const HangLimits& limits, SteadyTime now) {
+  HangVerdict v;
+  bool any = false;  // some worker is past its limit
+  for (const Beat& b : beats) {
+    const double limit = LimitOf(b, limits);
+    any = any || (b.running && limit > 0 && Seconds(now - b.last) >= limit);
+  }
+  for (size_t i = 0; i < beats.size(); ++i) {
+    const Beat& b = beats[i];
+    if (!b.running) continue;
+    const double silent = Seconds(now - b.last);
+    const HangReport::Worker w{i, b.rank, b.local_rank, b.pid, silent, b.beaten};
+    v.report.running.push_back(w);
+    const double limit = LimitOf(b, limits);
+    const double slack = any ? std::min(0.5, 0.1 * limit) : 0.0;
+    if (limit <= 0 || silent < limit - slack) {
+      if (b.beaten) v.report.beating_ranks.push_back(b.rank);
+      continue;
+    }
+    v.report.hung.push_back(w);
+    char why[160];
+    std::snprintf(why, sizeof(why),
+                  b.beaten ? "hung: no heartbeat for %.1f s (--hang_timeout=%g)"
+                           : "hung: no first heartbeat %.1f s after start (--startup_timeout=%g)",
+                  silent, limit);
+    v.hung.emplace_back(i, why);
+  }
+  return v;
+}
+
+std::optional<SteadyTime> NextHangCheck(const std::vector<Beat>& beats, const HangLimits& limits,
+                                        SteadyTime now) {
+  const auto hang = std::chrono::duration_cast<SteadyTime::duration>(limits.hang_timeout);
+  const auto startup = std::chrono::duration_cast<SteadyTime::duration>(limits.startup_timeout);
+  std::optional<SteadyTime> next;
+  for (const Beat& b : beats) {
+    if (!b.running) continue;
+    std::optional<SteadyTime> due;
+    if (b.beaten && hang.count() > 0) due = b.last + hang;
+    if (!b.beaten && startup.count() > 0) due = b.last + startup;
+    // Not beaten yet and no startup limit: look again later for its first beat.
+    if (!b.beaten && startup.count() == 0 && hang.count() > 0) due = now + hang;
+    if (due && (!next || *due < *next)) next = due;
+  }
+  return next;
+}
+
+}  // namespace ddprun::supervisor
