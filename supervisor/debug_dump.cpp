@@ -233,7 +233,7 @@ std::string FindOnPath(const std::string& name) {
   std::stringstream dirs(path != nullptr && *path != '\0' ? path : "/usr/bin:/bin");
   std::string dir;
   while (std::getline(dirs, dir, ':')) {
-    const std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
+    std::string candidate = (dir.empty() ? "." : dir) + "/" + name;
     struct stat st;
     if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
         access(candidate.c_str(), X_OK) == 0) {

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -36,8 +37,8 @@ int64_t MtimeNs(const std::string& path) {
 }
 
 uint64_t ToMillis(Duration d) {
-  double ms = d.count() * 1000.0;
-  return ms <= 0 ? 0 : static_cast<uint64_t>(ms + 0.5);
+  const double ms = d.count() * 1000.0;
+  return ms <= 0 ? 0 : static_cast<uint64_t>(std::llround(ms));
 }
 
 // After the supervisor's own handlers are gone (the launcher is exiting), a

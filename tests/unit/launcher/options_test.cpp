@@ -11,13 +11,13 @@ namespace {
 
 const HostCounts kHost{16, 0};
 
-StatusOr<ParsedCommandLine> Parse(std::vector<std::string> args, env::Environ environ = {},
-                                  HostCounts host = kHost) {
+StatusOr<ParsedCommandLine> Parse(const std::vector<std::string>& args,
+                                  const env::Environ& environ = {}, HostCounts host = kHost) {
   return ParseCommandLine(args, environ, host);
 }
 
-std::string Error(std::vector<std::string> args, env::Environ environ = {}) {
-  auto p = Parse(std::move(args), std::move(environ));
+std::string Error(const std::vector<std::string>& args, const env::Environ& environ = {}) {
+  auto p = Parse(args, environ);
   REQUIRE_FALSE(p.ok());
   return p.status().message();
 }
@@ -259,12 +259,12 @@ TEST_CASE("enumerated options list what they accept") {
 }
 
 TEST_CASE("one parser reads every spelling; an option given twice keeps the last value") {
-  for (std::vector<std::string> args : {std::vector<std::string>{"-t3", "t"},
-                                        {"-t", "3", "t"},
-                                        {"-t=3", "t"},
-                                        {"--tee=3", "t"},
-                                        {"--tee", "3", "t"},
-                                        {"--te=3", "t"}}) {
+  for (const std::vector<std::string>& args : {std::vector<std::string>{"-t3", "t"},
+                                               {"-t", "3", "t"},
+                                               {"-t=3", "t"},
+                                               {"--tee=3", "t"},
+                                               {"--tee", "3", "t"},
+                                               {"--te=3", "t"}}) {
     auto p = Parse(args);
     REQUIRE(p.ok());
     CHECK(p->config.tee.all == 3);
