@@ -126,11 +126,7 @@ bool ConsoleWriter::Flush(std::chrono::milliseconds timeout) {
   if (s.threadless || !s.started) return true;
   s.QueueNotice();
   s.work.notify_one();
-  if (s.idle.wait_for(lock, timeout, [&s] { return s.queue.empty() && !s.in_flight; })) {
-    return true;
-  }
-  for (const auto& chunk : s.queue) s.dropped_total += CountLines(chunk);
-  return false;
+  return s.idle.wait_for(lock, timeout, [&s] { return s.queue.empty() && !s.in_flight; });
 }
 
 uint64_t ConsoleWriter::dropped_lines() const {

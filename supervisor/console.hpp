@@ -31,8 +31,7 @@ class ConsoleWriter {
   // `where_kept` names where dropped lines can be read instead (a log file or
   // directory), "" when nowhere.
   void Write(std::string_view data, std::string_view where_kept = {});
-  // Waits up to `timeout` until everything queued is written; false if not
-  // (the rest is counted as dropped).
+  // Waits up to `timeout` until everything queued is written; false if not.
   bool Flush(std::chrono::milliseconds timeout);
 
   // Lines dropped since the start.
