@@ -93,7 +93,10 @@ RunResult RunOnce(int n) {
   }
   Coordinator coordinator(std::move(*coord_client), settings, "simhost_coordinator",
                           [](const std::string&) {});
-  coordinator.Start();
+  if (Status s = coordinator.Start(); !s.ok()) {
+    out.error = "coordinator: " + s.message();
+    return out;
+  }
 
   std::mutex mu;
   std::condition_variable cv;

@@ -102,12 +102,32 @@ void CheckNproc(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   plan.checks.push_back(std::move(c));
 }
 
-void CheckNofile(const LimitFacts& f, LimitPlan& plan) {
+uint64_t NofileWanted(const LimitFacts& f, const JobShape& job) {
+  return f.open_fds + kNofileBase + kNofilePerWorker * static_cast<uint64_t>(job.nproc_per_node);
+}
+
+std::string NofileNeed(const LimitFacts& f, const JobShape& job) {
+  return std::to_string(f.open_fds) + " open at start, needed about " +
+         std::to_string(NofileWanted(f, job)) + " (" + std::to_string(kNofileBase) + " + " +
+         std::to_string(job.nproc_per_node) + " workers x " + std::to_string(kNofilePerWorker) +
+         " + those open)";
+}
+
+std::string NofileFix(const LimitFacts& f, const JobShape& job) {
+  return "raise it in the shell that starts ddprun: ulimit -n " +
+         std::to_string(RoundUp(NofileWanted(f, job), 1024));
+}
+
+void CheckNofile(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   // setrlimit refuses an unlimited NOFILE: the kernel's ceiling is fs.nr_open.
   const uint64_t target = std::min(f.nofile.hard, f.nr_open);
   LimitCheck c{kNofileCheck, CheckStatus::kOk,
                "soft " + Num(f.nofile.soft) + ", hard " + Num(f.nofile.hard), ""};
-  if (f.nofile.soft < target) {
+  if (!NofileFailureMessage(f, job).empty()) {
+    c.status = CheckStatus::kFail;
+    c.measured += "; " + NofileNeed(f, job);
+    c.fix = NofileFix(f, job);
+  } else if (f.nofile.soft < target) {
     plan.raise_nofile_soft = target;
     c.measured += "; soft raised to " + Num(target);
     plan.notices.push_back("raised RLIMIT_NOFILE (ulimit -n) soft limit from " +
@@ -197,7 +217,7 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
 LimitPlan PlanLimits(const LimitFacts& facts, const JobShape& job) {
   LimitPlan plan;
   CheckNproc(facts, job, plan);
-  CheckNofile(facts, plan);
+  CheckNofile(facts, job, plan);
   CheckMemlock(facts, plan);
   CheckShm(facts, job, plan);
   CheckOmp(facts, job, plan);
@@ -222,6 +242,13 @@ std::string NprocFailureMessage(const LimitFacts& facts, const JobShape& job) {
   if (top.empty()) o << " none";
   o << "\n  fix: " << NprocFix(facts, job);
   return o.str();
+}
+
+std::string NofileFailureMessage(const LimitFacts& facts, const JobShape& job) {
+  if (std::min(facts.nofile.hard, facts.nr_open) >= NofileWanted(facts, job)) return "";
+  return "RLIMIT_NOFILE (ulimit -n) is too low to run the job: hard limit " +
+         Num(facts.nofile.hard) + " open files, " + NofileNeed(facts, job) +
+         "; not starting any worker; fix: " + NofileFix(facts, job);
 }
 
 // ---------------------------------------------------------------------------
@@ -295,6 +322,16 @@ bool HasEntries(const std::string& dir) {
   return !ec && it != std::filesystem::directory_iterator();
 }
 
+// Entries of /proc/self/fd, less the one the listing itself holds open.
+uint64_t CountOpenFds(const std::string& dir) {
+  std::error_code ec;
+  uint64_t n = 0;
+  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    ++n;
+  }
+  return n > 0 ? n - 1 : 0;
+}
+
 template <typename T>
 std::optional<T> ReadNumber(const std::string& path) {
   std::ifstream in(path);
@@ -344,6 +381,7 @@ LimitFacts ReadLimitFacts(const Environ& environ, const OsPaths& paths) {
   f.user = UserName(f.uid);
   f.nproc = GetLimit(RLIMIT_NPROC);
   f.nofile = GetLimit(RLIMIT_NOFILE);
+  f.open_fds = CountOpenFds(paths.proc_root + "/self/fd");
   f.memlock = GetLimit(RLIMIT_MEMLOCK);
   f.user_processes = UserProcesses(f.uid, paths.proc_root);
   f.user_namespace = !InitialUserNamespace(paths.proc_root + "/self/uid_map");
@@ -366,6 +404,9 @@ StatusOr<LimitPlan> PrepareLimits(const JobShape& job, const Environ& environ,
   const LimitFacts facts = ReadLimitFacts(environ, paths);
   LimitPlan plan = PlanLimits(facts, job);
   if (std::string failure = NprocFailureMessage(facts, job); !failure.empty()) {
+    return Unavailable(failure);
+  }
+  if (std::string failure = NofileFailureMessage(facts, job); !failure.empty()) {
     return Unavailable(failure);
   }
   if (plan.raise_nproc_soft) {

@@ -32,6 +32,11 @@ inline constexpr int kDefaultThreadsPerWorker = 64;
 // Threads beyond the workers' that a launch adds: ddprun's own, the shells
 // and tools a job starts (ps, nvidia-smi, compilers).
 inline constexpr uint64_t kNprocMargin = 32;
+// The fds the launcher needs (stores, connections, event loops, the guardian)
+// and each worker adds (pipes, log files, its store connection): measured at
+// about 35 and 4, with a margin. Below this a job would fail partway.
+inline constexpr uint64_t kNofileBase = 48;
+inline constexpr uint64_t kNofilePerWorker = 8;
 
 struct Rlimit {
   uint64_t soft = kUnlimited;
@@ -53,6 +58,7 @@ struct LimitFacts {
   Rlimit nproc, nofile, memlock;               // getrlimit
   std::vector<ProcessThreads> user_processes;  // processes whose real uid is `uid`
   uint64_t nr_open = 1048576;                  // /proc/sys/fs/nr_open: NOFILE's ceiling
+  uint64_t open_fds = 0;                       // fds open in ddprun when it starts
   bool infiniband = false;                     // /sys/class/infiniband has devices
   std::optional<uint64_t> shm_free_bytes;      // statvfs(/dev/shm); none: no /dev/shm
   uint64_t nccl_buffsize = 4u << 20;           // NCCL_BUFFSIZE, NCCL's default 4 MiB
@@ -90,6 +96,8 @@ LimitPlan PlanLimits(const LimitFacts& facts, const JobShape& job);
 // The RLIMIT_NPROC failure as the launcher reports it: the numbers, the top
 // thread-holding processes and the fixes. Empty when that check did not fail.
 std::string NprocFailureMessage(const LimitFacts& facts, const JobShape& job);
+// "" when RLIMIT_NOFILE's hard limit leaves the job enough fds; else why not.
+std::string NofileFailureMessage(const LimitFacts& facts, const JobShape& job);
 
 // Where ReadLimitFacts looks; tests point these at a fake tree.
 struct OsPaths {

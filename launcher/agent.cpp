@@ -163,7 +163,7 @@ Status Agent::Setup() {
     coordinator_ = std::make_unique<rendezvous::Coordinator>(
         std::move(*client), stores_.settings, stores_.self.agent_id,
         [](const std::string& m) { spdlog::warn("{}", m); });
-    coordinator_->Start();
+    if (Status s = coordinator_->Start(); !s.ok()) return s.Annotate("rendezvous coordinator");
   }
   rendezvous::AgentSettings settings;
   settings.rdzv = stores_.settings;

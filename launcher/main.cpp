@@ -20,6 +20,7 @@
 #include "launcher/option_table.hpp"
 #include "launcher/options.hpp"
 #include "launcher/program.hpp"
+#include "launcher/uncaught.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/containment.hpp"
 
@@ -74,6 +75,7 @@ int Doctor(const std::vector<std::string>& options, const ddprun::env::Environ& 
 
 int main(int argc, char** argv) {
   using namespace ddprun;  // NOLINT: main only
+  launcher::InstallUncaughtHandler();
   if (argc >= 2 && std::string(argv[1]) == supervisor::kGuardianArg) {
     return supervisor::RunGuardian(argc, argv);
   }

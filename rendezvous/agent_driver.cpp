@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <system_error>
 #include <thread>
 
 #include "rendezvous/coordinator.hpp"
@@ -65,7 +66,13 @@ Status AgentDriver::StartWatching(std::function<void(const std::string&)> on_sto
   if (!client.ok()) return client.status().Annotate("rendezvous");
   watch_client_.emplace(std::move(*client));
   stop_watching_ = false;
-  watcher_ = std::thread([this, on_stop = std::move(on_stop)] { Watch(on_stop); });
+  try {
+    watcher_ = std::thread([this, on_stop = std::move(on_stop)] { Watch(on_stop); });
+  } catch (const std::system_error& e) {
+    watch_client_.reset();
+    return Unavailable(std::string("rendezvous: start the watch thread: ") + e.what() +
+                       " (out of threads or memory: check ulimit -u and ulimit -v)");
+  }
   return Status::Ok();
 }
 

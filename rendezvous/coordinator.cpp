@@ -1,5 +1,7 @@
 #include "rendezvous/coordinator.hpp"
 
+#include <system_error>
+
 namespace ddprun::rendezvous {
 
 Status WaitForKey(StoreClient& client, const std::string& key, Clock::time_point until) {
@@ -17,10 +19,16 @@ Coordinator::Coordinator(StoreClient client, RendezvousSettings settings, std::s
 
 Coordinator::~Coordinator() { Stop(); }
 
-void Coordinator::Start() {
+Status Coordinator::Start() {
   // Agents of another job that reach this store learn it at once.
   (void)client_.Set(RendezvousKeys::HostedRunId(), settings_.run_id);
-  thread_ = std::thread([this] { Run(); });
+  try {
+    thread_ = std::thread([this] { Run(); });
+  } catch (const std::system_error& e) {
+    return Unavailable(std::string("start the coordinator thread: ") + e.what() +
+                       " (out of threads or memory: check ulimit -u and ulimit -v)");
+  }
+  return Status::Ok();
 }
 
 void Coordinator::Stop() {

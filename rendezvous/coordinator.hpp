@@ -25,7 +25,8 @@ class Coordinator {
   Coordinator(const Coordinator&) = delete;
   Coordinator& operator=(const Coordinator&) = delete;
 
-  void Start();
+  // Fails when the thread cannot be started (out of threads or memory).
+  Status Start();
   // Interrupts the coordinator's store request in flight and joins the thread.
   void Stop();
 

@@ -28,6 +28,7 @@ StatusOr<AddrList> Resolve(const std::string& host, int port, bool passive) {
   addrinfo* res = nullptr;
   std::string service = std::to_string(port);
   int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+  if (rc == EAI_SYSTEM) return ErrnoStatus("resolve " + host, errno);  // e.g. out of fds
   if (rc != 0) {
     return Unavailable("resolve " + host + ": " + gai_strerror(rc) +
                        ": check the host name (or use an IP address)");
@@ -66,7 +67,10 @@ StatusOr<UniqueFd> BindListener(const std::string& host, int port) {
     for (addrinfo* ai = addrs->get(); ai != nullptr; ai = ai->ai_next) {
       if (ai->ai_family != family) continue;
       UniqueFd fd(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, 0));
-      if (!fd.valid()) continue;
+      if (!fd.valid() && (errno == EMFILE || errno == ENFILE || errno == ENOMEM)) {
+        return ErrnoStatus("socket", errno);
+      }
+      if (!fd.valid()) continue;  // e.g. no IPv6 here: the next family
       last = BindOne(fd.get(), ai);
       if (last.ok()) return fd;
       if (last.code() == StatusCode::kUnavailable) return last;
@@ -187,6 +191,7 @@ StatusOr<UniqueFd> ConnectWithRetry(const std::string& host, int port, Clock::ti
       UniqueFd fd;
       last = ConnectOnce(ai, deadline, &fd);
       if (last.ok()) return fd;
+      if (last.code() == StatusCode::kUnavailable) return last;  // out of fds: waiting won't help
     }
     if (Clock::now() + delay >= deadline) break;
     std::this_thread::sleep_for(delay);  // backoff between attempts on a store not up yet

@@ -11,7 +11,9 @@
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -64,39 +66,50 @@ class StoreServer::Impl {
         state_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); }),
         guard_(options_.guard) {}
 
+  // On failure the loop thread never started; the destructor closes what was set up.
   Status Listen(UniqueFd fd, int port) {
     port_ = port;
-    uv_loop_init(&loop_);
+    if (int rc = uv_loop_init(&loop_); rc != 0) return ErrnoStatus("uv_loop_init", -rc);
+    loop_ready_ = true;
     uv_tcp_init(&loop_, &listener_);
     listener_.data = this;
-    if (int rc = uv_tcp_open(&listener_, fd.get()); rc != 0) {
-      return Internal(std::string("uv_tcp_open: ") + uv_strerror(rc));
-    }
+    if (int rc = uv_tcp_open(&listener_, fd.get()); rc != 0) return ErrnoStatus("uv_tcp_open", -rc);
     fd.Release();
     int rc = uv_listen(reinterpret_cast<uv_stream_t*>(&listener_), SOMAXCONN,
                        [](uv_stream_t* s, int status) {
-                         if (status == 0) static_cast<Impl*>(s->data)->Accept();
+                         auto* self = static_cast<Impl*>(s->data);
+                         if (status == 0) self->Accept();
+                         if (status != 0) self->AcceptFailed(status);
                        });
-    if (rc != 0) return Internal(std::string("listen: ") + uv_strerror(rc));
+    if (rc != 0) return ErrnoStatus("listen", -rc);
     uv_timer_init(&loop_, &timer_);
     timer_.data = this;
-    uv_async_init(&loop_, &wake_, [](uv_async_t* a) { static_cast<Impl*>(a->data)->RunTasks(); });
+    rc = uv_async_init(&loop_, &wake_,
+                       [](uv_async_t* a) { static_cast<Impl*>(a->data)->RunTasks(); });
+    if (rc != 0) return ErrnoStatus("uv_async_init", -rc);
     wake_.data = this;
-    thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+    try {
+      thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
+    } catch (const std::system_error& e) {
+      return Unavailable(std::string("start the store thread: ") + e.what() +
+                         " (out of threads or memory: check ulimit -u and ulimit -v)");
+    }
     return Status::Ok();
   }
 
   ~Impl() {
-    if (!thread_.joinable()) return;
-    Post([this] {
-      stopping_ = true;
-      for (auto& [id, c] : conns_) Close(*c, "");
-      uv_close(reinterpret_cast<uv_handle_t*>(&listener_), nullptr);
-      uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
-      uv_close(reinterpret_cast<uv_handle_t*>(&wake_), nullptr);
-    });
-    thread_.join();
-    uv_loop_close(&loop_);
+    if (thread_.joinable()) {
+      Post([this] {
+        stopping_ = true;
+        for (auto& [id, c] : conns_) Close(*c, "");
+        CloseHandles();
+      });
+      thread_.join();
+    } else if (loop_ready_) {
+      CloseHandles();  // Listen failed: no connection, no thread
+      uv_run(&loop_, UV_RUN_DEFAULT);
+    }
+    if (loop_ready_) uv_loop_close(&loop_);
   }
 
   // Runs `task` on the loop thread and waits for it.
@@ -160,6 +173,7 @@ class StoreServer::Impl {
                [](uv_handle_t* h) { std::unique_ptr<Conn>(static_cast<Conn*>(h->data)); });
       return;
     }
+    accept_error_ = 0;
     uv_tcp_nodelay(&conn->tcp, 1);
     conn->peer = PeerHost(conn->tcp);
     Conn& c = *conn;
@@ -178,6 +192,15 @@ class StoreServer::Impl {
     }
     StartReading(c);
     ArmTimer();
+  }
+
+  // libuv closes the connection it could not accept (out of fds); the client
+  // sees it closed, so the reason is said here, once until an accept succeeds.
+  void AcceptFailed(int status) {
+    if (accept_error_ == status) return;
+    accept_error_ = status;
+    Log("store: accept on port " + std::to_string(port_) + ": " + std::strerror(-status) +
+        ": a client was turned away (raise ulimit -n)");
   }
 
   void StartReading(Conn& c) {
@@ -377,6 +400,16 @@ class StoreServer::Impl {
     }
   }
 
+  // Closes the server's own handles, each only if it was initialised (a
+  // handle's type is set by its init, which a failed Listen may not have reached).
+  void CloseHandles() {
+    for (auto* h :
+         {reinterpret_cast<uv_handle_t*>(&listener_), reinterpret_cast<uv_handle_t*>(&timer_),
+          reinterpret_cast<uv_handle_t*>(&wake_)}) {
+      if (h->type != UV_UNKNOWN_HANDLE && !uv_is_closing(h)) uv_close(h, nullptr);
+    }
+  }
+
   void Close(Conn& c, const std::string& why) {
     if (c.closing) return;
     c.closing = true;
@@ -405,6 +438,8 @@ class StoreServer::Impl {
   std::vector<char> read_buffer_ = std::vector<char>(kReadChunk);
   ClientId next_id_ = 1;
   int port_ = 0;
+  bool loop_ready_ = false;  // uv_loop_init succeeded
+  int accept_error_ = 0;     // the last accept's libuv error, 0 after a success
   bool stopping_ = false;
 };
 

@@ -76,16 +76,25 @@ StatusOr<pid_t> SpawnWorker(const SpawnRequest& req) {
   const pid_t parent = getpid();
   std::error_code ec;
   pid_t pid = -1;
+  int child_errno = 0;
   {
     BlockAllSignals block;
+    errno = 0;
     bp::child child(
         bp::exe = req.argv[0], bp::args = args, ec,
         bp::extend::on_setup = [&envp](auto& exec) { exec.env = envp.data(); },
         bp::extend::on_exec_setup = [&req, parent](auto&) { SetUpChild(req, parent); });
-    if (!ec) {
+    child_errno = errno;
+    if (!ec && child.id() > 0) {
       pid = child.id();
       child.detach();  // the supervisor reaps with waitpid()
     }
+  }
+  // Boost.Process 1.74 returns an empty child and leaves ec clear when its
+  // exec-error pipe cannot be made (out of fds); errno still says why.
+  if (!ec && pid <= 0) {
+    if (child_errno == 0) return Internal("start " + req.argv[0] + ": no process was started");
+    ec = std::error_code(child_errno, std::system_category());
   }
   if (ec) {
     int err = ec.value();

@@ -20,6 +20,7 @@
 #include "supervisor/console.hpp"
 #include "supervisor/hang_check.hpp"
 #include "supervisor/line_splitter.hpp"
+#include "supervisor/uv_globals.hpp"
 
 namespace ddprun::supervisor {
 
@@ -53,18 +54,28 @@ void OnLateSignal(int sig) {
 // for that signal closes. Handles on a loop that never runs, never closed,
 // keep that from happening between the supervisor's handles closing and
 // OnLateSignal taking over (their loop's signal pipe just fills up).
-void KeepCaught(int sig) {
-  static uv_loop_t* keeper = [] {
-    auto* loop = new uv_loop_t;  // never closed
-    uv_loop_init(loop);
-    return loop;
-  }();
+// Returns 0 or a libuv error (out of fds: the keeper's loop or signal pipe).
+int KeepCaught(int sig) {
+  static uv_loop_t* keeper = nullptr;
   static std::set<int> kept;
-  if (!kept.insert(sig).second) return;
-  auto* h = new uv_signal_t;  // never closed
-  uv_signal_init(keeper, h);
+  if (kept.count(sig) != 0) return 0;
+  if (keeper == nullptr) {
+    auto loop = std::make_unique<uv_loop_t>();
+    if (int rc = uv_loop_init(loop.get()); rc != 0) return rc;
+    keeper = loop.release();  // never closed
+  }
+  auto h = std::make_unique<uv_signal_t>();
+  if (int rc = uv_signal_init(keeper, h.get()); rc != 0) return rc;
   uv_signal_start(
-      h, [](uv_signal_t*, int) {}, sig);
+      h.release(), [](uv_signal_t*, int) {}, sig);  // never closed
+  kept.insert(sig);
+  return 0;
+}
+
+// Closes a handle its init reached (a failed Create leaves some untouched).
+void CloseIfOpen(void* handle) {
+  auto* h = static_cast<uv_handle_t*>(handle);
+  if (h->type != UV_UNKNOWN_HANDLE && !uv_is_closing(h)) uv_close(h, nullptr);
 }
 
 void CatchLate(int sig, bool ignore) {
@@ -162,39 +173,44 @@ Supervisor::Supervisor(Key) {}
 
 StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& handled_signals,
                                                          bool try_cgroup) {
+  if (Status s = PrepareUvGlobals(); !s.ok()) return s;
   auto s = std::make_unique<Supervisor>(Key{});
   auto containment = Containment::Create(try_cgroup);
   if (!containment.ok()) return containment.status();
   s->containment_ = std::move(*containment);
-  if (int rc = uv_loop_init(&s->loop_); rc != 0) {
-    return Internal(std::string("uv_loop_init: ") + uv_strerror(rc));
-  }
+  if (int rc = uv_loop_init(&s->loop_); rc != 0) return ErrnoStatus("uv_loop_init", -rc);
+  s->loop_ready_ = true;
   s->loop_.data = s.get();
   signal(SIGPIPE, SIG_IGN);
-  uv_signal_init(&s->loop_, &s->sigchld_);
+  if (int rc = uv_signal_init(&s->loop_, &s->sigchld_); rc != 0) {
+    return ErrnoStatus("uv_signal_init", -rc);
+  }
   s->sigchld_.data = s.get();
   uv_signal_start(
       &s->sigchld_, [](uv_signal_t* h, int) { static_cast<Supervisor*>(h->data)->ReapChildren(); },
       SIGCHLD);
-  uv_async_init(&s->loop_, &s->stop_async_, [](uv_async_t* a) {
+  int async_rc = uv_async_init(&s->loop_, &s->stop_async_, [](uv_async_t* a) {
     auto* self = static_cast<Supervisor*>(a->data);
     if (self->running_ != nullptr && self->stop_requested_) self->running_->OnStopRequest();
   });
+  if (async_rc != 0) return ErrnoStatus("uv_async_init", -async_rc);
   s->stop_async_.data = s.get();
   for (int sig : handled_signals) {
-    auto h = std::make_unique<uv_signal_t>();
-    uv_signal_init(&s->loop_, h.get());
+    s->signals_.push_back(std::make_unique<uv_signal_t>());
+    uv_signal_t* h = s->signals_.back().get();
+    uv_signal_init(&s->loop_, h);  // the loop's signal pipe is open: cannot fail
     h->data = s.get();
     int rc = uv_signal_start(
-        h.get(),
+        h,
         [](uv_signal_t* sh, int signum) { static_cast<Supervisor*>(sh->data)->OnSignal(signum); },
         sig);
     if (rc != 0) {
       return InvalidArgument("--signals_to_handle: cannot handle signal " + std::to_string(sig) +
                              ": " + uv_strerror(rc));
     }
-    s->signals_.push_back(std::move(h));
-    KeepCaught(sig);
+    if (int keep = KeepCaught(sig); keep != 0) {
+      return ErrnoStatus("keep signal " + std::to_string(sig) + " caught at exit", -keep);
+    }
   }
   s->timer_ = std::make_unique<LoopTimer>(&s->loop_);
   uv_timer_init(&s->loop_, &s->hang_timer_);
@@ -210,12 +226,13 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
 Supervisor::~Supervisor() {
   for (auto& h : signals_) CatchLate(h->signum, false);
   if (dump_signal_started_) CatchLate(dump_signal_.signum, true);  // no workers left to dump
-  uv_close(reinterpret_cast<uv_handle_t*>(&sigchld_), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&stop_async_), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(&hang_timer_), nullptr);
-  if (dump_signal_started_) uv_close(reinterpret_cast<uv_handle_t*>(&dump_signal_), nullptr);
-  for (auto& h : signals_) uv_close(reinterpret_cast<uv_handle_t*>(h.get()), nullptr);
-  uv_close(reinterpret_cast<uv_handle_t*>(timer_->handle()), nullptr);
+  if (!loop_ready_) return;
+  CloseIfOpen(&sigchld_);
+  CloseIfOpen(&stop_async_);
+  CloseIfOpen(&hang_timer_);
+  if (dump_signal_started_) CloseIfOpen(&dump_signal_);
+  for (auto& h : signals_) CloseIfOpen(h.get());
+  if (timer_) CloseIfOpen(timer_->handle());
   uv_run(&loop_, UV_RUN_DEFAULT);  // runs the close callbacks
   uv_loop_close(&loop_);
 }
@@ -425,8 +442,9 @@ void Supervisor::Drain(GroupState& state) {
 void Supervisor::SetDumpHandler(int dump_signal, HangHandler handler) {
   dump_handler_ = std::move(handler);
   if (dump_signal_started_) return;
-  uv_signal_init(&loop_, &dump_signal_);
-  KeepCaught(dump_signal);
+  uv_signal_init(&loop_, &dump_signal_);  // the loop's signal pipe is open: cannot fail
+  // Without it a late dump signal takes its default action; nothing to fail the job for.
+  (void)KeepCaught(dump_signal);
   dump_signal_.data = this;
   uv_signal_start(
       &dump_signal_,

@@ -105,9 +105,10 @@ class Supervisor {
   HangLimits Limits() const;
   void CloseReader(PipeReader& reader);
 
-  uv_loop_t loop_;
-  uv_signal_t sigchld_;
-  uv_async_t stop_async_;
+  uv_loop_t loop_{};
+  bool loop_ready_ = false;  // uv_loop_init succeeded: the destructor closes the loop
+  uv_signal_t sigchld_{};
+  uv_async_t stop_async_{};
   std::atomic<bool> stop_requested_{false};
   std::vector<std::unique_ptr<uv_signal_t>> signals_;
   std::unique_ptr<LoopTimer> timer_;
@@ -119,7 +120,7 @@ class Supervisor {
   UniqueFd dev_null_out_;
   std::vector<std::unique_ptr<PipeReader>> readers_;
   std::map<std::string, UniqueFd> filter_files_;
-  uv_timer_t hang_timer_;
+  uv_timer_t hang_timer_{};
   std::vector<Progress> progress_;
   GroupOptions options_;
   HangHandler hang_handler_;
