@@ -60,6 +60,14 @@ def wait_file(path, timeout):
     return True
 
 
+def exit_unread(proc, timeout):
+    """Waits up to `timeout` for ddprun to exit while nobody reads its output; its rc or None."""
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc.poll()
+
+
 def test_unread_console_does_not_delay_failure_handling(tmp_path):
     """Nobody reads ddprun's stdout or stderr: a worker that fails at +1 s still gets its
     neighbours SIGTERMed at once and ddprun exits with its code, before anyone reads."""
@@ -70,10 +78,7 @@ def test_unread_console_does_not_delay_failure_handling(tmp_path):
         failed_at = float((out / "failed").read_text())
         assert wait_file(out / "term.1", 10), "the failure was not acted on within 10 s"
         lag = float((out / "term.1").read_text()) - failed_at
-        deadline = time.monotonic() + 15
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        rc = proc.poll()
+        rc = exit_unread(proc, 15)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -114,10 +119,7 @@ def test_sigterm_is_acted_on_while_the_console_is_stalled(tmp_path):
         time.sleep(2.0)  # the pipe is full by now
         proc.send_signal(signal.SIGTERM)
         assert wait_file(out / "term.0", 5), "SIGTERM was not passed on while the console stalled"
-        deadline = time.monotonic() + 15
-        while proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        rc = proc.poll()
+        rc = exit_unread(proc, 15)
     finally:
         if proc.poll() is None:
             proc.kill()
