@@ -14,6 +14,17 @@ namespace ddprun::launcher {
 
 namespace {
 
+// The agent's stores: default limits and guard, notable events as warnings.
+rendezvous::StoreServerOptions StoreOptions(const std::string& host, int port,
+                                            const std::string& token) {
+  rendezvous::StoreServerOptions o;
+  o.host = host;
+  o.port = port;
+  o.token = token;
+  o.log = [](const std::string& m) { spdlog::warn("{}", m); };
+  return o;
+}
+
 constexpr int kDefaultC10dPort = 29400;
 constexpr int kDefaultStaticPort = 29500;
 
@@ -91,8 +102,7 @@ StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int por
     forced = *b;
   }
   if (forced && !*forced) return false;
-  auto server = rendezvous::StoreServer::Start(
-      {host, port, stores.settings.token, {}, [](const std::string& m) { spdlog::warn("{}", m); }});
+  auto server = rendezvous::StoreServer::Start(StoreOptions(host, port, stores.settings.token));
   if (server.ok()) {
     stores.rdzv_server = std::move(*server);
     return true;
@@ -144,9 +154,7 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
     hosting = c.node_rank == 0;
     if (hosting) {
       auto server = rendezvous::StoreServer::Start(
-          {stores.rdzv_host, stores.rdzv_port, stores.settings.token, {}, [](const std::string& m) {
-             spdlog::warn("{}", m);
-           }});
+          StoreOptions(stores.rdzv_host, stores.rdzv_port, stores.settings.token));
       if (!server.ok()) return server.status().Annotate("--master_addr/--master_port");
       stores.rdzv_server = std::move(*server);
     }
@@ -161,10 +169,8 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
     hosting = *hosts;
   }
   if (stores.rdzv_server) stores.rdzv_port = stores.rdzv_server->port();
-  auto worker = rendezvous::StoreServer::Start(
-      {c.local_addr, 0, stores.settings.token, {}, [](const std::string& m) {
-         spdlog::warn("{}", m);
-       }});
+  auto worker =
+      rendezvous::StoreServer::Start(StoreOptions(c.local_addr, 0, stores.settings.token));
   if (!worker.ok()) return worker.status().Annotate("worker store");
   stores.worker_server = std::move(*worker);
   rendezvous::NodeInfo& self = stores.self;

@@ -306,6 +306,10 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
     if (!n.ok()) return n.status();
     c.node_rank = static_cast<int>(*n);
   }
+  for (const char* name : {"master_addr", "local_addr"}) {
+    auto v = raw.Get(name);
+    if (v && !rendezvous::IsHost(*v)) return Bad(name, *v, "a host name or an IP address");
+  }
   if (auto v = raw.Get("master_addr")) c.master_addr = *v;
   if (auto v = raw.Get("master_port")) {
     auto n = ParseInt("master_port", *v, 0, 65535, "a port number from 0 to 65535");

@@ -107,10 +107,6 @@ std::string HostPort(const std::string& host, int port) {
   return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
 }
 
-namespace {
-
-// A host name or IPv4 address (letters, digits, '.', '-', '_'), or an IPv6
-// literal that inet_pton reads, maybe with a zone.
 bool IsHost(const std::string& host) {
   if (host.find(':') != std::string::npos) {
     in6_addr addr{};
@@ -125,8 +121,6 @@ bool IsHost(const std::string& host) {
   }
   return true;
 }
-
-}  // namespace
 
 Status SplitHostPort(const std::string& endpoint, int default_port, std::string* host, int* port) {
   std::string rest;

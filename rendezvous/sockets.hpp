@@ -36,5 +36,8 @@ std::string HostPort(const std::string& host, int port);
 // Splits "host[:port]" / "[v6]:port" / a bare v6 address; `default_port` when
 // none is given. Refuses a host that is neither a name nor an IP address.
 Status SplitHostPort(const std::string& endpoint, int default_port, std::string* host, int* port);
+// A host name or IPv4 address (letters, digits, '.', '-', '_'), or an IPv6
+// literal that inet_pton reads, maybe with a zone (fe80::1%eth0).
+bool IsHost(const std::string& host);
 
 }  // namespace ddprun::rendezvous

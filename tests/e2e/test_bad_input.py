@@ -38,6 +38,8 @@ BAD_OPTIONS = [
     (["--rdzv_backend=c10d", "--rdzv_endpoint=:::"], ["invalid --rdzv_endpoint=:::"]),
     (["--rdzv_backend=c10d", "--rdzv_endpoint=node1:http"], ["invalid --rdzv_endpoint=node1:http"]),
     (["--rdzv_conf=is_host=maybe"], ["invalid --rdzv_conf is_host=maybe: 1, true, True, 0"]),
+    (["--master_addr=a b"], ["invalid --master_addr=a b: a host name or an IP address"]),
+    (["--local_addr=x;y"], ["invalid --local_addr=x;y: a host name or an IP address"]),
 ]
 
 
