@@ -50,6 +50,8 @@ inline constexpr char kLinePrefixTemplate[] = "TORCHELASTIC_LOG_LINE_PREFIX_TEMP
 inline constexpr char kShutdownTimeout[] = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
 inline constexpr char kLogLevel[] = "LOGLEVEL";
 inline constexpr char kPetPrefix[] = "PET_";
-inline constexpr char kCgroup[] = "DDPRUN_CGROUP";  // 0: contain workers without a cgroup
+inline constexpr char kCgroup[] = "DDPRUN_CGROUP";
+inline constexpr char kSlurmStepId[] =
+    "SLURM_STEP_ID";  // set inside a Slurm job step  // 0: contain workers without a cgroup
 
 }  // namespace ddprun::env

@@ -71,19 +71,39 @@ void GroupState::OnStartFailure(int local_rank, int rank, ExitStatus as_exit, Wa
 }
 
 void GroupState::OnSignal(int sig) {
-  if (phase_ == Phase::kDone) return;
   if (options_.forward_only.count(sig) != 0) {
-    SignalSurvivors(sig);
+    if (phase_ != Phase::kDone) SignalSurvivors(sig);
     return;
   }
+  if (sig == SIGINT) ++interrupts_;
   if (phase_ == Phase::kRunning) {
     received_signal_ = sig;
     BeginStop(sig);
     FinishIfAllExited();
     return;
   }
-  // A second terminating signal while stopping: do not wait out the grace.
-  if (phase_ == Phase::kStopping) OnTimer();
+  ExcuseDeathsBy(sig);
+  // Ctrl-C while stopping (for any reason but that very Ctrl-C): do not wait
+  // out the grace. Repeated SIGTERMs are one request (slurmstepd sends two,
+  // ~30 ms apart, at the time limit) and must not cost the workers their
+  // checkpoint.
+  const bool impatient = sig == SIGINT && !(received_signal_ == SIGINT && interrupts_ == 1);
+  if (phase_ == Phase::kStopping && impatient) OnTimer();
+}
+
+// The signal that reached ddprun reached the workers too (a scheduler such as
+// Slurm signals every process of the step; a terminal its foreground group):
+// workers that died of that very signal before ddprun saw its own were
+// stopped with the job, not failures that call for a report or a restart.
+void GroupState::ExcuseDeathsBy(int sig) {
+  if (received_signal_ != 0 || failures_.empty()) return;
+  for (size_t i : failures_) {
+    const WorkerRecord& w = workers_[i];
+    if (w.exit.signal != sig || !w.hang.empty() || !w.start_error.empty()) return;
+  }
+  for (size_t i : failures_) workers_[i].state = WorkerState::kStopped;
+  failures_.clear();
+  received_signal_ = sig;
 }
 
 void GroupState::OnHang(const std::vector<std::pair<size_t, std::string>>& hung, WallTime now) {

@@ -82,7 +82,12 @@ class GroupState {
   void OnExits(const std::vector<std::pair<pid_t, ExitStatus>>& exits, WallTime now);
   // A worker that could not be started: counts as a failure of that rank.
   void OnStartFailure(int local_rank, int rank, ExitStatus as_exit, WallTime now, std::string why);
-  // A signal the launcher received and handles.
+  // A signal the launcher received and handles: the first terminating one
+  // stops the group (SIGTERM/SIGINT/... to every worker, the grace, SIGKILL);
+  // more of them change nothing, but a SIGINT while stopping (Ctrl-C twice,
+  // or once during a stop for a failure) skips the grace. Workers that died of that same signal
+  // before the launcher saw it count as stopped, not failed. Also after the group is done (their
+  // exits may be read first).
   void OnSignal(int sig);
   // Workers the launcher found hung (by index into workers(), with why):
   // failures like a crash, then the usual teardown.
@@ -102,6 +107,7 @@ class GroupState {
 
  private:
   void BeginStop(int sig);
+  void ExcuseDeathsBy(int sig);
   void SignalSurvivors(int sig);
   bool AnyRunning() const;
   void FinishIfAllExited();
@@ -114,6 +120,7 @@ class GroupState {
   Phase phase_ = Phase::kRunning;
   int received_signal_ = 0;
   bool stop_requested_ = false;
+  int interrupts_ = 0;  // SIGINTs received: Ctrl-C while stopping skips the grace
 };
 
 }  // namespace ddprun::supervisor

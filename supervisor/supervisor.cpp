@@ -272,10 +272,13 @@ void Supervisor::PollSignals() {
 
 void Supervisor::OnSignal(int sig) {
   if (running_ != nullptr) {
+    const bool was_done = running_->done();
     running_->OnSignal(sig);
-  } else if (pending_signal_ == 0 && sig != SIGUSR1 && sig != SIGUSR2) {
-    pending_signal_ = sig;
+    // While its output drains, a done group may still learn that its workers
+    // died of this very signal; otherwise the signal is for what comes next.
+    if (!was_done || running_->received_signal() == sig) return;
   }
+  if (pending_signal_ == 0 && sig != SIGUSR1 && sig != SIGUSR2) pending_signal_ = sig;
 }
 
 // Exits are read without reaping (WNOWAIT): a worker stays a zombie until
@@ -544,9 +547,9 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   ArmHangCheck();
   while (!state.done()) uv_run(&loop_, UV_RUN_ONCE);
   uv_timer_stop(&hang_timer_);
-  running_ = nullptr;
   timer_->Target(nullptr);
   Drain(state);
+  running_ = nullptr;
   GroupResult result{state.outcome(), state.received_signal(), state.workers(), state.failures()};
   for (size_t i = 0; i < result.workers.size() && i < progress_.size(); ++i) {
     result.workers[i].output_tail = std::move(progress_[i].tail);

@@ -64,16 +64,19 @@ while :; do sleep 0.05; done
 """
 
 
-def test_second_signal_skips_the_grace_period(tmp_path, launch, pid_reaper):
-    p = launch(["--shutdown_timeout=30", *sh(SURVIVES_TERM.format(d=tmp_path))])
+SURVIVES_INT = SURVIVES_TERM.replace("TERM", "INT")
+
+
+def test_second_ctrl_c_skips_the_grace_period(tmp_path, launch, pid_reaper):
+    p = launch(["--shutdown_timeout=30", *sh(SURVIVES_INT.format(d=tmp_path))])
     pid = int(wait_for_files([tmp_path / "pid_0"])[0])
     pid_reaper.append(pid)
     sent = time.monotonic()
-    p.signal(signal.SIGTERM)
-    wait_for_files([tmp_path / "got_0"])  # the first SIGTERM reached the worker, which lives on
+    p.signal(signal.SIGINT)
+    wait_for_files([tmp_path / "got_0"])  # the first SIGINT reached the worker, which lives on
     assert p.proc.poll() is None, p.output()
-    p.signal(signal.SIGTERM)
-    assert p.wait(timeout=10) == 128 + signal.SIGTERM, p.output()
+    p.signal(signal.SIGINT)
+    assert p.wait(timeout=10) == 128 + signal.SIGINT, p.output()
     assert time.monotonic() - sent < 5, p.output()
     wait_for(lambda: not pid_alive(pid), timeout=5, what=f"worker {pid} to be killed")
 
@@ -183,3 +186,38 @@ def test_signal_storm_during_shutdown_ends_in_128_plus_n(tmp_path, sig):
         codes.append(proc.wait(timeout=20))
     bad = [c for c in codes if c not in (0, 128 + sig)]
     assert not bad, f"exit codes {codes}: {bad} are neither 0 nor {128 + sig}"
+
+
+# Saves a checkpoint for 2 s when SIGTERM comes, then exits 0.
+CHECKPOINTS_ON_TERM = """
+trap 'sleep 2; echo saved > {d}/saved_$LOCAL_RANK; exit 0' TERM
+echo $$ > {d}/pid_$LOCAL_RANK
+while :; do sleep 0.05; done
+"""
+
+
+def test_sigterm_burst_keeps_the_grace(tmp_path, launch, pid_reaper):
+    """slurmstepd at the time limit: SIGTERM twice, 30 ms apart. The second must not skip the
+    grace: the workers finish their 2 s checkpoint and ddprun exits 143."""
+    p = launch(["--nproc_per_node=2", "--shutdown_timeout=20",
+                *sh(CHECKPOINTS_ON_TERM.format(d=tmp_path))])
+    pids = [int(x) for x in wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])]
+    pid_reaper.extend(pids)
+    p.signal(signal.SIGTERM)
+    time.sleep(0.03)
+    p.signal(signal.SIGTERM)
+    assert p.wait(timeout=15) == 128 + signal.SIGTERM, p.output()
+    assert (tmp_path / "saved_0").exists() and (tmp_path / "saved_1").exists(), p.output()
+    assert "FAILED" not in p.stderr(), p.output()
+
+
+def test_usr1_is_forwarded_inside_a_slurm_step(tmp_path, launch, pid_reaper):
+    """`scancel -s USR1` inside a job step (SLURM_STEP_ID set), without --signals_to_handle:
+    the workers get it and the job goes on (before: ddprun died of it, exit 138)."""
+    p = launch(["--nproc_per_node=1", *sh(USR1_WORKER.format(d=tmp_path))],
+               env=base_env(SLURM_STEP_ID="0", SLURM_JOB_ID="42"))
+    pid = int(wait_for_files([tmp_path / "pid_0"])[0])
+    pid_reaper.append(pid)
+    p.signal(signal.SIGUSR1)
+    assert p.wait(timeout=15) == 0, p.output()
+    assert (tmp_path / "got_0").read_text().strip() == "USR1"

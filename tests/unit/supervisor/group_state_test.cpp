@@ -97,12 +97,52 @@ TEST_CASE_FIXTURE(Fixture,
   CHECK(s.received_signal() == SIGINT);
 }
 
-TEST_CASE_FIXTURE(Fixture, "a second terminating signal skips the rest of the grace") {
+TEST_CASE_FIXTURE(Fixture, "a burst of SIGTERMs is one request; a second Ctrl-C skips the grace") {
   GroupState s = Make(1);
   s.OnSignal(SIGTERM);
-  s.OnSignal(SIGTERM);
+  s.OnSignal(SIGTERM);  // slurmstepd's second SIGTERM, 30 ms later
+  s.OnSignal(SIGHUP);
+  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGTERM}});
+  CHECK(s.phase() == Phase::kStopping);
+  GroupState t = Make(1);
+  t.OnSignal(SIGINT);
+  CHECK(t.phase() == Phase::kStopping);
+  t.OnSignal(SIGINT);
   CHECK(control.sent.back() == std::pair<pid_t, int>{100, SIGKILL});
-  CHECK(s.phase() == Phase::kKilling);
+  CHECK(t.phase() == Phase::kKilling);
+}
+
+TEST_CASE_FIXTURE(Fixture, "Ctrl-C while a failure stops the group skips the grace") {
+  GroupState s = Make(2);
+  s.OnExits({{101, ExitStatus::Exited(3)}}, now);
+  s.OnSignal(SIGINT);
+  CHECK(control.sent.back() == std::pair<pid_t, int>{100, SIGKILL});
+  CHECK(s.outcome() == Outcome::kRunning);
+}
+
+TEST_CASE_FIXTURE(Fixture,
+                  "workers that died of the signal the launcher then got are stopped, "
+                  "not failed") {
+  GroupState s = Make(2);
+  // Slurm signals every process of the step: worker 1's death is read before ddprun's SIGTERM.
+  s.OnExits({{101, ExitStatus::Signaled(SIGTERM)}}, now);
+  CHECK(s.failures().size() == 1);
+  s.OnSignal(SIGTERM);
+  CHECK(s.failures().empty());
+  CHECK(s.received_signal() == SIGTERM);
+  s.OnExits({{100, ExitStatus::Signaled(SIGTERM)}}, now);
+  CHECK(s.outcome() == Outcome::kInterrupted);
+  // Also when every exit was read first and the group is done.
+  GroupState t = Make(1);
+  t.OnExits({{100, ExitStatus::Signaled(SIGINT)}}, now);
+  REQUIRE(t.done());
+  t.OnSignal(SIGINT);
+  CHECK(t.outcome() == Outcome::kInterrupted);
+  // A worker that died of another signal stays a failure.
+  GroupState u = Make(1);
+  u.OnExits({{100, ExitStatus::Signaled(SIGSEGV)}}, now);
+  u.OnSignal(SIGTERM);
+  CHECK(u.outcome() == Outcome::kFailed);
 }
 
 TEST_CASE_FIXTURE(Fixture, "forward-only signals reach the workers without a teardown") {
