@@ -192,7 +192,9 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   const uint64_t n = static_cast<uint64_t>(job.nproc_per_node);
   auto threads = f.omp_num_threads ? ParseCount(*f.omp_num_threads) : std::nullopt;
   if (!f.omp_num_threads) {
-    c.measured = n > 1 ? "unset: each of the " + std::to_string(n) + " workers gets 1"
+    const int each = DefaultOmpThreads(f.cpus, job.nproc_per_node);
+    c.measured = n > 1 ? "unset: each of the " + std::to_string(n) + " workers gets " +
+                             std::to_string(each) + " of " + std::to_string(f.cpus) + " CPUs"
                        : "unset: the worker uses every core";
   } else if (!threads) {
     c.measured = "\"" + *f.omp_num_threads + "\" is not a thread count";
