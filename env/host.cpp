@@ -54,11 +54,6 @@ std::string Fqdn() {
   return primary;
 }
 
-int CpuCount() {
-  long n = sysconf(_SC_NPROCESSORS_ONLN);
-  return n > 0 ? static_cast<int>(n) : 1;
-}
-
 namespace {
 
 bool IsDeviceIndex(const std::string& s, int physical) {

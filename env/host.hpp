@@ -1,5 +1,5 @@
 // Facts about this host that the launcher needs before spawning: names,
-// CPU count, visible GPUs.
+// visible GPUs (the CPUs are env/cpus.hpp).
 #pragma once
 
 #include <optional>
@@ -13,9 +13,6 @@ std::string Hostname();
 // The fully qualified name as Python's socket.getfqdn() gives it: the
 // canonical name of the host name, else the host name itself.
 std::string Fqdn();
-
-// Online CPUs, as Python's os.cpu_count().
-int CpuCount();
 
 // NVIDIA GPUs the CUDA runtime would enumerate: the devices the driver lists
 // under `proc_root`/driver/nvidia/gpus, narrowed by `cuda_visible_devices`

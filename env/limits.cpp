@@ -13,7 +13,7 @@
 #include <system_error>
 
 #include "base/parse.hpp"
-#include "env/host.hpp"
+#include "env/cpus.hpp"
 #include "env/names.hpp"
 
 namespace ddprun::env {
@@ -192,7 +192,9 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   const uint64_t n = static_cast<uint64_t>(job.nproc_per_node);
   auto threads = f.omp_num_threads ? ParseCount(*f.omp_num_threads) : std::nullopt;
   if (!f.omp_num_threads) {
-    c.measured = n > 1 ? "unset: each of the " + std::to_string(n) + " workers gets 1"
+    const int each = DefaultOmpThreads(f.cpus, job.nproc_per_node);
+    c.measured = n > 1 ? "unset: each of the " + std::to_string(n) + " workers gets " +
+                             std::to_string(each) + " of " + std::to_string(f.cpus) + " CPUs"
                        : "unset: the worker uses every core";
   } else if (!threads) {
     c.measured = "\"" + *f.omp_num_threads + "\" is not a thread count";
@@ -202,7 +204,7 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
     const uint64_t total = *threads * n;
     c.measured = *f.omp_num_threads + " x " + std::to_string(n) +
                  " workers = " + std::to_string(total) + " threads on " + std::to_string(f.cpus) +
-                 " cores";
+                 " allowed CPUs";
     if (total > static_cast<uint64_t>(f.cpus)) {
       c.status = CheckStatus::kWarn;
       c.measured += ": oversubscribed";
@@ -394,7 +396,7 @@ LimitFacts ReadLimitFacts(const Environ& environ, const OsPaths& paths) {
   if (auto b = Lookup(environ, "NCCL_BUFFSIZE"); b && ParseCount(*b)) {
     f.nccl_buffsize = *ParseCount(*b);
   }
-  f.cpus = CpuCount();
+  f.cpus = AllowedCpuCount(environ);
   f.omp_num_threads = Lookup(environ, kOmpNumThreads);
   return f;
 }

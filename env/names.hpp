@@ -28,6 +28,8 @@ inline constexpr char kNcclAsyncErrorHandling[] = "TORCH_NCCL_ASYNC_ERROR_HANDLI
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 inline constexpr char kSignalsToHandle[] = "TORCHELASTIC_SIGNALS_TO_HANDLE";
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
+// Read by the launcher only (env/cpus.hpp); passed to workers unchanged.
+inline constexpr char kSlurmCpusOnNode[] = "SLURM_CPUS_ON_NODE";
 
 // Set for every worker by ddprun, beyond torchrun's set ("" when logs go to
 // /dev/null). See docs/flight-recorder.md.

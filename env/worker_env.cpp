@@ -1,5 +1,6 @@
 #include "env/worker_env.hpp"
 
+#include "env/cpus.hpp"
 #include "env/names.hpp"
 
 namespace ddprun::env {
@@ -65,7 +66,10 @@ StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank, const Wo
   e[kTraceFile] = files.trace_file;
   e[kDumpDir] = files.dump_dir;
   e[kNcclAsyncErrorHandling] = Lookup(base, kNcclAsyncErrorHandling).value_or("1");
-  if (group.local_world_size > 1 && !Lookup(base, kOmpNumThreads)) e[kOmpNumThreads] = "1";
+  if (group.local_world_size > 1 && !Lookup(base, kOmpNumThreads)) {
+    e[kOmpNumThreads] =
+        std::to_string(DefaultOmpThreads(group.allowed_cpus, group.local_world_size));
+  }
   e[kSignalsToHandle] = group.signals_to_handle;
   if (group.virtual_local_rank) {
     auto device = VirtualDevice(group, local_rank, base);

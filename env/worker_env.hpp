@@ -31,6 +31,9 @@ struct GroupInfo {
   bool virtual_local_rank = false;
   // ddprun's --gpus: replaces CUDA_VISIBLE_DEVICES for every worker when set.
   std::optional<std::string> gpus;
+  // The CPUs the launcher may run on (env/cpus.hpp): OMP_NUM_THREADS, when
+  // the launcher's environment has none, shares them out.
+  int allowed_cpus = 1;
 };
 
 // One worker's own files (see LogLayout); each "" when logs go to /dev/null.

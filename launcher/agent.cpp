@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "base/exit_codes.hpp"
+#include "env/cpus.hpp"
 #include "env/host.hpp"
 #include "env/log_layout.hpp"
 #include "env/names.hpp"
@@ -199,6 +200,7 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   g.signals_to_handle = c_.signals_to_handle;
   g.virtual_local_rank = c_.virtual_local_rank;
   g.gpus = c_.gpus;
+  g.allowed_cpus = c_.allowed_cpus;
   return g;
 }
 
@@ -405,9 +407,10 @@ int Agent::Run() {
   }
   if (c_.nproc_per_node > 1 && !env::Lookup(environ_, env::kOmpNumThreads)) {
     spdlog::warn(
-        "OMP_NUM_THREADS is not set: setting it to 1 for each of the {} workers (set it "
-        "to tune)",
-        c_.nproc_per_node);
+        "OMP_NUM_THREADS is not set: setting it to {} for each of the {} workers ({} allowed "
+        "CPUs shared out; set it to tune)",
+        env::DefaultOmpThreads(c_.allowed_cpus, c_.nproc_per_node), c_.nproc_per_node,
+        c_.allowed_cpus);
   }
   while (true) {
     rendezvous::Action action = driver_->Next(PendingSignal());

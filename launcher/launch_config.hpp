@@ -55,6 +55,7 @@ struct LaunchConfig {
   double startup_timeout = 0;  // seconds; 0 = off
   bool hang_detect_output = false;
   std::optional<std::string> gpus;
+  int allowed_cpus = 1;         // CPUs this process may run on (env/cpus.hpp)
   int threads_per_worker = 64;  // --threads_per_worker: sizes the RLIMIT_NPROC check
   std::string program;
   std::vector<std::string> program_args;

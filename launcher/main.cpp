@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/exit_codes.hpp"
+#include "env/cpus.hpp"
 #include "env/environ.hpp"
 #include "env/host.hpp"
 #include "env/limits.hpp"
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
     return ddprun::exit_code::kUsage;
   }
   std::vector<std::string> args(argv + 1, argv + argc);
-  launcher::HostCounts host{env::CpuCount(),
+  launcher::HostCounts host{env::AllowedCpuCount(environ),
                             env::GpuCount(env::Lookup(environ, env::kCudaVisibleDevices))};
   if (auto doctor = launcher::DoctorArguments(args)) return Doctor(*doctor, environ, host);
   if (auto dumped = launcher::MaybeRequestDump(args)) return *dumped;

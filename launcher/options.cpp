@@ -349,6 +349,7 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
 }
 
 Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig& c) {
+  c.allowed_cpus = host.cpus;
   if (auto v = raw.Get("nproc_per_node")) {
     auto n = ParseNproc(*v, host);
     if (!n.ok()) return n.status();

@@ -128,12 +128,12 @@ TEST_CASE("RLIMIT_MEMLOCK below unlimited warns only where there is InfiniBand")
   CHECK(Find(PlanLimits(f, {8, 64}), "RLIMIT_MEMLOCK").status == CheckStatus::kOk);
 }
 
-TEST_CASE("OMP_NUM_THREADS times the workers above the cores warns with a value that fits") {
+TEST_CASE("OMP_NUM_THREADS times the workers above the allowed CPUs warns with a value that fits") {
   LimitFacts f = Facts();
   f.omp_num_threads = "4";
   auto c = Find(PlanLimits(f, {8, 64}), "OMP_NUM_THREADS");
   CHECK(c.status == CheckStatus::kWarn);
-  CHECK(c.measured == "4 x 8 workers = 32 threads on 16 cores: oversubscribed");
+  CHECK(c.measured == "4 x 8 workers = 32 threads on 16 allowed CPUs: oversubscribed");
   CHECK(c.fix == "OMP_NUM_THREADS=2");
 
   CHECK(Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS").status == CheckStatus::kOk);

@@ -90,6 +90,18 @@ TEST_CASE("an attempt gets per-worker heartbeat files, trace paths and a dump di
   CHECK(off->DumpDir(0).empty());
 }
 
+TEST_CASE("an unset OMP_NUM_THREADS shares the allowed CPUs out among the workers") {
+  GroupInfo g = Group();  // 4 workers
+  g.allowed_cpus = 8;
+  auto e = WorkerEnviron(g, 0, {}, {});
+  REQUIRE(e.ok());
+  CHECK(e->at("OMP_NUM_THREADS") == "2");
+  g.allowed_cpus = 3;
+  e = WorkerEnviron(g, 0, {}, {});
+  REQUIRE(e.ok());
+  CHECK(e->at("OMP_NUM_THREADS") == "1");
+}
+
 TEST_CASE("existing OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are kept") {
   Environ base{{"OMP_NUM_THREADS", "8"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
   auto e = WorkerEnviron(Group(), 0, {}, base);

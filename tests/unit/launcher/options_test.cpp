@@ -64,6 +64,11 @@ TEST_CASE("nproc_per_node takes cpu, gpu and auto") {
   CHECK(Contains(Error({"--nproc_per_node=gpu", "t"}), "no visible CUDA device"));
 }
 
+TEST_CASE("the allowed CPUs reach the launch config for the OMP_NUM_THREADS default") {
+  CHECK(Parse({"--nproc_per_node=2", "t"}, {}, {4, 0})->config.allowed_cpus == 4);
+  CHECK(Parse({"--nproc_per_node=cpu", "t"}, {}, {3, 0})->config.nproc_per_node == 3);
+}
+
 TEST_CASE("usage errors name the option, the value and what is accepted") {
   CHECK(Contains(Error({"--nproc_per_node=0", "t"}), "--nproc_per_node=0: a number >= 1"));
   CHECK(Contains(Error({"--nproc_per_node=-1", "t"}), "--nproc_per_node=-1"));

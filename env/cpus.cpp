@@ -1,0 +1,117 @@
+#include "env/cpus.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "base/parse.hpp"
+#include "env/names.hpp"
+
+namespace ddprun::env {
+namespace {
+
+std::optional<long long> Count(const std::string& text) {
+  auto n = ParseInteger("count", text, 1, 1LL << 40, "");
+  if (!n.ok()) return std::nullopt;
+  return *n;
+}
+
+// ceil(QUOTA / PERIOD) of a cpu.max line; nullopt for "max PERIOD" and any
+// line of another shape.
+std::optional<long long> QuotaCpus(const std::string& cpu_max) {
+  std::istringstream in(cpu_max);
+  std::string quota_text, period_text, rest;
+  if (!(in >> quota_text >> period_text) || (in >> rest)) return std::nullopt;
+  auto quota = Count(quota_text);
+  auto period = Count(period_text);
+  if (!quota || !period) return std::nullopt;
+  return (*quota + *period - 1) / *period;
+}
+
+struct CpuSetFree {
+  void operator()(cpu_set_t* set) const { CPU_FREE(set); }
+};
+
+int AffinityCount() {
+  // glibc's fixed cpu_set_t holds 1024 CPUs; EINVAL means the kernel's mask
+  // is wider, so retry with a set twice the size.
+  for (int size = 1024; size <= (1 << 20); size *= 2) {
+    std::unique_ptr<cpu_set_t, CpuSetFree> set(CPU_ALLOC(size));
+    if (!set) return 0;
+    const size_t bytes = CPU_ALLOC_SIZE(size);
+    if (sched_getaffinity(0, bytes, set.get()) == 0) return CPU_COUNT_S(bytes, set.get());
+    if (errno != EINVAL) return 0;
+  }
+  return 0;
+}
+
+std::optional<std::string> FirstLine(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return std::nullopt;
+  return line;
+}
+
+// The cgroup v2 path of this process: the "0::PATH" line of /proc/self/cgroup.
+std::optional<std::string> CgroupPath(const std::string& proc_root) {
+  std::ifstream in(proc_root + "/self/cgroup");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("0::", 0) == 0) return line.substr(3);
+  }
+  return std::nullopt;
+}
+
+// The cpu.max, of this cgroup and those above it, that allows the fewest CPUs.
+std::optional<std::string> TightestCpuMax(const std::string& proc_root,
+                                          const std::string& cgroup_root) {
+  auto path = CgroupPath(proc_root);
+  if (!path) return std::nullopt;
+  std::optional<std::string> tightest;
+  std::string dir = *path;
+  while (true) {
+    auto line = FirstLine(cgroup_root + dir + "/cpu.max");
+    if (line && QuotaCpus(*line) && (!tightest || *QuotaCpus(*line) < *QuotaCpus(*tightest))) {
+      tightest = line;
+    }
+    const size_t slash = dir.rfind('/');
+    if (dir.empty() || slash == std::string::npos) break;
+    dir.resize(slash);
+  }
+  return tightest;
+}
+
+}  // namespace
+
+int AllowedCpus(const CpuFacts& f) {
+  long long n = f.affinity && *f.affinity > 0 ? *f.affinity : f.online;
+  if (f.cpu_max) {
+    if (auto q = QuotaCpus(*f.cpu_max)) n = std::min(n, *q);
+  }
+  if (f.slurm_cpus) {
+    if (auto s = Count(*f.slurm_cpus)) n = std::min(n, *s);
+  }
+  return static_cast<int>(std::max(1LL, n));
+}
+
+CpuFacts ReadCpuFacts(const Environ& environ, const std::string& proc_root,
+                      const std::string& cgroup_root) {
+  CpuFacts f;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  f.online = online > 0 ? static_cast<int>(online) : 1;
+  if (const int a = AffinityCount(); a > 0) f.affinity = a;
+  f.cpu_max = TightestCpuMax(proc_root, cgroup_root);
+  f.slurm_cpus = Lookup(environ, kSlurmCpusOnNode);
+  return f;
+}
+
+int AllowedCpuCount(const Environ& environ) { return AllowedCpus(ReadCpuFacts(environ)); }
+
+int DefaultOmpThreads(int cpus, int workers) { return std::max(1, cpus / std::max(1, workers)); }
+
+}  // namespace ddprun::env
