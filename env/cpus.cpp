@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/parse.hpp"
+#include "env/cgroup.hpp"
 #include "env/names.hpp"
 
 namespace ddprun::env {
@@ -57,25 +58,14 @@ std::optional<std::string> FirstLine(const std::string& path) {
   return line;
 }
 
-// The cgroup v2 path of this process: the "0::PATH" line of /proc/self/cgroup.
-std::optional<std::string> CgroupPath(const std::string& proc_root) {
-  std::ifstream in(proc_root + "/self/cgroup");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("0::", 0) == 0) return line.substr(3);
-  }
-  return std::nullopt;
-}
-
 // The cpu.max, of this cgroup and those above it, that allows the fewest CPUs.
-std::optional<std::string> TightestCpuMax(const std::string& proc_root,
-                                          const std::string& cgroup_root) {
-  auto path = CgroupPath(proc_root);
-  if (!path) return std::nullopt;
+std::optional<std::string> TightestCpuMax(const std::string& proc_root) {
+  auto cgroup = OwnCgroupV2(proc_root);
+  if (!cgroup) return std::nullopt;
   std::optional<std::string> tightest;
-  std::string dir = *path;
+  std::string dir = cgroup->path;
   while (true) {
-    auto line = FirstLine(cgroup_root + dir + "/cpu.max");
+    auto line = FirstLine(cgroup->mount + dir + "/cpu.max");
     if (line && QuotaCpus(*line) && (!tightest || *QuotaCpus(*line) < *QuotaCpus(*tightest))) {
       tightest = line;
     }
@@ -99,13 +89,12 @@ int AllowedCpus(const CpuFacts& f) {
   return static_cast<int>(std::max(1LL, n));
 }
 
-CpuFacts ReadCpuFacts(const Environ& environ, const std::string& proc_root,
-                      const std::string& cgroup_root) {
+CpuFacts ReadCpuFacts(const Environ& environ, const std::string& proc_root) {
   CpuFacts f;
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   f.online = online > 0 ? static_cast<int>(online) : 1;
   if (const int a = AffinityCount(); a > 0) f.affinity = a;
-  f.cpu_max = TightestCpuMax(proc_root, cgroup_root);
+  f.cpu_max = TightestCpuMax(proc_root);
   f.slurm_cpus = Lookup(environ, kSlurmCpusOnNode);
   return f;
 }

@@ -31,8 +31,7 @@ int AllowedCpus(const CpuFacts& f);
 // more than 1024 CPUs; cpu.max of this process's cgroup (from
 // `proc_root`/self/cgroup, under `cgroup_root`) and of each cgroup above it,
 // the tightest one kept; SLURM_CPUS_ON_NODE from `environ`.
-CpuFacts ReadCpuFacts(const Environ& environ, const std::string& proc_root = "/proc",
-                      const std::string& cgroup_root = "/sys/fs/cgroup");
+CpuFacts ReadCpuFacts(const Environ& environ, const std::string& proc_root = "/proc");
 
 // AllowedCpus(ReadCpuFacts(environ)).
 int AllowedCpuCount(const Environ& environ);

@@ -16,11 +16,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <random>
-#include <sstream>
 #include <thread>
 #include <vector>
+
+#include "env/cgroup.hpp"
 
 extern char** environ;  // NOLINT: POSIX
 
@@ -50,28 +50,6 @@ int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 
 
 bool PidfdKill(int pidfd) {
   return syscall(SYS_pidfd_send_signal, pidfd, SIGKILL, nullptr, 0) == 0;
-}
-
-// The directory of this process's cgroup v2, or "" when there is none we can name.
-std::string OwnCgroupDir() {
-  std::string own;
-  std::istringstream cgroups(ReadSmallFile("/proc/self/cgroup", 1 << 16));
-  for (std::string line; std::getline(cgroups, line);) {
-    if (line.rfind("0::", 0) == 0) own = line.substr(3);
-  }
-  if (own.empty() || own.find(" (deleted)") != std::string::npos) return {};
-  std::istringstream mounts(ReadSmallFile("/proc/self/mountinfo", 1 << 20));
-  for (std::string line; std::getline(mounts, line);) {
-    // id parent major:minor root mountpoint options [optional...] - fstype source super
-    size_t dash = line.find(" - ");
-    if (dash == std::string::npos || line.compare(dash + 3, 8, "cgroup2 ") != 0) continue;
-    std::istringstream fields(line.substr(0, dash));
-    std::string id, parent, dev, root, mountpoint;
-    fields >> id >> parent >> dev >> root >> mountpoint;
-    if (root == "/") return mountpoint + (own == "/" ? "" : own);
-    if (own.rfind(root, 0) == 0) return mountpoint + own.substr(root.size());
-  }
-  return {};
 }
 
 std::string RandomToken() {
@@ -148,9 +126,9 @@ StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
   c->token_ = std::to_string(getpid()) + "." + RandomToken();
   c->env_entry_ = std::string(env::kProcessTree) + "=" + c->token_;
   if (try_cgroup) {
-    std::string parent = OwnCgroupDir();
-    std::string dir = parent + "/ddprun-" + c->token_;
-    if (!parent.empty() && mkdir(dir.c_str(), 0755) == 0) {
+    const auto own = env::OwnCgroupV2();
+    const std::string dir = own ? own->dir() + "/ddprun-" + c->token_ : "";
+    if (own && mkdir(dir.c_str(), 0755) == 0) {
       UniqueFd procs(open((dir + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
       if (procs.valid() && access((dir + "/cgroup.kill").c_str(), W_OK) == 0) {
         c->cgroup_dir_ = dir;

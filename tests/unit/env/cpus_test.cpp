@@ -84,10 +84,12 @@ TEST_CASE("the tightest cpu.max of this cgroup and those above it is read") {
   auto root = std::filesystem::temp_directory_path() / "ddprun_cpus_test";
   std::filesystem::remove_all(root);
   Write(root / "proc/self/cgroup", "1:cpu:/\n0::/job/step\n");
+  Write(root / "proc/self/mountinfo", "24 1 0:22 / /sys rw - sysfs sysfs rw\n35 24 0:30 / " +
+                                          (root / "cg").string() +
+                                          " rw,nosuid - cgroup2 cgroup2 rw\n");
   Write(root / "cg/job/cpu.max", "200000 100000\n");
   Write(root / "cg/job/step/cpu.max", "max 100000\n");
-  auto f =
-      ReadCpuFacts({{"SLURM_CPUS_ON_NODE", "6"}}, (root / "proc").string(), (root / "cg").string());
+  auto f = ReadCpuFacts({{"SLURM_CPUS_ON_NODE", "6"}}, (root / "proc").string());
   REQUIRE(f.cpu_max);
   CHECK(*f.cpu_max == "200000 100000");
   CHECK(f.slurm_cpus == "6");
@@ -95,7 +97,7 @@ TEST_CASE("the tightest cpu.max of this cgroup and those above it is read") {
   CHECK(AllowedCpus(f) <= 2);
 
   Write(root / "proc/self/cgroup", "0::/\n");  // cgroup v2 root: no cpu.max
-  CHECK_FALSE(ReadCpuFacts({}, (root / "proc").string(), (root / "cg").string()).cpu_max);
+  CHECK_FALSE(ReadCpuFacts({}, (root / "proc").string()).cpu_max);
   std::filesystem::remove_all(root);
 }
 
