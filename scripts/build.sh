@@ -3,6 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD="${DDPRUN_BUILD_DIR:-build}"
-cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE="${DDPRUN_BUILD_TYPE:-RelWithDebInfo}" \
+launcher=()
+# ccache, where installed, makes rebuilds in several work trees cheap; nothing needs it.
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S . -B "$BUILD" "${launcher[@]}" -DCMAKE_BUILD_TYPE="${DDPRUN_BUILD_TYPE:-RelWithDebInfo}" \
   -DDDPRUN_PYTHON="${DDPRUN_VENV:-$HOME/.cache/ddprun/venv}/bin/python" >/dev/null
 cmake --build "$BUILD" -j"$(nproc)"
