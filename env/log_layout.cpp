@@ -30,7 +30,8 @@ std::string TempRoot() {
 
 }  // namespace
 
-StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::string& run_id) {
+StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::string& run_id,
+                                      const std::string& node) {
   LogLayout layout;
   if (log_dir == "/dev/null") {
     layout.disabled_ = true;
@@ -50,7 +51,12 @@ StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::str
     }
     layout.base_ = fs::absolute(log_dir).string();
   }
-  auto run = MakeTempDir(layout.base_ + "/" + run_id + "_XXXXXX");
+  std::string tag = node;
+  for (char& ch : tag) {
+    if (ch == '/' || ch == '\0') ch = '_';
+  }
+  auto run =
+      MakeTempDir(layout.base_ + "/" + run_id + (tag.empty() ? "" : "_" + tag) + "_XXXXXX");
   if (!run.ok()) return run.status().Annotate("--log_dir " + layout.base_);
   layout.run_ = *run;
   return layout;

@@ -16,8 +16,11 @@ namespace ddprun::env {
 
 class LogLayout {
  public:
-  // Creates the run directory. `log_dir` empty means a temporary base.
-  static StatusOr<LogLayout> Create(const std::string& log_dir, const std::string& run_id);
+  // Creates the run directory, <run_id>[_<node>]_<random>. `log_dir` empty
+  // means a temporary base; `node` (e.g. "node1-n07" under Slurm) tells the
+  // run directories of nodes that share one --log_dir apart.
+  static StatusOr<LogLayout> Create(const std::string& log_dir, const std::string& run_id,
+                                    const std::string& node = "");
 
   bool disabled() const { return disabled_; }
   bool base_is_temporary() const { return temporary_; }

@@ -52,8 +52,30 @@ inline constexpr char kLinePrefixTemplate[] = "TORCHELASTIC_LOG_LINE_PREFIX_TEMP
 inline constexpr char kShutdownTimeout[] = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
 inline constexpr char kLogLevel[] = "LOGLEVEL";
 inline constexpr char kPetPrefix[] = "PET_";
-inline constexpr char kCgroup[] = "DDPRUN_CGROUP";
-inline constexpr char kSlurmStepId[] =
-    "SLURM_STEP_ID";  // set inside a Slurm job step  // 0: contain workers without a cgroup
+inline constexpr char kCgroup[] = "DDPRUN_CGROUP";  // 0: contain workers without a cgroup
+inline constexpr char kSlurm[] = "PET_SLURM";        // --slurm
+
+// Read by ddprun inside a Slurm job step (env/slurm.hpp): what the step is.
+inline constexpr char kSlurmStepId[] = "SLURM_STEP_ID";  // set inside a job step only
+inline constexpr char kSlurmJobId[] = "SLURM_JOB_ID";
+inline constexpr char kSlurmJobIdOld[] = "SLURM_JOBID";
+inline constexpr char kSlurmStepNumNodes[] = "SLURM_STEP_NUM_NODES";
+inline constexpr char kSlurmNnodes[] = "SLURM_NNODES";
+inline constexpr char kSlurmStepNumTasks[] = "SLURM_STEP_NUM_TASKS";
+inline constexpr char kSlurmStepTasksPerNode[] = "SLURM_STEP_TASKS_PER_NODE";
+inline constexpr char kSlurmTasksPerNode[] = "SLURM_TASKS_PER_NODE";
+inline constexpr char kSlurmStepNodelist[] = "SLURM_STEP_NODELIST";
+inline constexpr char kSlurmNodelist[] = "SLURM_JOB_NODELIST";
+inline constexpr char kSlurmdNodename[] = "SLURMD_NODENAME";
+inline constexpr char kSlurmRestartCount[] = "SLURM_RESTART_COUNT";
+// Read from the agent's task, and rewritten for each worker to the worker's own
+// rank, local rank, node and world (Lightning, submitit and others read them).
+inline constexpr char kSlurmProcId[] = "SLURM_PROCID";
+inline constexpr char kSlurmLocalId[] = "SLURM_LOCALID";
+inline constexpr char kSlurmNodeId[] = "SLURM_NODEID";
+inline constexpr char kSlurmNtasks[] = "SLURM_NTASKS";
+inline constexpr char kSlurmNprocs[] = "SLURM_NPROCS";
+inline constexpr char kSlurmNtasksPerNode[] = "SLURM_NTASKS_PER_NODE";
+inline constexpr char kSlurmGtids[] = "SLURM_GTIDS";
 
 }  // namespace ddprun::env

@@ -40,6 +40,34 @@ StatusOr<std::string> VirtualDevice(const GroupInfo& group, int local_rank, cons
   return devices[local_rank];
 }
 
+// The SLURM_* variables that describe a task's place in its step, as Slurm
+// would set them for worker `local_rank` started as a task of its own.
+void RewriteSlurm(const GroupInfo& g, int local_rank, Environ& e) {
+  const int rank = g.base_rank + local_rank;
+  const std::string world = std::to_string(g.world_size);
+  e[kSlurmProcId] = std::to_string(rank);
+  e[kSlurmLocalId] = std::to_string(local_rank);
+  e[kSlurmNodeId] = std::to_string(g.group_rank);
+  for (const char* name : {kSlurmNtasks, kSlurmNprocs, kSlurmStepNumTasks}) e[name] = world;
+  e[kSlurmNtasksPerNode] = std::to_string(g.local_world_size);
+  std::string gtids;
+  for (int r = g.base_rank; r < g.base_rank + g.local_world_size; ++r) {
+    gtids += (gtids.empty() ? "" : ",") + std::to_string(r);
+  }
+  e[kSlurmGtids] = gtids;
+  // "L(xN)" when every node runs L workers; otherwise the list is not known
+  // here, and a wrong one is worse than none.
+  const bool uniform = g.world_size == g.local_world_size * g.group_world_size;
+  for (const char* name : {kSlurmTasksPerNode, kSlurmStepTasksPerNode}) {
+    if (uniform) {
+      e[name] = std::to_string(g.local_world_size) +
+                (g.group_world_size > 1 ? "(x" + std::to_string(g.group_world_size) + ")" : "");
+    } else {
+      e.erase(name);
+    }
+  }
+}
+
 }  // namespace
 
 StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank, const WorkerFiles& files,
@@ -71,6 +99,7 @@ StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank, const Wo
         std::to_string(DefaultOmpThreads(group.allowed_cpus, group.local_world_size));
   }
   e[kSignalsToHandle] = group.signals_to_handle;
+  if (group.slurm_task) RewriteSlurm(group, local_rank, e);
   if (group.virtual_local_rank) {
     auto device = VirtualDevice(group, local_rank, base);
     if (!device.ok()) return device.status();

@@ -34,6 +34,11 @@ struct GroupInfo {
   // The CPUs the launcher may run on (env/cpus.hpp): OMP_NUM_THREADS, when
   // the launcher's environment has none, shares them out.
   int allowed_cpus = 1;
+  // The agent is a task of a Slurm job step (--slurm not off): each worker's
+  // SLURM_PROCID, SLURM_LOCALID, SLURM_NODEID, SLURM_NTASKS and the like are
+  // rewritten to its own rank, local rank, node rank and world, as if Slurm
+  // had started it (the agent's values would give every worker the same rank).
+  bool slurm_task = false;
 };
 
 // One worker's own files (see LogLayout); each "" when logs go to /dev/null.

@@ -99,6 +99,9 @@ class Agent {
   // Dumps every running worker into `dir` and prints the summary; returns the
   // ranks the flight recorders show as stragglers.
   std::vector<int> DumpWorkers(const supervisor::HangReport& report, const std::string& dir);
+  // The failure report's host: the host name, the node rank and, under
+  // Slurm, the node, the job step and the requeues so far.
+  std::string ReportHost() const;
 
   const LaunchConfig& c_;
   const Program& program_;
@@ -117,7 +120,12 @@ class Agent {
 };
 
 Status Agent::Setup() {
-  auto layout = env::LogLayout::Create(c_.log_dir, c_.rdzv_id);
+  std::string node;
+  if (c_.slurm) {
+    node = "node" + std::to_string(c_.slurm->node_id) +
+           (c_.slurm->node_name.empty() ? "" : "-" + c_.slurm->node_name);
+  }
+  auto layout = env::LogLayout::Create(c_.log_dir, c_.rdzv_id, node);
   if (!layout.ok()) return layout.status();
   layout_ = std::move(*layout);
   const auto cgroup = env::Lookup(environ_, env::kCgroup).value_or("1");
@@ -171,6 +179,7 @@ Status Agent::Setup() {
   settings.self = stores_.self;
   settings.max_restarts = c_.max_restarts;
   settings.hosts_store = stores_.rdzv_server != nullptr;
+  settings.exclusive_rank = c_.rdzv_backend == "static";
   // Long enough for the coordinator to find a lost node (keep-alive limit
   // plus one beat): a node's loss, which killed the workers whose peers then
   // die of SIGPIPE, is then a membership change, not a failure.
@@ -201,6 +210,7 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   g.virtual_local_rank = c_.virtual_local_rank;
   g.gpus = c_.gpus;
   g.allowed_cpus = c_.allowed_cpus;
+  g.slurm_task = c_.slurm.has_value();
   return g;
 }
 
@@ -271,6 +281,19 @@ int Agent::FinishLocally(int code, const std::string& message) {
   return Finish(exit);
 }
 
+std::string Agent::ReportHost() const {
+  std::string host = env::Fqdn();
+  const std::string rank = round_ ? "node rank " + std::to_string(round_->node_rank) : "";
+  if (!c_.slurm) return rank.empty() ? host : host + " (" + rank + ")";
+  const env::SlurmStep& step = *c_.slurm;
+  host += " (Slurm node " + (step.node_name.empty() ? "?" : step.node_name) +
+          (rank.empty() ? "" : ", " + rank) + "; job step " + step.Id();
+  if (step.restart_count > 0) {
+    host += ", requeued " + std::to_string(step.restart_count) + " time(s): SLURM_RESTART_COUNT";
+  }
+  return host + ")";
+}
+
 int Agent::Finish(const rendezvous::Action& exit) {
   if (exit.failed) {
     const auto& cause = exit.root_cause;
@@ -279,7 +302,7 @@ int Agent::Finish(const rendezvous::Action& exit) {
                       local_failures_.front().pid == cause.pid;
     if (ours) {
       supervisor::ConsoleWriter::For(STDERR_FILENO)
-          .Write(supervisor::FormatReport(program_.name, env::Fqdn(), local_failures_));
+          .Write(supervisor::FormatReport(program_.name, ReportHost(), local_failures_));
       if (auto own = env::Lookup(environ_, env::kErrorFile); own && !own->empty()) {
         supervisor::DumpRootCause(local_failures_.front(), *own);
       }

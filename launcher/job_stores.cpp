@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <random>
+#include <thread>
 
 #include "base/parse.hpp"
 #include "env/host.hpp"
 #include "env/names.hpp"
 #include "rendezvous/sockets.hpp"
+#include "rendezvous/store_client.hpp"
 
 namespace ddprun::launcher {
 
@@ -111,6 +113,24 @@ StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int por
   return false;  // another agent here hosts it, or the address is not this machine's
 }
 
+// Whether the store at the static endpoint is this job's and node rank 0 is
+// claimed there (asked within a few seconds; a port held by something else
+// says no).
+bool HeldByThisJob(const JobStores& stores) {
+  auto client = rendezvous::StoreClient::Connect(stores.rdzv_host, stores.rdzv_port,
+                                                 std::chrono::seconds(3), stores.settings.token);
+  if (!client.ok()) return false;
+  // The holder claims its rank just after it binds: give it a moment.
+  const std::string key = rendezvous::RendezvousKeys(stores.settings.run_id).Claim(0);
+  for (int tries = 0; tries < 30; ++tries) {
+    auto claimed = client->Check({key});
+    if (!claimed.ok()) return false;
+    if (*claimed) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return false;
+}
+
 }  // namespace
 
 StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& c,
@@ -155,8 +175,17 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
     if (hosting) {
       auto server = rendezvous::StoreServer::Start(
           StoreOptions(stores.rdzv_host, stores.rdzv_port, stores.settings.token));
-      if (!server.ok()) return server.status().Annotate("--master_addr/--master_port");
-      stores.rdzv_server = std::move(*server);
+      if (server.ok()) {
+        stores.rdzv_server = std::move(*server);
+      } else if (!HeldByThisJob(stores)) {
+        return server.status().Annotate("--master_addr/--master_port");
+      } else {
+        // Another agent of this job already hosts the store as node rank 0:
+        // join as a client, so that the rendezvous refuses the second claim
+        // by name and fails the job at once, instead of one agent failing
+        // here and the others waiting for it until the join timeout.
+        hosting = false;
+      }
     }
   } else {
     if (Status s = rendezvous::SplitHostPort(c.rdzv_endpoint, kDefaultC10dPort, &stores.rdzv_host,
@@ -174,7 +203,8 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
   if (!worker.ok()) return worker.status().Annotate("worker store");
   stores.worker_server = std::move(*worker);
   rendezvous::NodeInfo& self = stores.self;
-  self.name = env::Hostname();
+  // Under Slurm the node's name: simulated nodes, and some clusters, share a host name.
+  self.name = c.slurm && !c.slurm->node_name.empty() ? c.slurm->node_name : env::Hostname();
   self.agent_id = NewAgentId(self.name);
   self.addr = !c.local_addr.empty()                     ? c.local_addr
               : (c.rdzv_backend == "static" && hosting) ? c.master_addr

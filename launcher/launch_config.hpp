@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "env/slurm.hpp"
+
 namespace ddprun::launcher {
 
 // -r / -t: which of a worker's streams go to files: 1 stdout, 2 stderr, 3 both.
@@ -57,6 +59,8 @@ struct LaunchConfig {
   std::optional<std::string> gpus;
   int allowed_cpus = 1;         // CPUs this process may run on (env/cpus.hpp)
   int threads_per_worker = 64;  // --threads_per_worker: sizes the RLIMIT_NPROC check
+  // The Slurm job step this agent is a task of, when --slurm is not off.
+  std::optional<env::SlurmStep> slurm;
   std::string program;
   std::vector<std::string> program_args;
 };

@@ -15,6 +15,7 @@
 #include "env/host.hpp"
 #include "env/limits.hpp"
 #include "env/names.hpp"
+#include "env/slurm.hpp"
 #include "launcher/agent.hpp"
 #include "launcher/doctor.hpp"
 #include "launcher/dump_request.hpp"
@@ -58,6 +59,20 @@ ddprun::Status PrepareLimits(const ddprun::launcher::LaunchConfig& c,
     spdlog::warn("{}: {}; fix: {}", check.check, check.measured, check.fix);
   }
   return ddprun::Status::Ok();
+}
+
+// Slurm SIGKILLs a step KillWait seconds after its SIGTERM (scancel, time
+// limit): a longer grace would be cut short.
+void WarnAboutKillWait(const ddprun::launcher::LaunchConfig& c) {
+  if (!c.slurm) return;
+  auto kill_wait = ddprun::env::ReadKillWait();
+  if (!kill_wait || c.shutdown_timeout <= *kill_wait) return;
+  spdlog::warn(
+      "--shutdown_timeout={} is longer than Slurm's KillWait ({} s, scontrol show config): at "
+      "scancel or the time limit Slurm kills every process of the step {} s after its SIGTERM, "
+      "before ddprun's grace ends; give --shutdown_timeout={} or less (or ask for a larger "
+      "KillWait)",
+      c.shutdown_timeout, *kill_wait, *kill_wait, *kill_wait);
 }
 
 // ddprun doctor: prints the table; 0 when nothing fails, 1 otherwise, 2 on bad options.
@@ -114,6 +129,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return exit_code::ForStatus(s);
   }
+  WarnAboutKillWait(parsed->config);
   const int code = launcher::RunAgent(parsed->config, *program, environ);
   // Workers are gone; what the console has not taken yet gets a bounded wait.
   supervisor::FlushConsole(kConsoleFlushWait);

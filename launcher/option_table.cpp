@@ -76,6 +76,11 @@ const std::vector<OptionDef>& OptionTable() {
        "give every worker LOCAL_RANK=0 and exactly one device in CUDA_VISIBLE_DEVICES"},
       {"gpus", 0, "LIST", nullptr, false,
        "ddprun: set CUDA_VISIBLE_DEVICES=LIST for every worker (e.g. 0,6,7)"},
+      {"slurm", 0, "auto|node|off", "auto", true,
+       "ddprun: inside a Slurm job step (srun), take --nnodes, --node_rank, --rdzv_id and the "
+       "store's host and port from the step where not given, refuse several agents per node, "
+       "and give workers their own SLURM_PROCID etc.; node: the same, and fail outside a step; "
+       "off: ignore Slurm"},
       {"threads_per_worker", 0, "N", "64", false,
        "ddprun: threads each worker is expected to run, to check RLIMIT_NPROC (ulimit -u) "
        "before spawning; PyTorch workers with DataLoader workers and NCCL/Gloo threads commonly "

@@ -196,8 +196,35 @@ Action AgentMachine::Follow(Kv& kv, const JobRecord& rec, Time now) {
   return Join(kv, rec, now);
 }
 
+std::optional<Action> AgentMachine::ClaimRank(Kv& kv) {
+  if (!s_.exclusive_rank || s_.self.requested_rank < 0 || rank_claimed_) return std::nullopt;
+  const std::string mine = s_.self.Encode();
+  auto holder = kv.CompareSet(keys_.Claim(s_.self.requested_rank), "", mine);
+  if (!holder.ok()) return StoreGone(holder.status());
+  if (*holder == mine) {
+    rank_claimed_ = true;
+    return std::nullopt;
+  }
+  auto other = NodeInfo::Decode(*holder);
+  const std::string rank = std::to_string(s_.self.requested_rank);
+  Cause c;
+  c.cls = FailureClass::kRendezvous;
+  c.node = s_.self.name;
+  c.what = "node rank " + rank + " was claimed twice: by " +
+           (other.ok() ? other->name + " (" + other->addr + ", agent " + other->agent_id + ")"
+                       : std::string("another agent")) +
+           ", then by " + s_.self.name + " (" + s_.self.addr + ", agent " + s_.self.agent_id +
+           "), which was refused: give every node its own --node_rank (under Slurm, run one agent "
+           "per node with srun --ntasks-per-node=1 and leave --node_rank to ddprun)";
+  auto applied = Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
+  if (!applied.ok()) return StoreGone(applied.status());
+  if (applied->record.final()) return ExitByRecord(applied->record);
+  return Exit(1, c.what);
+}
+
 Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {
   if (rec.final()) return ExitByRecord(rec);
+  if (auto refused = ClaimRank(kv)) return *refused;
   const int r = std::max(min_round_, rec.round + 1);
   auto arrival = kv.Add(keys_.Join(r), 1);
   if (!arrival.ok()) return StoreGone(arrival.status());

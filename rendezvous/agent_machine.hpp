@@ -33,6 +33,11 @@ struct AgentSettings {
   NodeInfo self;
   int max_restarts = 0;
   bool hosts_store = false;
+  // Static backend: self.requested_rank is this node's alone. The first agent
+  // to claim a rank holds it; a second claimant fails the job at once, naming
+  // both (two agents given one --node_rank would otherwise wait for the
+  // missing node until the join timeout).
+  bool exclusive_rank = false;
   // How long a failure of the kPeer class (a worker that died because a peer
   // went away) waits before it is recorded, so that the failure that caused
   // it, on another node, is recorded first.
@@ -102,6 +107,8 @@ class AgentMachine {
  private:
   // One per phase; `rec` is the record as the step read it.
   Action Join(Kv& kv, const JobRecord& rec, Time now);
+  // exclusive_rank: claims the node rank; an exit action when another agent holds it.
+  std::optional<Action> ClaimRank(Kv& kv);
   Action WaitRound(Kv& kv, const JobRecord& rec, Time now);
   Action Clearing(Kv& kv, const JobRecord& rec, Time now);
   Action Running(const JobRecord& rec, Time now);
@@ -130,6 +137,7 @@ class AgentMachine {
   Time deadline_{};     // kWaitRound: join_timeout
   std::optional<Time> first_join_;
   bool cleared_ = false;
+  bool rank_claimed_ = false;  // exclusive_rank: the claim key holds our NodeInfo
   WorkersOutcome outcome_;
   Time settle_until_{};
   int signal_ = 0;

@@ -69,6 +69,8 @@ class RendezvousKeys {
   std::string Join(int r) const { return R(r) + "join"; }
   std::string Node(int r, int i) const { return R(r) + "node/" + std::to_string(i); }
   std::string Cleared(int r) const { return R(r) + "cleared"; }
+  // Static backend: the agent that holds node rank `rank` (its NodeInfo).
+  std::string Claim(int rank) const { return p_ + "claim/" + std::to_string(rank); }
 
  private:
   std::string R(int r) const { return p_ + "r" + std::to_string(r) + "/"; }

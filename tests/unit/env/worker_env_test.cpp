@@ -58,6 +58,40 @@ TEST_CASE("a worker gets torchrun's variables laid over the launcher's environme
   CHECK(e->at("DDPRUN_DUMP_DIR") == "/logs/attempt_2/dumps");
 }
 
+TEST_CASE("under Slurm a worker's SLURM_* describe the worker, not the agent's task") {
+  // The agent is task 1 of a 2-task step (one per node).
+  Environ base{{"SLURM_PROCID", "1"},         {"SLURM_LOCALID", "0"},
+               {"SLURM_NODEID", "1"},         {"SLURM_NTASKS", "2"},
+               {"SLURM_NPROCS", "2"},         {"SLURM_STEP_NUM_TASKS", "2"},
+               {"SLURM_TASKS_PER_NODE", "1(x2)"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+               {"SLURM_GTIDS", "1"},          {"SLURM_JOB_ID", "57"}};
+  GroupInfo g = Group();
+  g.slurm_task = true;
+  auto e = WorkerEnviron(g, 3, {}, base);
+  REQUIRE(e.ok());
+  CHECK(e->at("SLURM_PROCID") == "7");
+  CHECK(e->at("SLURM_LOCALID") == "3");
+  CHECK(e->at("SLURM_NODEID") == "1");
+  CHECK(e->at("SLURM_NTASKS") == "8");
+  CHECK(e->at("SLURM_NPROCS") == "8");
+  CHECK(e->at("SLURM_STEP_NUM_TASKS") == "8");
+  CHECK(e->at("SLURM_NTASKS_PER_NODE") == "4");
+  CHECK(e->at("SLURM_TASKS_PER_NODE") == "4(x2)");
+  CHECK(e->at("SLURM_STEP_TASKS_PER_NODE") == "4(x2)");
+  CHECK(e->at("SLURM_GTIDS") == "4,5,6,7");
+  CHECK(e->at("SLURM_JOB_ID") == "57");  // the job's own facts stay
+  // Nodes of different sizes: no per-node list rather than a wrong one.
+  g.world_size = 7;
+  auto uneven = WorkerEnviron(g, 0, {}, base);
+  REQUIRE(uneven.ok());
+  CHECK(uneven->count("SLURM_TASKS_PER_NODE") == 0);
+  // Not a Slurm task (or --slurm=off): untouched.
+  g.slurm_task = false;
+  auto plain = WorkerEnviron(g, 3, {}, base);
+  REQUIRE(plain.ok());
+  CHECK(plain->at("SLURM_PROCID") == "1");
+}
+
 TEST_CASE("without log files ddprun's own variables are set and empty") {
   auto e = WorkerEnviron(Group(), 0, {}, {});
   REQUIRE(e.ok());

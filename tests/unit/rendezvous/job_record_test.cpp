@@ -287,5 +287,64 @@ TEST_CASE("machines: a peer-class failure waits for the failure that caused it")
   CHECK(e0.exit_code == 4);
 }
 
+TEST_CASE("machines: a static node rank claimed twice fails the job at once, naming both") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kv1 = store.Connect(), kv2 = store.Connect(), kvc = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = rdzv.max_nodes = 2;
+  AgentSettings s;
+  s.rdzv = rdzv;
+  s.exclusive_rank = true;
+  s.self = Member("0");
+  s.self.requested_rank = 0;
+  s.hosts_store = true;
+  AgentMachine a0(s);
+  s.hosts_store = false;
+  s.self = Member("1");
+  s.self.name = "host-b";
+  s.self.requested_rank = 1;
+  AgentMachine a1(s);
+  s.self = Member("2");
+  s.self.name = "host-c";
+  s.self.requested_rank = 1;  // the mistake: a second agent given --node_rank=1
+  AgentMachine a2(s);
+  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
+  auto now = Clock::time_point(std::chrono::hours(1));
+  (void)coordinator.Step(kvc, now);
+  CHECK(a0.Step(kv0, now).kind == ActionKind::kWait);
+  CHECK(a1.Step(kv1, now).kind == ActionKind::kWait);
+  Action refused = a2.Step(kv2, now);
+  REQUIRE(refused.kind == ActionKind::kExit);
+  CHECK(refused.exit_code != 0);
+  CHECK(refused.message.find("node rank 1 was claimed twice") != std::string::npos);
+  CHECK(refused.message.find("host-b") != std::string::npos);
+  CHECK(refused.message.find("host-c") != std::string::npos);
+  // The others learn it from the record at their next step, not at the join timeout.
+  now += std::chrono::milliseconds(200);
+  for (auto [m, kv] : {std::pair{&a0, &kv0}, std::pair{&a1, &kv1}}) {
+    Action a = m->Step(*kv, now);
+    REQUIRE(a.kind == ActionKind::kExit);
+    CHECK(a.message == refused.message);
+  }
+}
+
+TEST_CASE("machines: an agent's own claim is no conflict when it joins again") {
+  LocalStore store;
+  auto kv = store.Connect();
+  AgentSettings s;
+  s.rdzv.run_id = "t";
+  s.rdzv.min_nodes = s.rdzv.max_nodes = 2;
+  s.exclusive_rank = true;
+  s.self = Member("1");
+  s.self.requested_rank = 1;
+  AgentMachine first(s);
+  auto now = Clock::time_point(std::chrono::hours(1));
+  CHECK(first.Step(kv, now).kind == ActionKind::kWait);
+  // The same agent (same NodeInfo) after a restart of its machine: still its rank.
+  AgentMachine again(s);
+  CHECK(again.Step(kv, now).kind == ActionKind::kWait);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous

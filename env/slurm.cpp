@@ -1,0 +1,158 @@
+#include "env/slurm.hpp"
+
+#include <cctype>
+#include <cstdint>
+
+#include "base/command.hpp"
+#include "base/parse.hpp"
+#include "env/hostlist.hpp"
+#include "env/names.hpp"
+#include "env/worker_env.hpp"
+
+namespace ddprun::env {
+
+namespace {
+
+// The step's value of a variable, else the job's (older Slurm releases and
+// hand-made environments set only the latter).
+std::optional<std::string> StepOrJob(const Environ& e, const char* step, const char* job) {
+  if (auto v = Lookup(e, step); v && !v->empty()) return v;
+  if (auto v = Lookup(e, job); v && !v->empty()) return v;
+  return std::nullopt;
+}
+
+StatusOr<int> Count(const std::string& name, const std::string& value, long long lo) {
+  auto n = ParseInteger(name, value, lo, 1 << 24, "a whole number >= " + std::to_string(lo));
+  if (!n.ok()) return n.status();
+  return static_cast<int>(*n);
+}
+
+}  // namespace
+
+int SlurmStep::TasksOnThisNode() const {
+  if (node_id >= 0 && node_id < static_cast<int>(tasks_per_node.size())) {
+    return tasks_per_node[node_id];
+  }
+  // No per-node list: an even share, rounded up (a mistake shows as > 1).
+  return (num_tasks + num_nodes - 1) / num_nodes;
+}
+
+StatusOr<std::vector<int>> ExpandTasksPerNode(std::string_view text) {
+  const std::string accepted = "counts such as 2(x3),1";
+  const std::string subject = std::string(kSlurmStepTasksPerNode);
+  std::vector<int> out;
+  for (const auto& item : SplitList(std::string(text))) {
+    std::string count = item;
+    int repeat = 1;
+    if (auto open = item.find("(x"); open != std::string::npos) {
+      if (item.back() != ')') return InvalidValue(subject, std::string(text), accepted);
+      auto r = ParseInteger(subject, item.substr(open + 2, item.size() - open - 3), 1, 1 << 20,
+                            accepted);
+      if (!r.ok()) return InvalidValue(subject, std::string(text), accepted);
+      repeat = static_cast<int>(*r);
+      count = item.substr(0, open);
+    }
+    auto n = ParseInteger(subject, count, 0, 1 << 20, accepted);
+    if (!n.ok()) return InvalidValue(subject, std::string(text), accepted);
+    if (out.size() + static_cast<size_t>(repeat) > (1u << 20)) {
+      return InvalidValue(subject, std::string(text), "at most 2^20 nodes");
+    }
+    out.insert(out.end(), static_cast<size_t>(repeat), static_cast<int>(*n));
+  }
+  if (out.empty()) return InvalidValue(subject, std::string(text), accepted);
+  return out;
+}
+
+StatusOr<std::optional<SlurmStep>> ReadSlurmStep(const Environ& environ) {
+  auto step_id = Lookup(environ, kSlurmStepId);
+  if (!step_id || step_id->empty()) return std::optional<SlurmStep>();
+  SlurmStep s;
+  s.step_id = *step_id;
+  s.job_id = StepOrJob(environ, kSlurmJobId, kSlurmJobIdOld).value_or("");
+  if (s.job_id.empty()) {
+    return InvalidArgument(std::string(kSlurmStepId) + " is set but " + kSlurmJobId +
+                           " is not: this is not the environment of a Slurm job step");
+  }
+  struct CountVar {
+    const char* step;
+    const char* job;
+    int* field;
+    long long lo;
+  };
+  for (const auto& v : {CountVar{kSlurmStepNumNodes, kSlurmNnodes, &s.num_nodes, 1},
+                        CountVar{kSlurmStepNumTasks, kSlurmNtasks, &s.num_tasks, 1},
+                        CountVar{kSlurmNodeId, kSlurmNodeId, &s.node_id, 0}}) {
+    auto text = StepOrJob(environ, v.step, v.job);
+    if (!text) continue;
+    auto n = Count(v.step, *text, v.lo);
+    if (!n.ok()) return n.status();
+    *v.field = *n;
+  }
+  if (s.node_id >= s.num_nodes) {
+    return InvalidArgument(std::string(kSlurmNodeId) + "=" + std::to_string(s.node_id) +
+                           " is not below " + kSlurmStepNumNodes + "=" +
+                           std::to_string(s.num_nodes));
+  }
+  if (auto tpn = StepOrJob(environ, kSlurmStepTasksPerNode, kSlurmTasksPerNode)) {
+    auto counts = ExpandTasksPerNode(*tpn);
+    if (!counts.ok()) return counts.status();
+    s.tasks_per_node = *counts;
+  }
+  if (auto list = StepOrJob(environ, kSlurmStepNodelist, kSlurmNodelist)) {
+    auto first = FirstHost(*list);
+    if (!first.ok()) return first.status().Annotate(kSlurmStepNodelist);
+    s.nodelist = *list;
+    s.first_host = *first;
+  }
+  s.node_name = Lookup(environ, kSlurmdNodename).value_or("");
+  if (auto restarts = Lookup(environ, kSlurmRestartCount); restarts && !restarts->empty()) {
+    auto n = Count(kSlurmRestartCount, *restarts, 0);
+    if (!n.ok()) return n.status();
+    s.restart_count = *n;
+  }
+  return std::optional<SlurmStep>(std::move(s));
+}
+
+int SlurmStepPort(const SlurmStep& step) {
+  // FNV-1a: stable across hosts and releases (std::hash is neither).
+  uint32_t h = 2166136261u;
+  for (char c : step.Id()) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 16777619u;
+  }
+  return 20000 + static_cast<int>(h % 10000);
+}
+
+std::optional<int> ParseKillWait(std::string_view text) {
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    if (line.rfind("KillWait", 0) != 0) continue;
+    size_t eq = line.find('=');
+    if (eq == std::string_view::npos) continue;
+    size_t i = eq + 1;
+    while (i < line.size() && line[i] == ' ') ++i;
+    int value = 0;
+    size_t digits = 0;
+    while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i])) && digits < 7) {
+      value = value * 10 + (line[i++] - '0');
+      ++digits;
+    }
+    if (digits > 0) return value;
+  }
+  return std::nullopt;
+}
+
+std::optional<int> ReadKillWait() {
+  if (!OnPath("scontrol")) return std::nullopt;
+  std::string text;
+  for (const auto& line : CommandLines("timeout 5 scontrol show config 2>/dev/null")) {
+    text += line + "\n";
+  }
+  return ParseKillWait(text);
+}
+
+}  // namespace ddprun::env
