@@ -22,6 +22,8 @@
 #include "base/command.hpp"
 #include "env/host.hpp"
 #include "env/names.hpp"
+#include "env/slurm.hpp"
+#include "rendezvous/sockets.hpp"
 #include "env/worker_env.hpp"
 #include "launcher/option_table.hpp"
 
@@ -270,6 +272,97 @@ std::vector<LimitCheck> PortChecks(const LaunchConfig& c) {
   return out;
 }
 
+// ---------------------------------------------------------------------------
+// Slurm, and the rendezvous endpoint other nodes will use.
+
+std::string SecondsText(double s) {
+  std::ostringstream o;
+  o << s << " s";
+  return o.str();
+}
+
+std::vector<LimitCheck> SlurmChecks(const LaunchConfig& c, const env::Environ& environ) {
+  std::vector<LimitCheck> out;
+  if (!c.slurm) {
+    auto job = env::Lookup(environ, env::kSlurmJobId);
+    if (!job) return {{"slurm", CheckStatus::kOk, "not in a Slurm job", ""}};
+    out.push_back({"slurm", CheckStatus::kWarn,
+                   "job " + *job + " but not a job step: Slurm mode is off",
+                   "run ddprun (and ddprun doctor) with srun --ntasks-per-node=1 so that it "
+                   "reads the step"});
+    return out;
+  }
+  const env::SlurmStep& step = *c.slurm;
+  out.push_back({"slurm step", CheckStatus::kOk,
+                 step.Id() + ", node " + std::to_string(step.node_id) + " of " +
+                     std::to_string(step.num_nodes) + " (" + step.nodelist + "), " +
+                     (step.node_name.empty() ? "" : "SLURMD_NODENAME " + step.node_name + ", ") +
+                     std::to_string(step.TasksOnThisNode()) + " agent(s) on this node" +
+                     (step.restart_count > 0
+                          ? ", requeued " + std::to_string(step.restart_count) + " time(s)"
+                          : ""),
+                 ""});
+  out.push_back({"slurm cpus", CheckStatus::kOk,
+                 "SLURM_CPUS_ON_NODE=" +
+                     env::Lookup(environ, env::kSlurmCpusOnNode).value_or("(unset)") +
+                     ", allowed CPUs " + std::to_string(c.allowed_cpus) + ", " +
+                     std::to_string(c.nproc_per_node) + " worker(s)",
+                 ""});
+  std::string gpus;
+  for (const char* name : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", env::kCudaVisibleDevices}) {
+    if (auto v = env::Lookup(environ, name)) {
+      gpus += (gpus.empty() ? "" : ", ") + std::string(name) + "=" + *v;
+    }
+  }
+  out.push_back({"slurm gpus", CheckStatus::kOk, gpus.empty() ? "none allocated" : gpus, ""});
+  auto kill_wait = env::ReadKillWait();
+  if (!kill_wait) {
+    out.push_back({"slurm KillWait", CheckStatus::kWarn,
+                   "unknown (scontrol show config did not say)",
+                   "check that --shutdown_timeout is not above the cluster's KillWait"});
+  } else if (c.shutdown_timeout > *kill_wait) {
+    out.push_back({"slurm KillWait", CheckStatus::kWarn,
+                   std::to_string(*kill_wait) + " s, below --shutdown_timeout " +
+                       SecondsText(c.shutdown_timeout),
+                   "give --shutdown_timeout=" + std::to_string(*kill_wait) +
+                       " or less: Slurm kills the step KillWait after its SIGTERM"});
+  } else {
+    out.push_back({"slurm KillWait", CheckStatus::kOk,
+                   std::to_string(*kill_wait) + " s, covers --shutdown_timeout " +
+                       SecondsText(c.shutdown_timeout),
+                   ""});
+  }
+  return out;
+}
+
+// Multi-node jobs: can this node reach the store's endpoint? A refused
+// connection means the host answers but nothing listens yet (fine before node
+// rank 0 starts); no answer or no such host is a failure.
+std::optional<LimitCheck> EndpointCheck(const LaunchConfig& c) {
+  if (c.nnodes_max <= 1) return std::nullopt;
+  std::string host = c.master_addr;
+  int port = c.master_port.value_or(29500);
+  if (!c.rdzv_endpoint.empty()) {
+    const int default_port = c.rdzv_backend == "c10d" ? 29400 : port;
+    if (!rendezvous::SplitHostPort(c.rdzv_endpoint, default_port, &host, &port).ok()) {
+      return std::nullopt;  // the parser already refused it
+    }
+  }
+  const std::string name = "rendezvous " + rendezvous::HostPort(host, port);
+  auto fd = rendezvous::ConnectWithRetry(host, port,
+                                         rendezvous::Clock::now() + std::chrono::seconds(3));
+  if (fd.ok()) return LimitCheck{name, CheckStatus::kOk, "connected", ""};
+  const std::string why = fd.status().message();
+  if (why.find("refused") != std::string::npos) {
+    return LimitCheck{name, CheckStatus::kWarn, "host answers, nothing listens on the port yet",
+                      "fine before node rank 0's ddprun starts; otherwise check its "
+                      "--master_port/--rdzv_endpoint"};
+  }
+  return LimitCheck{name, CheckStatus::kFail, "cannot reach: " + why,
+                    "check the host name (every node must resolve it), routes and firewalls "
+                    "between the nodes"};
+}
+
 }  // namespace
 
 std::string FormatDoctorTable(const std::string& header, const std::vector<LimitCheck>& checks) {
@@ -309,6 +402,8 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   for (auto& check : CudaChecks(host.gpus > 0)) report.checks.push_back(std::move(check));
   for (auto& check : InterfaceChecks()) report.checks.push_back(std::move(check));
   for (auto& check : PortChecks(c)) report.checks.push_back(std::move(check));
+  for (auto& check : SlurmChecks(c, environ)) report.checks.push_back(std::move(check));
+  if (auto endpoint = EndpointCheck(c)) report.checks.push_back(std::move(*endpoint));
   for (const auto& check : report.checks) {
     if (check.status == CheckStatus::kFail) report.failed = true;
   }
