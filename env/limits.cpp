@@ -287,8 +287,13 @@ std::optional<StatusFields> ReadProcStatus(const std::string& path) {
 // The command line with NULs as spaces, cut to 80 characters; `name` (the
 // kernel's comm) for kernel threads and zombies, which have none.
 std::string CommandOf(const std::string& dir, const std::string& name) {
+  // Through istream::read, which turns a failed read (ESRCH: the process
+  // exited meanwhile) into a stream state; an istreambuf_iterator would
+  // let libstdc++'s ios_base::failure escape.
   std::ifstream in(dir + "/cmdline", std::ios::binary);
-  std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  char buf[256];
+  in.read(buf, sizeof(buf));
+  std::string cmd(buf, static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
   while (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
   std::replace(cmd.begin(), cmd.end(), '\0', ' ');
   if (cmd.empty()) return name;

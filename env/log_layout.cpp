@@ -55,8 +55,7 @@ StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::str
   for (char& ch : tag) {
     if (ch == '/' || ch == '\0') ch = '_';
   }
-  auto run =
-      MakeTempDir(layout.base_ + "/" + run_id + (tag.empty() ? "" : "_" + tag) + "_XXXXXX");
+  auto run = MakeTempDir(layout.base_ + "/" + run_id + (tag.empty() ? "" : "_" + tag) + "_XXXXXX");
   if (!run.ok()) return run.status().Annotate("--log_dir " + layout.base_);
   layout.run_ = *run;
   return layout;

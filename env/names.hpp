@@ -53,7 +53,7 @@ inline constexpr char kShutdownTimeout[] = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
 inline constexpr char kLogLevel[] = "LOGLEVEL";
 inline constexpr char kPetPrefix[] = "PET_";
 inline constexpr char kCgroup[] = "DDPRUN_CGROUP";  // 0: contain workers without a cgroup
-inline constexpr char kSlurm[] = "PET_SLURM";        // --slurm
+inline constexpr char kSlurm[] = "PET_SLURM";       // --slurm
 
 // Read by ddprun inside a Slurm job step (env/slurm.hpp): what the step is.
 inline constexpr char kSlurmStepId[] = "SLURM_STEP_ID";  // set inside a job step only

@@ -23,9 +23,9 @@
 #include "env/host.hpp"
 #include "env/names.hpp"
 #include "env/slurm.hpp"
-#include "rendezvous/sockets.hpp"
 #include "env/worker_env.hpp"
 #include "launcher/option_table.hpp"
+#include "rendezvous/sockets.hpp"
 
 namespace ddprun::launcher {
 
@@ -293,21 +293,21 @@ std::vector<LimitCheck> SlurmChecks(const LaunchConfig& c, const env::Environ& e
     return out;
   }
   const env::SlurmStep& step = *c.slurm;
-  out.push_back({"slurm step", CheckStatus::kOk,
-                 step.Id() + ", node " + std::to_string(step.node_id) + " of " +
-                     std::to_string(step.num_nodes) + " (" + step.nodelist + "), " +
-                     (step.node_name.empty() ? "" : "SLURMD_NODENAME " + step.node_name + ", ") +
-                     std::to_string(step.TasksOnThisNode()) + " agent(s) on this node" +
-                     (step.restart_count > 0
-                          ? ", requeued " + std::to_string(step.restart_count) + " time(s)"
-                          : ""),
-                 ""});
-  out.push_back({"slurm cpus", CheckStatus::kOk,
-                 "SLURM_CPUS_ON_NODE=" +
-                     env::Lookup(environ, env::kSlurmCpusOnNode).value_or("(unset)") +
-                     ", allowed CPUs " + std::to_string(c.allowed_cpus) + ", " +
-                     std::to_string(c.nproc_per_node) + " worker(s)",
-                 ""});
+  out.push_back(
+      {"slurm step", CheckStatus::kOk,
+       step.Id() + ", node " + std::to_string(step.node_id) + " of " +
+           std::to_string(step.num_nodes) + " (" + step.nodelist + "), " +
+           (step.node_name.empty() ? "" : "SLURMD_NODENAME " + step.node_name + ", ") +
+           std::to_string(step.TasksOnThisNode()) + " agent(s) on this node" +
+           (step.restart_count > 0 ? ", requeued " + std::to_string(step.restart_count) + " time(s)"
+                                   : ""),
+       ""});
+  out.push_back(
+      {"slurm cpus", CheckStatus::kOk,
+       "SLURM_CPUS_ON_NODE=" + env::Lookup(environ, env::kSlurmCpusOnNode).value_or("(unset)") +
+           ", allowed CPUs " + std::to_string(c.allowed_cpus) + ", " +
+           std::to_string(c.nproc_per_node) + " worker(s)",
+       ""});
   std::string gpus;
   for (const char* name : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", env::kCudaVisibleDevices}) {
     if (auto v = env::Lookup(environ, name)) {
@@ -349,8 +349,8 @@ std::optional<LimitCheck> EndpointCheck(const LaunchConfig& c) {
     }
   }
   const std::string name = "rendezvous " + rendezvous::HostPort(host, port);
-  auto fd = rendezvous::ConnectWithRetry(host, port,
-                                         rendezvous::Clock::now() + std::chrono::seconds(3));
+  auto fd =
+      rendezvous::ConnectWithRetry(host, port, rendezvous::Clock::now() + std::chrono::seconds(3));
   if (fd.ok()) return LimitCheck{name, CheckStatus::kOk, "connected", ""};
   const std::string why = fd.status().message();
   if (why.find("refused") != std::string::npos) {

@@ -486,22 +486,22 @@ Status CheckNnodes(const std::string& given, const env::SlurmStep& step,
   LaunchConfig probe;
   if (Status s = ParseNnodes(given, probe); !s.ok()) return s;
   const std::string nodes = std::to_string(step.num_nodes);
-  const std::string where = "this Slurm step has " + nodes + " node(s) (SLURM_STEP_NUM_NODES=" +
-                            nodes + ")";
+  const std::string where =
+      "this Slurm step has " + nodes + " node(s) (SLURM_STEP_NUM_NODES=" + nodes + ")";
   if (probe.nnodes_min == probe.nnodes_max && probe.nnodes_max != step.num_nodes) {
-    const std::string what = probe.nnodes_max == 1
-                                 ? "every node would run a 1-node job of its own"
-                                 : "the job would wait for nodes that never come";
+    const std::string what = probe.nnodes_max == 1 ? "every node would run a 1-node job of its own"
+                                                   : "the job would wait for nodes that never come";
     return Bad("nnodes", given,
-               where + " and " + what + ": drop --nnodes (ddprun takes it from the step), or run "
-               "srun -N" + std::to_string(probe.nnodes_max) + "; --slurm=off ignores the step");
+               where + " and " + what +
+                   ": drop --nnodes (ddprun takes it from the step), or run "
+                   "srun -N" +
+                   std::to_string(probe.nnodes_max) + "; --slurm=off ignores the step");
   }
   if (step.num_nodes < probe.nnodes_min || step.num_nodes > probe.nnodes_max) {
-    parsed.notices.push_back("--nnodes=" + given + " does not include " + nodes + ": " + where +
-                             ", so the job " +
-                             (step.num_nodes < probe.nnodes_min
-                                  ? "waits for nodes of other steps or jobs"
-                                  : "leaves the nodes beyond the maximum waiting"));
+    parsed.notices.push_back(
+        "--nnodes=" + given + " does not include " + nodes + ": " + where + ", so the job " +
+        (step.num_nodes < probe.nnodes_min ? "waits for nodes of other steps or jobs"
+                                           : "leaves the nodes beyond the maximum waiting"));
   }
   return Status::Ok();
 }
@@ -523,7 +523,8 @@ Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLin
     auto nodes = env::Lookup(environ, env::kSlurmNnodes);
     if (env::Lookup(environ, env::kSlurmJobId) && nodes && *nodes != "1" && !raw.Said("nnodes")) {
       parsed.notices.push_back(
-          "this Slurm job has " + *nodes + " nodes (SLURM_NNODES) but ddprun runs outside a job "
+          "this Slurm job has " + *nodes +
+          " nodes (SLURM_NNODES) but ddprun runs outside a job "
           "step, so only this node's workers start: launch it with srun --ntasks-per-node=1 -n " +
           *nodes + " ddprun ...");
     }
@@ -559,10 +560,9 @@ Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLin
       "Slurm step " + step.Id() + ", node " + std::to_string(step.node_id) + " of " +
       std::to_string(step.num_nodes) + " (" + step.nodelist + ")" +
       (filled.empty() ? ": every rendezvous option was given" : ": " + Described(filled)) +
-      (step.restart_count > 0
-           ? "; the job was requeued " + std::to_string(step.restart_count) +
-                 " time(s) (SLURM_RESTART_COUNT)"
-           : ""));
+      (step.restart_count > 0 ? "; the job was requeued " + std::to_string(step.restart_count) +
+                                    " time(s) (SLURM_RESTART_COUNT)"
+                              : ""));
   parsed.config.slurm = step;
   return Status::Ok();
 }

@@ -38,10 +38,11 @@ class Result:
 
 
 def base_env(**overrides):
-    """The test's environment for ddprun: PET_* and torchelastic knobs removed, the venv
+    """The test's environment for ddprun: PET_*, torchelastic knobs and SLURM_* (a suite run
+    inside a Slurm job must not put every test in Slurm mode) removed, the venv
     python as PYTHON_EXEC, no visible GPU; overrides with a value of None are removed."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PET_", "TORCHELASTIC_", "TORCH_ELASTIC_"))}
+           if not k.startswith(("PET_", "TORCHELASTIC_", "TORCH_ELASTIC_", "SLURM_", "SLURMD_"))}
     env["PYTHON_EXEC"] = PYTHON
     env["CUDA_VISIBLE_DEVICES"] = ""
     env["OMP_NUM_THREADS"] = "1"

@@ -13,7 +13,8 @@ SMALL = ["--width", "64", "--depth", "2", "--steps", "20", "--batch", "16"]
 def train_env(**extra):
     """This process's environment without any launcher variable, one thread per worker."""
     e = {k: v for k, v in os.environ.items()
-         if not k.startswith(("PET_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "MASTER_", "LOCAL_"))}
+         if not k.startswith(("PET_", "TORCHELASTIC_", "RANK", "WORLD_SIZE", "MASTER_", "LOCAL_",
+                             "SLURM_", "SLURMD_"))}
     e.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     e.update(extra)
     return e

@@ -40,10 +40,14 @@ TEST_CASE("slurm: outside a step there is nothing to read") {
 }
 
 TEST_CASE("slurm: the job's variables stand in for missing step ones") {
-  Environ e = {{"SLURM_STEP_ID", "3"},       {"SLURM_JOBID", "9"},
-               {"SLURM_NNODES", "3"},        {"SLURM_NTASKS", "3"},
-               {"SLURM_TASKS_PER_NODE", "1(x3)"}, {"SLURM_JOB_NODELIST", "a,b,c"},
-               {"SLURM_NODEID", "2"},        {"SLURM_RESTART_COUNT", "2"}};
+  Environ e = {{"SLURM_STEP_ID", "3"},
+               {"SLURM_JOBID", "9"},
+               {"SLURM_NNODES", "3"},
+               {"SLURM_NTASKS", "3"},
+               {"SLURM_TASKS_PER_NODE", "1(x3)"},
+               {"SLURM_JOB_NODELIST", "a,b,c"},
+               {"SLURM_NODEID", "2"},
+               {"SLURM_RESTART_COUNT", "2"}};
   auto step = ReadSlurmStep(e);
   REQUIRE(step.ok());
   REQUIRE(step->has_value());
@@ -106,7 +110,8 @@ TEST_CASE("slurm: the step port is the same on every node, in range, and differs
 }
 
 TEST_CASE("slurm: KillWait from scontrol show config") {
-  CHECK(ParseKillWait("JobCompType = jobcomp/none\nKillWait                = 30 sec\nX = 1\n") == 30);
+  CHECK(ParseKillWait("JobCompType = jobcomp/none\nKillWait                = 30 sec\nX = 1\n") ==
+        30);
   CHECK(ParseKillWait("KillWait = 5 sec") == 5);
   CHECK_FALSE(ParseKillWait("KillOnBadExit = 0\n").has_value());
   CHECK_FALSE(ParseKillWait("KillWait = unknown\n").has_value());

@@ -60,11 +60,16 @@ TEST_CASE("a worker gets torchrun's variables laid over the launcher's environme
 
 TEST_CASE("under Slurm a worker's SLURM_* describe the worker, not the agent's task") {
   // The agent is task 1 of a 2-task step (one per node).
-  Environ base{{"SLURM_PROCID", "1"},         {"SLURM_LOCALID", "0"},
-               {"SLURM_NODEID", "1"},         {"SLURM_NTASKS", "2"},
-               {"SLURM_NPROCS", "2"},         {"SLURM_STEP_NUM_TASKS", "2"},
-               {"SLURM_TASKS_PER_NODE", "1(x2)"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
-               {"SLURM_GTIDS", "1"},          {"SLURM_JOB_ID", "57"}};
+  Environ base{{"SLURM_PROCID", "1"},
+               {"SLURM_LOCALID", "0"},
+               {"SLURM_NODEID", "1"},
+               {"SLURM_NTASKS", "2"},
+               {"SLURM_NPROCS", "2"},
+               {"SLURM_STEP_NUM_TASKS", "2"},
+               {"SLURM_TASKS_PER_NODE", "1(x2)"},
+               {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+               {"SLURM_GTIDS", "1"},
+               {"SLURM_JOB_ID", "57"}};
   GroupInfo g = Group();
   g.slurm_task = true;
   auto e = WorkerEnviron(g, 3, {}, base);

@@ -340,8 +340,7 @@ TEST_CASE("slurm: explicit options and PET_* win over the step") {
 TEST_CASE("slurm: c10d gets the endpoint and honours the node id") {
   auto p = Parse({"--rdzv_backend=c10d", "--nnodes=1:4", "./train"}, SlurmStep(2, 1));
   REQUIRE(p.ok());
-  CHECK(p->config.rdzv_endpoint ==
-        "n07:" + std::to_string(env::SlurmStepPort(*p->config.slurm)));
+  CHECK(p->config.rdzv_endpoint == "n07:" + std::to_string(env::SlurmStepPort(*p->config.slurm)));
   CHECK(p->config.node_rank == 1);
   CHECK(p->config.node_rank_set);
   CHECK(p->config.nnodes_max == 4);
