@@ -30,6 +30,9 @@ inline constexpr char kSignalsToHandle[] = "TORCHELASTIC_SIGNALS_TO_HANDLE";
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 // Read by the launcher only (env/cpus.hpp); passed to workers unchanged.
 inline constexpr char kSlurmCpusOnNode[] = "SLURM_CPUS_ON_NODE";
+// Read by the launcher only (env/visible_gpus.hpp) when CUDA_VISIBLE_DEVICES is unset.
+inline constexpr char kSlurmStepGpus[] = "SLURM_STEP_GPUS";
+inline constexpr char kSlurmJobGpus[] = "SLURM_JOB_GPUS";
 
 // Set for every worker by ddprun, beyond torchrun's set ("" when logs go to
 // /dev/null). See docs/flight-recorder.md.
@@ -53,6 +56,8 @@ inline constexpr char kShutdownTimeout[] = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
 inline constexpr char kLogLevel[] = "LOGLEVEL";
 inline constexpr char kPetPrefix[] = "PET_";
 inline constexpr char kCgroup[] = "DDPRUN_CGROUP";
+// A test hook: the NVML library to load instead of libnvidia-ml.so.1 (env/gpus.hpp).
+inline constexpr char kNvmlLibrary[] = "DDPRUN_NVML_LIBRARY";
 inline constexpr char kSlurmStepId[] =
     "SLURM_STEP_ID";  // set inside a Slurm job step  // 0: contain workers without a cgroup
 

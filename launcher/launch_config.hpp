@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "env/visible_gpus.hpp"
+
 namespace ddprun::launcher {
 
 // -r / -t: which of a worker's streams go to files: 1 stdout, 2 stderr, 3 both.
@@ -54,7 +56,12 @@ struct LaunchConfig {
   double hang_timeout = 0;     // seconds; 0 = off
   double startup_timeout = 0;  // seconds; 0 = off
   bool hang_detect_output = false;
+  // CUDA_VISIBLE_DEVICES for every worker (--gpus, or Slurm's list where
+  // CUDA_VISIBLE_DEVICES is unset); nullopt: the launcher's own, unchanged.
   std::optional<std::string> gpus;
+  env::VisibleGpus visible_gpus;  // what the workers see, checked against the host
+  // Per local rank, the PCI bus id of its GPU (env::LocalRankBusIds), for CPU binding.
+  std::vector<std::optional<std::string>> gpu_bus_ids;
   int allowed_cpus = 1;         // CPUs this process may run on (env/cpus.hpp)
   int threads_per_worker = 64;  // --threads_per_worker: sizes the RLIMIT_NPROC check
   std::string program;
