@@ -75,7 +75,8 @@ const std::vector<OptionDef>& OptionTable() {
       {"virtual_local_rank", 0, nullptr, nullptr, true,
        "give every worker LOCAL_RANK=0 and exactly one device in CUDA_VISIBLE_DEVICES"},
       {"gpus", 0, "LIST", nullptr, false,
-       "ddprun: set CUDA_VISIBLE_DEVICES=LIST for every worker (e.g. 0,6,7)"},
+       "ddprun: set CUDA_VISIBLE_DEVICES=LIST for every worker: host indices or GPU-/MIG- "
+       "UUIDs (e.g. 0,6,7), each a GPU of this host, once (checked before any worker starts)"},
       {"threads_per_worker", 0, "N", "64", false,
        "ddprun: threads each worker is expected to run, to check RLIMIT_NPROC (ulimit -u) "
        "before spawning; PyTorch workers with DataLoader workers and NCCL/Gloo threads commonly "
