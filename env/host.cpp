@@ -5,12 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cctype>
-#include <filesystem>
 #include <memory>
-#include <system_error>
-
-#include "env/worker_env.hpp"
 
 namespace ddprun::env {
 
@@ -52,35 +47,6 @@ std::string Fqdn() {
     if (std::string(*alias).find('.') != std::string::npos) return *alias;
   }
   return primary;
-}
-
-namespace {
-
-bool IsDeviceIndex(const std::string& s, int physical) {
-  if (s.empty() || s.size() > 4) return false;
-  for (char c : s) {
-    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
-  }
-  return std::stoi(s) < physical;
-}
-
-}  // namespace
-
-int GpuCount(const std::optional<std::string>& cuda_visible_devices, const std::string& proc_root) {
-  std::error_code ec;
-  int physical = 0;
-  for (std::filesystem::directory_iterator it(proc_root + "/driver/nvidia/gpus", ec), end;
-       !ec && it != end; it.increment(ec)) {
-    ++physical;
-  }
-  if (!cuda_visible_devices) return physical;
-  int visible = 0;
-  for (const auto& entry : SplitList(*cuda_visible_devices)) {
-    bool uuid = entry.rfind("GPU-", 0) == 0 || entry.rfind("MIG-", 0) == 0;
-    if (!(uuid && physical > 0) && !IsDeviceIndex(entry, physical)) break;
-    ++visible;
-  }
-  return visible;
 }
 
 }  // namespace ddprun::env

@@ -30,6 +30,9 @@ inline constexpr char kSignalsToHandle[] = "TORCHELASTIC_SIGNALS_TO_HANDLE";
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
 // Read by the launcher only (env/cpus.hpp); passed to workers unchanged.
 inline constexpr char kSlurmCpusOnNode[] = "SLURM_CPUS_ON_NODE";
+// Read by the launcher only (env/visible_gpus.hpp) when CUDA_VISIBLE_DEVICES is unset.
+inline constexpr char kSlurmStepGpus[] = "SLURM_STEP_GPUS";
+inline constexpr char kSlurmJobGpus[] = "SLURM_JOB_GPUS";
 
 // Set for every worker by ddprun, beyond torchrun's set ("" when logs go to
 // /dev/null). See docs/flight-recorder.md.
@@ -77,5 +80,7 @@ inline constexpr char kSlurmNtasks[] = "SLURM_NTASKS";
 inline constexpr char kSlurmNprocs[] = "SLURM_NPROCS";
 inline constexpr char kSlurmNtasksPerNode[] = "SLURM_NTASKS_PER_NODE";
 inline constexpr char kSlurmGtids[] = "SLURM_GTIDS";
+// A test hook: the NVML library to load instead of libnvidia-ml.so.1 (env/gpus.hpp).
+inline constexpr char kNvmlLibrary[] = "DDPRUN_NVML_LIBRARY";
 
 }  // namespace ddprun::env

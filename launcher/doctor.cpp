@@ -12,18 +12,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <sstream>
-#include <system_error>
 
 #include "base/command.hpp"
 #include "env/host.hpp"
 #include "env/names.hpp"
 #include "env/slurm.hpp"
 #include "env/worker_env.hpp"
+#include "launcher/doctor_gpus.hpp"
 #include "launcher/option_table.hpp"
 #include "rendezvous/sockets.hpp"
 
@@ -52,59 +50,6 @@ std::optional<std::vector<std::string>> DoctorArguments(const std::vector<std::s
 }
 
 namespace {
-
-// ---------------------------------------------------------------------------
-// GPUs and CUDA_VISIBLE_DEVICES.
-
-// "NVIDIA H200, 143771 MiB" per GPU from nvidia-smi (bounded: a wedged driver
-// can hang it), else the model names the driver lists under /proc.
-std::vector<std::string> GpuDescriptions() {
-  if (OnPath("nvidia-smi")) {
-    auto lines = CommandLines(
-        "timeout 20 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null");
-    if (!lines.empty()) return lines;
-  }
-  std::vector<std::string> gpus;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it("/proc/driver/nvidia/gpus", ec), end;
-       !ec && it != end; it.increment(ec)) {
-    std::ifstream in(it->path() / "information");
-    std::string line, model = it->path().filename().string();
-    while (std::getline(in, line)) {
-      if (line.rfind("Model:", 0) == 0) model = line.substr(line.find_first_not_of(" \t", 6));
-    }
-    gpus.push_back(model);
-  }
-  return gpus;
-}
-
-LimitCheck GpuCheck() {
-  auto gpus = GpuDescriptions();
-  if (gpus.empty()) return {"GPUs", CheckStatus::kOk, "none (CPU jobs: Gloo)", ""};
-  std::string list;
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    list += (i == 0 ? "" : "; ") + std::to_string(i) + ": " + gpus[i];
-  }
-  return {"GPUs", CheckStatus::kOk, std::to_string(gpus.size()) + " (" + list + ")", ""};
-}
-
-LimitCheck VisibleDevicesCheck(const env::Environ& environ) {
-  auto visible = env::Lookup(environ, env::kCudaVisibleDevices);
-  const int physical = env::GpuCount(std::nullopt);
-  if (!visible) return {"CUDA_VISIBLE_DEVICES", CheckStatus::kOk, "unset: every GPU", ""};
-  const int seen = env::GpuCount(visible);
-  LimitCheck c{"CUDA_VISIBLE_DEVICES", CheckStatus::kOk,
-               "\"" + *visible + "\": " + std::to_string(seen) + " of " + std::to_string(physical) +
-                   " GPUs visible",
-               ""};
-  const size_t entries = env::SplitList(*visible).size();
-  if (physical > 0 && static_cast<size_t>(seen) < entries) {
-    c.status = CheckStatus::kWarn;
-    c.fix = "list device indices below " + std::to_string(physical) +
-            " or GPU-/MIG- UUIDs (CUDA stops at the first entry that names no device)";
-  }
-  return c;
-}
 
 // ---------------------------------------------------------------------------
 // NCCL and CUDA versions, from the libraries a worker would load.
@@ -396,10 +341,11 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   const env::LimitFacts facts = env::ReadLimitFacts(environ);
   DoctorReport report;
   report.checks = env::PlanLimits(facts, job).checks;
-  report.checks.push_back(GpuCheck());
-  report.checks.push_back(VisibleDevicesCheck(environ));
+  for (auto& check : GpuChecks(host.gpus, c.visible_gpus))
+    report.checks.push_back(std::move(check));
   report.checks.push_back(NcclCheck());
-  for (auto& check : CudaChecks(host.gpus > 0)) report.checks.push_back(std::move(check));
+  for (auto& check : CudaChecks(!host.gpus.devices.empty()))
+    report.checks.push_back(std::move(check));
   for (auto& check : InterfaceChecks()) report.checks.push_back(std::move(check));
   for (auto& check : PortChecks(c)) report.checks.push_back(std::move(check));
   for (auto& check : SlurmChecks(c, environ)) report.checks.push_back(std::move(check));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "env/slurm.hpp"
+#include "env/visible_gpus.hpp"
 
 namespace ddprun::launcher {
 
@@ -56,7 +57,12 @@ struct LaunchConfig {
   double hang_timeout = 0;     // seconds; 0 = off
   double startup_timeout = 0;  // seconds; 0 = off
   bool hang_detect_output = false;
+  // CUDA_VISIBLE_DEVICES for every worker (--gpus, or Slurm's list where
+  // CUDA_VISIBLE_DEVICES is unset); nullopt: the launcher's own, unchanged.
   std::optional<std::string> gpus;
+  env::VisibleGpus visible_gpus;  // what the workers see, checked against the host
+  // Per local rank, the PCI bus id of its GPU (env::LocalRankBusIds), for CPU binding.
+  std::vector<std::optional<std::string>> gpu_bus_ids;
   int allowed_cpus = 1;         // CPUs this process may run on (env/cpus.hpp)
   int threads_per_worker = 64;  // --threads_per_worker: sizes the RLIMIT_NPROC check
   // The Slurm job step this agent is a task of, when --slurm is not off.

@@ -12,6 +12,7 @@
 #include "base/exit_codes.hpp"
 #include "env/cpus.hpp"
 #include "env/environ.hpp"
+#include "env/gpus.hpp"
 #include "env/host.hpp"
 #include "env/limits.hpp"
 #include "env/names.hpp"
@@ -102,7 +103,7 @@ int main(int argc, char** argv) {
   }
   std::vector<std::string> args(argv + 1, argv + argc);
   launcher::HostCounts host{env::AllowedCpuCount(environ),
-                            env::GpuCount(env::Lookup(environ, env::kCudaVisibleDevices))};
+                            env::DiscoverGpus(env::DiscoveryPaths(environ))};
   if (auto doctor = launcher::DoctorArguments(args)) return Doctor(*doctor, environ, host);
   if (auto dumped = launcher::MaybeRequestDump(args)) return *dumped;
   auto parsed = launcher::ParseCommandLine(args, environ, host);
@@ -119,6 +120,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const auto& notice : parsed->notices) spdlog::info("{}", notice);
+  for (const auto& warning : parsed->warnings) spdlog::warn("{}", warning);
   auto program = launcher::ResolveProgram(parsed->config, environ);
   if (!program.ok()) {
     std::fprintf(stderr, "ddprun: cannot run %s: %s\n", parsed->config.program.c_str(),

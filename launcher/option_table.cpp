@@ -75,7 +75,8 @@ const std::vector<OptionDef>& OptionTable() {
       {"virtual_local_rank", 0, nullptr, nullptr, true,
        "give every worker LOCAL_RANK=0 and exactly one device in CUDA_VISIBLE_DEVICES"},
       {"gpus", 0, "LIST", nullptr, false,
-       "ddprun: set CUDA_VISIBLE_DEVICES=LIST for every worker (e.g. 0,6,7)"},
+       "ddprun: set CUDA_VISIBLE_DEVICES=LIST for every worker: host indices or GPU-/MIG- "
+       "UUIDs (e.g. 0,6,7), each a GPU of this host, once (checked before any worker starts)"},
       {"slurm", 0, "auto|node|off", "auto", true,
        "ddprun: inside a Slurm job step (srun), take --nnodes, --node_rank, --rdzv_id and the "
        "store's host and port from the step where not given, refuse several agents per node, "

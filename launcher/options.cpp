@@ -86,17 +86,23 @@ StatusOr<bool> ParseBool(const std::string& option, const std::string& v) {
   return Bad(option, v, "1 or 0 (true or false)");
 }
 
-StatusOr<int> ParseNproc(const std::string& v, const HostCounts& host) {
+// `gpus`: the GPUs the workers will see (env/visible_gpus.hpp).
+StatusOr<int> ParseNproc(const std::string& v, const HostCounts& host,
+                         const env::VisibleGpus& gpus) {
+  const int visible = static_cast<int>(gpus.gpus.size());
   if (v == "cpu") return host.cpus;
   if (v == "gpu") {
-    if (host.gpus == 0) {
+    if (visible == 0) {
+      const std::string why =
+          gpus.checked ? env::VisibleSourceText(gpus) + " leaves none"
+                       : "no NVML: " + (host.gpus.note.empty() ? "unknown" : host.gpus.note);
       return Bad("nproc_per_node", v,
-                 "this machine has no visible CUDA device (check CUDA_VISIBLE_DEVICES and the "
-                 "driver); give a number or cpu");
+                 "this machine has no visible CUDA device (" + why +
+                     "; check CUDA_VISIBLE_DEVICES and the driver); give a number or cpu");
     }
-    return host.gpus;
+    return visible;
   }
-  if (v == "auto") return host.gpus > 0 ? host.gpus : host.cpus;
+  if (v == "auto") return visible > 0 ? visible : host.cpus;
   auto n = ParseInt("nproc_per_node", v, 1, 1 << 16, "a number >= 1, cpu, gpu or auto");
   if (!n.ok()) return n.status();
   return static_cast<int>(*n);
@@ -187,7 +193,8 @@ Status ParseSignals(const std::string& v, LaunchConfig& c) {
   return Status::Ok();
 }
 
-Status ParseGpus(const std::string& v, LaunchConfig& c) {
+// The syntax of --gpus; env::ResolveVisibleGpus checks it against the host.
+Status ParseGpus(const std::string& v) {
   auto items = env::SplitList(v);
   if (items.empty()) return Bad("gpus", v, "a comma list of device indices or UUIDs, e.g. 0,6,7");
   for (const auto& item : items) {
@@ -198,7 +205,6 @@ Status ParseGpus(const std::string& v, LaunchConfig& c) {
           "a comma list of device indices or UUIDs, e.g. 0,6,7 (\"" + item + "\" is neither)");
     }
   }
-  c.gpus = v;
   return Status::Ok();
 }
 
@@ -361,10 +367,52 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
   return Status::Ok();
 }
 
+// The GPUs the workers will see, checked against the host before any worker starts.
+Status ApplyGpus(const RawOptions& raw, const env::Environ& environ, const HostCounts& host,
+                 ParsedCommandLine& parsed) {
+  LaunchConfig& c = parsed.config;
+  auto option = raw.Get("gpus");
+  if (option) {
+    if (Status s = ParseGpus(*option); !s.ok()) return s;
+  }
+  auto visible = env::ResolveVisibleGpus(option, environ, host.gpus);
+  if (!visible.ok()) return visible.status();
+  c.visible_gpus = std::move(*visible);
+  c.gpus = c.visible_gpus.worker_devices;
+  for (auto& w : c.visible_gpus.warnings) parsed.warnings.push_back(w);
+  return Status::Ok();
+}
+
+// Workers find their GPU by LOCAL_RANK (or get one each with
+// --virtual_local_rank): more workers than visible GPUs is an error where each
+// must have its own, and a warning otherwise (a CPU job, or several workers
+// per GPU on purpose; torchrun does not check, and NCCL then fails with
+// "Duplicate GPU detected" or CUDA with "invalid device ordinal").
+Status CheckGpuShare(const RawOptions& raw, ParsedCommandLine& parsed) {
+  const LaunchConfig& c = parsed.config;
+  const int visible = static_cast<int>(c.visible_gpus.gpus.size());
+  if (!c.visible_gpus.checked || c.nproc_per_node <= visible) return Status::Ok();
+  const std::string seen = std::to_string(visible) + (visible == 1 ? " GPU is" : " GPUs are") +
+                           " visible (" + env::VisibleSourceText(c.visible_gpus) + ")";
+  const std::string nproc = "--nproc_per_node=" + std::to_string(c.nproc_per_node);
+  if (c.virtual_local_rank && (visible > 0 || c.visible_gpus.source != env::VisibleSource::kAll)) {
+    return InvalidArgument(nproc + " with --virtual_local_rank needs one GPU per worker, but " +
+                           seen + ": lower --nproc_per_node or make more GPUs visible");
+  }
+  const auto v = raw.Get("nproc_per_node");
+  if (visible == 0 || (v && *v == "cpu")) return Status::Ok();
+  parsed.warnings.push_back(
+      nproc + " but " + seen + ": local ranks " + std::to_string(visible) + " to " +
+      std::to_string(c.nproc_per_node - 1) +
+      " have no GPU of their own (cuda:LOCAL_RANK fails with \"invalid device ordinal\"; two "
+      "NCCL ranks on one GPU fail with \"Duplicate GPU detected\"); for a CPU job ignore this");
+  return Status::Ok();
+}
+
 Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig& c) {
   c.allowed_cpus = host.cpus;
   if (auto v = raw.Get("nproc_per_node")) {
-    auto n = ParseNproc(*v, host);
+    auto n = ParseNproc(*v, host, c.visible_gpus);
     if (!n.ok()) return n.status();
     c.nproc_per_node = *n;
   }
@@ -399,9 +447,6 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     auto d = ParseChoice("--hang_detect", *v, {"heartbeat", "output"});
     if (!d.ok()) return d.status();
     c.hang_detect_output = *d == 1;
-  }
-  if (auto v = raw.Get("gpus")) {
-    if (Status s = ParseGpus(*v, c); !s.ok()) return s;
   }
   if (auto v = raw.Get("threads_per_worker")) {
     auto n = ParseInt("threads_per_worker", *v, 1, 1 << 20, "a number of threads >= 1");
@@ -573,7 +618,10 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
   if (Status s = ApplyFlags(raw, c); !s.ok()) return s;
   if (Status s = ApplyRendezvous(raw, c); !s.ok()) return s;
   if (Status s = ApplyUnsupported(raw); !s.ok()) return s;
+  if (Status s = ApplyGpus(raw, environ, host, parsed); !s.ok()) return s;
   if (Status s = ApplyWorkers(raw, host, c); !s.ok()) return s;
+  if (Status s = CheckGpuShare(raw, parsed); !s.ok()) return s;
+  c.gpu_bus_ids = env::LocalRankBusIds(c.visible_gpus, host.gpus, c.nproc_per_node);
   if (Status s = ApplyOutput(raw, c); !s.ok()) return s;
   if (Status s = ApplyShutdown(raw, environ, c); !s.ok()) return s;
   NoteIneffective(raw, parsed);

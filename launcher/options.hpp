@@ -8,6 +8,7 @@
 
 #include "base/status.hpp"
 #include "env/environ.hpp"
+#include "env/gpus.hpp"
 #include "launcher/launch_config.hpp"
 
 namespace ddprun::launcher {
@@ -15,7 +16,7 @@ namespace ddprun::launcher {
 // Host facts the options depend on (injected so tests need no GPU).
 struct HostCounts {
   int cpus = 1;
-  int gpus = 0;
+  env::GpuInventory gpus;  // env::DiscoverGpus
 };
 
 enum class Action { kRun, kHelp, kVersion };
@@ -23,7 +24,8 @@ enum class Action { kRun, kHelp, kVersion };
 struct ParsedCommandLine {
   Action action = Action::kRun;
   LaunchConfig config;
-  std::vector<std::string> notices;  // one-line notes for the log (ignored options etc.)
+  std::vector<std::string> notices;   // one-line notes for the log (ignored options etc.)
+  std::vector<std::string> warnings;  // one-line warnings for the log (GPUs not checked etc.)
 };
 
 // LOGLEVEL, in any case: TRACE, DEBUG, INFO, WARNING (or WARN), ERROR,

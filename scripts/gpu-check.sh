@@ -48,6 +48,21 @@ if grep -q "skipped: no CUDA device" <<<"$out"; then
   exit 1
 fi
 
+echo "== gpus through the real NVML"
+# ddprun's discovery (env/gpus.cpp) against nvidia-smi: the same count and bus ids, and
+# --gpus naming an index past the last GPU refused (exit 2) before any worker starts.
+"$build/ddprun" doctor | grep -E "GPU|visible" || true
+count=$(nvidia-smi -L | grep -c "^GPU ")
+doctor=$(env -u CUDA_VISIBLE_DEVICES "$build/ddprun" doctor)
+grep -q "GPUs .* $count (NVML)" <<<"$doctor" || { echo "gpu-check: doctor does not list $count GPUs through NVML" >&2; exit 1; }
+for bus in $(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | tr 'A-F' 'a-f' | sed 's/^0000//'); do
+  grep -q ", $bus, NUMA" <<<"$doctor" || { echo "gpu-check: bus id $bus missing from doctor" >&2; exit 1; }
+done
+seen=$(env -u CUDA_VISIBLE_DEVICES "$build/ddprun" --nproc_per_node=gpu --no_python /bin/sh -c 'echo "rank $LOCAL_RANK"' | grep -c "^rank ")
+[ "$seen" = "$count" ] || { echo "gpu-check: --nproc_per_node=gpu started $seen workers, not $count" >&2; exit 1; }
+rc=0; "$build/ddprun" --gpus "$count" --no_python /bin/true 2>/dev/null || rc=$?
+[ "$rc" = 2 ] || { echo "gpu-check: --gpus $count on a $count-GPU host exited $rc, not 2" >&2; exit 1; }
+
 echo "== benchmark"
 "$build/unscale_bench"
 echo "gpu-check: OK"

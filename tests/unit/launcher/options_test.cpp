@@ -10,7 +10,21 @@
 namespace ddprun::launcher {
 namespace {
 
-const HostCounts kHost{16, 0};
+const HostCounts kHost{16, {}};
+
+// `cpus` CPUs and `gpus` GPUs that NVML lists (GPU-<i>, bus 0000:<10+i>:00.0).
+HostCounts Host(int cpus, int gpus) {
+  HostCounts host{cpus, {}};
+  host.gpus.source = env::GpuSource::kNvml;
+  for (int i = 0; i < gpus; ++i) {
+    env::GpuDevice g;
+    g.index = i;
+    g.uuid = "GPU-" + std::to_string(i);
+    g.pci_bus_id = "0000:" + std::to_string(10 + i) + ":00.0";
+    host.gpus.devices.push_back(g);
+  }
+  return host;
+}
 
 StatusOr<ParsedCommandLine> Parse(const std::vector<std::string>& args,
                                   const env::Environ& environ = {}, HostCounts host = kHost) {
@@ -60,14 +74,55 @@ TEST_CASE("PET_ variables are fallbacks; the command line wins") {
 TEST_CASE("nproc_per_node takes cpu, gpu and auto") {
   CHECK(Parse({"--nproc_per_node=cpu", "t"})->config.nproc_per_node == 16);
   CHECK(Parse({"--nproc_per_node=auto", "t"})->config.nproc_per_node == 16);
-  CHECK(Parse({"--nproc_per_node=auto", "t"}, {}, {16, 2})->config.nproc_per_node == 2);
-  CHECK(Parse({"--nproc_per_node=gpu", "t"}, {}, {16, 8})->config.nproc_per_node == 8);
+  CHECK(Parse({"--nproc_per_node=auto", "t"}, {}, Host(16, 2))->config.nproc_per_node == 2);
+  CHECK(Parse({"--nproc_per_node=gpu", "t"}, {}, Host(16, 8))->config.nproc_per_node == 8);
   CHECK(Contains(Error({"--nproc_per_node=gpu", "t"}), "no visible CUDA device"));
 }
 
+TEST_CASE("nproc_per_node=gpu counts the GPUs the workers will see") {
+  CHECK(
+      Parse({"--nproc_per_node=gpu", "--gpus=1,3", "t"}, {}, Host(16, 8))->config.nproc_per_node ==
+      2);
+  const env::Environ cvd{{"CUDA_VISIBLE_DEVICES", "5,6,7"}};
+  CHECK(Parse({"--nproc_per_node=gpu", "t"}, cvd, Host(16, 8))->config.nproc_per_node == 3);
+  const env::Environ hidden{{"CUDA_VISIBLE_DEVICES", ""}};
+  auto none = Parse({"--nproc_per_node=gpu", "t"}, hidden, Host(16, 8));
+  REQUIRE_FALSE(none.ok());
+  CHECK(Contains(none.status().message(), "CUDA_VISIBLE_DEVICES= leaves none"));
+}
+
+TEST_CASE("--gpus is checked against the host before anything starts") {
+  auto p = Parse({"--gpus", "0,6,7", "--nproc_per_node=3", "t"}, {}, Host(16, 1));
+  REQUIRE_FALSE(p.ok());
+  CHECK(Contains(p.status().message(),
+                 "--gpus=0,6,7: 6, 7 name no GPU of this host, which has "
+                 "1 GPU: 0 GPU-0 (0000:10:00.0)"));
+  auto ok = Parse({"--gpus", "1,0", "--nproc_per_node=2", "t"}, {}, Host(16, 2));
+  REQUIRE(ok.ok());
+  CHECK(ok->config.gpus == "1,0");
+  CHECK(ok->config.gpu_bus_ids ==
+        std::vector<std::optional<std::string>>{"0000:11:00.0", "0000:10:00.0"});
+}
+
+TEST_CASE("more workers than visible GPUs: an error with --virtual_local_rank, else a warning") {
+  auto virt = Parse({"--virtual_local_rank", "--nproc_per_node=3", "t"}, {}, Host(16, 2));
+  REQUIRE_FALSE(virt.ok());
+  CHECK(Contains(virt.status().message(),
+                 "--nproc_per_node=3 with --virtual_local_rank needs one "
+                 "GPU per worker, but 2 GPUs are visible (every GPU of "
+                 "the host)"));
+  auto shared = Parse({"--nproc_per_node=3", "t"}, {}, Host(16, 2));
+  REQUIRE(shared.ok());
+  REQUIRE(shared->warnings.size() == 1);
+  CHECK(Contains(shared->warnings[0], "local ranks 2 to 2 have no GPU of their own"));
+  CHECK(Parse({"--nproc_per_node=cpu", "t"}, {}, Host(16, 2))->warnings.empty());
+  CHECK(Parse({"--nproc_per_node=3", "t"}, {}, Host(16, 0))->warnings.empty());
+  CHECK(Parse({"--nproc_per_node=3", "t"})->warnings.empty());  // GPUs unknown
+}
+
 TEST_CASE("the allowed CPUs reach the launch config for the OMP_NUM_THREADS default") {
-  CHECK(Parse({"--nproc_per_node=2", "t"}, {}, {4, 0})->config.allowed_cpus == 4);
-  CHECK(Parse({"--nproc_per_node=cpu", "t"}, {}, {3, 0})->config.nproc_per_node == 3);
+  CHECK(Parse({"--nproc_per_node=2", "t"}, {}, Host(4, 0))->config.allowed_cpus == 4);
+  CHECK(Parse({"--nproc_per_node=cpu", "t"}, {}, Host(3, 0))->config.nproc_per_node == 3);
 }
 
 TEST_CASE("usage errors name the option, the value and what is accepted") {
