@@ -320,6 +320,15 @@ StatusOr<BindingPlan> PlanBinding(const Topology& topology, const BindingRequest
   }
 }
 
+std::vector<int> ThreadsPerRank(const std::vector<CpuList>& ranks) {
+  std::vector<int> threads;
+  for (const auto& mine : ranks) {
+    const auto same = std::count(ranks.begin(), ranks.end(), mine);
+    threads.push_back(std::max(1, static_cast<int>(mine.size() / static_cast<size_t>(same))));
+  }
+  return threads;
+}
+
 std::string DescribePlan(const BindingPlan& plan) {
   std::string out;
   for (size_t r = 0; r < plan.ranks.size(); ++r) {

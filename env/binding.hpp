@@ -60,6 +60,11 @@ struct BindingPlan {
 // allowed at all.
 StatusOr<BindingPlan> PlanBinding(const Topology& topology, const BindingRequest& req);
 
+// OMP_NUM_THREADS for each rank of `ranks` (a plan's): its CPUs divided by
+// the ranks bound to the very same CPUs (--numa_binding=node gives a node's
+// ranks one set), at least 1.
+std::vector<int> ThreadsPerRank(const std::vector<CpuList>& ranks);
+
 // "local rank 0: 0-3, local rank 1: 4-7".
 std::string DescribePlan(const BindingPlan& plan);
 

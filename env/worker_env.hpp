@@ -34,6 +34,9 @@ struct GroupInfo {
   // The CPUs the launcher may run on (env/cpus.hpp): OMP_NUM_THREADS, when
   // the launcher's environment has none, shares them out.
   int allowed_cpus = 1;
+  // Per local rank when workers are bound to CPUs (env/binding.hpp): the
+  // OMP_NUM_THREADS default in place of the shared-out allowed CPUs.
+  std::vector<int> bound_threads;
 };
 
 // One worker's own files (see LogLayout); each "" when logs go to /dev/null.

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "env/binding.hpp"
+
 namespace ddprun::launcher {
 
 // -r / -t: which of a worker's streams go to files: 1 stdout, 2 stderr, 3 both.
@@ -57,6 +59,10 @@ struct LaunchConfig {
   std::optional<std::string> gpus;
   int allowed_cpus = 1;         // CPUs this process may run on (env/cpus.hpp)
   int threads_per_worker = 64;  // --threads_per_worker: sizes the RLIMIT_NPROC check
+  env::BindMode binding = env::BindMode::kNone;  // --numa_binding or --cpu_binding
+  // Each local rank's CPUs, planned from `binding` on this host (launcher/
+  // cpu_binding.hpp) before the agent starts; empty: workers are not bound.
+  std::vector<env::CpuList> worker_cpus;
   std::string program;
   std::vector<std::string> program_args;
 };

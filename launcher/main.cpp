@@ -16,6 +16,7 @@
 #include "env/limits.hpp"
 #include "env/names.hpp"
 #include "launcher/agent.hpp"
+#include "launcher/cpu_binding.hpp"
 #include "launcher/doctor.hpp"
 #include "launcher/dump_request.hpp"
 #include "launcher/option_table.hpp"
@@ -57,6 +58,21 @@ ddprun::Status PrepareLimits(const ddprun::launcher::LaunchConfig& c,
     if (check.status == ddprun::env::CheckStatus::kOk) continue;
     spdlog::warn("{}: {}; fix: {}", check.check, check.measured, check.fix);
   }
+  return ddprun::Status::Ok();
+}
+
+// --numa_binding / --cpu_binding: each local rank's CPUs, planned once for
+// the job and logged in one line.
+ddprun::Status BindCpus(ddprun::launcher::LaunchConfig& c) {
+  if (c.binding == ddprun::env::BindMode::kNone) return ddprun::Status::Ok();
+  // No GPU discovery yet: ranks are placed without their GPUs' NUMA nodes.
+  auto plan = ddprun::launcher::PlanWorkerCpus(c, /*gpu_bus_ids=*/{});
+  if (!plan.ok()) return plan.status();
+  for (const auto& note : plan->notes)
+    spdlog::info("{}: {}", ddprun::env::BindModeName(c.binding), note);
+  for (const auto& warning : plan->warnings) spdlog::warn("{}", warning);
+  spdlog::info("{}: {}", ddprun::env::BindModeName(c.binding), ddprun::env::DescribePlan(*plan));
+  c.worker_cpus = std::move(plan->ranks);
   return ddprun::Status::Ok();
 }
 
@@ -111,6 +127,10 @@ int main(int argc, char** argv) {
     return exit_code::ForStatus(program.status());
   }
   if (Status s = PrepareLimits(parsed->config, environ); !s.ok()) {
+    std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
+    return exit_code::ForStatus(s);
+  }
+  if (Status s = BindCpus(parsed->config); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return exit_code::ForStatus(s);
   }

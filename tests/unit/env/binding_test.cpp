@@ -282,6 +282,12 @@ TEST_CASE("cpu binding: any allowed set and rank count give non-empty, allowed, 
   }
 }
 
+TEST_CASE("binding threads per rank divide a CPU set among the ranks bound to it") {
+  CHECK(ThreadsPerRank({{0, 1, 2, 3}, {4, 5}, {6}}) == std::vector<int>{4, 2, 1});
+  CHECK(ThreadsPerRank({{0, 1, 2, 3}, {0, 1, 2, 3}, {4, 5, 6}}) == std::vector<int>{2, 2, 3});
+  CHECK(ThreadsPerRank({{0}, {0}}) == std::vector<int>{1, 1});
+}
+
 TEST_CASE("binding plan description names each local rank's CPUs") {
   BindingPlan plan;
   plan.ranks = {{0, 1, 2, 3}, {4, 5, 6, 7}};
