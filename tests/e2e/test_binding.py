@@ -31,12 +31,12 @@ def needs_cpus(n):
         pytest.skip(f"needs {n} allowed CPUs")
 
 
+@pytest.mark.skipif(TASKSET is None, reason="taskset (util-linux) is not installed")
 def test_compact_gives_each_worker_its_own_cpu(tmp_path):
     needs_cpus(2)
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    flags = ["--cpu_binding=compact", "--nproc_per_node=2"]
-    prefix = [TASKSET, "-c", f"{cpus[0]},{cpus[1]}"] if TASKSET else []
-    seen, err = run_report(flags, tmp_path, prefix)
+    seen, err = run_report(["--cpu_binding=compact", "--nproc_per_node=2"], tmp_path,
+                           [TASKSET, "-c", f"{cpus[0]},{cpus[1]}"])
     assert sorted(seen) == [0, 1]
     assert {seen[0][0], seen[1][0]} == {str(cpus[0]), str(cpus[1])}
     assert seen[0][1] == seen[1][1] == "1"  # OMP_NUM_THREADS: the size of each share
