@@ -38,17 +38,28 @@ struct CpuSetFree {
   void operator()(cpu_set_t* set) const { CPU_FREE(set); }
 };
 
-int AffinityCount() {
-  // glibc's fixed cpu_set_t holds 1024 CPUs; EINVAL means the kernel's mask
-  // is wider, so retry with a set twice the size.
+// sched_getaffinity(0) in a set sized for the kernel's mask: glibc's fixed
+// cpu_set_t holds 1024 CPUs and EINVAL means the mask is wider, so retry with
+// a set twice the size. Calls `use(set, bytes, size)` on success.
+template <typename Use>
+bool WithAffinity(Use use) {
   for (int size = 1024; size <= (1 << 20); size *= 2) {
     std::unique_ptr<cpu_set_t, CpuSetFree> set(CPU_ALLOC(size));
-    if (!set) return 0;
+    if (!set) return false;
     const size_t bytes = CPU_ALLOC_SIZE(size);
-    if (sched_getaffinity(0, bytes, set.get()) == 0) return CPU_COUNT_S(bytes, set.get());
-    if (errno != EINVAL) return 0;
+    if (sched_getaffinity(0, bytes, set.get()) == 0) {
+      use(set.get(), bytes, size);
+      return true;
+    }
+    if (errno != EINVAL) return false;
   }
-  return 0;
+  return false;
+}
+
+int AffinityCount() {
+  int n = 0;
+  WithAffinity([&n](const cpu_set_t* set, size_t bytes, int) { n = CPU_COUNT_S(bytes, set); });
+  return n;
 }
 
 std::optional<std::string> FirstLine(const std::string& path) {
@@ -97,6 +108,17 @@ CpuFacts ReadCpuFacts(const Environ& environ, const std::string& proc_root) {
   f.cpu_max = TightestCpuMax(proc_root);
   f.slurm_cpus = Lookup(environ, kSlurmCpusOnNode);
   return f;
+}
+
+std::optional<CpuList> AffinityCpus() {
+  CpuList cpus;
+  const bool ok = WithAffinity([&cpus](const cpu_set_t* set, size_t bytes, int size) {
+    for (int c = 0; c < size; ++c) {
+      if (CPU_ISSET_S(c, bytes, set)) cpus.push_back(c);
+    }
+  });
+  if (!ok) return std::nullopt;
+  return cpus;
 }
 
 int AllowedCpuCount(const Environ& environ) { return AllowedCpus(ReadCpuFacts(environ)); }

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "env/cpu_list.hpp"
 #include "env/environ.hpp"
 
 namespace ddprun::env {
@@ -32,6 +33,10 @@ int AllowedCpus(const CpuFacts& f);
 // `proc_root`/self/cgroup, under `cgroup_root`) and of each cgroup above it,
 // the tightest one kept; SLURM_CPUS_ON_NODE from `environ`.
 CpuFacts ReadCpuFacts(const Environ& environ, const std::string& proc_root = "/proc");
+
+// The CPUs in this process's affinity mask (sched_getaffinity); nullopt when
+// it cannot be read.
+std::optional<CpuList> AffinityCpus();
 
 // AllowedCpus(ReadCpuFacts(environ)).
 int AllowedCpuCount(const Environ& environ);

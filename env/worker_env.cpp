@@ -96,7 +96,9 @@ StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank, const Wo
   e[kNcclAsyncErrorHandling] = Lookup(base, kNcclAsyncErrorHandling).value_or("1");
   if (group.local_world_size > 1 && !Lookup(base, kOmpNumThreads)) {
     e[kOmpNumThreads] =
-        std::to_string(DefaultOmpThreads(group.allowed_cpus, group.local_world_size));
+        local_rank < static_cast<int>(group.bound_threads.size())
+            ? std::to_string(group.bound_threads[static_cast<size_t>(local_rank)])
+            : std::to_string(DefaultOmpThreads(group.allowed_cpus, group.local_world_size));
   }
   e[kSignalsToHandle] = group.signals_to_handle;
   if (group.slurm_task) RewriteSlurm(group, local_rank, e);

@@ -39,6 +39,9 @@ struct GroupInfo {
   // rewritten to its own rank, local rank, node rank and world, as if Slurm
   // had started it (the agent's values would give every worker the same rank).
   bool slurm_task = false;
+  // Per local rank when workers are bound to CPUs (env/binding.hpp): the
+  // OMP_NUM_THREADS default in place of the shared-out allowed CPUs.
+  std::vector<int> bound_threads;
 };
 
 // One worker's own files (see LogLayout); each "" when logs go to /dev/null.

@@ -211,6 +211,7 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   g.gpus = c_.gpus;
   g.allowed_cpus = c_.allowed_cpus;
   g.slurm_task = c_.slurm.has_value();
+  g.bound_threads = env::ThreadsPerRank(c_.worker_cpus);
   return g;
 }
 
@@ -428,7 +429,17 @@ int Agent::Run() {
     if (coordinator_) coordinator_->Stop();
     return exit_code::ForStatus(s) == exit_code::kUsage ? exit_code::kUsage : exit_code::kFailure;
   }
-  if (c_.nproc_per_node > 1 && !env::Lookup(environ_, env::kOmpNumThreads)) {
+  if (c_.nproc_per_node > 1 && !env::Lookup(environ_, env::kOmpNumThreads) &&
+      !c_.worker_cpus.empty()) {
+    std::string threads;
+    for (int t : env::ThreadsPerRank(c_.worker_cpus)) {
+      threads += (threads.empty() ? "" : ",") + std::to_string(t);
+    }
+    spdlog::warn(
+        "OMP_NUM_THREADS is not set: setting it per local rank to the CPUs it is bound to "
+        "(divided among ranks bound to the same CPUs): {}; set it to tune",
+        threads);
+  } else if (c_.nproc_per_node > 1 && !env::Lookup(environ_, env::kOmpNumThreads)) {
     spdlog::warn(
         "OMP_NUM_THREADS is not set: setting it to {} for each of the {} workers ({} allowed "
         "CPUs shared out; set it to tune)",

@@ -10,6 +10,7 @@
 
 #include "env/slurm.hpp"
 #include "env/visible_gpus.hpp"
+#include "env/binding.hpp"
 
 namespace ddprun::launcher {
 
@@ -67,6 +68,10 @@ struct LaunchConfig {
   int threads_per_worker = 64;  // --threads_per_worker: sizes the RLIMIT_NPROC check
   // The Slurm job step this agent is a task of, when --slurm is not off.
   std::optional<env::SlurmStep> slurm;
+  env::BindMode binding = env::BindMode::kNone;  // --numa_binding or --cpu_binding
+  // Each local rank's CPUs, planned from `binding` on this host (launcher/
+  // cpu_binding.hpp) before the agent starts; empty: workers are not bound.
+  std::vector<env::CpuList> worker_cpus;
   std::string program;
   std::vector<std::string> program_args;
 };

@@ -18,6 +18,7 @@
 #include "env/names.hpp"
 #include "env/slurm.hpp"
 #include "launcher/agent.hpp"
+#include "launcher/cpu_binding.hpp"
 #include "launcher/doctor.hpp"
 #include "launcher/dump_request.hpp"
 #include "launcher/option_table.hpp"
@@ -76,6 +77,21 @@ void WarnAboutKillWait(const ddprun::launcher::LaunchConfig& c) {
       c.shutdown_timeout, *kill_wait, *kill_wait, *kill_wait);
 }
 
+// --numa_binding / --cpu_binding: each local rank's CPUs, planned once for
+// the job and logged in one line.
+ddprun::Status BindCpus(ddprun::launcher::LaunchConfig& c) {
+  if (c.binding == ddprun::env::BindMode::kNone) return ddprun::Status::Ok();
+  // Each local rank near its GPU (local rank i drives the i-th visible GPU), where known.
+  auto plan = ddprun::launcher::PlanWorkerCpus(c, c.gpu_bus_ids);
+  if (!plan.ok()) return plan.status();
+  for (const auto& note : plan->notes)
+    spdlog::info("{}: {}", ddprun::env::BindModeName(c.binding), note);
+  for (const auto& warning : plan->warnings) spdlog::warn("{}", warning);
+  spdlog::info("{}: {}", ddprun::env::BindModeName(c.binding), ddprun::env::DescribePlan(*plan));
+  c.worker_cpus = std::move(plan->ranks);
+  return ddprun::Status::Ok();
+}
+
 // ddprun doctor: prints the table; 0 when nothing fails, 1 otherwise, 2 on bad options.
 int Doctor(const std::vector<std::string>& options, const ddprun::env::Environ& environ,
            const ddprun::launcher::HostCounts& host) {
@@ -132,6 +148,10 @@ int main(int argc, char** argv) {
     return exit_code::ForStatus(s);
   }
   WarnAboutKillWait(parsed->config);
+  if (Status s = BindCpus(parsed->config); !s.ok()) {
+    std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
+    return exit_code::ForStatus(s);
+  }
   const int code = launcher::RunAgent(parsed->config, *program, environ);
   // Workers are gone; what the console has not taken yet gets a bounded wait.
   supervisor::FlushConsole(kConsoleFlushWait);

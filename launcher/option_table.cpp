@@ -59,7 +59,14 @@ const std::vector<OptionDef>& OptionTable() {
        "this node's address: how other nodes reach it, and MASTER_ADDR when it is node rank 0"},
       {"logs_specs", 0, "NAME", nullptr, false,
        "torchrun.logs_specs entry point (not supported yet)"},
-      {"numa_binding", 0, "MODE", nullptr, false, "NUMA binding of workers (not supported yet)"},
+      {"numa_binding", 0, "node|socket|exclusive|core-complex", nullptr, true,
+       "bind each worker to CPUs near its GPU (the GPU whose index is its local rank), as "
+       "torchrun does: node, every CPU of the GPU's NUMA node; socket, of every node of its "
+       "socket; exclusive, its own whole cores of that node; core-complex, one L3 group of it"},
+      {"cpu_binding", 0, "none|spread|compact", "none", true,
+       "ddprun: bind each worker to its own share of the allowed CPUs: spread balances workers "
+       "over NUMA nodes, compact fills them in order; workers share CPUs (with a warning) only "
+       "when there are fewer CPUs than workers"},
       {"signals_to_handle", 0, "SIG,...", "SIGTERM,SIGINT,SIGHUP,SIGQUIT", true,
        "signals ddprun traps and forwards to workers; SIGUSR1/SIGUSR2 are forwarded without "
        "stopping the job"},

@@ -1,5 +1,6 @@
 #include "launcher/options.hpp"
 
+#include <array>
 #include <cctype>
 #include <csignal>
 #include <random>
@@ -284,10 +285,6 @@ Status ApplyUnsupported(const RawOptions& raw) {
                          " is not supported yet: ddprun has one log layout (torchrun's default); "
                          "drop the option");
   }
-  if (auto v = raw.Get("numa_binding")) {
-    return Unimplemented("--numa_binding=" + *v +
-                         " is not supported yet: bind with numactl through --no_python meanwhile");
-  }
   if (auto v = raw.Get("event_log_handler"); v && *v != "null") {
     return Unimplemented("--event_log_handler=" + *v +
                          " is not supported yet: only null is accepted");
@@ -452,6 +449,28 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     auto n = ParseInt("threads_per_worker", *v, 1, 1 << 20, "a number of threads >= 1");
     if (!n.ok()) return n.status();
     c.threads_per_worker = static_cast<int>(*n);
+  }
+  return Status::Ok();
+}
+
+// --numa_binding (torchrun's modes) or --cpu_binding (ddprun's), not both.
+Status ApplyBinding(const RawOptions& raw, LaunchConfig& c) {
+  auto numa = raw.Get("numa_binding");
+  auto cpu = raw.Get("cpu_binding");
+  if (numa) {
+    auto m = ParseChoice("--numa_binding", *numa, {"node", "socket", "exclusive", "core-complex"});
+    if (!m.ok()) return m.status();
+    c.binding = std::array{env::BindMode::kNumaNode, env::BindMode::kNumaSocket,
+                           env::BindMode::kNumaExclusive, env::BindMode::kNumaCoreComplex}[*m];
+  }
+  if (cpu) {
+    auto m = ParseChoice("--cpu_binding", *cpu, {"none", "spread", "compact"});
+    if (!m.ok()) return m.status();
+    if (*m != 0 && numa) {
+      return InvalidArgument("--numa_binding=" + *numa + " and --cpu_binding=" + *cpu +
+                             " both bind workers to CPUs: give one of them");
+    }
+    if (*m != 0) c.binding = *m == 1 ? env::BindMode::kSpread : env::BindMode::kCompact;
   }
   return Status::Ok();
 }
@@ -622,6 +641,7 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
   if (Status s = ApplyWorkers(raw, host, c); !s.ok()) return s;
   if (Status s = CheckGpuShare(raw, parsed); !s.ok()) return s;
   c.gpu_bus_ids = env::LocalRankBusIds(c.visible_gpus, host.gpus, c.nproc_per_node);
+  if (Status s = ApplyBinding(raw, c); !s.ok()) return s;
   if (Status s = ApplyOutput(raw, c); !s.ok()) return s;
   if (Status s = ApplyShutdown(raw, environ, c); !s.ok()) return s;
   NoteIneffective(raw, parsed);

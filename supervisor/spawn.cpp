@@ -1,16 +1,19 @@
 #include "supervisor/spawn.hpp"
 
 #include <linux/close_range.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/process/args.hpp>
 #include <boost/process/child.hpp>
 #include <boost/process/exe.hpp>
 #include <boost/process/extend.hpp>
 #include <cerrno>
+#include <memory>
 #include <system_error>
 
 namespace ddprun::supervisor {
@@ -19,8 +22,30 @@ namespace bp = boost::process;
 
 namespace {
 
+struct CpuSetFree {
+  void operator()(cpu_set_t* set) const { CPU_FREE(set); }
+};
+
+// The affinity set for `cpus`, made before fork: the child may not allocate.
+struct Affinity {
+  std::unique_ptr<cpu_set_t, CpuSetFree> set;
+  size_t bytes = 0;
+};
+
+Affinity MakeAffinity(const std::vector<int>& cpus) {
+  Affinity a;
+  if (cpus.empty()) return a;
+  const int size = *std::max_element(cpus.begin(), cpus.end()) + 1;
+  a.set.reset(CPU_ALLOC(size));
+  if (!a.set) return a;
+  a.bytes = CPU_ALLOC_SIZE(size);
+  CPU_ZERO_S(a.bytes, a.set.get());
+  for (int c : cpus) CPU_SET_S(c, a.bytes, a.set.get());
+  return a;
+}
+
 // Runs in the forked child: async-signal-safe calls only.
-void SetUpChild(const SpawnRequest& req, pid_t parent) {
+void SetUpChild(const SpawnRequest& req, const Affinity& affinity, pid_t parent) {
   if (req.cgroup_procs_fd >= 0) {
     char digits[16];
     size_t n = 0;
@@ -30,6 +55,7 @@ void SetUpChild(const SpawnRequest& req, pid_t parent) {
     // A failure leaves the environment mark as the only containment.
     (void)!write(req.cgroup_procs_fd, text, n);
   }
+  if (affinity.set) (void)sched_setaffinity(0, affinity.bytes, affinity.set.get());
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(137);  // the launcher died before prctl took hold
@@ -74,6 +100,7 @@ StatusOr<pid_t> SpawnWorker(const SpawnRequest& req) {
   envp.push_back(nullptr);
   std::vector<std::string> args(req.argv.begin() + 1, req.argv.end());
   const pid_t parent = getpid();
+  const Affinity affinity = MakeAffinity(req.cpus);
   std::error_code ec;
   pid_t pid = -1;
   int child_errno = 0;
@@ -83,7 +110,8 @@ StatusOr<pid_t> SpawnWorker(const SpawnRequest& req) {
     bp::child child(
         bp::exe = req.argv[0], bp::args = args, ec,
         bp::extend::on_setup = [&envp](auto& exec) { exec.env = envp.data(); },
-        bp::extend::on_exec_setup = [&req, parent](auto&) { SetUpChild(req, parent); });
+        bp::extend::on_exec_setup = [&req, &affinity,
+                                     parent](auto&) { SetUpChild(req, affinity, parent); });
     child_errno = errno;
     if (!ec && child.id() > 0) {
       pid = child.id();

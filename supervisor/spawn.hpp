@@ -1,7 +1,7 @@
 // Starting one worker process (Boost.Process), and signalling process groups.
 //
 // The child, between fork and exec, only sets itself up: the job's cgroup
-// (when there is one), its own process
+// (when there is one), its CPU affinity (when bound), its own process
 // group (so a kill reaches its children too), a parent-death SIGKILL (so no
 // worker outlives a SIGKILLed launcher), default signal dispositions and an
 // empty signal mask, the three standard descriptors, and close-on-exec on
@@ -25,6 +25,10 @@ struct SpawnRequest {
   int stdout_fd = -1;
   int stderr_fd = -1;
   int cgroup_procs_fd = -1;  // the child joins this cgroup first, when >= 0
+  // The child's CPUs (sched_setaffinity before exec, so every thread of the
+  // worker inherits them); empty: the launcher's own. A failure there (a CPU
+  // gone offline since the plan) leaves the launcher's mask.
+  std::vector<int> cpus;
 };
 
 // Starts the worker; its pid is also its process group id. An exec failure

@@ -384,7 +384,7 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
     }
     envp.push_back(containment_->env_entry());
     pid = SpawnWorker(SpawnRequest{spec.argv, envp, dev_null_in_.get(), *out, *err,
-                                   containment_->cgroup_procs_fd()});
+                                   containment_->cgroup_procs_fd(), spec.cpus});
   }
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);

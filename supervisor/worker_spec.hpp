@@ -32,6 +32,7 @@ struct WorkerSpec {
   StreamSpec out;
   StreamSpec err;
   std::string heartbeat_file;  // its mtime is the last beat ("" = none)
+  std::vector<int> cpus;       // CPUs it is bound to before exec (empty = the launcher's)
 };
 
 // Workers found hung, handed to the launcher before anything is killed.

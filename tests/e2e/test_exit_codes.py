@@ -89,7 +89,8 @@ USAGE_ERRORS = [
     (["--nnodes=1:2"], ["--nnodes=1:2", "c10d"]),
     (["--rdzv_backend=c10d"], ["--rdzv_endpoint"]),
     (["--rdzv_backend=etcd"], ["--rdzv_backend=etcd", "not supported yet"]),
-    (["--numa_binding=node"], ["--numa_binding=node", "not supported yet"]),
+    (["--numa_binding=nodes"], ["--numa_binding=nodes", "core-complex"]),
+    (["--numa_binding=node", "--cpu_binding=compact"], ["--cpu_binding=compact", "give one"]),
     (["--logs_specs=x"], ["--logs_specs=x", "not supported yet"]),
 ]
 

@@ -141,6 +141,20 @@ TEST_CASE("an unset OMP_NUM_THREADS shares the allowed CPUs out among the worker
   CHECK(e->at("OMP_NUM_THREADS") == "1");
 }
 
+TEST_CASE("with cpu binding, an unset OMP_NUM_THREADS is each worker's own share") {
+  GroupInfo g = Group();  // 4 workers
+  g.allowed_cpus = 32;
+  g.bound_threads = {8, 8, 4, 12};
+  for (int r = 0; r < 4; ++r) {
+    auto e = WorkerEnviron(g, r, {}, {});
+    REQUIRE(e.ok());
+    CHECK(e->at("OMP_NUM_THREADS") == std::to_string(g.bound_threads[r]));
+  }
+  auto e = WorkerEnviron(g, 0, {}, {{"OMP_NUM_THREADS", "3"}});
+  REQUIRE(e.ok());
+  CHECK(e->at("OMP_NUM_THREADS") == "3");
+}
+
 TEST_CASE("existing OMP_NUM_THREADS and TORCH_NCCL_ASYNC_ERROR_HANDLING are kept") {
   Environ base{{"OMP_NUM_THREADS", "8"}, {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "3"}};
   auto e = WorkerEnviron(Group(), 0, {}, base);

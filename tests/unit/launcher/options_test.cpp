@@ -155,9 +155,41 @@ TEST_CASE("an unknown option gets the closest valid spelling") {
   CHECK(Contains(Error({"-x", "t"}), "unknown option -x"));
 }
 
+TEST_CASE("cpu binding options: torchrun's --numa_binding modes and ddprun's --cpu_binding") {
+  const std::pair<const char*, env::BindMode> cases[] = {
+      {"--numa_binding=node", env::BindMode::kNumaNode},
+      {"--numa-binding=socket", env::BindMode::kNumaSocket},
+      {"--numa_binding=exclusive", env::BindMode::kNumaExclusive},
+      {"--numa_binding=core-complex", env::BindMode::kNumaCoreComplex},
+      {"--cpu_binding=spread", env::BindMode::kSpread},
+      {"--cpu-binding=compact", env::BindMode::kCompact},
+      {"--cpu_binding=none", env::BindMode::kNone},
+  };
+  for (const auto& [arg, mode] : cases) {
+    auto p = Parse({arg, "t"});
+    REQUIRE(p.ok());
+    CHECK(p->config.binding == mode);
+  }
+  CHECK(Parse({"t"})->config.binding == env::BindMode::kNone);
+  CHECK(Parse({"t"}, {{"PET_CPU_BINDING", "spread"}})->config.binding == env::BindMode::kSpread);
+  CHECK(Parse({"t"}, {{"PET_NUMA_BINDING", "socket"}})->config.binding ==
+        env::BindMode::kNumaSocket);
+  CHECK(Parse({"--numa_binding=node", "--cpu_binding=none", "t"})->config.binding ==
+        env::BindMode::kNumaNode);
+}
+
+TEST_CASE("cpu binding options: bad modes and both options together are usage errors") {
+  CHECK(Error({"--numa_binding=core_complex", "t"}) ==
+        "invalid --numa_binding=core_complex: node, socket, exclusive or core-complex");
+  CHECK(Contains(Error({"--cpu_binding=scatter", "t"}), "none, spread or compact"));
+  CHECK(Error({"--numa_binding=node", "--cpu_binding=spread", "t"}) ==
+        "--numa_binding=node and --cpu_binding=spread both bind workers to CPUs: give one of "
+        "them");
+  CHECK(Contains(Error({"t"}, {{"PET_CPU_BINDING", "x"}}), "PET_CPU_BINDING=x"));
+}
+
 TEST_CASE("later work is refused with not supported yet") {
-  for (auto arg : {"--rdzv_backend=etcd", "--numa_binding=node", "--logs_specs=x",
-                   "--event_log_handler=console"}) {
+  for (auto arg : {"--rdzv_backend=etcd", "--logs_specs=x", "--event_log_handler=console"}) {
     auto p = Parse({arg, "t"});
     REQUIRE_FALSE(p.ok());
     CHECK(p.status().code() == StatusCode::kUnimplemented);
