@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "env/binding.hpp"
 #include "env/slurm.hpp"
 #include "env/visible_gpus.hpp"
-#include "env/binding.hpp"
 
 namespace ddprun::launcher {
 
