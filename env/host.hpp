@@ -13,4 +13,7 @@ std::string Hostname();
 // canonical name of the host name, else the host name itself.
 std::string Fqdn();
 
+// Whether `host` (a name or an address) resolves here (getaddrinfo).
+bool Resolves(const std::string& host);
+
 }  // namespace ddprun::env

@@ -146,6 +146,33 @@ std::optional<int> ParseKillWait(std::string_view text) {
   return std::nullopt;
 }
 
+std::optional<std::string> ParseNodeAddr(std::string_view text) {
+  size_t pos = 0;
+  while ((pos = text.find("NodeAddr=", pos)) != std::string_view::npos) {
+    if (pos == 0 || text[pos - 1] == ' ' || text[pos - 1] == '\n') {
+      size_t start = pos + 9;
+      size_t end = text.find_first_of(" \n", start);
+      std::string addr(text.substr(start, end == std::string_view::npos ? end : end - start));
+      if (!addr.empty() && addr != "(null)") return addr;
+    }
+    pos += 9;
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> ReadNodeAddr(const std::string& name) {
+  // The name comes from SLURM_STEP_NODELIST: quote it for the shell.
+  if (name.empty() || name.find('\'') != std::string::npos || !OnPath("scontrol")) {
+    return std::nullopt;
+  }
+  std::string text;
+  for (const auto& line :
+       CommandLines("timeout 5 scontrol show node -o '" + name + "' 2>/dev/null")) {
+    text += line + "\n";
+  }
+  return ParseNodeAddr(text);
+}
+
 std::optional<int> ReadKillWait() {
   if (!OnPath("scontrol")) return std::nullopt;
   std::string text;

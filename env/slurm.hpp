@@ -56,6 +56,14 @@ int SlurmStepPort(const SlurmStep& step);
 // = 30 sec"); nullopt when the text has no such line.
 std::optional<int> ParseKillWait(std::string_view scontrol_config);
 
+// NodeAddr=... of a `scontrol show node -o` line; nullopt when absent.
+std::optional<std::string> ParseNodeAddr(std::string_view scontrol_node);
+
+// Where Slurm reaches node `name` (its NodeAddr, from `scontrol show node`,
+// bounded to 5 s): for node names that do not resolve (NodeName=n1
+// NodeAddr=10.1.0.1). nullopt when scontrol is missing, fails or says nothing.
+std::optional<std::string> ReadNodeAddr(const std::string& name);
+
 // KillWait as `scontrol show config` reports it (bounded to 5 s); nullopt when
 // scontrol is not on PATH, fails or says nothing about it.
 std::optional<int> ReadKillWait();

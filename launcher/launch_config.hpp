@@ -68,6 +68,8 @@ struct LaunchConfig {
   int threads_per_worker = 64;  // --threads_per_worker: sizes the RLIMIT_NPROC check
   // The Slurm job step this agent is a task of, when --slurm is not off.
   std::optional<env::SlurmStep> slurm;
+  // The options whose values came from the step ("master_addr", "nnodes", ...).
+  std::set<std::string> from_slurm;
   env::BindMode binding = env::BindMode::kNone;  // --numa_binding or --cpu_binding
   // Each local rank's CPUs, planned from `binding` on this host (launcher/
   // cpu_binding.hpp) before the agent starts; empty: workers are not bound.

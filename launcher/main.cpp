@@ -77,6 +77,33 @@ void WarnAboutKillWait(const ddprun::launcher::LaunchConfig& c) {
       c.shutdown_timeout, *kill_wait, *kill_wait, *kill_wait);
 }
 
+// A store host taken from the step is a Slurm node name; where it does not
+// resolve here (NodeName=n1 NodeAddr=10.1.0.1), Slurm's NodeAddr stands in.
+ddprun::Status ResolveSlurmStoreHost(ddprun::launcher::LaunchConfig& c) {
+  const bool addr = c.from_slurm.count("master_addr") != 0;
+  const bool endpoint = c.from_slurm.count("rdzv_endpoint") != 0;
+  if (!c.slurm || (!addr && !endpoint)) return ddprun::Status::Ok();
+  const std::string& host = c.slurm->first_host;
+  if (ddprun::env::Resolves(host)) return ddprun::Status::Ok();
+  auto node_addr = ddprun::env::ReadNodeAddr(host);
+  if (!node_addr || *node_addr == host) {
+    return ddprun::InvalidArgument(
+        "the step's first node " + host +
+        " (SLURM_STEP_NODELIST), where the rendezvous store runs, does not resolve on this host "
+        "and scontrol show node gave no other NodeAddr: give --master_addr (or --rdzv_endpoint) "
+        "with an address every node can reach");
+  }
+  spdlog::info("Slurm node {} does not resolve here: the store is at its NodeAddr {}", host,
+               *node_addr);
+  if (addr) c.master_addr = *node_addr;
+  if (endpoint) {
+    const std::string port = c.rdzv_endpoint.substr(c.rdzv_endpoint.rfind(':') + 1);
+    const bool ipv6 = node_addr->find(':') != std::string::npos;
+    c.rdzv_endpoint = (ipv6 ? "[" + *node_addr + "]" : *node_addr) + ":" + port;
+  }
+  return ddprun::Status::Ok();
+}
+
 // --numa_binding / --cpu_binding: each local rank's CPUs, planned once for
 // the job and logged in one line.
 ddprun::Status BindCpus(ddprun::launcher::LaunchConfig& c) {
@@ -148,6 +175,10 @@ int main(int argc, char** argv) {
     return exit_code::ForStatus(s);
   }
   WarnAboutKillWait(parsed->config);
+  if (Status s = ResolveSlurmStoreHost(parsed->config); !s.ok()) {
+    std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
+    return exit_code::ForStatus(s);
+  }
   if (Status s = BindCpus(parsed->config); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return exit_code::ForStatus(s);

@@ -628,6 +628,7 @@ Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLin
                                     " time(s) (SLURM_RESTART_COUNT)"
                               : ""));
   parsed.config.slurm = step;
+  for (const auto& [name, value] : filled) parsed.config.from_slurm.insert(name);
   return Status::Ok();
 }
 

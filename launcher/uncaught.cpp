@@ -1,5 +1,6 @@
 #include "launcher/uncaught.hpp"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,7 +19,18 @@ constexpr int kFailureExit = 1;
   char line[512];
   try {
     if (std::exception_ptr e = std::current_exception()) std::rethrow_exception(e);
-    std::snprintf(line, sizeof(line), "ddprun: internal error: terminate without an exception\n");
+    // No exception at all: either a bug, or the exception object itself could
+    // not be allocated (the C++ runtime then terminates at once): out of memory.
+    rlimit as{};
+    if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
+      std::snprintf(line, sizeof(line),
+                    "ddprun: out of memory, most likely: terminated without an exception (the C++ "
+                    "runtime could not allocate one) under an address-space limit of %llu KiB: "
+                    "raise ulimit -v\n",
+                    static_cast<unsigned long long>(as.rlim_cur / 1024));
+    } else {
+      std::snprintf(line, sizeof(line), "ddprun: internal error: terminate without an exception\n");
+    }
   } catch (const std::bad_alloc&) {
     std::snprintf(line, sizeof(line),
                   "ddprun: out of memory (Cannot allocate memory): check ulimit -v and the "

@@ -117,5 +117,13 @@ TEST_CASE("slurm: KillWait from scontrol show config") {
   CHECK_FALSE(ParseKillWait("KillWait = unknown\n").has_value());
 }
 
+TEST_CASE("slurm: NodeAddr from scontrol show node -o") {
+  CHECK(ParseNodeAddr("NodeName=n1 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.1.0.7 "
+                      "NodeHostName=n1 Version=22.05.8") == "10.1.0.7");
+  CHECK(ParseNodeAddr("NodeName=n1 NodeAddr=127.0.0.2\n") == "127.0.0.2");
+  CHECK_FALSE(ParseNodeAddr("NodeName=n1 State=IDLE").has_value());
+  CHECK_FALSE(ParseNodeAddr("XNodeAddr=1.2.3.4").has_value());
+}
+
 }  // namespace
 }  // namespace ddprun::env
