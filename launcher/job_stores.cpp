@@ -46,9 +46,27 @@ StatusOr<std::chrono::milliseconds> ConfSeconds(const std::string& key, const st
   return std::chrono::ceil<std::chrono::milliseconds>(*seconds);
 }
 
-Status ApplyConfKey(const std::string& key, const std::string& v, rendezvous::RendezvousSettings& s,
-                    std::vector<std::string>* notices) {
+Status ApplyConfKey(const std::string& key, const std::string& v, const std::string& backend,
+                    rendezvous::RendezvousSettings& s, std::vector<std::string>* notices) {
   using Ms = std::chrono::milliseconds;
+  // torchrun's keys differ by backend: static reads only `timeout` (its
+  // store's), c10d reads join_timeout and never `timeout`.
+  if (key == "timeout" && backend == "c10d") {
+    Status valid = ConfSeconds(key, v).status();
+    if (!valid.ok()) return valid;
+    notices->push_back("--rdzv_conf timeout=" + v +
+                       " has no effect with --rdzv_backend=c10d (as under torchrun): it is the "
+                       "static backend's key; c10d's join deadline is join_timeout");
+    return Status::Ok();
+  }
+  if (key == "last_call_timeout" && backend == "static") {
+    Status valid = ConfSeconds(key, v).status();
+    if (!valid.ok()) return valid;
+    notices->push_back("--rdzv_conf last_call_timeout=" + v +
+                       " has no effect with the static backend: its round closes when all "
+                       "--nnodes have joined");
+    return Status::Ok();
+  }
   for (auto [name, field] : {std::pair<const char*, Ms*>{"join_timeout", &s.join_timeout},
                              {"timeout", &s.join_timeout},
                              {"last_call_timeout", &s.last_call_timeout},
@@ -143,7 +161,7 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
   if (c.rdzv_backend == "static") s.join_timeout = std::chrono::seconds(900);
   s.token = env::Lookup(environ, env::kStoreToken).value_or("");
   for (const auto& [key, value] : c.rdzv_conf) {
-    if (Status st = ApplyConfKey(key, value, s, notices); !st.ok()) return st;
+    if (Status st = ApplyConfKey(key, value, c.rdzv_backend, s, notices); !st.ok()) return st;
   }
   return s;
 }

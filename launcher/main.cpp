@@ -170,6 +170,10 @@ int main(int argc, char** argv) {
                  program.status().message().c_str());
     return exit_code::ForStatus(program.status());
   }
+  if (!program->interpreter.empty()) {
+    spdlog::info("workers run {} under {} (from {})", parsed->config.program, program->interpreter,
+                 program->interpreter_source);
+  }
   if (Status s = PrepareLimits(parsed->config, environ); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return exit_code::ForStatus(s);

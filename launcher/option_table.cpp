@@ -36,7 +36,7 @@ const std::vector<OptionDef>& OptionTable() {
       {"module", 'm', nullptr, nullptr, true, "run the program as a Python module (python -m)"},
       {"no_python", 0, nullptr, nullptr, true, "execute the program directly, never under Python"},
       {"run_path", 0, nullptr, nullptr, true,
-       "run the script (an absolute path) with runpy.run_path in each worker"},
+       "run the script (a path) with runpy.run_path in each worker"},
       {"log_dir", 0, "DIR", nullptr, true,
        "base directory for worker logs and error files (/dev/null: none)"},
       {"redirects", 'r', "0|1|2|3|R:V,...", "0", true,

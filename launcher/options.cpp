@@ -166,15 +166,31 @@ std::vector<std::string> ParseFilters(const std::string& v) {
   return out;
 }
 
-StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::string& v) {
+std::string Trimmed(const std::string& s) {
+  const size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
+}
+
+// As torchrun reads it (keys and values trimmed), and with one pair of quotes
+// around the whole value dropped: "--rdzv-conf='join_timeout=5,timeout=5'"
+// passed without a shell (as PyTorch's own launcher tests do) means the pairs.
+StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::string& given) {
+  std::string v = Trimmed(given);
+  if (v.size() >= 2 && (v.front() == '\'' || v.front() == '"') && v.back() == v.front()) {
+    v = Trimmed(v.substr(1, v.size() - 2));
+  }
   std::map<std::string, std::string> conf;
+  if (v.empty()) return conf;
   for (const auto& item : env::SplitList(v)) {
     auto eq = item.find('=');
-    if (item.empty() || eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
-      return Bad("rdzv_conf", v,
+    const std::string key = Trimmed(item.substr(0, eq));
+    const std::string value = eq == std::string::npos ? "" : Trimmed(item.substr(eq + 1));
+    if (key.empty() || value.empty()) {
+      return Bad("rdzv_conf", given,
                  "KEY=VALUE pairs separated by commas; \"" + item + "\" has no KEY=VALUE form");
     }
-    conf[item.substr(0, eq)] = item.substr(eq + 1);
+    conf[key] = value;
   }
   return conf;
 }
@@ -694,9 +710,6 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
   }
   parsed.config.program = *split->program;
   parsed.config.program_args = split->program_args;
-  if (parsed.config.run_path && parsed.config.program[0] != '/') {
-    return Bad("run_path", parsed.config.program, "an absolute path to the script");
-  }
   return parsed;
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 
 #include "env/names.hpp"
 #include "env/worker_env.hpp"
@@ -38,20 +39,73 @@ Status CheckReadable(const std::string& path) {
   return Status::Ok();
 }
 
-StatusOr<std::string> Interpreter(const env::Environ& environ) {
-  std::string python = env::Lookup(environ, env::kPythonExec).value_or("python3");
-  auto path = FindExecutable(python, env::Lookup(environ, "PATH").value_or("/usr/bin:/bin"));
+struct Interpreter {
+  std::string path;
+  std::string source;
+};
+
+bool IsFile(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+// <prefix>/bin/python3 (or python) when it is an executable file.
+std::optional<std::string> PythonIn(const std::string& prefix) {
+  for (const char* name : {"/bin/python3", "/bin/python"}) {
+    const std::string candidate = prefix + name;
+    if (IsFile(candidate) && access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return std::nullopt;
+}
+
+// The environment (venv or conda) ddprun's own binary lives in, if any.
+std::optional<std::string> OwnEnvironment(const std::string& self_exe) {
+  char buf[4096];
+  ssize_t n = readlink(self_exe.c_str(), buf, sizeof(buf) - 1);
+  std::string exe = n > 0 ? std::string(buf, static_cast<size_t>(n)) : self_exe;
+  auto slash = exe.rfind('/');
+  if (slash == std::string::npos) return std::nullopt;
+  const std::string bin = exe.substr(0, slash);
+  auto up = bin.rfind('/');
+  if (up == std::string::npos) return std::nullopt;
+  const std::string prefix = bin.substr(0, up);
+  struct stat st {};
+  if (!IsFile(prefix + "/pyvenv.cfg") && stat((prefix + "/conda-meta").c_str(), &st) != 0) {
+    return std::nullopt;
+  }
+  return prefix;
+}
+
+StatusOr<Interpreter> FindInterpreter(const env::Environ& environ, const std::string& self_exe) {
+  const std::string path_var = env::Lookup(environ, "PATH").value_or("/usr/bin:/bin");
+  if (auto exec = env::Lookup(environ, env::kPythonExec); exec && !exec->empty()) {
+    auto path = FindExecutable(*exec, path_var);
+    if (!path.ok())
+      return path.status().Annotate(std::string("python interpreter (") + env::kPythonExec + "=" +
+                                    *exec + ")");
+    return Interpreter{*path, env::kPythonExec};
+  }
+  if (auto own = OwnEnvironment(self_exe)) {
+    if (auto python = PythonIn(*own)) return Interpreter{*python, "ddprun's own environment"};
+  }
+  for (const char* var : {"VIRTUAL_ENV", "CONDA_PREFIX"}) {
+    auto prefix = env::Lookup(environ, var);
+    if (!prefix || prefix->empty()) continue;
+    if (auto python = PythonIn(*prefix)) return Interpreter{*python, var};
+  }
+  auto path = FindExecutable("python3", path_var);
   if (!path.ok()) {
     return path.status().Annotate(std::string("python interpreter (set ") + env::kPythonExec +
                                   " or put python3 on PATH)");
   }
-  return path;
+  return Interpreter{*path, "PATH"};
 }
 
-StatusOr<Program> UnderPython(const LaunchConfig& c, const env::Environ& environ) {
-  auto python = Interpreter(environ);
+StatusOr<Program> UnderPython(const LaunchConfig& c, const env::Environ& environ,
+                              const std::string& self_exe) {
+  auto python = FindInterpreter(environ, self_exe);
   if (!python.ok()) return python.status();
-  Program p{{*python, "-u"}, c.program};
+  Program p{{python->path, "-u"}, c.program, python->path, python->source};
   if (c.module) {
     p.argv.insert(p.argv.end(), {"-m", c.program});
   } else {
@@ -87,21 +141,22 @@ StatusOr<std::string> FindExecutable(const std::string& name, const std::string&
   return last;
 }
 
-StatusOr<Program> ResolveProgram(const LaunchConfig& c, const env::Environ& environ) {
+StatusOr<Program> ResolveProgram(const LaunchConfig& c, const env::Environ& environ,
+                                 const std::string& self_exe) {
   if (c.module || c.run_path || (!c.no_python && EndsWith(c.program, ".py"))) {
-    return UnderPython(c, environ);
+    return UnderPython(c, environ, self_exe);
   }
   struct stat st {};
   bool exists = stat(c.program.c_str(), &st) == 0;
   // torchrun runs any script under Python; an executable file runs directly.
   if (!c.no_python && exists && S_ISREG(st.st_mode) && access(c.program.c_str(), X_OK) != 0) {
-    return UnderPython(c, environ);
+    return UnderPython(c, environ, self_exe);
   }
   std::string lookup =
       (exists && c.program.find('/') == std::string::npos) ? "./" + c.program : c.program;
   auto path = FindExecutable(lookup, env::Lookup(environ, "PATH").value_or("/usr/bin:/bin"));
   if (!path.ok()) return path.status();
-  Program p{{*path}, c.program};
+  Program p{{*path}, c.program, "", ""};
   p.argv.insert(p.argv.end(), c.program_args.begin(), c.program_args.end());
   return p;
 }

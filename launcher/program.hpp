@@ -15,11 +15,21 @@ namespace ddprun::launcher {
 struct Program {
   std::vector<std::string> argv;  // argv[0] is an absolute or relative path that exists
   std::string name;               // the title of the failure report
+  // Under Python: the interpreter, and where it was found ("PYTHON_EXEC",
+  // "ddprun's own environment", "VIRTUAL_ENV", "CONDA_PREFIX", "PATH"); "" otherwise.
+  std::string interpreter;
+  std::string interpreter_source;
 };
 
+// A .py program (or -m, --run_path) runs under, first found: PYTHON_EXEC (as
+// torchrun); the python of the environment ddprun is installed in (`self_exe`'s
+// directory, when its parent holds pyvenv.cfg or conda-meta: /venv/bin/ddprun
+// runs /venv/bin/python, as /venv/bin/torchrun would); the activated
+// VIRTUAL_ENV, then CONDA_PREFIX; python3 on PATH.
 // kNotFound (exit 127) when the program or the interpreter does not exist,
 // kPermissionDenied (exit 126) when it cannot be executed or read.
-StatusOr<Program> ResolveProgram(const LaunchConfig& config, const env::Environ& environ);
+StatusOr<Program> ResolveProgram(const LaunchConfig& config, const env::Environ& environ,
+                                 const std::string& self_exe = "/proc/self/exe");
 
 // Looks `name` up on `path_var` (PATH) unless it contains a '/'.
 StatusOr<std::string> FindExecutable(const std::string& name, const std::string& path_var);

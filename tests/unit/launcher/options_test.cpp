@@ -5,6 +5,7 @@
 #include <csignal>
 
 #include "env/slurm.hpp"
+#include "launcher/job_stores.hpp"
 #include "launcher/option_table.hpp"
 
 namespace ddprun::launcher {
@@ -470,6 +471,36 @@ TEST_CASE("slurm: a multi-node job outside a step is noted") {
   bool said = false;
   for (const auto& n : p->notices) said |= Contains(n, "srun --ntasks-per-node=1 -n 4");
   CHECK(said);
+}
+
+TEST_CASE("rdzv_conf: quotes around the value and blanks go, as PyTorch's own tests pass it") {
+  auto p = Parse({"--rdzv-conf='join_timeout=5, last_call_timeout = 1,timeout=5'", "./train"});
+  REQUIRE(p.ok());
+  CHECK(p->config.rdzv_conf.at("join_timeout") == "5");
+  CHECK(p->config.rdzv_conf.at("last_call_timeout") == "1");
+  CHECK(p->config.rdzv_conf.at("timeout") == "5");
+  CHECK(Contains(Error({"--rdzv_conf=a=1,,b=2", "./train"}), "has no KEY=VALUE form"));
+  CHECK(Contains(Error({"--rdzv_conf=a= ", "./train"}), "has no KEY=VALUE form"));
+}
+
+TEST_CASE("rdzv_conf: each backend reads its own keys, as torchrun") {
+  LaunchConfig c;
+  c.rdzv_backend = "c10d";
+  c.rdzv_conf = {{"join_timeout", "5"}, {"timeout", "7"}};
+  std::vector<std::string> notices;
+  auto s = SettingsFromConfig(c, {}, &notices);
+  REQUIRE(s.ok());
+  CHECK(s->join_timeout == std::chrono::seconds(5));
+  REQUIRE(notices.size() == 1);
+  CHECK(Contains(notices[0], "timeout=7 has no effect with --rdzv_backend=c10d"));
+  c.rdzv_backend = "static";
+  c.rdzv_conf = {{"timeout", "7"}, {"last_call_timeout", "1"}};
+  notices.clear();
+  s = SettingsFromConfig(c, {}, &notices);
+  REQUIRE(s.ok());
+  CHECK(s->join_timeout == std::chrono::seconds(7));
+  REQUIRE(notices.size() == 1);
+  CHECK(Contains(notices[0], "last_call_timeout=1 has no effect with the static backend"));
 }
 
 }  // namespace
