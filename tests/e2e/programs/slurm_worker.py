@@ -12,7 +12,8 @@ RANK is the worker's global rank (RANK, else SLURM_PROCID, else 0).
   restart  if SLURM_RESTART_COUNT is 0 or unset: sleep 120 s; else exit 0.
   env      write DIR/env_<RANK>: SLURM_PROCID SLURM_LOCALID SLURM_NTASKS RANK LOCAL_RANK
            WORLD_SIZE; exit 0.
-  sleep    touch DIR/running_<RANK> and sleep 120 s (the benchmark's worker).
+  sleep    write DIR/running_<RANK> ("<unix time at start>\\n") and sleep 120 s (the
+           benchmark's worker; SIGTERM kills it).
 """
 
 import os
@@ -70,12 +71,13 @@ class Worker:
 
 
 def main():
+    started = time.time()
     mode, out = sys.argv[1], sys.argv[2]
     w = Worker(out)
     if mode == "ckpt":
         w.catch_term()
     if mode == "sleep":
-        open(os.path.join(out, f"running_{w.rank}"), "w").close()
+        write_whole(os.path.join(out, f"running_{w.rank}"), f"{started:.6f}\n")
     w.started()
     if mode == "ckpt":
         if not w.wait_for("SIGTERM", 300):
