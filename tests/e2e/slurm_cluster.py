@@ -328,6 +328,7 @@ class SlurmCluster:
     def run(self, command, args, timeout=30, check=True, env=None, **kw):
         """Runs a Slurm client command to completion; returns CompletedProcess (text).
         check: raise SlurmError (with the daemon logs) on a non-zero exit."""
+        kw.setdefault("cwd", self.dir / "jobs")  # the jobs' working dir: not the source tree
         r = subprocess.run([tool(command), *map(str, args)], env=env or self.env,
                            stdin=subprocess.DEVNULL, capture_output=True, text=True,
                            errors="replace", timeout=timeout, **kw)
@@ -344,7 +345,7 @@ class SlurmCluster:
         """Starts srun ARGS with stdout and stderr into out_path; returns the Popen."""
         with open(out_path, "wb") as out:
             return subprocess.Popen([tool("srun"), *map(str, args)], env=env or self.env,
-                                    stdin=subprocess.DEVNULL, stdout=out,
+                                    cwd=self.dir / "jobs", stdin=subprocess.DEVNULL, stdout=out,
                                     stderr=subprocess.STDOUT, start_new_session=True)
 
     def sbatch(self, args, env=None):

@@ -10,7 +10,8 @@ state, and that no process of the job survives it.
 2. scancel: every worker finishes its 2 s checkpoint, no "FAILED" report, 143.
 3. scancel of workers that ignore SIGTERM (and their setsid children): after KillWait
    nothing of the job is left on any node.
-4. scancel -s USR1: workers get it, ddprun does not die of it, the job ends 0.
+4. scancel -s USR1: workers get it, ddprun does not die of it, the job ends 0; and
+   scancel -b -s USR1 to a batch script that execs ddprun (strict xfail: ddprun dies of it).
 5. a worker exits 7 on one node: srun and both agents end with 7.
 6. sbatch --requeue + scontrol requeue: the second run works and sees SLURM_RESTART_COUNT=1.
 7. sbatch -t 1: at the time limit (SIGTERM twice, ~10-30 ms apart) every worker finishes
@@ -268,6 +269,25 @@ def test_scancel_usr1_reaches_the_workers_and_the_job_goes_on(cluster, tmp_path)
     msg = report(f"srun rc={rc}", cluster, log.read_text())
     assert rc == 0, msg
     for r in range(WORLD):
+        assert "SIGUSR1" in (out / f"sig_{r}").read_text(), msg
+
+
+@pytest.mark.xfail(strict=True, reason="ddprun in a batch step (no SLURM_STEP_ID) does not "
+                   "handle SIGUSR1 and dies of it (ExitCode 0:10)")
+def test_usr1_to_the_batch_shell_running_ddprun_reaches_the_workers(cluster, tmp_path):
+    """`sbatch --signal=B:USR1@T` / `scancel -b -s USR1`, with a batch script that execs
+    ddprun on one node: only the batch shell, i.e. ddprun, gets the signal."""
+    out = out_dir(tmp_path)
+    command = " ".join([str(DDPRUN), f"--nproc_per_node={NPROC}", *map(str, worker("usr1", out))])
+    job = cluster.sbatch(["-N", 1, "-n", 1, "-c", NPROC, "-o", tmp_path / "job.out",
+                          "--wrap", "exec " + command], env=job_env(cluster))
+    wait_pids(out, range(NPROC))
+    cluster.scancel(["-b", "-s", "USR1", job])
+    info = cluster.wait_job(job, lambda j: j["JobState"] not in ("PENDING", "RUNNING",
+                                                                 "COMPLETING"), 30)
+    msg = report(f"job {info}", cluster, (tmp_path / "job.out").read_text())
+    assert (info["JobState"], info["ExitCode"]) == ("COMPLETED", "0:0"), msg
+    for r in range(NPROC):
         assert "SIGUSR1" in (out / f"sig_{r}").read_text(), msg
 
 
