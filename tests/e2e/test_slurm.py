@@ -12,7 +12,8 @@ state, and that no process of the job survives it.
    nothing of the job is left on any node.
 4. scancel -s USR1: workers get it, ddprun does not die of it, the job ends 0; and
    scancel -b -s USR1 to a batch script that execs ddprun (strict xfail: ddprun dies of it).
-5. a worker exits 7 on one node: srun and both agents end with 7.
+5. a worker exits 7 on one node: srun and both agents end with 7; with --kill-on-bad-exit,
+   Slurm stops node 0 first (143) and its agent exits before KillWait.
 6. sbatch --requeue + scontrol requeue: the second run works and sees SLURM_RESTART_COUNT=1.
 7. sbatch -t 1: at the time limit (SIGTERM twice, ~10-30 ms apart) every worker finishes
    its checkpoint. Submitted when the cluster comes up, checked last (Slurm enforces time
@@ -309,6 +310,25 @@ def test_a_worker_exiting_7_on_one_node_ends_both_agents_with_7(cluster, tmp_pat
     assert "Root Cause (first observed failure)" in failed, msg
     assert re.search(r"exitcode\s*: 7\b", failed), msg
     assert elapsed < 20, msg  # far below the workers' 60 s sleep and ddprun's 30 s grace
+
+
+def test_kill_on_bad_exit_stops_the_other_agent_within_kill_wait(cluster, tmp_path):
+    """With --kill-on-bad-exit Slurm SIGTERMs node 0 as soon as node 1's agent exits 7,
+    before ddprun's own news of the failure lands: srun reports 143 (its highest task exit
+    code), node 1's agent 7, and node 0's agent stops its workers and exits 143 itself,
+    well before Slurm's SIGKILL at KillWait."""
+    out = out_dir(tmp_path)
+    task = node_rank_task(static_flags(free_port()), worker("fail", out))
+    start = time.monotonic()
+    r = cluster.srun([*map(str, STEP), "--kill-on-bad-exit=1", *task], timeout=SRUN_TIMEOUT,
+                     env=job_env(cluster))
+    elapsed = time.monotonic() - start
+    text = r.stdout + r.stderr
+    msg = report(f"srun rc={r.returncode} after {elapsed:.1f}s", cluster, r.stdout, r.stderr)
+    assert "task 1: Exited with exit code 7" in text, msg
+    assert re.search(r"task 0: Exited with exit code (7|143)\b", text), msg
+    assert r.returncode in (7, 143), msg
+    assert elapsed < KILL_WAIT, msg
 
 
 # --------------------------------------------------------------------------- 6. requeue
