@@ -19,15 +19,50 @@ debian_packages=(
   clang libclang-rt-14-dev clang-tidy
 )
 
-missing=()
-for p in "${debian_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing Debian packages: ${missing[*]}"
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+# A local Slurm cluster for tests/e2e/test_slurm.py and bench/slurm_bench.py (daemons started by
+# the tests themselves, in a temp dir; see tests/e2e/slurm_cluster.py). Without recommends:
+# the metapackage pulls some 35 plugin packages that nothing here needs.
+slurm_packages=(slurmctld slurmd slurm-client munge)
+
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO=sudo
+APT=(apt-get -o DPkg::Lock::Timeout=120)
+
+missing_of() {  # prints the packages of "$@" that are not installed
+  local p
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || echo "$p"
+  done
+}
+
+# The packages' postinst scripts start munge, slurmctld and slurmd as system services; a
+# policy-rc.d that says 101 ("action forbidden") keeps them off. Only a temporary one, and only
+# where the host has none of its own.
+policy=/usr/sbin/policy-rc.d
+own_policy=0
+deny_services() {
+  [ -e "$policy" ] && return
+  printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+  $SUDO chmod 755 "$policy"
+  own_policy=1
+}
+allow_services() { if ((own_policy)); then $SUDO rm -f "$policy"; fi; }
+trap allow_services EXIT
+
+mapfile -t missing < <(missing_of "${debian_packages[@]}")
+mapfile -t missing_slurm < <(missing_of "${slurm_packages[@]}")
+if ((${#missing[@]} + ${#missing_slurm[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]} ${missing_slurm[*]}"
+  $SUDO "${APT[@]}" update -qq
+  if ((${#missing[@]})); then
+    DEBIAN_FRONTEND=noninteractive $SUDO "${APT[@]}" install -y -qq "${missing[@]}" >/dev/null
+  fi
+  if ((${#missing_slurm[@]})); then
+    deny_services
+    DEBIAN_FRONTEND=noninteractive $SUDO "${APT[@]}" install -y -qq --no-install-recommends \
+      "${missing_slurm[@]}" >/dev/null
+    allow_services
+    own_policy=0
+  fi
 fi
 
 if [ "${1:-}" = "--no-python" ]; then exit 0; fi
