@@ -208,7 +208,13 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
     if (total > static_cast<uint64_t>(f.cpus)) {
       c.status = CheckStatus::kWarn;
       c.measured += ": oversubscribed";
-      c.fix = "OMP_NUM_THREADS=" + std::to_string(std::max<uint64_t>(1, f.cpus / n));
+      const uint64_t fits = std::max<uint64_t>(1, f.cpus / n);
+      // At one thread each, only more CPUs or fewer workers help.
+      c.fix = fits < *threads
+                  ? "OMP_NUM_THREADS=" + std::to_string(fits)
+                  : "more CPUs for the job (under Slurm: srun -c " + std::to_string(n * *threads) +
+                        "; taskset/cpuset: a wider mask) or fewer workers "
+                        "(--nproc_per_node)";
     }
   }
   plan.checks.push_back(std::move(c));

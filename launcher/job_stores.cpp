@@ -149,6 +149,16 @@ bool HeldByThisJob(const JobStores& stores) {
   return false;
 }
 
+// How other nodes (and the workers, as MASTER_ADDR) reach this one: under
+// Slurm the node's name when it resolves (nodes can share a host name, and
+// Slurm names them apart), else the fully qualified host name.
+std::string OwnAddress(const LaunchConfig& c) {
+  if (c.slurm && !c.slurm->node_name.empty() && env::Resolves(c.slurm->node_name)) {
+    return c.slurm->node_name;
+  }
+  return env::Fqdn();
+}
+
 }  // namespace
 
 StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& c,
@@ -226,7 +236,7 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
   self.agent_id = NewAgentId(self.name);
   self.addr = !c.local_addr.empty()                     ? c.local_addr
               : (c.rdzv_backend == "static" && hosting) ? c.master_addr
-                                                        : env::Fqdn();
+                                                        : OwnAddress(c);
   self.nproc = c.nproc_per_node;
   self.requested_rank = (c.rdzv_backend == "static" || c.node_rank_set) ? c.node_rank : -1;
   self.worker_store_port = stores.worker_server->port();

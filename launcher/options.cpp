@@ -519,9 +519,12 @@ Status ApplyShutdown(const RawOptions& raw, const env::Environ& environ, LaunchC
   if (auto v = raw.Get("signals_to_handle")) {
     if (Status s = ParseSignals(*v, c); !s.ok()) return s;
   } else {
-    // Inside a Slurm job step, `sbatch --signal=USR1@30` and `scancel -s USR1`
-    // are meant for the workers (a checkpoint): pass them on, do not die of them.
-    if (env::Lookup(environ, env::kSlurmStepId)) c.signals_to_handle += ",SIGUSR1,SIGUSR2";
+    // In a Slurm job (a step, or the batch script: `sbatch --signal=B:USR1@30`,
+    // `scancel -b -s USR1`), SIGUSR1/SIGUSR2 are meant for the workers (a
+    // checkpoint): pass them on, do not die of them.
+    if (env::Lookup(environ, env::kSlurmStepId) || env::Lookup(environ, env::kSlurmJobId)) {
+      c.signals_to_handle += ",SIGUSR1,SIGUSR2";
+    }
     (void)ParseSignals(c.signals_to_handle, c);
   }
   std::optional<std::string> timeout = raw.Get("shutdown_timeout");

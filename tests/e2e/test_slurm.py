@@ -11,15 +11,15 @@ state, and that no process of the job survives it.
 3. scancel of workers that ignore SIGTERM (and their setsid children): after KillWait
    nothing of the job is left on any node.
 4. scancel -s USR1: workers get it, ddprun does not die of it, the job ends 0; and
-   scancel -b -s USR1 to a batch script that execs ddprun (strict xfail: ddprun dies of it).
+   scancel -b -s USR1 to a batch script that execs ddprun (no job step there): the same.
 5. a worker exits 7 on one node: srun and both agents end with 7; with --kill-on-bad-exit,
    Slurm stops node 0 first (143) and its agent exits before KillWait.
 6. sbatch --requeue + scontrol requeue: the second run works and sees SLURM_RESTART_COUNT=1.
 7. sbatch -t 1: at the time limit (SIGTERM twice, ~10-30 ms apart) every worker finishes
    its checkpoint. Submitted when the cluster comes up, checked last (Slurm enforces time
    limits on a 30 s tick, so the job ends 60-90 s after it starts).
-8. Slurm mode (issue 10, not built yet, strict xfail): no rendezvous flags inside a step;
-   --ntasks-per-node=2 refused; SLURM_PROCID/LOCALID/NTASKS rewritten per worker.
+8. Slurm mode: no rendezvous flags inside a step give the 4-rank reference result;
+   --ntasks-per-node=2 is refused; SLURM_PROCID/LOCALID/NTASKS are rewritten per worker.
 
 Needs root and the Slurm packages (scripts/setup.sh); without them every test skips.
 """
@@ -273,8 +273,6 @@ def test_scancel_usr1_reaches_the_workers_and_the_job_goes_on(cluster, tmp_path)
         assert "SIGUSR1" in (out / f"sig_{r}").read_text(), msg
 
 
-@pytest.mark.xfail(strict=True, reason="ddprun in a batch step (no SLURM_STEP_ID) does not "
-                   "handle SIGUSR1 and dies of it (ExitCode 0:10)")
 def test_usr1_to_the_batch_shell_running_ddprun_reaches_the_workers(cluster, tmp_path):
     """`sbatch --signal=B:USR1@T` / `scancel -b -s USR1`, with a batch script that execs
     ddprun on one node: only the batch shell, i.e. ddprun, gets the signal."""
@@ -362,10 +360,7 @@ def test_requeued_job_runs_ddprun_again(cluster, tmp_path):
 
 # --------------------------------------------------------------------------- 8. Slurm mode
 
-SLURM_MODE = "issue 10: Slurm mode not built yet"
 
-
-@pytest.mark.xfail(strict=True, reason=SLURM_MODE)
 def test_slurm_mode_without_rendezvous_flags_matches_the_reference(cluster):
     env = job_env(cluster, OPENBLAS_NUM_THREADS="1")
     r = cluster.srun([*map(str, STEP), "-K", DDPRUN, f"--nproc_per_node={NPROC}", TRAIN,
@@ -378,7 +373,6 @@ def test_slurm_mode_without_rendezvous_flags_matches_the_reference(cluster):
     assert sums[0] == pytest.approx(reference(WORLD, *SMALL), rel=1e-6), msg
 
 
-@pytest.mark.xfail(strict=True, reason=SLURM_MODE)
 def test_slurm_mode_refuses_two_tasks_per_node(cluster, tmp_path):
     out = out_dir(tmp_path)
     r = cluster.srun(["-N", 1, "--ntasks-per-node=2", "-l", "-K", DDPRUN, "--nproc_per_node=1",
@@ -389,7 +383,6 @@ def test_slurm_mode_refuses_two_tasks_per_node(cluster, tmp_path):
     assert not list(out.glob("env_*")), "no worker may start\n" + msg
 
 
-@pytest.mark.xfail(strict=True, reason=SLURM_MODE)
 def test_workers_see_their_own_slurm_task_variables(cluster, tmp_path):
     out = out_dir(tmp_path)
     task = node_rank_task(static_flags(free_port()), worker("env", out))

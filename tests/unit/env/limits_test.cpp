@@ -135,6 +135,14 @@ TEST_CASE("OMP_NUM_THREADS times the workers above the allowed CPUs warns with a
   CHECK(c.status == CheckStatus::kWarn);
   CHECK(c.measured == "4 x 8 workers = 32 threads on 16 allowed CPUs: oversubscribed");
   CHECK(c.fix == "OMP_NUM_THREADS=2");
+  // Already one thread each: no OMP value helps, only CPUs or fewer workers.
+  f.omp_num_threads = "1";
+  auto one = Find(PlanLimits(f, {32, 64}), "OMP_NUM_THREADS");
+  CHECK(one.status == CheckStatus::kWarn);
+  CHECK(one.fix.find("OMP_NUM_THREADS") == std::string::npos);
+  CHECK(one.fix.find("srun -c 32") != std::string::npos);
+  CHECK(one.fix.find("--nproc_per_node") != std::string::npos);
+  f.omp_num_threads = "4";
 
   CHECK(Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS").status == CheckStatus::kOk);
   f.omp_num_threads.reset();

@@ -143,7 +143,6 @@ TEST_CASE("usage errors name the option, the value and what is accepted") {
   CHECK(Contains(Error({"--start_method=thread", "t"}), "spawn, fork or forkserver"));
   CHECK(Contains(Error({"--local_ranks_filter=3", "t"}), "from 0 to 0"));
   CHECK(Contains(Error({"--gpus=a,b", "t"}), "\"a\" is neither"));
-  CHECK(Contains(Error({"--run_path", "rel.py"}), "absolute path"));
   CHECK(Contains(Error({"--nproc_per_node=2"}), "no program to run"));
   CHECK(Contains(Error({"--nproc_per_node"}), "needs a value"));
   CHECK(Contains(Error({"--standalone=1", "t"}), "takes no value"));
@@ -501,6 +500,29 @@ TEST_CASE("rdzv_conf: each backend reads its own keys, as torchrun") {
   CHECK(s->join_timeout == std::chrono::seconds(7));
   REQUIRE(notices.size() == 1);
   CHECK(Contains(notices[0], "last_call_timeout=1 has no effect with the static backend"));
+}
+
+TEST_CASE("--run_path takes a relative script, as torchrun") {
+  auto p = Parse({"--run_path", "sub/rp.py"});
+  REQUIRE(p.ok());
+  CHECK(p->config.run_path);
+  CHECK(p->config.program == "sub/rp.py");
+}
+
+TEST_CASE("slurm: in a job step or a batch script SIGUSR1/SIGUSR2 are forwarded by default") {
+  for (const env::Environ& e : {SlurmStep(2, 0), env::Environ{{"SLURM_JOB_ID", "9"}}}) {
+    auto p = Parse({"./train"}, e);
+    REQUIRE(p.ok());
+    CHECK(p->config.handled_signals.count(SIGUSR1) == 1);
+    CHECK(p->config.handled_signals.count(SIGUSR2) == 1);
+  }
+  auto plain = Parse({"./train"});
+  REQUIRE(plain.ok());
+  CHECK(plain->config.handled_signals.count(SIGUSR1) == 0);
+  // Given explicitly, the list rules.
+  auto given = Parse({"--signals_to_handle=SIGTERM", "./train"}, SlurmStep(2, 0));
+  REQUIRE(given.ok());
+  CHECK(given->config.handled_signals == std::set<int>{SIGTERM});
 }
 
 }  // namespace
