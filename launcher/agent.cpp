@@ -327,6 +327,8 @@ int Agent::Finish(const rendezvous::Action& exit) {
   }
   if (exit.exit_code == 0 && layout_->base_is_temporary() && !WritesLogFiles(c_)) {
     std::filesystem::remove_all(layout_->base_dir());  // nothing in it worth keeping
+  } else if (layout_->base_is_temporary()) {
+    spdlog::info("logs of this run are kept in {}", layout_->run_dir());
   }
   if (driver_) {
     // The host waits for the others to read the record before its store goes.
@@ -415,6 +417,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   if (!watching.ok()) return FinishLocally(1, watching.message());
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);
   driver_->StopWatching();
+  supervisor::CountOwnFailures(result, ErrorFiles(round.restart_count));
   LogStopped(result);
   for (const auto& w : result.workers) {
     if (!w.log_error.empty()) lost_logs_.push_back(w.log_error);

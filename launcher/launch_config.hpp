@@ -44,6 +44,7 @@ struct LaunchConfig {
   StreamSelection redirects;
   StreamSelection tee;
   std::set<int> local_ranks_filter;  // empty = every rank
+  std::set<int> stdin_ranks{0};      // --stdin: local ranks that read ddprun's stdin
   std::vector<std::string> duplicate_stdout_filters;
   std::vector<std::string> duplicate_stderr_filters;
   int node_rank = 0;

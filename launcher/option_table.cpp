@@ -43,6 +43,10 @@ const std::vector<OptionDef>& OptionTable() {
        "send worker stdout (1), stderr (2) or both (3) to files only, for all or some local ranks"},
       {"tee", 't', "0|1|2|3|R:V,...", "0", true,
        "copy worker streams to files and show them with a line prefix"},
+      {"stdin", 0, "auto|all|none|R,...", "auto", true,
+       "ddprun: which workers read ddprun's stdin (a terminal for pdb or input()): auto is local "
+       "rank 0, all is every worker (torchrun), none is /dev/null for all, or a list of local "
+       "ranks; the others read /dev/null"},
       {"local_ranks_filter", 0, "R,R,...", nullptr, true,
        "show only these local ranks' output on the console"},
       {"duplicate_stdout_filters", 0, "TEXT,...", nullptr, true,
@@ -58,7 +62,8 @@ const std::vector<OptionDef>& OptionTable() {
       {"local_addr", 0, "HOST", nullptr, true,
        "this node's address: how other nodes reach it, and MASTER_ADDR when it is node rank 0"},
       {"logs_specs", 0, "NAME", nullptr, false,
-       "torchrun.logs_specs entry point (not supported yet)"},
+       "torchrun.logs_specs entry point: default (the layout ddprun writes); others are not "
+       "supported yet"},
       {"numa_binding", 0, "node|socket|exclusive|core-complex", nullptr, true,
        "bind each worker to CPUs near its GPU (the GPU whose index is its local rank), as "
        "torchrun does: node, every CPU of the GPU's NUMA node; socket, of every node of its "

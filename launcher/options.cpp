@@ -296,10 +296,10 @@ void NoteIneffective(const RawOptions& raw, ParsedCommandLine& parsed) {
 }
 
 Status ApplyUnsupported(const RawOptions& raw) {
-  if (auto v = raw.Get("logs_specs")) {
+  if (auto v = raw.Get("logs_specs"); v && *v != "default") {
     return Unimplemented("--logs_specs=" + *v +
-                         " is not supported yet: ddprun has one log layout (torchrun's default); "
-                         "drop the option");
+                         " is not supported yet: ddprun writes one log layout, torchrun's "
+                         "default (--logs_specs=default); drop the option or give default");
   }
   if (auto v = raw.Get("event_log_handler"); v && *v != "null") {
     return Unimplemented("--event_log_handler=" + *v +
@@ -356,8 +356,9 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
   if (c.standalone || implicit_standalone) {
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
-    // torchrun replaces even an explicit --rdzv_id here; ddprun keeps one that was given.
-    if (c.standalone || !raw.Get("rdzv_id")) c.rdzv_id = NewRunId();
+    // As torchrun, even an explicit --rdzv_id gives way to a random one; only
+    // the one a Slurm step gave (JOB.STEP) is kept, naming the logs by the job.
+    if (raw.Said("rdzv_id") || !raw.Get("rdzv_id")) c.rdzv_id = NewRunId();
   }
   if (c.standalone && c.nnodes_max > 1) {
     return Bad("nnodes", raw.Get("nnodes").value_or(""),
@@ -508,6 +509,23 @@ Status ApplyOutput(const RawOptions& raw, LaunchConfig& c) {
                    "a comma list of local ranks from 0 to " + std::to_string(c.nproc_per_node - 1));
       }
       c.local_ranks_filter.insert(static_cast<int>(*n));
+    }
+  }
+  if (auto v = raw.Get("stdin")) {
+    c.stdin_ranks.clear();
+    if (*v == "all") {
+      for (int r = 0; r < c.nproc_per_node; ++r) c.stdin_ranks.insert(r);
+    } else if (*v == "auto") {
+      c.stdin_ranks.insert(0);
+    } else if (*v != "none") {
+      const std::string accepted = "auto, all, none, or a comma list of local ranks from 0 to " +
+                                   std::to_string(c.nproc_per_node - 1);
+      for (const auto& r : env::SplitList(*v)) {
+        auto n = ParseInt("stdin", r, 0, c.nproc_per_node - 1, "");
+        if (!n.ok()) return Bad("stdin", *v, accepted);
+        c.stdin_ranks.insert(static_cast<int>(*n));
+      }
+      if (c.stdin_ranks.empty()) return Bad("stdin", *v, accepted);
     }
   }
   if (auto v = raw.Get("duplicate_stdout_filters")) c.duplicate_stdout_filters = ParseFilters(*v);

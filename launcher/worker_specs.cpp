@@ -102,6 +102,7 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
     w.heartbeat_file = layout.HeartbeatPath(attempt, r);
     if (r < static_cast<int>(c.worker_cpus.size())) w.cpus = c.worker_cpus[static_cast<size_t>(r)];
     w.out.track_progress = w.err.track_progress = c.hang_detect_output;
+    w.stdin_inherited = c.stdin_ranks.count(r) != 0;
     w.err.filter_file = layout.FilteredPath(attempt, "stderr");
     specs.push_back(std::move(w));
   }

@@ -1,5 +1,7 @@
 #include "supervisor/failure_report.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <ctime>
 #include <fstream>
@@ -87,6 +89,22 @@ bool ReadErrorFile(const std::string& path, FailureRecord& record) {
   }
   record.error_file = path;
   return true;
+}
+
+void CountOwnFailures(GroupResult& result, const std::vector<std::string>& error_files) {
+  if (result.outcome != Outcome::kFailed) return;
+  for (size_t i = 0; i < result.workers.size(); ++i) {
+    WorkerRecord& w = result.workers[i];
+    if (w.state != WorkerState::kStopped) continue;
+    const size_t lr = static_cast<size_t>(w.local_rank);
+    struct stat st {};
+    const bool raised = lr < error_files.size() && !error_files[lr].empty() &&
+                        stat(error_files[lr].c_str(), &st) == 0 && st.st_size > 0;
+    const bool own_code = w.exit.signal == 0 && w.exit.code != 0 && w.exit.code < 128;
+    if (!raised && !own_code) continue;
+    w.state = WorkerState::kFailed;
+    result.failures.push_back(i);
+  }
 }
 
 std::vector<FailureRecord> CollectFailures(const GroupResult& result,

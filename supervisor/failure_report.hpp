@@ -30,6 +30,13 @@ struct FailureRecord {
 // false, leaving `record` alone, when the file is missing or unreadable.
 bool ReadErrorFile(const std::string& path, FailureRecord& record);
 
+// A failed group's workers that the stop found already failing on their own
+// become failures too (after the root cause), as torchrun lists every rank
+// that failed: a worker counted as stopped whose error file exists (it raised)
+// or that ended with an exit code of its own (not a signal, not 128+N).
+// Nothing changes unless the group failed.
+void CountOwnFailures(GroupResult& result, const std::vector<std::string>& error_files);
+
 // One record per failed worker of `result`, root cause first.
 // `error_files[i]` is the error file path of local rank i.
 std::vector<FailureRecord> CollectFailures(const GroupResult& result,

@@ -56,7 +56,10 @@ void SetUpChild(const SpawnRequest& req, const Affinity& affinity, pid_t parent)
     (void)!write(req.cgroup_procs_fd, text, n);
   }
   if (affinity.set) (void)sched_setaffinity(0, affinity.bytes, affinity.set.get());
-  setpgid(0, 0);
+  // A session of its own (as torchrun's start_new_session): its own process
+  // group, and no controlling terminal, so a worker reading an inherited
+  // terminal (pdb, input()) is not stopped by SIGTTIN as a background job.
+  setsid();
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(137);  // the launcher died before prctl took hold
   for (int sig = 1; sig < NSIG; ++sig) {

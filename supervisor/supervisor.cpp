@@ -383,8 +383,10 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
       if (e.rfind(mark, 0) != 0) envp.push_back(e);  // an outer ddprun's mark is replaced
     }
     envp.push_back(containment_->env_entry());
-    pid = SpawnWorker(SpawnRequest{spec.argv, envp, dev_null_in_.get(), *out, *err,
-                                   containment_->cgroup_procs_fd(), spec.cpus});
+    // The launcher's stdin when asked for and open (fd 0 may be closed).
+    const bool inherit = spec.stdin_inherited && fcntl(STDIN_FILENO, F_GETFD) != -1;
+    pid = SpawnWorker(SpawnRequest{spec.argv, envp, inherit ? STDIN_FILENO : dev_null_in_.get(),
+                                   *out, *err, containment_->cgroup_procs_fd(), spec.cpus});
   }
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);

@@ -31,8 +31,9 @@ struct WorkerSpec {
   std::vector<std::string> envp;  // "NAME=value", the whole environment
   StreamSpec out;
   StreamSpec err;
-  std::string heartbeat_file;  // its mtime is the last beat ("" = none)
-  std::vector<int> cpus;       // CPUs it is bound to before exec (empty = the launcher's)
+  std::string heartbeat_file;    // its mtime is the last beat ("" = none)
+  std::vector<int> cpus;         // CPUs it is bound to before exec (empty = the launcher's)
+  bool stdin_inherited = false;  // reads the launcher's stdin (else /dev/null)
 };
 
 // Workers found hung, handed to the launcher before anything is killed.

@@ -307,10 +307,21 @@ TEST_CASE("run ids and roles are restricted to characters safe in paths and pref
   CHECK(Contains(Error({"--rdzv_id=../../x", "t"}), "invalid --rdzv_id=../../x: 1 to 128"));
   CHECK(Contains(Error({"--rdzv_id=a/b", "t"}), "invalid --rdzv_id=a/b"));
   CHECK(Contains(Error({"t"}, {{"PET_RDZV_ID", ".."}}), "PET_RDZV_ID=..: invalid --rdzv_id=.."));
-  auto p = Parse({"--role=trainer-1.a_B", "--rdzv_id=job_42.x-Y", "t"});
+  auto p = Parse({"--role=trainer-1.a_B", "--rdzv_id=job_42.x-Y", "--master_port=29500", "t"});
   REQUIRE(p.ok());
   CHECK(p->config.role == "trainer-1.a_B");
   CHECK(p->config.rdzv_id == "job_42.x-Y");
+}
+
+TEST_CASE("standalone, implicit or given, replaces --rdzv_id with a random one, as torchrun") {
+  for (auto args : {std::vector<std::string>{"--rdzv_id=mine", "t"},
+                    std::vector<std::string>{"--standalone", "--rdzv_id=mine", "t"}}) {
+    auto p = Parse(args);
+    REQUIRE(p.ok());
+    CHECK(p->config.rdzv_backend == "c10d");
+    CHECK(p->config.rdzv_id != "mine");
+    CHECK(p->config.rdzv_id.size() == 36);
+  }
 }
 
 TEST_CASE("a rendezvous endpoint that names no host is a usage error") {
@@ -523,6 +534,14 @@ TEST_CASE("slurm: in a job step or a batch script SIGUSR1/SIGUSR2 are forwarded 
   auto given = Parse({"--signals_to_handle=SIGTERM", "./train"}, SlurmStep(2, 0));
   REQUIRE(given.ok());
   CHECK(given->config.handled_signals == std::set<int>{SIGTERM});
+}
+
+TEST_CASE("--logs_specs=default is the layout ddprun writes; others are not supported yet") {
+  CHECK(Parse({"--logs_specs=default", "t"}).ok());
+  auto other = Parse({"--logs-specs=my_pkg.specs", "t"});
+  REQUIRE_FALSE(other.ok());
+  CHECK(other.status().code() == StatusCode::kUnimplemented);
+  CHECK(Contains(other.status().message(), "not supported yet"));
 }
 
 }  // namespace

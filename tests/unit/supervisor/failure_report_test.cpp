@@ -86,5 +86,45 @@ TEST_CASE("the root cause is copied to the launcher's own error file with its co
   std::filesystem::remove(out);
 }
 
+TEST_CASE("workers that failed on their own while the group stopped are failures, not stopped") {
+  GroupResult r;
+  r.outcome = Outcome::kFailed;
+  auto worker = [](int lr, WorkerState state, ExitStatus exit) {
+    WorkerRecord w;
+    w.local_rank = w.rank = lr;
+    w.pid = 100 + lr;
+    w.state = state;
+    w.exit = exit;
+    return w;
+  };
+  r.workers = {worker(0, WorkerState::kFailed, ExitStatus::Exited(3)),
+               worker(1, WorkerState::kStopped, ExitStatus::Exited(1)),          // its own code
+               worker(2, WorkerState::kStopped, ExitStatus::Signaled(SIGTERM)),  // ours
+               worker(3, WorkerState::kStopped, ExitStatus::Exited(143)),        // 128+SIGTERM
+               worker(4, WorkerState::kStopped, ExitStatus::Signaled(SIGTERM)),  // raised first
+               worker(5, WorkerState::kSucceeded, ExitStatus::Exited(0))};
+  r.failures = {0};
+  std::vector<std::string> error_files(6, "");
+  error_files[4] = TempFile("ddprun_err_own4.json", R"({"message": "RuntimeError: mine"})");
+  error_files[2] = "/nonexistent/error.json";
+  CountOwnFailures(r, error_files);
+  CHECK(r.failures == std::vector<size_t>{0, 1, 4});
+  CHECK(r.workers[1].state == WorkerState::kFailed);
+  CHECK(r.workers[2].state == WorkerState::kStopped);
+  CHECK(r.workers[3].state == WorkerState::kStopped);
+  auto records = CollectFailures(r, error_files);
+  REQUIRE(records.size() == 3);
+  CHECK(records[0].rank == 0);
+  CHECK(records[2].message == "RuntimeError: mine");
+  // A group that did not fail is left alone.
+  GroupResult stopped = r;
+  stopped.outcome = Outcome::kInterrupted;
+  stopped.failures = {};
+  stopped.workers[1].state = WorkerState::kStopped;
+  CountOwnFailures(stopped, error_files);
+  CHECK(stopped.failures.empty());
+  std::remove(error_files[4].c_str());
+}
+
 }  // namespace
 }  // namespace ddprun::supervisor
