@@ -28,6 +28,9 @@ inline constexpr char kNcclAsyncErrorHandling[] = "TORCH_NCCL_ASYNC_ERROR_HANDLI
 inline constexpr char kOmpNumThreads[] = "OMP_NUM_THREADS";
 inline constexpr char kSignalsToHandle[] = "TORCHELASTIC_SIGNALS_TO_HANDLE";
 inline constexpr char kCudaVisibleDevices[] = "CUDA_VISIBLE_DEVICES";
+// Set only when the launcher has TORCHELASTIC_ENABLE_FILE_TIMER=1: the named
+// pipe of its file timer server (supervisor/file_timer_server.hpp).
+inline constexpr char kTimerFile[] = "TORCHELASTIC_TIMER_FILE";
 // Read by the launcher only (env/cpus.hpp); passed to workers unchanged.
 inline constexpr char kSlurmCpusOnNode[] = "SLURM_CPUS_ON_NODE";
 // Read by the launcher only (env/visible_gpus.hpp) when CUDA_VISIBLE_DEVICES is unset.
@@ -55,6 +58,7 @@ inline constexpr char kLinePrefixTemplate[] = "TORCHELASTIC_LOG_LINE_PREFIX_TEMP
 inline constexpr char kShutdownTimeout[] = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
 inline constexpr char kLogLevel[] = "LOGLEVEL";
 inline constexpr char kPetPrefix[] = "PET_";
+inline constexpr char kEnableFileTimer[] = "TORCHELASTIC_ENABLE_FILE_TIMER";  // "1": serve it
 inline constexpr char kCgroup[] = "DDPRUN_CGROUP";  // 0: contain workers without a cgroup
 inline constexpr char kSlurm[] = "PET_SLURM";       // --slurm
 

@@ -101,6 +101,7 @@ StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank, const Wo
             : std::to_string(DefaultOmpThreads(group.allowed_cpus, group.local_world_size));
   }
   e[kSignalsToHandle] = group.signals_to_handle;
+  if (!group.timer_file.empty()) e[kTimerFile] = group.timer_file;
   if (group.slurm_task) RewriteSlurm(group, local_rank, e);
   if (group.virtual_local_rank) {
     auto device = VirtualDevice(group, local_rank, base);

@@ -42,6 +42,9 @@ struct GroupInfo {
   // Per local rank when workers are bound to CPUs (env/binding.hpp): the
   // OMP_NUM_THREADS default in place of the shared-out allowed CPUs.
   std::vector<int> bound_threads;
+  // The file timer's named pipe (TORCHELASTIC_TIMER_FILE) when the launcher
+  // serves one; "" leaves the variable as the launcher's environment has it.
+  std::string timer_file;
 };
 
 // One worker's own files (see LogLayout); each "" when logs go to /dev/null.

@@ -3,9 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <csignal>
+#include <cstdio>
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <random>
 
 #include "base/exit_codes.hpp"
 #include "env/cpus.hpp"
@@ -72,6 +74,20 @@ bool DiedOfPeer(const supervisor::FailureRecord& f) {
   return false;
 }
 
+// Where torch's agent puts the file timer's pipe when TORCHELASTIC_TIMER_FILE
+// is unset: <tempdir>/watchdog_timer_<uuid4>.
+std::string DefaultTimerFile(const env::Environ& environ) {
+  std::random_device rd;
+  unsigned words[4] = {rd(), rd(), rd(), rd()};
+  words[1] = (words[1] & 0xffff0fffu) | 0x00004000u;  // version 4
+  words[2] = (words[2] & 0x3fffffffu) | 0x80000000u;  // RFC 4122 variant
+  char uuid[40];
+  std::snprintf(uuid, sizeof(uuid), "%08x-%04x-%04x-%04x-%04x%08x", words[0], words[1] >> 16,
+                words[1] & 0xffffu, words[2] >> 16, words[2] & 0xffffu, words[3]);
+  const std::string tmp = env::Lookup(environ, "TMPDIR").value_or("");
+  return (tmp.empty() ? "/tmp" : tmp) + "/watchdog_timer_" + uuid;
+}
+
 // The agent's state for one launcher run: it carries out what the
 // rendezvous machine (rendezvous/agent_machine.hpp) decides.
 class Agent {
@@ -83,6 +99,8 @@ class Agent {
 
  private:
   Status Setup();
+  // torch's file timer server, when TORCHELASTIC_ENABLE_FILE_TIMER=1.
+  Status ServeFileTimer();
   env::GroupInfo Group(const rendezvous::RoundResult& round) const;
   // Admits this host's workers at rank 0's worker store (with a job token).
   Status AdmitWorkers(const rendezvous::RoundResult& round);
@@ -117,6 +135,7 @@ class Agent {
   std::vector<supervisor::FailureRecord> local_failures_;
   // Log files a failed write left incomplete, over all rounds.
   std::vector<std::string> lost_logs_;
+  std::string timer_file_;  // the file timer's pipe, "" when not served
 };
 
 Status Agent::Setup() {
@@ -139,6 +158,7 @@ Status Agent::Setup() {
   sup_ = std::move(*sup);
   spdlog::debug("workers and every process they start are contained by {}",
                 sup_->DescribeContainment());
+  if (Status s = ServeFileTimer(); !s.ok()) return s;
   options_.shutdown_timeout = supervisor::Duration(c_.shutdown_timeout);
   options_.hang_timeout = supervisor::Duration(c_.hang_timeout);
   options_.startup_timeout = supervisor::Duration(c_.startup_timeout);
@@ -192,6 +212,23 @@ Status Agent::Setup() {
   return Status::Ok();
 }
 
+Status Agent::ServeFileTimer() {
+  const auto enabled = env::Lookup(environ_, env::kEnableFileTimer);
+  if (!enabled || *enabled != "1") return Status::Ok();  // torch's test: the string "1"
+  std::string path = env::Lookup(environ_, env::kTimerFile).value_or("");
+  if (path.empty()) path = DefaultTimerFile(environ_);
+  if (Status s = sup_->EnableFileTimer(path); !s.ok()) {
+    return Status(s.code(), std::string(env::kEnableFileTimer) + "=1: file timer: " + s.message() +
+                                ": set " + env::kTimerFile +
+                                " to a new path in a writable directory, or unset " +
+                                env::kEnableFileTimer);
+  }
+  timer_file_ = path;
+  spdlog::info("file timer server on {} ({}=1): workers get {}", path, env::kEnableFileTimer,
+               env::kTimerFile);
+  return Status::Ok();
+}
+
 env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   env::GroupInfo g;
   g.role = c_.role;
@@ -212,6 +249,7 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   g.allowed_cpus = c_.allowed_cpus;
   g.slurm_task = c_.slurm.has_value();
   g.bound_threads = env::ThreadsPerRank(c_.worker_cpus);
+  g.timer_file = timer_file_;
   return g;
 }
 
@@ -383,7 +421,7 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   o.cause.pid = root.pid;
   o.cause.what = "rank " + std::to_string(root.rank) + " (local_rank " +
                  std::to_string(root.local_rank) + ", pid " + std::to_string(root.pid) + ") " +
-                 (root.hung ? root.message : root.exit.Describe());
+                 (root.hung || root.timer ? root.message : root.exit.Describe());
   spdlog::warn("worker group failed: {} ({} failure); the job record decides what follows",
                o.cause.what, rendezvous::FailureClassName(o.cause.cls));
   return o;

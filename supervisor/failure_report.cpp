@@ -121,9 +121,12 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     f.error_file = kNotAvailable;
     f.log_error = w.log_error;
     f.hung = !w.hang.empty();
+    f.timer = !w.timer.empty();
     f.output_tail = w.output_tail;
     if (f.hung) {
       f.message = w.hang;
+    } else if (f.timer) {
+      f.message = w.timer;
     } else if (!w.start_error.empty()) {
       f.message = w.start_error;
     } else if (static_cast<size_t>(w.local_rank) >= error_files.size() ||

@@ -22,6 +22,7 @@ struct FailureRecord {
   std::string error_file;   // "<N/A>" when the worker wrote none
   std::string message;      // traceback, error message, or what happened
   bool hung = false;        // declared hung by the launcher
+  bool timer = false;       // its file timer expired (message says which and how long)
   std::string output_tail;  // the worker's last output lines
   std::string log_error;    // why its log files are incomplete, or ""
 };

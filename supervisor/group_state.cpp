@@ -37,9 +37,10 @@ void GroupState::OnExits(const std::vector<std::pair<pid_t, ExitStatus>>& exits,
       WorkerRecord& w = workers_[i];
       if (w.pid != pid || w.state != WorkerState::kRunning) continue;
       w.exit = status;
-      if (w.hang.empty()) w.exit_time = now;  // a hung worker keeps the time it was declared
-      if (!w.hang.empty()) {
-        w.state = WorkerState::kFailed;  // already counted when declared hung
+      const bool declared = !w.hang.empty() || !w.timer.empty();
+      if (!declared) w.exit_time = now;  // a declared failure keeps the time it was declared
+      if (declared) {
+        w.state = WorkerState::kFailed;  // already counted when declared
       } else if (status.success()) {
         w.state = WorkerState::kSucceeded;
       } else if (phase_ == Phase::kRunning) {
@@ -99,7 +100,9 @@ void GroupState::ExcuseDeathsBy(int sig) {
   if (received_signal_ != 0 || failures_.empty()) return;
   for (size_t i : failures_) {
     const WorkerRecord& w = workers_[i];
-    if (w.exit.signal != sig || !w.hang.empty() || !w.start_error.empty()) return;
+    if (w.exit.signal != sig || !w.hang.empty() || !w.timer.empty() || !w.start_error.empty()) {
+      return;
+    }
   }
   for (size_t i : failures_) workers_[i].state = WorkerState::kStopped;
   failures_.clear();
@@ -108,15 +111,29 @@ void GroupState::ExcuseDeathsBy(int sig) {
 
 void GroupState::OnHang(const std::vector<std::pair<size_t, std::string>>& hung, WallTime now) {
   if (phase_ != Phase::kRunning) return;
-  for (const auto& [index, why] : hung) {
-    WorkerRecord& w = workers_[index];
-    if (w.state != WorkerState::kRunning) continue;
-    w.hang = why;
-    w.exit_time = now;
-    failures_.push_back(index);
+  for (const auto& [index, why] : hung) Declare(index, &WorkerRecord::hang, why, now);
+  BeginStop(SIGTERM);
+  FinishIfAllExited();
+}
+
+void GroupState::OnTimerExpired(size_t index, std::string why, WallTime now) {
+  if (phase_ != Phase::kRunning || !Declare(index, &WorkerRecord::timer, std::move(why), now)) {
+    return;
   }
   BeginStop(SIGTERM);
   FinishIfAllExited();
+}
+
+// A running worker the launcher finds failed before it exited: `why` in
+// `field`, counted as a failure now. False when it is no running worker.
+bool GroupState::Declare(size_t index, std::string WorkerRecord::*field, std::string why,
+                         WallTime now) {
+  if (index >= workers_.size() || workers_[index].state != WorkerState::kRunning) return false;
+  WorkerRecord& w = workers_[index];
+  w.*field = std::move(why);
+  w.exit_time = now;
+  failures_.push_back(index);
+  return true;
 }
 
 void GroupState::OnStopRequest() {

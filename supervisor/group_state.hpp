@@ -54,6 +54,7 @@ struct WorkerRecord {
   WallTime exit_time;
   std::string start_error;  // why it could not be started, if it could not
   std::string hang;         // why it was declared hung ("" when it was not)
+  std::string timer;        // why its file timer expired and it was signalled ("" when not)
   std::string output_tail;  // its last output lines, stdout and stderr (at most ~4 KiB)
   std::string log_error;    // why its log files are incomplete (a failed write), or ""
 };
@@ -92,6 +93,10 @@ class GroupState {
   // Workers the launcher found hung (by index into workers(), with why):
   // failures like a crash, then the usual teardown.
   void OnHang(const std::vector<std::pair<size_t, std::string>>& hung, WallTime now);
+  // Worker `index` had its file timer (supervisor/file_timer.hpp) expire
+  // and was signalled: a failure like a crash, then the usual teardown. Its
+  // exit, when it comes, is that failure's, not another.
+  void OnTimerExpired(size_t index, std::string why, WallTime now);
   // The launcher stops the group for a reason of its own (the rendezvous
   // round ended elsewhere): SIGTERM, grace, SIGKILL; the outcome is kStopped.
   void OnStopRequest();
@@ -111,6 +116,7 @@ class GroupState {
   void SignalSurvivors(int sig);
   bool AnyRunning() const;
   void FinishIfAllExited();
+  bool Declare(size_t index, std::string WorkerRecord::*field, std::string why, WallTime now);
 
   GroupOptions options_;
   ProcessControl* control_;

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -11,12 +12,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
 
 #include "base/exit_codes.hpp"
+#include "env/names.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/hang_check.hpp"
 #include "supervisor/line_splitter.hpp"
@@ -233,6 +236,7 @@ Supervisor::~Supervisor() {
   if (dump_signal_started_) CloseIfOpen(&dump_signal_);
   for (auto& h : signals_) CloseIfOpen(h.get());
   if (timer_) CloseIfOpen(timer_->handle());
+  if (file_timer_) file_timer_->Close();
   uv_run(&loop_, UV_RUN_DEFAULT);  // runs the close callbacks
   uv_loop_close(&loop_);
 }
@@ -532,9 +536,55 @@ void Supervisor::CheckHangs() {
   running_->OnHang(hung, std::chrono::system_clock::now());
 }
 
+Status Supervisor::EnableFileTimer(const std::string& path) {
+  auto server =
+      FileTimerServer::Create(&loop_, path, [this](const ExpiredTimer& t) { OnTimerExpired(t); });
+  if (!server.ok()) return server.status();
+  file_timer_ = std::move(*server);
+  return Status::Ok();
+}
+
+// The pidfd is opened before the pid is looked up among the workers' trees:
+// a pid reused in between is never signalled.
+void Supervisor::OnTimerExpired(const ExpiredTimer& t) {
+  if (running_ == nullptr || running_->phase() != Phase::kRunning) return;
+  const auto& workers = running_->workers();
+  std::vector<pid_t> pids;
+  for (const auto& w : workers) pids.push_back(w.state == WorkerState::kRunning ? w.pid : -1);
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, t.pid, 0)));
+  std::optional<size_t> index;
+  if (pidfd.valid()) index = OwningWorker(t.pid, pids, ParentPid);
+  char what[160];
+  std::snprintf(what, sizeof(what), "expired after %.1f s (limit %.1f s; %s)", t.held.count(),
+                t.limit.count(), env::kEnableFileTimer);
+  const std::string why = "file timer '" + t.scope + "' " + what;
+  if (!index) {
+    spdlog::warn("pid {}: {}; pid {} is {}: not signalled", t.pid, why, t.pid,
+                 pidfd.valid() ? "no process of this job's workers" : "gone");
+    return;
+  }
+  const WorkerRecord& w = workers[*index];
+  if (t.signal <= 0) {
+    spdlog::warn(
+        "rank {} (local_rank {}, pid {}): {}; its client asked for no signal ({}): "
+        "nothing done",
+        w.rank, w.local_rank, t.pid, why, t.signal);
+    return;
+  }
+  if (syscall(SYS_pidfd_send_signal, pidfd.get(), t.signal, nullptr, 0) != 0 && errno != ESRCH) {
+    spdlog::error("file timer: send {} to pid {}: {}", SignalName(t.signal), t.pid,
+                  std::strerror(errno));
+  }
+  const std::string sent = SignalName(t.signal) + " sent to " +
+                           (t.pid == w.pid ? "it" : "its descendant pid " + std::to_string(t.pid));
+  spdlog::error("rank {} (local_rank {}, pid {}): {}: {}", w.rank, w.local_rank, w.pid, why, sent);
+  running_->OnTimerExpired(*index, why + ": " + sent, std::chrono::system_clock::now());
+}
+
 GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
                                  const GroupOptions& options) {
   GroupState state(options, &control_, timer_.get());
+  if (file_timer_) file_timer_->Clear();  // the last group's workers are gone
   options_ = options;
   progress_.clear();
   running_ = &state;
@@ -551,6 +601,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   uv_timer_stop(&hang_timer_);
   timer_->Target(nullptr);
   Drain(state);
+  if (file_timer_) file_timer_->Clear();
   running_ = nullptr;
   GroupResult result{state.outcome(), state.received_signal(), state.workers(), state.failures()};
   for (size_t i = 0; i < result.workers.size() && i < progress_.size(); ++i) {

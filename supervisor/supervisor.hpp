@@ -19,6 +19,7 @@
 #include "base/status.hpp"
 #include "base/unique_fd.hpp"
 #include "supervisor/containment.hpp"
+#include "supervisor/file_timer_server.hpp"
 #include "supervisor/group_state.hpp"
 #include "supervisor/hang_check.hpp"
 #include "supervisor/spawn.hpp"
@@ -68,6 +69,14 @@ class Supervisor {
   // worker; nothing is stopped.
   void SetDumpHandler(int dump_signal, HangHandler handler);
 
+  // Serves torch's file timer (TORCHELASTIC_ENABLE_FILE_TIMER) on a named
+  // pipe made at `path`, removed when the supervisor goes. An expired timer's
+  // pid, when it is a running worker or a descendant of one, gets the
+  // timer's signal and that worker fails (the root cause, with the scope and
+  // how long it was held); other pids are left alone. Timers are dropped at
+  // each group's start and end. Fails when the pipe cannot be made.
+  Status EnableFileTimer(const std::string& path);
+
   // How the workers' process trees are contained, for the log.
   std::string DescribeContainment() const { return containment_->Describe(); }
 
@@ -104,6 +113,7 @@ class Supervisor {
   std::vector<Beat> Beats() const;  // hang_check.hpp's view of progress_
   HangLimits Limits() const;
   void CloseReader(PipeReader& reader);
+  void OnTimerExpired(const ExpiredTimer& timer);
 
   uv_loop_t loop_{};
   bool loop_ready_ = false;  // uv_loop_init succeeded: the destructor closes the loop
@@ -127,6 +137,7 @@ class Supervisor {
   HangHandler dump_handler_;
   uv_signal_t dump_signal_{};
   bool dump_signal_started_ = false;
+  std::unique_ptr<FileTimerServer> file_timer_;
   // The workers still running, as a report with nobody hung.
   HangReport RunningReport() const;
 };

@@ -171,6 +171,18 @@ TEST_CASE("a single worker does not get OMP_NUM_THREADS") {
   CHECK(e->count("OMP_NUM_THREADS") == 0);
 }
 
+TEST_CASE("TORCHELASTIC_TIMER_FILE is set only when the launcher serves a file timer") {
+  Environ base{{"PATH", "/bin"}};
+  auto off = WorkerEnviron(Group(), 0, WorkerFiles{}, base);
+  REQUIRE(off.ok());
+  CHECK(off->count("TORCHELASTIC_TIMER_FILE") == 0);
+  GroupInfo g = Group();
+  g.timer_file = "/tmp/watchdog_timer_x";
+  auto on = WorkerEnviron(g, 3, WorkerFiles{}, base);
+  REQUIRE(on.ok());
+  CHECK(on->at("TORCHELASTIC_TIMER_FILE") == "/tmp/watchdog_timer_x");
+}
+
 TEST_CASE("--gpus sets the device list for every worker") {
   GroupInfo g = Group();
   g.gpus = "0,6,7";

@@ -204,6 +204,36 @@ TEST_CASE_FIXTURE(Fixture, "a hang found after a crash changes nothing: the cras
   CHECK(s.workers()[1].hang.empty());
 }
 
+TEST_CASE_FIXTURE(Fixture, "an expired file timer fails its worker; its death is that failure") {
+  GroupState s = Make(2);
+  s.OnTimerExpired(1, "file timer 'step' expired after 1.0 s", now);
+  CHECK(s.phase() == Phase::kStopping);
+  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGTERM}, {101, SIGTERM}});
+  // The SIGKILL the timer sent is not excused by a SIGKILL ddprun receives.
+  s.OnExits({{101, ExitStatus::Signaled(SIGKILL)}}, now + std::chrono::seconds(1));
+  s.OnExits({{100, ExitStatus::Signaled(SIGTERM)}}, now + std::chrono::seconds(1));
+  CHECK(s.done());
+  CHECK(s.outcome() == Outcome::kFailed);
+  REQUIRE(s.failures() == std::vector<size_t>{1});
+  CHECK(s.workers()[1].timer == "file timer 'step' expired after 1.0 s");
+  CHECK(s.workers()[1].exit.signal == SIGKILL);
+  CHECK(s.workers()[1].exit_time == now);
+  CHECK(s.workers()[0].state == WorkerState::kStopped);
+}
+
+TEST_CASE_FIXTURE(Fixture, "a file timer expiring after a crash or for an exited worker is moot") {
+  GroupState s = Make(2);
+  s.OnExits({{100, ExitStatus::Exited(1)}}, now);
+  s.OnTimerExpired(1, "file timer", now);
+  CHECK(s.workers()[1].timer.empty());
+  GroupState t = Make(2);
+  t.OnExits({{100, ExitStatus::Exited(0)}}, now);
+  t.OnTimerExpired(0, "file timer", now);
+  t.OnTimerExpired(7, "file timer", now);  // no such worker
+  CHECK(t.failures().empty());
+  CHECK(t.phase() == Phase::kRunning);
+}
+
 TEST_CASE_FIXTURE(Fixture, "a stop request tears the group down with outcome stopped") {
   GroupState s = Make(2);
   s.OnStopRequest();
