@@ -450,7 +450,7 @@ int Agent::Run() {
     rendezvous::Action action = driver_->Next(PendingSignal());
     switch (action.kind) {
       case rendezvous::ActionKind::kClearWorkerStore:
-        stores_.worker_server->Clear();
+        stores_.worker_server->ClearWorkers();
         driver_->WorkerStoreCleared();
         break;
       case rendezvous::ActionKind::kStartWorkers:
