@@ -109,7 +109,9 @@ StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int por
     stores.rdzv_server = std::move(*server);
     return true;
   }
-  if (forced) return server.status();
+  // Port 0 (--standalone): no other agent can host it, so this one's failure
+  // (out of threads or memory, say) is the job's, not a sign to connect.
+  if (forced || port == 0) return server.status();
   return false;  // another agent here hosts it, or the address is not this machine's
 }
 
