@@ -86,7 +86,8 @@ RunResult RunOnce(int n) {
   settings.max_nodes = n;
   settings.join_timeout = std::chrono::seconds(120);
 
-  auto coord_client = StoreClient::Connect("127.0.0.1", port, settings.read_timeout, "");
+  auto coord_client =
+      StoreClient::Connect("127.0.0.1", port, settings.read_timeout, "", StoreRole::kAgent);
   if (!coord_client.ok()) {
     out.error = "coordinator client: " + coord_client.status().message();
     return out;
@@ -118,7 +119,6 @@ RunResult RunOnce(int n) {
       self.addr = "127.0.0.1";
       self.nproc = 1;
       self.requested_rank = -1;
-      self.worker_store_port = 20000 + i;
       agent_ids[i] = self.agent_id;
       AgentSettings agent;
       agent.rdzv = settings;
@@ -138,7 +138,10 @@ RunResult RunOnce(int n) {
       auto no_signal = [] { return std::pair<int, std::string>(0, ""); };
       Action action = (*rdzv)->Next(no_signal);
       if (action.kind == ActionKind::kClearWorkerStore) {
-        (*rdzv)->WorkerStoreCleared();
+        if (Status s = (*rdzv)->ClearWorkerStore(); !s.ok()) {
+          errors[i] = s.message();
+          return;
+        }
         action = (*rdzv)->Next(no_signal);
       }
       cleared[i] = SteadyClock::now();

@@ -102,8 +102,6 @@ class Agent {
   // torch's file timer server, when TORCHELASTIC_ENABLE_FILE_TIMER=1.
   Status ServeFileTimer();
   env::GroupInfo Group(const rendezvous::RoundResult& round) const;
-  // Admits this host's workers at rank 0's worker store (with a job token).
-  Status AdmitWorkers(const rendezvous::RoundResult& round);
   // Runs one round's workers and tells the machine what they did; an exit
   // code when the agent must stop at once (a usage error, no log directory).
   std::optional<int> RunRound(const rendezvous::RoundResult& round);
@@ -185,9 +183,9 @@ Status Agent::Setup() {
   if (!stores.ok()) return stores.status();
   stores_ = std::move(*stores);
   if (stores_.rdzv_server) {
-    auto client =
-        rendezvous::StoreClient::Connect(stores_.rdzv_host, stores_.rdzv_port,
-                                         stores_.settings.read_timeout, stores_.settings.token);
+    auto client = rendezvous::StoreClient::Connect(
+        stores_.rdzv_host, stores_.rdzv_port, stores_.settings.read_timeout, stores_.settings.token,
+        rendezvous::StoreRole::kAgent);
     if (!client.ok()) return client.status().Annotate("rendezvous coordinator");
     coordinator_ = std::make_unique<rendezvous::Coordinator>(
         std::move(*client), stores_.settings, stores_.self.agent_id,
@@ -238,8 +236,11 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   g.group_rank = round.node_rank;
   g.group_world_size = static_cast<int>(round.nodes.size());
   g.base_rank = round.base_rank;
-  g.master_addr = round.nodes[0].addr;
-  g.master_port = round.nodes[0].worker_store_port;
+  // The one store every agent reached, as they reach it: its workers' key
+  // space is the workers' store (with a job token, this host is admitted by
+  // its agent's own connection).
+  g.master_addr = stores_.rdzv_host;
+  g.master_port = stores_.rdzv_port;
   g.restart_count = round.restart_count;
   g.max_restarts = c_.max_restarts;
   g.use_agent_store = true;
@@ -251,15 +252,6 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   g.bound_threads = env::ThreadsPerRank(c_.worker_cpus);
   g.timer_file = timer_file_;
   return g;
-}
-
-Status Agent::AdmitWorkers(const rendezvous::RoundResult& round) {
-  if (stores_.settings.token.empty()) return Status::Ok();
-  // Rank 0's own workers too: they connect from this host like anyone's.
-  auto admit =
-      rendezvous::StoreClient::Connect(round.nodes[0].addr, round.nodes[0].worker_store_port,
-                                       stores_.settings.read_timeout, stores_.settings.token);
-  return admit.ok() ? Status::Ok() : admit.status().Annotate("worker store");
 }
 
 std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const std::string& dir) {
@@ -441,7 +433,6 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
       "MASTER_ADDR={} MASTER_PORT={}",
       round.round, round.node_rank, round.nodes.size(), round.world_size, round.restart_count,
       group.master_addr, group.master_port);
-  if (Status s = AdmitWorkers(round); !s.ok()) return FinishLocally(1, s.message());
   if (Status s = layout_->PrepareAttempt(round.restart_count, c_.nproc_per_node); !s.ok()) {
     return FinishLocally(1, s.message());
   }
@@ -491,8 +482,7 @@ int Agent::Run() {
     rendezvous::Action action = driver_->Next(PendingSignal());
     switch (action.kind) {
       case rendezvous::ActionKind::kClearWorkerStore:
-        stores_.worker_server->Clear();
-        driver_->WorkerStoreCleared();
+        if (Status s = driver_->ClearWorkerStore(); !s.ok()) return FinishLocally(1, s.message());
         break;
       case rendezvous::ActionKind::kStartWorkers:
         if (auto code = RunRound(action.round)) return *code;

@@ -127,7 +127,9 @@ StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int por
     stores.rdzv_server = std::move(*server);
     return true;
   }
-  if (forced) return server.status();
+  // Port 0 (--standalone): no other agent can host it, so this one's failure
+  // (out of threads or memory, say) is the job's, not a sign to connect.
+  if (forced || port == 0) return server.status();
   return false;  // another agent here hosts it, or the address is not this machine's
 }
 
@@ -135,8 +137,9 @@ StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int por
 // claimed there (asked within a few seconds; a port held by something else
 // says no).
 bool HeldByThisJob(const JobStores& stores) {
-  auto client = rendezvous::StoreClient::Connect(stores.rdzv_host, stores.rdzv_port,
-                                                 std::chrono::seconds(3), stores.settings.token);
+  auto client =
+      rendezvous::StoreClient::Connect(stores.rdzv_host, stores.rdzv_port, std::chrono::seconds(3),
+                                       stores.settings.token, rendezvous::StoreRole::kAgent);
   if (!client.ok()) return false;
   // The holder claims its rank just after it binds: give it a moment.
   const std::string key = rendezvous::RendezvousKeys(stores.settings.run_id).Claim(0);
@@ -226,10 +229,6 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
     hosting = *hosts;
   }
   if (stores.rdzv_server) stores.rdzv_port = stores.rdzv_server->port();
-  auto worker =
-      rendezvous::StoreServer::Start(StoreOptions(c.local_addr, 0, stores.settings.token));
-  if (!worker.ok()) return worker.status().Annotate("worker store");
-  stores.worker_server = std::move(*worker);
   rendezvous::NodeInfo& self = stores.self;
   // Under Slurm the node's name: simulated nodes, and some clusters, share a host name.
   self.name = c.slurm && !c.slurm->node_name.empty() ? c.slurm->node_name : env::Hostname();
@@ -239,7 +238,6 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
                                                         : OwnAddress(c);
   self.nproc = c.nproc_per_node;
   self.requested_rank = (c.rdzv_backend == "static" || c.node_rank_set) ? c.node_rank : -1;
-  self.worker_store_port = stores.worker_server->port();
   return stores;
 }
 

@@ -1,6 +1,7 @@
-// Where this agent's rendezvous store is, whether this agent hosts it, and
-// the worker store every agent hosts (node rank 0's becomes MASTER_ADDR:
-// MASTER_PORT). Built once per launcher run from the config.
+// Where the job's one store is, and whether this agent hosts it: the only
+// port ddprun listens on. It serves the agents' rendezvous and, in a key
+// space of their own, the workers (MASTER_ADDR:MASTER_PORT is this store's
+// host and port on every node). Built once per launcher run from the config.
 #pragma once
 
 #include <memory>
@@ -19,7 +20,6 @@ struct JobStores {
   std::string rdzv_host;  // where agents connect
   int rdzv_port = 0;
   std::unique_ptr<rendezvous::StoreServer> rdzv_server;  // set on the hosting agent
-  std::unique_ptr<rendezvous::StoreServer> worker_server;
   rendezvous::RendezvousSettings settings;
   rendezvous::NodeInfo self;
 };
@@ -31,8 +31,8 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
                                                             std::vector<std::string>* notices);
 
 // Decides who hosts the rendezvous store (static: node rank 0; c10d: is_host,
-// else the agent that can bind the endpoint), starts the stores this agent
-// hosts, and describes this node.
+// else the agent that can bind the endpoint), starts the store when this
+// agent hosts it, and describes this node.
 StatusOr<JobStores> OpenJobStores(const LaunchConfig& config, const env::Environ& environ,
                                   std::vector<std::string>* notices);
 

@@ -11,7 +11,8 @@ namespace ddprun::rendezvous {
 
 StatusOr<std::unique_ptr<AgentDriver>> AgentDriver::Connect(const std::string& host, int port,
                                                             AgentSettings settings) {
-  auto client = StoreClient::Connect(host, port, settings.rdzv.read_timeout, settings.rdzv.token);
+  auto client = StoreClient::Connect(host, port, settings.rdzv.read_timeout, settings.rdzv.token,
+                                     StoreRole::kAgent);
   if (!client.ok()) return client.status().Annotate("rendezvous");
   std::unique_ptr<AgentDriver> driver(
       new AgentDriver(std::move(*client), host, port, std::move(settings)));
@@ -49,9 +50,13 @@ Action AgentDriver::Next(const SignalQuery& pending_signal) {
   }
 }
 
-void AgentDriver::WorkerStoreCleared() {
+Status AgentDriver::ClearWorkerStore() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (Status s = client_.ClearWorkers(); !s.ok()) {
+    return s.Annotate("rendezvous: empty the workers' key space");
+  }
   machine_.WorkerStoreCleared();
+  return Status::Ok();
 }
 
 void AgentDriver::WorkersExited(const WorkersOutcome& outcome) {
@@ -62,7 +67,7 @@ void AgentDriver::WorkersExited(const WorkersOutcome& outcome) {
 Status AgentDriver::StartWatching(std::function<void(const std::string&)> on_stop) {
   StopWatching();
   const auto& s = machine_.settings().rdzv;
-  auto client = StoreClient::Connect(host_, port_, s.read_timeout, s.token);
+  auto client = StoreClient::Connect(host_, port_, s.read_timeout, s.token, StoreRole::kAgent);
   if (!client.ok()) return client.status().Annotate("rendezvous");
   watch_client_.emplace(std::move(*client));
   stop_watching_ = false;

@@ -36,7 +36,9 @@ class AgentDriver {
   // received (0: none) makes the agent leave the job.
   using SignalQuery = std::function<std::pair<int, std::string>()>;
   Action Next(const SignalQuery& pending_signal);
-  void WorkerStoreCleared();
+  // After kClearWorkerStore: empties the workers' key space of the store
+  // (closing an earlier round's worker connections) and tells the machine.
+  Status ClearWorkerStore();
   // While the workers run: `on_stop(reason)` is called once when they must stop.
   Status StartWatching(std::function<void(const std::string&)> on_stop);
   void StopWatching();

@@ -278,7 +278,7 @@ Action AgentMachine::Clearing(Kv& kv, const JobRecord& rec, Time now) {
   start.kind = ActionKind::kStartWorkers;
   start.round = Result(rec, node_rank_);
   if (node_rank_ == 0) {
-    // Node rank 0 empties its worker store before anyone starts workers, so
+    // Node rank 0 empties the workers' key space before anyone starts workers, so
     // no key of the last attempt survives (PyTorch issue #135712).
     if (!cleared_) {
       start.kind = ActionKind::kClearWorkerStore;

@@ -1,7 +1,7 @@
 // An agent's decisions about rounds and the job, as a state machine with no
 // threads, sockets or clock of its own: Step() reads the job record and the
 // round keys through a Kv at a given time and says what to do next (clear
-// the worker store, start or stop the workers, exit with a code); the caller
+// the workers' key space, start or stop the workers, exit with a code); the caller
 // carries that out and feeds back what the workers did. The real agent
 // drives it over TCP (agent_driver.hpp); the simulation (tests/sim/) drives
 // many of them over one in-process store with a fake clock.
@@ -86,7 +86,7 @@ class AgentMachine {
   // Advances with what the store says at `now`. kWait: call again by
   // next_wake(), or sooner when the record may have changed.
   Action Step(Kv& kv, Time now);
-  // The caller emptied this node's worker store (after kClearWorkerStore).
+  // The caller emptied the store's workers' key space (after kClearWorkerStore).
   void WorkerStoreCleared() { cleared_ = true; }
   // The workers of the running round are gone (after kStartWorkers).
   void WorkersExited(const WorkersOutcome& outcome, Time now);
@@ -100,7 +100,7 @@ class AgentMachine {
   Time next_wake() const { return next_wake_; }
   // The store key whose appearance should wake the caller before
   // next_wake(): the record's next version, or in kClearing the key node rank
-  // 0 sets once its worker store is clean.
+  // 0 sets once the workers' key space is clean.
   std::string wake_key() const;
   const AgentSettings& settings() const { return s_; }
 

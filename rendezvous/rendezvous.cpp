@@ -24,14 +24,13 @@ std::vector<std::string> Split(const std::string& s, char sep) {
 
 std::string NodeInfo::Encode() const {
   std::ostringstream o;
-  o << agent_id << '\t' << name << '\t' << addr << '\t' << nproc << '\t' << requested_rank << '\t'
-    << worker_store_port;
+  o << agent_id << '\t' << name << '\t' << addr << '\t' << nproc << '\t' << requested_rank;
   return o.str();
 }
 
 StatusOr<NodeInfo> NodeInfo::Decode(const std::string& text) {
   auto f = Split(text, '\t');
-  if (f.size() != 6) return InvalidArgument("rendezvous: malformed node record \"" + text + "\"");
+  if (f.size() != 5) return InvalidArgument("rendezvous: malformed node record \"" + text + "\"");
   NodeInfo n;
   n.agent_id = f[0];
   n.name = f[1];
@@ -39,7 +38,6 @@ StatusOr<NodeInfo> NodeInfo::Decode(const std::string& text) {
   try {
     n.nproc = std::stoi(f[3]);
     n.requested_rank = std::stoi(f[4]);
-    n.worker_store_port = std::stoi(f[5]);
   } catch (const std::exception&) {
     return InvalidArgument("rendezvous: malformed node record \"" + text + "\"");
   }

@@ -6,8 +6,9 @@
 // writing their NodeInfo under "r<N>/node/<arrival>"; the coordinator on the
 // store host closes the round in the job record (job_record.hpp), which is
 // the only place decisions live; agents beat "ka/<agent id>" so that the
-// coordinator can tell a lost node; node rank 0 says "r<N>/cleared" once its
-// worker store is empty. Every key is under "rdzv/<run_id>/".
+// coordinator can tell a lost node; node rank 0 says "r<N>/cleared" once it
+// emptied the workers' key space of the store. Every key is under
+// "rdzv/<run_id>/", in the store's agents' key space.
 #pragma once
 
 #include <chrono>
@@ -25,7 +26,6 @@ struct NodeInfo {
   std::string addr;      // how other nodes reach this one
   int nproc = 1;
   int requested_rank = -1;
-  int worker_store_port = 0;
 
   std::string Encode() const;
   static StatusOr<NodeInfo> Decode(const std::string& text);

@@ -23,7 +23,7 @@ Encoder& KeyList(Encoder& e, const std::vector<std::string>& keys) {
 }  // namespace
 
 StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Duration timeout,
-                                           const std::string& token) {
+                                           const std::string& token, StoreRole role) {
   const auto deadline = Clock::now() + timeout;
   const std::string address = HostPort(host, port);
   auto fd = ConnectWithRetry(host, port, deadline);
@@ -39,6 +39,7 @@ StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Du
   Encoder e;
   e.Op(Op::kValidate).U32(kValidateMagic);
   if (!token.empty()) e.Op(Op::kAuth).Str(token);
+  if (role == StoreRole::kAgent) e.Op(Op::kAgent);
   e.Op(Op::kPing).U32(nonce);
   if (Status s = client.SendBytes(e.bytes()); !s.ok()) return s;
   if (!token.empty()) {
@@ -48,6 +49,15 @@ StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Du
                     "store " + address +
                         " refused the job token: give every agent the same --rdzv_conf token= "
                         "or DDPRUN_STORE_TOKEN");
+    }
+  }
+  if (role == StoreRole::kAgent) {
+    auto ok = client.ReadU8(deadline);
+    if (!ok.ok() || *ok != kAuthOk) {
+      return Status(StatusCode::kPermissionDenied,
+                    "store " + address +
+                        " refused this agent (is it a ddprun store, and has every agent the "
+                        "same --rdzv_conf token= or DDPRUN_STORE_TOKEN?)");
     }
   }
   uint32_t echo = 0;
@@ -259,6 +269,13 @@ StatusOr<int64_t> StoreClient::QueueLen(const std::string& key) {
   Encoder e;
   if (Status s = SendBytes(e.Op(Op::kQueueLen).Str(UserKey(key)).bytes()); !s.ok()) return s;
   return ReadI64(Deadline());
+}
+
+Status StoreClient::ClearWorkers() {
+  Encoder e;
+  if (Status s = SendBytes(e.Op(Op::kClearWorkers).bytes()); !s.ok()) return s;
+  auto ok = ReadU8(Deadline());
+  return ok.ok() ? Status::Ok() : ok.status();
 }
 
 }  // namespace ddprun::rendezvous

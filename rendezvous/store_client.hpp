@@ -19,14 +19,20 @@
 
 namespace ddprun::rendezvous {
 
+// Which of a ddprun store's key spaces a connection uses: the workers' (what
+// any PyTorch client gets) or, for the agents' rendezvous, the agents'.
+enum class StoreRole { kWorker, kAgent };
+
 class StoreClient {
  public:
   using Duration = std::chrono::milliseconds;
 
   // Connects (retrying until `timeout` while the store is not up), sends
-  // VALIDATE and PING, and AUTH with `token` when one is given.
+  // VALIDATE and PING, AUTH with `token` when one is given, and AGENT for
+  // kAgent. A PyTorch server knows no AGENT: use kWorker against one.
   static StatusOr<StoreClient> Connect(const std::string& host, int port, Duration timeout,
-                                       const std::string& token = "");
+                                       const std::string& token = "",
+                                       StoreRole role = StoreRole::kWorker);
 
   Status Set(const std::string& key, const std::string& value);
   // Waits for the key (up to the operation timeout), then reads it.
@@ -47,6 +53,8 @@ class StoreClient {
   // The front item, or no item when the queue is empty.
   StatusOr<std::vector<std::string>> QueuePop(const std::string& key);
   StatusOr<int64_t> QueueLen(const std::string& key);
+  // Agents only: empties the workers' key space for a new round.
+  Status ClearWorkers();
 
   // Thread-safe: makes a call blocked in another thread return at once (as
   // if the store were gone) and every later call fail.

@@ -10,7 +10,8 @@ namespace {
 constexpr size_t kMaxToken = 4096;
 
 bool KnownOp(uint8_t op) {
-  return op <= static_cast<uint8_t>(Op::kBarrier) || op == static_cast<uint8_t>(Op::kAuth);
+  return op <= static_cast<uint8_t>(Op::kBarrier) || op == static_cast<uint8_t>(Op::kAuth) ||
+         op == static_cast<uint8_t>(Op::kAgent) || op == static_cast<uint8_t>(Op::kClearWorkers);
 }
 
 }  // namespace
@@ -54,6 +55,8 @@ RequestParser::Field RequestParser::FieldAt(Op op, size_t index) {
     case Op::kGetNumKeys:
     case Op::kCancelWait:
     case Op::kListKeys:
+    case Op::kAgent:
+    case Op::kClearWorkers:
       return kNothing[index];
     case Op::kAuth:
       return kToken[index];
@@ -241,6 +244,8 @@ std::string OpName(uint8_t op) {
       "QUEUE_PUSH", "QUEUE_POP",  "QUEUE_LEN",   "LIST_KEYS", "BARRIER"};
   if (op <= static_cast<uint8_t>(Op::kBarrier)) return kNames[op];
   if (op == static_cast<uint8_t>(Op::kAuth)) return "AUTH";
+  if (op == static_cast<uint8_t>(Op::kAgent)) return "AGENT";
+  if (op == static_cast<uint8_t>(Op::kClearWorkers)) return "CLEAR_WORKERS";
   return "opcode " + std::to_string(op);
 }
 

@@ -36,8 +36,13 @@ enum class Op : uint8_t {
   kQueueLen = 16,
   kListKeys = 17,
   kBarrier = 18,
-  // ddprun's extension: proves the job token right after VALIDATE.
+  // ddprun's extensions (docs/store-protocol.md §6): AUTH proves the job
+  // token right after VALIDATE; AGENT moves the connection into the agents'
+  // key space (only after its own AUTH when the store has a token);
+  // CLEAR_WORKERS, from an agent only, empties the workers' key space.
   kAuth = 0xD7,
+  kAgent = 0xD8,
+  kClearWorkers = 0xD9,
 };
 
 inline constexpr uint32_t kValidateMagic = 0x3C85F7CE;
@@ -45,7 +50,7 @@ inline constexpr uint8_t kStopWaiting = 0;  // WAIT / BARRIER done
 inline constexpr uint8_t kWaitCanceled = 1;
 inline constexpr uint8_t kReady = 0;  // CHECK
 inline constexpr uint8_t kNotReady = 1;
-inline constexpr uint8_t kAuthOk = 1;
+inline constexpr uint8_t kAuthOk = 1;  // also AGENT's and CLEAR_WORKERS' reply
 
 // Sizes above which a request closes its connection. PyTorch's libuv server
 // allows 8 KiB keys, 8 MiB values and 128 Ki keys per request; these are at

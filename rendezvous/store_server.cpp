@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
@@ -49,9 +50,12 @@ class StoreServer::Impl {
     RequestParser parser;
     size_t out_pending = 0;
     Stage stage = Stage::kNew;
-    bool parked = false;       // its AUTH waits for its host's turn (StoreGuard)
-    std::string parked_token;  // that AUTH's token
-    std::string held;          // bytes read after that AUTH, parsed once it is judged
+    bool proved = false;        // sent the job token itself (AUTH)
+    bool agent = false;         // in the agents' key space (AGENT)
+    bool used_workers = false;  // sent a request to the workers' key space
+    bool parked = false;        // its AUTH waits for its host's turn (StoreGuard)
+    std::string parked_token;   // that AUTH's token
+    std::string held;           // bytes read after that AUTH, parsed once it is judged
     bool closing = false;
   };
 
@@ -63,7 +67,8 @@ class StoreServer::Impl {
 
   explicit Impl(StoreServerOptions options)
       : options_(std::move(options)),
-        state_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); }),
+        agents_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); }),
+        workers_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); }),
         guard_(options_.guard) {}
 
   // On failure the loop thread never started; the destructor closes what was set up.
@@ -128,8 +133,30 @@ class StoreServer::Impl {
   }
 
   int port() const { return port_; }
-  StoreState& state() { return state_; }
   size_t connections() const { return conns_.size(); }
+
+  // A new round of workers: empties their key space and closes the
+  // connections that used it. Those are the earlier round's workers (the
+  // new round's start only after this), and closing them ends their waits,
+  // so a stale worker can neither read nor write the new round's keys.
+  // Connections that have not used it yet (an agent between its AUTH and
+  // its AGENT) stay.
+  void ClearWorkers() {
+    workers_.Clear();
+    size_t closed = 0;
+    std::set<std::string> hosts;
+    for (auto& [id, c] : conns_) {
+      if (c->agent || !c->used_workers || c->closing) continue;
+      ++closed;
+      hosts.insert(c->peer);
+      Close(*c, "");
+    }
+    if (closed == 0) return;
+    std::string from;
+    for (const auto& h : hosts) from += (from.empty() ? "" : ", ") + h;
+    Log("store: the workers' key space was cleared for a new round: closed " +
+        std::to_string(closed) + " connection(s) of an earlier round's workers, from " + from);
+  }
 
  private:
   void Post(std::function<void()> task) {
@@ -271,9 +298,39 @@ class StoreServer::Impl {
                    " has proved it");
       return;
     }
-    if (!state_.Handle(c.id, req)) {
+    if (req.op == Op::kAgent) {
+      BecomeAgent(c);
+      return;
+    }
+    if (req.op == Op::kClearWorkers) {
+      if (!c.agent) {
+        Close(c, "refused: CLEAR_WORKERS from a client that is not a ddprun agent");
+        return;
+      }
+      ClearWorkers();
+      Encoder e;
+      Send(c.id, std::move(e.U8(kAuthOk).bytes()));
+      return;
+    }
+    if (!c.agent && req.op != Op::kPing) c.used_workers = true;
+    StoreState& state = c.agent ? agents_ : workers_;
+    if (!state.Handle(c.id, req)) {
       Close(c, OpName(static_cast<uint8_t>(req.op)) + " is invalid here (ADD to a non-number?)");
     }
+  }
+
+  // The agents' key space is for connections that proved the job token
+  // themselves (any connection when the store has none): a worker admitted
+  // by its host, or anyone without the token, never reaches it.
+  void BecomeAgent(Conn& c) {
+    if (!options_.token.empty() && !c.proved) {
+      Close(c, "refused: AGENT from a connection that did not prove the job token itself");
+      return;
+    }
+    workers_.Disconnect(c.id);  // waits it had there end
+    c.agent = true;
+    Encoder e;
+    Send(c.id, std::move(e.U8(kAuthOk).bytes()));
   }
 
   void Validate(Conn& c, const Request& req) {
@@ -321,6 +378,7 @@ class StoreServer::Impl {
       return;
     }
     admitted_hosts_.insert(c.peer);
+    c.proved = true;
     if (c.stage != Stage::kReady) BecomeReady(c);
     Encoder e;
     Send(c.id, std::move(e.U8(kAuthOk).bytes()));
@@ -414,7 +472,8 @@ class StoreServer::Impl {
     if (c.closing) return;
     c.closing = true;
     if (!why.empty() && !stopping_) Log("store: closed client " + c.peer + ": " + why);
-    state_.Disconnect(c.id);
+    agents_.Disconnect(c.id);
+    workers_.Disconnect(c.id);
     guard_.Disconnect(c.id);
     uv_read_stop(reinterpret_cast<uv_stream_t*>(&c.tcp));
     uv_close(reinterpret_cast<uv_handle_t*>(&c.tcp), [](uv_handle_t* h) {
@@ -424,7 +483,8 @@ class StoreServer::Impl {
   }
 
   StoreServerOptions options_;
-  StoreState state_;
+  StoreState agents_;   // the rendezvous: AGENT connections only
+  StoreState workers_;  // everyone else: the workers' init_process_group
   StoreGuard guard_;
   uv_loop_t loop_{};
   uv_tcp_t listener_{};
@@ -458,8 +518,8 @@ StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(StoreServerOptions opt
 
 int StoreServer::port() const { return impl_->port(); }
 
-void StoreServer::Clear() {
-  impl_->Run([this] { impl_->state().Clear(); });
+void StoreServer::ClearWorkers() {
+  impl_->Run([this] { impl_->ClearWorkers(); });
 }
 
 size_t StoreServer::Connections() {

@@ -15,7 +15,14 @@
 // AUTH with the token right after VALIDATE unless its host already has a
 // connection that proved it; everyone else is disconnected.
 //
-// Thread safety: Start, Clear, port and the destructor may be called from any
+// Two key spaces behind one port: a connection that sends AGENT (after
+// proving the token itself, where there is one) is served the agents' key
+// space, the rendezvous; every other client (PyTorch's TCPStore in the
+// workers, ddprun's DDP core) the workers' key space. Neither sees the
+// other's keys, waits or queues. CLEAR_WORKERS (from an agent) or
+// ClearWorkers() starts a new round of workers (docs/store-protocol.md §6).
+//
+// Thread safety: Start, ClearWorkers, port and the destructor may be called from any
 // one thread; the server's own work happens on its loop thread.
 #pragma once
 
@@ -51,8 +58,9 @@ class StoreServer {
   StoreServer& operator=(const StoreServer&) = delete;
 
   int port() const;
-  // Empties the key space and queues; returns once done.
-  void Clear();
+  // Empties the workers' key space and queues and closes the worker
+  // connections that used them (an earlier round's); returns once done.
+  void ClearWorkers();
   // Number of connected clients, read on the loop thread.
   size_t Connections();
 

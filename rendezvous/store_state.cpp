@@ -212,7 +212,9 @@ bool StoreState::Handle(ClientId client, const Request& r) {
       return true;
     case Op::kValidate:
     case Op::kAuth:
-      return false;  // only valid as a connection's first request; the server checks
+    case Op::kAgent:
+    case Op::kClearWorkers:
+      return false;  // connection-level requests: the server handles them
   }
   return false;
 }

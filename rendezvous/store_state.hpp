@@ -28,7 +28,8 @@ class StoreState {
 
   explicit StoreState(Send send) : send_(std::move(send)) {}
 
-  // Applies one request (not VALIDATE/AUTH, which the server handles).
+  // Applies one request (not VALIDATE, AUTH, AGENT or CLEAR_WORKERS, which
+  // the server handles).
   // Returns false when the request is invalid in this state (ADD to a value
   // that is not a number): the server then closes the connection, as PyTorch's does.
   bool Handle(ClientId client, const Request& request);

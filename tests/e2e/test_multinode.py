@@ -14,21 +14,27 @@ environment into files under tmp_path; the tests poll those files with deadlines
 7. different --rdzv_id at the same endpoint: separate jobs, both time out.
 8. the job token: a wrong one is refused, the right one works.
 9. PyTorch interop: gloo all_reduce through the agent store, across a failure restart.
+10. one port: workers get MASTER_PORT == the rendezvous port, no process of the job listens on
+    any other port, and a restart round's workers see none of the earlier round's keys.
 """
 
+import json
+import os
 import re
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, base_env, pid_alive, sh, wait_for, write_script
+from conftest import BUILD, PYTHON, base_env, pid_alive, sh, wait_for, write_script
 
 FAST = "join_timeout=20,last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3"
 KEEP_ALIVE_LIMIT = 0.5 * 3  # keep_alive_interval * keep_alive_max_attempt
 AGENT_TIMEOUT = 30.0
+STORE_CLI = BUILD / "tests" / "store_cli"
 
 
 def addr(i):
@@ -151,7 +157,7 @@ def test_static_3x2_ranks_and_env(launch, tmp_path):
             seen[int(rank)] = (maddr, mport)
     assert sorted(seen) == list(range(6))
     assert {m for m, _ in seen.values()} == {"127.0.0.1"}
-    assert len({p for _, p in seen.values()}) == 1, seen
+    assert {p for _, p in seen.values()} == {str(port)}, "MASTER_PORT is the rendezvous port"
 
 
 # --------------------------------------------------------------------------- 2. static timeout
@@ -175,17 +181,20 @@ def assert_timeout_reason(err, agents):
     assert re.search(r"\b2\b[^\n]*joined|joined[^\n]*\b2\b", err), outputs(agents)
 
 
+def agent_check(port, key):
+    """Whether `key` is in the store's agents' key space (store_cli connects as an agent)."""
+    r = subprocess.run([str(STORE_CLI), "127.0.0.1", str(port), "-", "agent"],
+                       input=f"check {key}\n", capture_output=True, text=True, timeout=30)
+    return r.stdout.strip() == "ok 1"
+
+
 def test_static_timeout_reason_reaches_slow_node(launch, tmp_path):
-    torch_dist = pytest.importorskip("torch.distributed")
-    import datetime
     port = free_port()
     host = launch(static_args(3, 0, port, conf="timeout=3", extra=sh("exit 0")))
     wait_listening(port)
     other = launch(static_args(3, 1, port, conf="timeout=3", extra=sh("exit 0")))
-    store = torch_dist.TCPStore("127.0.0.1", port, is_master=False,
-                                timeout=datetime.timedelta(seconds=5))
     # Both joined round 0 (rendezvous.hpp: rdzv/<run_id>/r<N>/node/<i>; static run id "none").
-    wait_for(lambda: store.check(["rdzv/none/r0/node/1"]), 5, what="two agents joined")
+    wait_for(lambda: agent_check(port, "rdzv/none/r0/node/1"), 5, what="two agents joined")
     # The other agent is slow (paused) at the moment the host closes the job.
     other.signal(signal.SIGSTOP)
     try:
@@ -432,3 +441,123 @@ def test_static_rdzv_endpoint_names_the_store(launch, tmp_path):
               for r in (0, 1)]
     rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
     assert rcs == [0, 0], outputs(agents)
+
+
+# --------------------------------------------------------------------------- 10. one port
+
+def session_pids(sid):
+    """Every process of the session `sid` (ddprun runs in its own: start_new_session)."""
+    pids = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid:  # state ppid pgrp session ...
+            pids.append(int(d.name))
+    return pids
+
+
+def listening_ports(pids):
+    """TCP ports in LISTEN state on sockets any of `pids` holds (from /proc/net/tcp{,6})."""
+    inodes = set()
+    for pid in pids:
+        try:
+            fds = list(Path(f"/proc/{pid}/fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                m = re.fullmatch(r"socket:\[(\d+)\]", os.readlink(fd))
+            except OSError:
+                continue
+            if m:
+                inodes.add(m.group(1))
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:
+                ports.add(int(f[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+@pytest.mark.parametrize("backend", ["static", "c10d"])
+def test_one_port_per_job(launch, tmp_path, backend):
+    """Workers get the rendezvous store's host and port, and while they run no process of the
+    job (agents, their helpers, the workers) listens on any other port: a site that opens only
+    that port in its firewall runs the job."""
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    report = ('echo "$MASTER_ADDR $MASTER_PORT" > "$OUTDIR/m_${NODE}_${LOCAL_RANK}"\n' + LOOP)
+    args = (lambda n: static_args(2, n, port, conf=FAST, extra=sh(report))) \
+        if backend == "static" else (lambda n: c10d_args("2", n, port, extra=sh(report)))
+    agents = [launch(args(0), env=node_env(out, 0))]
+    wait_listening(port)
+    agents.append(launch(args(1), env=node_env(out, 1)))
+    wait_world(out, [0, 1], 2, 4)
+    listening = {n: listening_ports(session_pids(a.pid)) for n, a in enumerate(agents)}
+    rcs = stop_and_wait(out, agents)
+    assert rcs == [0, 0], outputs(agents)
+    assert listening == {0: {port}, 1: set()}, outputs(agents)
+    masters = {read(out / f"m_{n}_{lr}").strip() for n in range(2) for lr in range(2)}
+    assert masters == {f"127.0.0.1 {port}"}, masters
+
+
+ROUNDS = r"""
+import datetime, json, os
+import torch
+import torch.distributed as dist
+
+out = os.environ["OUTDIR"]
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
+                      timeout=datetime.timedelta(seconds=30))
+probe = [f"attempt0/rank{r}" for r in range(world)] + ["rdzv/none/job", "rdzv/hosted_run_id"]
+seen = [k for k in probe if store.check([k])]
+store.set(f"attempt{attempt}/rank{rank}", "here")
+store.wait([f"attempt{attempt}/rank{r}" for r in range(world)])
+total = None
+if attempt == 1:
+    dist.init_process_group("gloo", init_method="env://")
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    total = t.item()
+    dist.destroy_process_group()
+report = {"addr": os.environ["MASTER_ADDR"], "port": int(os.environ["MASTER_PORT"]),
+          "seen": seen, "total": total}
+with open(os.path.join(out, f"r{rank}_a{attempt}.json"), "w") as f:
+    json.dump(report, f)
+if attempt == 0 and rank == world - 1:
+    os._exit(1)  # every rank of attempt 0 has written its key: the restart must drop them
+"""
+
+
+def test_restart_round_sees_no_key_of_the_earlier_round(launch, tmp_path):
+    """Attempt 0's workers write keys, then one fails; attempt 1's workers, on the same port, see
+    none of them and none of the rendezvous keys, and a gloo process group forms there."""
+    pytest.importorskip("torch.distributed")
+    out = tmp_path / "out"
+    out.mkdir()
+    script = write_script(tmp_path, "rounds.py", ROUNDS, executable=False)
+    port = free_port()
+    agents = [launch(static_args(2, r, port, conf=FAST, extra=["--max_restarts=1", str(script)]),
+                     env=node_env(out, r, GLOO_SOCKET_IFNAME="lo", PYTHON_EXEC=PYTHON))
+              for r in (0, 1)]
+    rcs = [a.wait(90) for a in agents]
+    assert rcs == [0, 0], outputs(agents)
+    for attempt in (0, 1):
+        for rank in range(4):
+            f = out / f"r{rank}_a{attempt}.json"
+            assert f.exists(), f"{f.name} missing\n{outputs(agents)}"
+            r = json.loads(f.read_text())
+            assert (r["addr"], r["port"]) == ("127.0.0.1", port), r
+            assert not any(k.startswith("rdzv/") for k in r["seen"]), r
+            if attempt == 1:
+                assert r["seen"] == [], f"attempt 1 saw attempt 0's keys: {r}"
+                assert r["total"] == 10.0, r

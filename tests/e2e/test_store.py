@@ -866,20 +866,25 @@ def test_token_raw_auth_admits_host_but_not_other_loopback_address(host_factory)
 
 
 def test_clear_empties_key_space(server):
+    """A clear starts a new round of workers: the key space and queues are empty, and the
+    connections that used them (an earlier round's workers) are closed."""
     st = client(server.port)
     st.set("a", "1")
     st.multi_set(["b", "c"], ["2", "3"])
     st.queue_push("q", "x")
     assert st.num_keys() == 3
     server.clear()
-    assert st.num_keys() == 0
-    assert st.list_keys() == []
-    assert not st.check(["a"])
-    assert st.queue_len("q") == 0
+    with pytest.raises(Exception):
+        st.num_keys()
+    fresh = client(server.port)
+    assert fresh.num_keys() == 0
+    assert fresh.list_keys() == []
+    assert not fresh.check(["a"])
+    assert fresh.queue_len("q") == 0
     # The store keeps working after a clear.
-    st.set("a", "new")
-    assert st.get("a") == b"new"
-    assert st.add("c", 1) == 1
+    fresh.set("a", "new")
+    assert fresh.get("a") == b"new"
+    assert fresh.add("c", 1) == 1
 
 
 # =========================================================================== 6. outsiders

@@ -3,6 +3,7 @@ real PyTorch process group (gloo, env://) working under ddprun."""
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,10 @@ TORCHRUN = VENV_BIN / "torchrun"
 
 # Variables allowed to differ, and why.
 ALLOWED = {
-    "MASTER_PORT": "the agent's worker store, on a port the kernel chose: differs between runs",
+    "MASTER_PORT": "ddprun's one port, the rendezvous store's; torchrun's c10d opens a second "
+                   "store on a port the kernel picks (checked below)",
+    "MASTER_ADDR": "the rendezvous store's host (localhost under c10d/standalone); torchrun's "
+                   "c10d gives rank 0's FQDN, where its second store listens (checked below)",
     "TORCHELASTIC_RUN_ID": "a fresh uuid4 in single-node c10d mode",
     "TORCHELASTIC_ERROR_FILE": "under each launcher's own temporary log directory",
     "PYTHON_EXEC": "given to ddprun so both run the same interpreter",
@@ -75,6 +79,13 @@ def test_worker_environment_matches_torchrun(tmp_path, flags, extra_env):
         assert ours[rank]["TORCHELASTIC_USE_AGENT_STORE"] == "True"
     ports = {env["MASTER_PORT"] for env in ours.values()}
     assert len(ports) == 1
+    # The rendezvous store's port, where one was given (the others: the kernel picked it).
+    given = [re.split("[:=]", f)[-1] for f in flags
+             if f.startswith(("--rdzv_endpoint=", "--master_port="))]
+    if given:
+        assert ports == set(given)
+    if any(f.startswith("--master_addr=") for f in flags):
+        assert {env["MASTER_ADDR"] for env in ours.values()} == {"127.0.0.1"}
 
 
 ALLREDUCE = """
@@ -102,7 +113,7 @@ def test_pytorch_gloo_allreduce_runs_under_ddprun(tmp_path):
 
 
 def test_pytorch_workers_pass_the_store_token_check(tmp_path):
-    """With a job token, rank 0's own workers are admitted by its worker store."""
+    """With a job token, the workers are admitted to the one store by their agent's proof."""
     script = tmp_path / "allreduce.py"
     script.write_text(ALLREDUCE)
     proc = subprocess.run([DDPRUN, "--nproc_per_node=2", "--rdzv_conf=token=s3cret", str(script)],

@@ -26,7 +26,6 @@ void Sim::Configure() {
     s.self.name = "host" + std::to_string(i);
     s.self.addr = "127.0.0." + std::to_string(i + 1);
     s.self.nproc = 2;
-    s.self.worker_store_port = 30000 + i;
     s.max_restarts = max_restarts_;
     s.hosts_store = i == 0;
     s.peer_settle = peer_settle_;

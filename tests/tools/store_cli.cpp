@@ -1,10 +1,11 @@
 // Drives ddprun's StoreClient from a script on stdin, for tests against
-// PyTorch's server and ours: `store_cli HOST PORT [TOKEN]`, one command per
-// line, one result line each ("ok ..." or "error ...").
+// PyTorch's server and ours: `store_cli HOST PORT [TOKEN [agent]]`, one
+// command per line, one result line each ("ok ..." or "error ...").
 //   set K V | get K | add K N | cas K EXPECTED DESIRED | check K... |
 //   wait MS K... | numkeys | delete K | append K V | multiget K... |
-//   multiset K V [K V...] | list | qpush Q V | qpop Q | qlen Q
-// A single "-" stands for the empty string.
+//   multiset K V [K V...] | list | qpush Q V | qpop Q | qlen Q | clearworkers
+// A single "-" stands for the empty string (a TOKEN of "-": none). "agent"
+// connects as an agent (StoreRole::kAgent): the agents' key space.
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -70,6 +71,7 @@ std::string Execute(StoreClient& c, const std::vector<std::string>& w) {
   if (cmd == "qpush") return Show(c.QueuePush(rest.at(0), rest.at(1)));
   if (cmd == "qpop") return Show(c.QueuePop(rest.at(0)));
   if (cmd == "qlen") return Show(c.QueueLen(rest.at(0)));
+  if (cmd == "clearworkers") return Show(c.ClearWorkers());
   return "error unknown command " + cmd;
 }
 
@@ -77,11 +79,15 @@ std::string Execute(StoreClient& c, const std::vector<std::string>& w) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: store_cli HOST PORT [TOKEN]\n");
+    std::fprintf(stderr, "usage: store_cli HOST PORT [TOKEN [agent]]\n");
     return 2;
   }
-  auto client = StoreClient::Connect(argv[1], std::stoi(argv[2]), std::chrono::seconds(30),
-                                     argc > 3 ? argv[3] : "");
+  const std::string token = argc > 3 ? Arg(argv[3]) : "";
+  const auto role = argc > 4 && std::string(argv[4]) == "agent"
+                        ? ddprun::rendezvous::StoreRole::kAgent
+                        : ddprun::rendezvous::StoreRole::kWorker;
+  auto client =
+      StoreClient::Connect(argv[1], std::stoi(argv[2]), std::chrono::seconds(30), token, role);
   if (!client.ok()) {
     std::printf("error %s\n", client.status().message().c_str());
     return 1;

@@ -68,7 +68,7 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
   std::string line;
   while (std::getline(std::cin, line)) {
-    if (line == "clear") (*server)->Clear();
+    if (line == "clear") (*server)->ClearWorkers();
     if (line == "connections") std::printf("connections %zu\n", (*server)->Connections());
     std::fflush(stdout);
   }

@@ -14,7 +14,6 @@ NodeInfo Member(const std::string& id) {
   n.name = "host-" + id;
   n.addr = "10.0.0." + id;
   n.nproc = 2;
-  n.worker_store_port = 4000;
   return n;
 }
 

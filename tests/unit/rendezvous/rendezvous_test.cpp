@@ -12,7 +12,6 @@ NodeInfo Node(const std::string& id, const std::string& name, int requested = -1
   n.addr = name + ".example";
   n.nproc = 2;
   n.requested_rank = requested;
-  n.worker_store_port = 4000;
   return n;
 }
 
@@ -29,9 +28,8 @@ TEST_CASE("node records survive encoding") {
   CHECK(back->agent_id == "a_1_2");
   CHECK(back->addr == "host-a.example");
   CHECK(back->requested_rank == 3);
-  CHECK(back->worker_store_port == 4000);
   CHECK_FALSE(NodeInfo::Decode("only\tthree\tfields").ok());
-  CHECK_FALSE(NodeInfo::Decode("a\tb\tc\tx\t1\t2").ok());
+  CHECK_FALSE(NodeInfo::Decode("a\tb\tc\tx\t1").ok());
   auto members = DecodeMembers(EncodeMembers({Node("x", "h1"), Node("y", "h2")}));
   REQUIRE(members.ok());
   CHECK(Ids(*members) == std::vector<std::string>{"x", "y"});

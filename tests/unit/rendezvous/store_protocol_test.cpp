@@ -207,7 +207,7 @@ TEST_CASE("requests sent back to back are consumed one at a time") {
 }
 
 TEST_CASE("unknown opcodes are errors") {
-  for (int op : {19, 0x63, 0xD6, 0xD8, 0xFF}) {
+  for (int op : {19, 0x63, 0xD6, 0xDA, 0xFF}) {
     CAPTURE(op);
     Request req;
     size_t used = 0;
@@ -276,6 +276,20 @@ TEST_CASE("AUTH carries a token of at most 4096 bytes") {
   CHECK(req.op == Op::kAuth);
   CHECK(req.values == std::vector<std::string>{"abc"});
   CHECK(ParseWith(Limits{}, Hex("d7") + Len(4097), &error) == ParseResult::kError);
+}
+
+TEST_CASE("AGENT and CLEAR_WORKERS are a single byte each") {
+  std::string error;
+  Request req;
+  size_t used = 0;
+  REQUIRE(ParseRequest(Hex("d8"), Limits{}, &req, &used, &error) == ParseResult::kOk);
+  CHECK(req.op == Op::kAgent);
+  CHECK(used == 1);
+  REQUIRE(ParseRequest(Hex("d9"), Limits{}, &req, &used, &error) == ParseResult::kOk);
+  CHECK(req.op == Op::kClearWorkers);
+  CHECK(used == 1);
+  CHECK(OpName(0xD8) == "AGENT");
+  CHECK(OpName(0xD9) == "CLEAR_WORKERS");
 }
 
 // Feeds `bytes` to one parser in pieces of `piece` bytes; returns the requests.

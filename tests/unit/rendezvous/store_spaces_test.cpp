@@ -1,0 +1,124 @@
+// The store's two key spaces behind one port (store_server.hpp): agents
+// (AGENT) and everyone else (the workers), and the round boundary
+// (CLEAR_WORKERS). Real sockets on 127.0.0.1, one server per case.
+#include <doctest/doctest.h>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <string>
+
+#include "rendezvous/store_client.hpp"
+#include "rendezvous/store_server.hpp"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using std::chrono::seconds;
+
+std::unique_ptr<StoreServer> Serve(const std::string& token = "") {
+  StoreServerOptions o;
+  o.host = "127.0.0.1";
+  o.token = token;
+  auto server = StoreServer::Start(o);
+  REQUIRE(server.ok());
+  return std::move(*server);
+}
+
+StoreClient Connect(const StoreServer& s, StoreRole role, const std::string& token = "") {
+  auto c = StoreClient::Connect("127.0.0.1", s.port(), seconds(5), token, role);
+  REQUIRE_MESSAGE(c.ok(), c.status().message());
+  return std::move(*c);
+}
+
+TEST_CASE("store: workers neither see nor change the agents' keys, and the reverse") {
+  auto server = Serve();
+  StoreClient agent = Connect(*server, StoreRole::kAgent);
+  StoreClient worker = Connect(*server, StoreRole::kWorker);
+  REQUIRE(agent.Set("rdzv/job/job", "record").ok());
+  REQUIRE(worker.Set("default_pg/0", "id").ok());
+
+  CHECK(*worker.Check({"rdzv/job/job"}) == false);
+  CHECK(*worker.ListKeys() == std::vector<std::string>{"default_pg/0"});
+  CHECK(*worker.NumKeys() == 1);
+  // A worker writing a rendezvous key's name writes its own key.
+  REQUIRE(worker.Set("rdzv/job/job", "forged").ok());
+  CHECK(*worker.Get("rdzv/job/job") == "forged");
+  CHECK(*agent.Get("rdzv/job/job") == "record");
+  CHECK(*agent.Check({"default_pg/0"}) == false);
+  CHECK(*agent.NumKeys() == 1);
+}
+
+TEST_CASE("store: with a token, only a connection that proved it becomes an agent") {
+  auto server = Serve("s3cret");
+  StoreClient agent = Connect(*server, StoreRole::kAgent, "s3cret");
+  REQUIRE(agent.Set("rdzv/job/job", "record").ok());
+  // Its host is admitted: a plain client from it gets in, into the workers' space.
+  StoreClient worker = Connect(*server, StoreRole::kWorker);
+  CHECK(*worker.Check({"rdzv/job/job"}) == false);
+  // Without the token, asking for the agents' space closes the connection.
+  auto intruder =
+      StoreClient::Connect("127.0.0.1", server->port(), seconds(5), "", StoreRole::kAgent);
+  CHECK_FALSE(intruder.ok());
+  // A worker that proves the token (the DDP core with DDPRUN_STORE_TOKEN) is still a worker.
+  StoreClient proved = Connect(*server, StoreRole::kWorker, "s3cret");
+  CHECK(*proved.Check({"rdzv/job/job"}) == false);
+  CHECK(*agent.Get("rdzv/job/job") == "record");
+}
+
+TEST_CASE("store: a new round empties the workers' space and nothing else") {
+  auto server = Serve();
+  StoreClient agent = Connect(*server, StoreRole::kAgent);
+  StoreClient old_worker = Connect(*server, StoreRole::kWorker);
+  REQUIRE(agent.Set("rdzv/job/r0/cleared", "1").ok());
+  REQUIRE(*old_worker.Add("init/", 1) == 1);
+  REQUIRE(old_worker.Set("default_pg/0//nccl_id", "round 0").ok());
+
+  REQUIRE(agent.ClearWorkers().ok());
+  StoreClient new_worker = Connect(*server, StoreRole::kWorker);
+  CHECK(*new_worker.NumKeys() == 0);
+  CHECK(*new_worker.Check({"default_pg/0//nccl_id"}) == false);
+  CHECK(*agent.Get("rdzv/job/r0/cleared") == "1");
+}
+
+TEST_CASE("store: a worker of an earlier round can neither read nor write the new round's keys") {
+  auto server = Serve();
+  StoreClient agent = Connect(*server, StoreRole::kAgent);
+  StoreClient stale = Connect(*server, StoreRole::kWorker);
+  REQUIRE(*stale.Add("init/", 1) == 1);  // it used the workers' space (the reply says when)
+  // Blocked on a key the next round will set, as a slow rank of the last round would be.
+  auto waited = std::async(std::launch::async, [&] { return stale.Wait({"key"}, seconds(10)); });
+
+  REQUIRE(agent.ClearWorkers().ok());
+  StoreClient fresh = Connect(*server, StoreRole::kWorker);
+  REQUIRE(fresh.Set("key", "round 1").ok());
+  REQUIRE(waited.wait_for(seconds(10)) == std::future_status::ready);
+  Status w = waited.get();
+  CHECK(w.code() == StatusCode::kUnavailable);  // closed: the store is gone for it
+  CHECK_FALSE(stale.Set("key", "round 0").ok());
+  CHECK(*fresh.Get("key") == "round 1");
+}
+
+TEST_CASE("store: a connection that has not used the workers' space survives a new round") {
+  auto server = Serve();
+  StoreClient agent = Connect(*server, StoreRole::kAgent);
+  StoreClient idle = Connect(*server, StoreRole::kWorker);  // VALIDATE and PING only
+  REQUIRE(agent.ClearWorkers().ok());
+  REQUIRE(idle.Set("k", "v").ok());
+  CHECK(*idle.Get("k") == "v");
+  // The agents' connections are never closed by it.
+  REQUIRE(agent.ClearWorkers().ok());
+  CHECK(*agent.NumKeys() == 0);
+}
+
+TEST_CASE("store: a worker cannot start a new round") {
+  auto server = Serve();
+  StoreClient worker = Connect(*server, StoreRole::kWorker);
+  REQUIRE(worker.Set("default_pg/0", "id").ok());
+  CHECK_FALSE(worker.ClearWorkers().ok());
+  StoreClient other = Connect(*server, StoreRole::kWorker);
+  CHECK(*other.Get("default_pg/0") == "id");
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
