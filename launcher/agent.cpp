@@ -22,6 +22,7 @@
 #include "rendezvous/coordinator.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/debug_dump.hpp"
+#include "supervisor/explain.hpp"
 #include "supervisor/failure_report.hpp"
 #include "supervisor/supervisor.hpp"
 
@@ -118,6 +119,8 @@ class Agent {
   // The failure report's host: the host name, the node rank and, under
   // Slurm, the node, the job step and the requeues so far.
   std::string ReportHost() const;
+  // This node's failure report, with the root cause explained where the catalogue knows it.
+  std::string Report() const;
 
   const LaunchConfig& c_;
   const Program& program_;
@@ -312,6 +315,13 @@ int Agent::FinishLocally(int code, const std::string& message) {
   return Finish(exit);
 }
 
+std::string Agent::Report() const {
+  auto why = supervisor::Explain(local_failures_.front(),
+                                 {program_.interpreter, program_.interpreter_source});
+  return supervisor::FormatReport(program_.name, ReportHost(), local_failures_,
+                                  why ? why->cause : "", why ? why->fix : "");
+}
+
 std::string Agent::ReportHost() const {
   std::string host = env::Fqdn();
   const std::string rank = round_ ? "node rank " + std::to_string(round_->node_rank) : "";
@@ -332,8 +342,7 @@ int Agent::Finish(const rendezvous::Action& exit) {
                       cause.node == stores_.self.name && !local_failures_.empty() &&
                       local_failures_.front().pid == cause.pid;
     if (ours) {
-      supervisor::ConsoleWriter::For(STDERR_FILENO)
-          .Write(supervisor::FormatReport(program_.name, ReportHost(), local_failures_));
+      supervisor::ConsoleWriter::For(STDERR_FILENO).Write(Report());
       if (auto own = env::Lookup(environ_, env::kErrorFile); own && !own->empty()) {
         supervisor::DumpRootCause(local_failures_.front(), *own);
       }

@@ -1,6 +1,7 @@
 #include "launcher/worker_specs.hpp"
 
 #include <fcntl.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -83,6 +84,7 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
     return s;
   }
   std::vector<supervisor::WorkerSpec> specs;
+  const bool stderr_is_tty = isatty(STDERR_FILENO) == 1;
   for (int r = 0; r < c.nproc_per_node; ++r) {
     env::WorkerFiles files{layout.ErrorFile(attempt, r), layout.HeartbeatPath(attempt, r),
                            layout.TracePath(attempt, r), layout.DumpDir(attempt)};
@@ -103,6 +105,11 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
     if (r < static_cast<int>(c.worker_cpus.size())) w.cpus = c.worker_cpus[static_cast<size_t>(r)];
     w.out.track_progress = w.err.track_progress = c.hang_detect_output;
     w.stdin_inherited = c.stdin_ranks.count(r) != 0;
+    // stderr's last lines explain a failure (supervisor/explain.hpp) when the
+    // worker wrote no error file. Read through a pipe only where that changes
+    // nothing the worker can see: a terminal stays the worker's own (colours,
+    // progress bars), as under torchrun.
+    w.err.keep_tail = !w.err.file.empty() || (w.err.console && !stderr_is_tty);
     w.err.filter_file = layout.FilteredPath(attempt, "stderr");
     specs.push_back(std::move(w));
   }

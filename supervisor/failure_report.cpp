@@ -143,7 +143,8 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
 }
 
 std::string FormatReport(const std::string& name, const std::string& host,
-                         const std::vector<FailureRecord>& failures) {
+                         const std::vector<FailureRecord>& failures, const std::string& cause,
+                         const std::string& fix) {
   std::string title = name + " FAILED";
   std::string root;
   std::vector<std::string> others;
@@ -159,7 +160,10 @@ std::string FormatReport(const std::string& name, const std::string& host,
   o << border << "\n" << title << "\n" << section << "\nFailures:\n";
   if (others.empty()) o << "  <NO_OTHER_FAILURES>\n";
   for (const auto& f : others) o << f << "\n";
-  o << section << "\nRoot Cause (first observed failure):\n" << root << "\n" << border << "\n";
+  o << section << "\nRoot Cause (first observed failure):\n" << root << "\n";
+  if (!cause.empty()) o << "  cause     : " << cause << "\n";
+  if (!fix.empty()) o << "  fix       : " << fix << "\n";
+  o << border << "\n";
   return o.str();
 }
 

@@ -44,8 +44,10 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
                                            const std::vector<std::string>& error_files);
 
 // The report text, starting and ending with a border line.
+// `cause` and `fix`, when given, follow the root cause (supervisor/explain.hpp).
 std::string FormatReport(const std::string& name, const std::string& host,
-                         const std::vector<FailureRecord>& failures);
+                         const std::vector<FailureRecord>& failures, const std::string& cause = "",
+                         const std::string& fix = "");
 
 // Copies the root cause into the launcher's own error file (what torchrun's
 // @record does for a scheduler that set TORCHELASTIC_ERROR_FILE on it).

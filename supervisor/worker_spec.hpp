@@ -17,9 +17,10 @@ struct StreamSpec {
   std::vector<std::string> duplicate_filters;  // lines containing one of these ...
   std::string filter_file;                     // ... are copied here, prefixed
   bool track_progress = false;                 // every line is a heartbeat (--hang_detect=output)
+  bool keep_tail = false;  // its last lines go into the failure report (read through a pipe)
 
   bool NeedsPipe() const {
-    return track_progress || !duplicate_filters.empty() ||
+    return track_progress || keep_tail || !duplicate_filters.empty() ||
            (console && (!prefix.empty() || !file.empty()));
   }
 };
