@@ -1,0 +1,10 @@
+"""Launcher scenario worker: writes torch.distributed.is_torchelastic_launched() to --out-file."""
+import argparse
+
+import torch.distributed as dist
+
+p = argparse.ArgumentParser()
+p.add_argument("--out-file", required=True)
+args = p.parse_args()
+with open(args.out_file, "w") as f:
+    f.write(str(dist.is_torchelastic_launched()))
