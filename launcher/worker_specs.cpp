@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 
@@ -55,6 +56,39 @@ Status CheckFilterFile(const char* option, const std::vector<std::string>& filte
 
 }  // namespace
 
+std::string SubstituteLocalRank(const std::string& arg, int local_rank) {
+  if (arg.find('$') == std::string::npos) return arg;
+  auto ident_start = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; };
+  auto ident_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  const std::string value = std::to_string(local_rank);
+  std::string out;
+  for (size_t i = 0; i < arg.size();) {
+    if (arg[i] != '$' || i + 1 >= arg.size()) {
+      out.push_back(arg[i++]);
+      continue;
+    }
+    if (arg[i + 1] == '$') {  // $$ is a literal $
+      out.push_back('$');
+      i += 2;
+      continue;
+    }
+    const bool braced = arg[i + 1] == '{';
+    size_t start = i + (braced ? 2 : 1);
+    size_t end = start;
+    if (end < arg.size() && ident_start(arg[end])) {
+      while (end < arg.size() && ident_char(arg[end])) ++end;
+    }
+    const bool closed = !braced || (end < arg.size() && arg[end] == '}');
+    if (end > start && closed && arg.compare(start, end - start, "local_rank") == 0) {
+      out += value;
+      i = end + (braced ? 1 : 0);
+    } else {
+      out.push_back(arg[i++]);  // another name, or not a name: kept as written
+    }
+  }
+  return out;
+}
+
 std::string LinePrefix(const std::string& tmpl, const std::string& role, int rank, int local_rank,
                        const std::string& host) {
   std::string s = tmpl;
@@ -94,6 +128,7 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
     w.local_rank = r;
     w.rank = group.base_rank + r;
     w.argv = program.argv;
+    for (size_t i = 1; i < w.argv.size(); ++i) w.argv[i] = SubstituteLocalRank(w.argv[i], r);
     w.envp = env::ToEnvp(*e);
     std::string prefix = LinePrefix(tmpl, c.role, w.rank, r, host);
     w.out = Route(c, r, kStdoutBit, layout.StdoutPath(attempt, r), prefix);

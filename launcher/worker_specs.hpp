@@ -27,4 +27,10 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
 std::string LinePrefix(const std::string& tmpl, const std::string& role, int rank, int local_rank,
                        const std::string& host);
 
+// torchrun's argument macro (torch.distributed.elastic.utils.macros): in each
+// argument after the executable, $local_rank and ${local_rank} become the
+// worker's local rank and $$ becomes $, as Python's string.Template
+// safe_substitute does; any other $ stays as it is.
+std::string SubstituteLocalRank(const std::string& arg, int local_rank);
+
 }  // namespace ddprun::launcher

@@ -14,9 +14,12 @@ import pytest
 from conftest import DDPRUN, PYTHON, base_env
 
 # What a message must say when ddprun gives up for want of a resource. "Error 24" and
-# "Error 12" are the dynamic loader's words for EMFILE and ENOMEM, before ddprun runs at all.
+# "Error 12" are the dynamic loader's words for EMFILE and ENOMEM, and "failed to map segment"
+# its words for an address-space limit below what the binary and its libraries take, all
+# before ddprun runs at all.
 NAMED = re.compile(r"too many open files|RLIMIT_NOFILE|cannot allocate memory|out of memory|"
-                   r"out of threads|error 24\b|error 12\b", re.IGNORECASE)
+                   r"out of threads|error 24\b|error 12\b|failed to map segment",
+                   re.IGNORECASE)
 CRASH = re.compile(r"terminate called|Assertion .* failed|core dumped|Segmentation fault")
 
 MiB = 1 << 20

@@ -65,5 +65,17 @@ TEST_CASE("without filters no filter file is needed") {
   CHECK(f.Build().ok());
 }
 
+TEST_CASE("torchrun's $local_rank macro is substituted in the arguments, as string.Template") {
+  CHECK(SubstituteLocalRank("--local-rank=${local_rank}", 3) == "--local-rank=3");
+  CHECK(SubstituteLocalRank("$local_rank", 1) == "1");
+  CHECK(SubstituteLocalRank("$local_rank.log", 2) == "2.log");
+  CHECK(SubstituteLocalRank("$$x", 0) == "$x");
+  CHECK(SubstituteLocalRank("$$local_rank", 5) == "$local_rank");
+  CHECK(SubstituteLocalRank("$local_ranks", 5) == "$local_ranks");  // another name
+  CHECK(SubstituteLocalRank("${local_rank", 5) == "${local_rank");  // not closed
+  CHECK(SubstituteLocalRank("$HOME and $1 and $", 5) == "$HOME and $1 and $");
+  CHECK(SubstituteLocalRank("no macro", 5) == "no macro");
+}
+
 }  // namespace
 }  // namespace ddprun::launcher
