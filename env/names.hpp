@@ -42,6 +42,14 @@ inline constexpr char kSlurmJobGpus[] = "SLURM_JOB_GPUS";
 inline constexpr char kHeartbeatFile[] = "DDPRUN_HEARTBEAT_FILE";
 inline constexpr char kTraceFile[] = "DDPRUN_TRACE_FILE";
 inline constexpr char kDumpDir[] = "DDPRUN_DUMP_DIR";
+// Set only under --hang_detect=torch (python/ddprun_torch/sitecustomize.py): ddprun's hook
+// directory is prepended to PYTHONPATH; the hook's files go to DDPRUN_TORCH_DIR; PyTorch's flight
+// recorder is switched on and pointed there unless the launcher's environment sets it.
+inline constexpr char kPythonPath[] = "PYTHONPATH";
+inline constexpr char kTorchDir[] = "DDPRUN_TORCH_DIR";
+inline constexpr char kFrBufferSize[] = "TORCH_FR_BUFFER_SIZE";
+inline constexpr char kFrDumpTempFile[] = "TORCH_FR_DUMP_TEMP_FILE";
+inline constexpr char kNcclDebugInfoPipeFile[] = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";
 // Marks every process of one ddprun run (inherited by the workers'
 // descendants); supervisor/containment.hpp kills by it where no cgroup does.
 inline constexpr char kProcessTree[] = "DDPRUN_PROCESS_TREE";

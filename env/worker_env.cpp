@@ -68,6 +68,18 @@ void RewriteSlurm(const GroupInfo& g, int local_rank, Environ& e) {
   }
 }
 
+// --hang_detect=torch: the hook first on PYTHONPATH (the user's entries
+// after it: it imports their own sitecustomize), and PyTorch's flight recorder
+// on, dumping into the hook's directory, unless the user configured it.
+void AddTorchHook(const GroupInfo& g, const WorkerFiles& files, Environ& e) {
+  const auto path = Lookup(e, kPythonPath);
+  e[kPythonPath] = g.torch_hook_dir + (path && !path->empty() ? ":" + *path : "");
+  e[kTorchDir] = files.torch_dir;
+  e.emplace(kFrBufferSize, "2000");
+  e.emplace(kFrDumpTempFile, files.torch_dir + "/nccl_trace_rank_");
+  e.emplace(kNcclDebugInfoPipeFile, files.torch_dir + "/pipe_");
+}
+
 }  // namespace
 
 StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank, const WorkerFiles& files,
@@ -102,6 +114,7 @@ StatusOr<Environ> WorkerEnviron(const GroupInfo& group, int local_rank, const Wo
   }
   e[kSignalsToHandle] = group.signals_to_handle;
   if (!group.timer_file.empty()) e[kTimerFile] = group.timer_file;
+  if (!group.torch_hook_dir.empty()) AddTorchHook(group, files, e);
   if (group.slurm_task) RewriteSlurm(group, local_rank, e);
   if (group.virtual_local_rank) {
     auto device = VirtualDevice(group, local_rank, base);

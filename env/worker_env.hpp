@@ -45,6 +45,9 @@ struct GroupInfo {
   // The file timer's named pipe (TORCHELASTIC_TIMER_FILE) when the launcher
   // serves one; "" leaves the variable as the launcher's environment has it.
   std::string timer_file;
+  // --hang_detect=torch: the directory holding ddprun's sitecustomize.py, put
+  // first on PYTHONPATH ("" leaves PYTHONPATH and the flight recorder alone).
+  std::string torch_hook_dir;
 };
 
 // One worker's own files (see LogLayout); each "" when logs go to /dev/null.
@@ -53,6 +56,7 @@ struct WorkerFiles {
   std::string heartbeat_file;  // DDPRUN_HEARTBEAT_FILE
   std::string trace_file;      // DDPRUN_TRACE_FILE
   std::string dump_dir;        // DDPRUN_DUMP_DIR
+  std::string torch_dir;       // DDPRUN_TORCH_DIR (with GroupInfo::torch_hook_dir only)
 };
 
 // The environment of local rank `local_rank`, given the launcher's environment

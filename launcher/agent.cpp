@@ -17,6 +17,7 @@
 #include "env/worker_env.hpp"
 #include "launcher/dump_request.hpp"
 #include "launcher/job_stores.hpp"
+#include "launcher/torch_hook.hpp"
 #include "launcher/worker_specs.hpp"
 #include "rendezvous/agent_driver.hpp"
 #include "rendezvous/coordinator.hpp"
@@ -275,6 +276,10 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     request.hung.push_back({w.rank, now - silent});
   }
   request.beating = report.beating_ranks;
+  if (c_.hang_detect_torch) {
+    request.torch_dir = layout_->DumpDir(round_ ? round_->restart_count : 0) + "/torch";
+    request.python = program_.interpreter;
+  }
   if (round_) {
     // The analysis covers this node's ranks and says which it cannot see.
     for (int r = 0; r < round_->world_size; ++r) {
@@ -436,7 +441,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
         round.restart_count, c_.max_restarts);
   }
   round_ = round;
-  const env::GroupInfo group = Group(round);
+  env::GroupInfo group = Group(round);
   spdlog::info(
       "rendezvous round {} complete: node rank {} of {}, world size {}, restart count {}, "
       "MASTER_ADDR={} MASTER_PORT={}",
@@ -444,6 +449,11 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
       group.master_addr, group.master_port);
   if (Status s = layout_->PrepareAttempt(round.restart_count, c_.nproc_per_node); !s.ok()) {
     return FinishLocally(1, s.message());
+  }
+  if (c_.hang_detect_torch && !layout_->disabled()) {
+    auto hook = WriteTorchHook(layout_->run_dir() + "/torch_hook");
+    if (!hook.ok()) return FinishLocally(1, hook.status().message());
+    group.torch_hook_dir = *hook;
   }
   auto specs = BuildWorkerSpecs(c_, program_, group, *layout_, environ_);
   if (!specs.ok()) return FinishLocally(exit_code::kUsage, specs.status().message());

@@ -59,6 +59,9 @@ struct LaunchConfig {
   double hang_timeout = 0;     // seconds; 0 = off
   double startup_timeout = 0;  // seconds; 0 = off
   bool hang_detect_output = false;
+  // --hang_detect=torch: the PyTorch progress hook (python/ddprun_torch) in every worker's
+  // PYTHONPATH.
+  bool hang_detect_torch = false;
   // CUDA_VISIBLE_DEVICES for every worker (--gpus, or Slurm's list where
   // CUDA_VISIBLE_DEVICES is unset); nullopt: the launcher's own, unchanged.
   std::optional<std::string> gpus;

@@ -82,8 +82,9 @@ const std::vector<OptionDef>& OptionTable() {
        "rank, stop, restart or fail (exit 124); 300 or more is a sound start for training"},
       {"startup_timeout", 0, "SECONDS", "0 (off)", true,
        "a worker whose first beat does not come within this is hung"},
-      {"hang_detect", 0, "heartbeat|output", "heartbeat", true,
-       "what counts as progress: touches of DDPRUN_HEARTBEAT_FILE, or also any output line"},
+      {"hang_detect", 0, "heartbeat|output|torch", "heartbeat", true,
+       "what counts as progress: touches of DDPRUN_HEARTBEAT_FILE, or also any output line, or "
+       "also each PyTorch collective (a hook on PYTHONPATH reads PyTorch's flight recorder)"},
       {"virtual_local_rank", 0, nullptr, nullptr, true,
        "give every worker LOCAL_RANK=0 and exactly one device in CUDA_VISIBLE_DEVICES"},
       {"gpus", 0, "LIST", nullptr, false,

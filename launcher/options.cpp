@@ -458,9 +458,10 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     }
   }
   if (auto v = raw.Get("hang_detect")) {
-    auto d = ParseChoice("--hang_detect", *v, {"heartbeat", "output"});
+    auto d = ParseChoice("--hang_detect", *v, {"heartbeat", "output", "torch"});
     if (!d.ok()) return d.status();
     c.hang_detect_output = *d == 1;
+    c.hang_detect_torch = *d == 2;
   }
   if (auto v = raw.Get("threads_per_worker")) {
     auto n = ParseInt("threads_per_worker", *v, 1, 1 << 20, "a number of threads >= 1");

@@ -121,7 +121,8 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
   const bool stderr_is_tty = isatty(STDERR_FILENO) == 1;
   for (int r = 0; r < c.nproc_per_node; ++r) {
     env::WorkerFiles files{layout.ErrorFile(attempt, r), layout.HeartbeatPath(attempt, r),
-                           layout.TracePath(attempt, r), layout.DumpDir(attempt)};
+                           layout.TracePath(attempt, r), layout.DumpDir(attempt),
+                           layout.DumpDir(attempt) + "/torch"};
     auto e = env::WorkerEnviron(group, r, files, environ);
     if (!e.ok()) return e.status();
     supervisor::WorkerSpec w;

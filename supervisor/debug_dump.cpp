@@ -23,6 +23,7 @@
 
 #include "base/unique_fd.hpp"
 #include "env/trace_file.hpp"
+#include "supervisor/torch_progress.hpp"
 
 extern char** environ;
 
@@ -350,7 +351,8 @@ std::string MainThreadStack(const std::string& stacks, pid_t pid, size_t max_lin
 }
 
 std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump>& dumps,
-                          const TraceAnalysis& analysis, Clock::time_point now) {
+                          const TraceAnalysis& analysis, Clock::time_point now,
+                          const std::string& torch_text) {
   std::string text = "ddprun debug dump at " + LocalTime(now) + ": " +
                      std::to_string(dumps.size()) + " workers, in " + request.dir + "\n";
   std::vector<int> hung;
@@ -362,6 +364,7 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
   }
   text += "ranks still beating: " + JoinRanks(request.beating) + "\n\n";
   text += analysis.text + "\n";
+  if (!torch_text.empty()) text += torch_text + "\n";
   text += "main thread stacks (first " + std::to_string(kSummaryStackLines) + " frames):\n";
   for (const RankDump& d : dumps) {
     text += "rank " + std::to_string(d.target.rank) + " (pid " + std::to_string(d.target.pid) +
@@ -380,6 +383,13 @@ StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
   std::error_code ec;
   std::filesystem::create_directories(request.dir, ec);
   if (ec) return Internal("debug dump: create " + request.dir + ": " + ec.message());
+  TorchSide torch;
+  if (!request.torch_dir.empty()) {
+    std::vector<int> ranks;
+    for (const DumpTarget& t : request.targets) ranks.push_back(t.rank);
+    torch = CollectTorchSide(request.torch_dir, ranks, request.python, request.tool_timeout,
+                             4 * request.tool_timeout);
+  }
   const std::vector<RankDump> dumps = CollectAll(request);
   const Clock::time_point now = Clock::now();
   for (const RankDump& d : dumps) {
@@ -389,7 +399,13 @@ StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
     }
   }
   const TraceAnalysis analysis = Analyze(dumps, request.unseen, now);
-  DumpResult result{FormatSummary(request, dumps, analysis, now), analysis.stragglers};
+  DumpResult result{FormatSummary(request, dumps, analysis, now, torch.text), analysis.stragglers};
+  for (int r : torch.laggards) {
+    if (std::find(result.stragglers.begin(), result.stragglers.end(), r) ==
+        result.stragglers.end()) {
+      result.stragglers.push_back(r);
+    }
+  }
   if (Status s = WriteFile(request.dir + "/summary.txt", result.summary); !s.ok()) {
     return s.Annotate("debug dump");
   }

@@ -48,6 +48,11 @@ struct DumpRequest {
   std::map<int, std::string> unseen;  // ranks on other nodes -> why they are not here
   std::chrono::milliseconds tool_timeout{5000};
   size_t trace_entries = 20;  // the last N flight recorder entries per rank
+  // --hang_detect=torch: the hook's directory (DDPRUN_TORCH_DIR) and the
+  // workers' interpreter for PyTorch's analyser; "" when off
+  // (supervisor/torch_progress.hpp). Collected before any stack is taken.
+  std::string torch_dir;
+  std::string python;
 };
 
 struct DumpResult {
@@ -107,6 +112,7 @@ std::string MainThreadStack(const std::string& stacks, pid_t pid, size_t max_lin
 // The summary: hung ranks and since when, the ranks still beating, the
 // analysis text, and per rank the top of its main thread's native stack.
 std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump>& dumps,
-                          const TraceAnalysis& analysis, std::chrono::system_clock::time_point now);
+                          const TraceAnalysis& analysis, std::chrono::system_clock::time_point now,
+                          const std::string& torch_text = "");
 
 }  // namespace ddprun::supervisor

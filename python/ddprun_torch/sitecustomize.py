@@ -1,0 +1,103 @@
+"""ddprun's PyTorch progress hook (--hang_detect=torch), loaded by the workers' Python through
+PYTHONPATH. It changes nothing in the user's program: a daemon thread reads PyTorch's own flight
+recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
+entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
+$DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>". On ddprun's request
+($DDPRUN_TORCH_DIR/dump_request) it writes the flight recorder to TORCH_FR_DUMP_TEMP_FILE<RANK>
+where PyTorch has no dump pipe of its own (Gloo). Then it imports the user's own sitecustomize."""
+import os
+import sys
+import threading
+import time
+
+_PERIOD = 0.25  # seconds between looks at the flight recorder
+
+
+def _write(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def _last_entry(c10d):
+    import pickle
+    entries = pickle.loads(c10d._dump_fr_trace(True, False, False)).get("entries", [])
+    return entries[-1] if entries else None
+
+
+def _dump(c10d, rank):
+    prefix = os.environ.get("TORCH_FR_DUMP_TEMP_FILE", "")
+    if not prefix or os.path.exists(os.environ.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "\0") +
+                                    rank + ".pipe"):
+        return  # none wanted, or PyTorch's own pipe (NCCL) dumps it
+    data = c10d._dump_fr_trace()
+    with open(prefix + rank + ".tmp", "wb") as f:
+        f.write(data)
+    os.replace(prefix + rank + ".tmp", prefix + rank)
+
+
+def _initialized(dist):
+    # The module may be half imported (by the main thread) at this moment.
+    try:
+        return dist is not None and dist.is_initialized()
+    except (AttributeError, ImportError):
+        return False
+
+
+def _watch(torch_dir, heartbeat, rank):
+    seen, dumped = None, False
+    request = os.path.join(torch_dir, "dump_request")
+    while True:
+        time.sleep(_PERIOD)
+        if not _initialized(sys.modules.get("torch.distributed")):
+            continue
+        import torch._C._distributed_c10d as c10d
+        try:
+            last = _last_entry(c10d)
+            if last is not None:
+                state = "retired" if last.get("retired") else "entered"
+                now = (last.get("record_id"), state)
+                if now != seen:
+                    seen = now
+                    if heartbeat:
+                        os.utime(heartbeat)
+                    _write(os.path.join(torch_dir, "progress_" + rank),
+                           "%d %s %s\n" % (last.get("collective_seq_id", 0),
+                                           last.get("profiling_name", "?"), state))
+            if not dumped and os.path.exists(request):
+                dumped = True
+                _dump(c10d, rank)
+        except Exception as e:  # never disturb the job: say so once and stop looking
+            sys.stderr.write("ddprun torch hook: %s: progress off\n" % e)
+            return
+
+
+def _start():
+    torch_dir = os.environ.get("DDPRUN_TORCH_DIR", "")
+    if not torch_dir:
+        return
+    os.makedirs(torch_dir, exist_ok=True)
+    args = (torch_dir, os.environ.get("DDPRUN_HEARTBEAT_FILE", ""), os.environ.get("RANK", "0"))
+    threading.Thread(target=_watch, args=args, name="ddprun-torch-hook", daemon=True).start()
+
+
+def _chain():
+    """Imports the sitecustomize this one shadows, if any."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    saved = sys.path[:]
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    mine = sys.modules.pop("sitecustomize", None)
+    try:
+        import sitecustomize  # noqa: F401
+    except ModuleNotFoundError as e:
+        if e.name != "sitecustomize":
+            raise
+        if mine is not None:
+            sys.modules["sitecustomize"] = mine
+    finally:
+        sys.path[:] = saved
+
+
+_start()
+_chain()

@@ -1,0 +1,45 @@
+"""An unmodified PyTorch DDP job on CPU (Gloo) for the hang tests and bench/pytorch_hang_bench.py:
+a tiny model trained for --steps steps; with --hang-step N, rank --hang-rank sleeps forever
+before step N's all_reduce, so the other ranks wait in it. --step-sleep slows every step."""
+import argparse
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def stuck_before_all_reduce():
+    time.sleep(100000)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=1000000)
+    p.add_argument("--hang-step", type=int, default=-1)
+    p.add_argument("--hang-rank", type=int, default=1)
+    p.add_argument("--step-sleep", type=float, default=0.0)
+    a = p.parse_args()
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = DistributedDataParallel(torch.nn.Linear(8, 2))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(a.steps):
+        loss = model(torch.randn(4, 8)).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step == a.hang_step and rank == a.hang_rank:
+            print(f"rank {rank} stops before all_reduce at step {step}", flush=True)
+            stuck_before_all_reduce()
+        total = loss.detach().clone()
+        dist.all_reduce(total)
+        if step % 20 == 0:
+            print(f"step {step} loss {total.item():.3f}", flush=True)
+        time.sleep(a.step_sleep)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
