@@ -89,7 +89,8 @@ def _chain():
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     mine = sys.modules.pop("sitecustomize", None)
     try:
-        import sitecustomize  # noqa: F401
+        import sitecustomize  # noqa: F401 (runs the user's)
+        del sitecustomize
     except ModuleNotFoundError as e:
         if e.name != "sitecustomize":
             raise
