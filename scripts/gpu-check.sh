@@ -63,6 +63,20 @@ seen=$(env -u CUDA_VISIBLE_DEVICES "$build/ddprun" --nproc_per_node=gpu --no_pyt
 rc=0; "$build/ddprun" --gpus "$count" --no_python /bin/true 2>/dev/null || rc=$?
 [ "$rc" = 2 ] || { echo "gpu-check: --gpus $count on a $count-GPU host exited $rc, not 2" >&2; exit 1; }
 
+echo "== pytorch hang on nccl (--hang_detect=torch)"
+# Rank 1 of a 2-rank NCCL job stops before an all_reduce: the summary must name it, PyTorch's
+# pipe must have dumped both ranks, and fr_trace must say which rank is missing.
+if "$python" -c "import torch; assert torch.cuda.device_count() >= 1" 2>/dev/null; then
+  logs=$(mktemp -d)
+  rc=0; out=$(PYTHON_EXEC="$python" timeout 300 "$build/ddprun" --nproc_per_node=2 --hang_timeout=5 \
+    --hang_detect=torch --shutdown_timeout=2 --log_dir="$logs" tests/e2e/pytorch_hang_job.py \
+    --backend nccl --hang-step 20 2>&1) || rc=$?
+  echo "$out" | tail -40
+  [ "$rc" = 124 ] || { echo "gpu-check: nccl hang exited $rc, not 124" >&2; exit 1; }
+  grep -q "rank 1 did not enter" <<<"$out" || { echo "gpu-check: rank 1 not named" >&2; exit 1; }
+  grep -q "PyTorch's pipe" <<<"$out" || { echo "gpu-check: no dump through NCCL's pipe" >&2; exit 1; }
+fi
+
 echo "== benchmark"
 "$build/unscale_bench"
 echo "gpu-check: OK"
