@@ -456,6 +456,12 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);
   driver_->StopWatching();
   supervisor::CountOwnFailures(result, ErrorFiles(round.restart_count));
+  std::vector<std::string> stderr_logs;
+  for (int r = 0; r < c_.nproc_per_node; ++r) {
+    const bool to_file = ((c_.redirects.For(r) | c_.tee.For(r)) & 2) != 0;
+    stderr_logs.push_back(to_file ? layout_->StderrPath(round.restart_count, r) : "");
+  }
+  supervisor::FillTailsFromLogs(result, stderr_logs);
   LogStopped(result);
   for (const auto& w : result.workers) {
     if (!w.log_error.empty()) lost_logs_.push_back(w.log_error);
