@@ -7,7 +7,11 @@ from pathlib import Path
 import pytest
 
 from conftest import base_env, run_ddprun
-from test_limits import run_as_user, test_user, user_dir  # noqa: F401 (fixtures)
+import test_limits
+from test_limits import run_as_user
+
+test_user = test_limits.test_user  # fixtures shared with test_limits
+user_dir = test_limits.user_dir
 
 PROGRAMS = Path(__file__).parent / "programs" / "diagnosis"
 
@@ -76,8 +80,7 @@ def test_a_dataloader_worker_dead_of_sigbus_names_dev_shm():
     assert "--shm-size" in fix and "--ipc=host" in fix, fix
 
 
-def test_threads_refused_by_rlimit_nproc_are_explained_with_the_numbers(test_user,  # noqa: F811
-                                                                       user_dir):  # noqa: F811
+def test_threads_refused_by_rlimit_nproc_are_explained_with_the_numbers(test_user, user_dir):
     binary, work = user_dir
     script = work / "threads.py"
     script.write_text((PROGRAMS / "threads.py").read_text())
