@@ -54,10 +54,10 @@ int SlurmStepPort(const SlurmStep& step);
 
 // Slurm's KillWait in seconds from `scontrol show config` output ("KillWait
 // = 30 sec"); nullopt when the text has no such line.
-std::optional<int> ParseKillWait(std::string_view scontrol_config);
+std::optional<int> ParseKillWait(std::string_view text);
 
 // NodeAddr=... of a `scontrol show node -o` line; nullopt when absent.
-std::optional<std::string> ParseNodeAddr(std::string_view scontrol_node);
+std::optional<std::string> ParseNodeAddr(std::string_view text);
 
 // Where Slurm reaches node `name` (its NodeAddr, from `scontrol show node`,
 // bounded to 5 s): for node names that do not resolve (NodeName=n1

@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <sys/statvfs.h>
+
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -12,8 +14,10 @@
 #include "base/exit_codes.hpp"
 #include "env/cpus.hpp"
 #include "env/host.hpp"
+#include "env/limits.hpp"
 #include "env/log_layout.hpp"
 #include "env/names.hpp"
+#include "env/port_holder.hpp"
 #include "env/worker_env.hpp"
 #include "launcher/dump_request.hpp"
 #include "launcher/job_stores.hpp"
@@ -120,6 +124,8 @@ class Agent {
   // The failure report's host: the host name, the node rank and, under
   // Slurm, the node, the job step and the requeues so far.
   std::string ReportHost() const;
+  // What the catalogue may name beyond the worker's text (supervisor/explain.hpp).
+  supervisor::ExplainContext ExplainFacts() const;
   // This node's failure report, with the root cause explained where the catalogue knows it.
   std::string Report() const;
 
@@ -320,9 +326,25 @@ int Agent::FinishLocally(int code, const std::string& message) {
   return Finish(exit);
 }
 
+// What the launcher knows that a failed worker's text does not, read now:
+// the limits and /dev/shm as they are when the failure is reported.
+supervisor::ExplainContext Agent::ExplainFacts() const {
+  supervisor::ExplainContext c;
+  c.interpreter = program_.interpreter;
+  c.interpreter_source = program_.interpreter_source;
+  c.nproc_per_node = c_.nproc_per_node;
+  c.visible_devices = c_.visible_gpus.worker_devices;
+  if (!c.visible_devices) c.visible_devices = env::Lookup(environ_, env::kCudaVisibleDevices);
+  if (c_.visible_gpus.checked) c.visible_gpus = static_cast<int>(c_.visible_gpus.gpus.size());
+  c.limits = env::ReadLimitFacts(environ_);
+  struct statvfs shm {};
+  if (statvfs("/dev/shm", &shm) == 0) c.shm_size_bytes = uint64_t{shm.f_blocks} * shm.f_frsize;
+  c.port_holder = [](int port) { return env::PortHolder(port); };
+  return c;
+}
+
 std::string Agent::Report() const {
-  auto why = supervisor::Explain(local_failures_.front(),
-                                 {program_.interpreter, program_.interpreter_source});
+  auto why = supervisor::Explain(local_failures_.front(), ExplainFacts());
   return supervisor::FormatReport(program_.name, ReportHost(), local_failures_,
                                   why ? why->cause : "", why ? why->fix : "");
 }
@@ -466,6 +488,12 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);
   driver_->StopWatching();
   supervisor::CountOwnFailures(result, ErrorFiles(round.restart_count));
+  std::vector<std::string> stderr_logs;
+  for (int r = 0; r < c_.nproc_per_node; ++r) {
+    const bool to_file = ((c_.redirects.For(r) | c_.tee.For(r)) & 2) != 0;
+    stderr_logs.push_back(to_file ? layout_->StderrPath(round.restart_count, r) : "");
+  }
+  supervisor::FillTailsFromLogs(result, stderr_logs);
   LogStopped(result);
   for (const auto& w : result.workers) {
     if (!w.log_error.empty()) lost_logs_.push_back(w.log_error);

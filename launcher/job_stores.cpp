@@ -46,25 +46,35 @@ StatusOr<std::chrono::milliseconds> ConfSeconds(const std::string& key, const st
   return std::chrono::ceil<std::chrono::milliseconds>(*seconds);
 }
 
+// Keys torchrun reads that change nothing here: with `backend` ("" for any),
+// checked as torchrun would read them, then said to have no effect and why.
+struct IneffectiveKey {
+  const char* key;
+  const char* backend;
+  const char* why;
+};
+constexpr IneffectiveKey kIneffective[] = {
+    // torchrun's keys differ by backend: static reads only `timeout` (its
+    // store's), c10d reads join_timeout and never `timeout`.
+    {"timeout", "c10d",
+     " with --rdzv_backend=c10d (as under torchrun): it is the static backend's key; c10d's "
+     "join deadline is join_timeout"},
+    {"last_call_timeout", "static",
+     " with the static backend: its round closes when all --nnodes have joined"},
+    {"close_timeout", "", ": ddprun's store writes never wait on a lock"},
+    {"heartbeat_timeout", "", ": ddprun's store writes never wait on a lock"},
+    {"use_libuv", "", ": ddprun's store writes never wait on a lock"},
+};
+
 Status ApplyConfKey(const std::string& key, const std::string& v, const std::string& backend,
                     rendezvous::RendezvousSettings& s, std::vector<std::string>* notices) {
   using Ms = std::chrono::milliseconds;
-  // torchrun's keys differ by backend: static reads only `timeout` (its
-  // store's), c10d reads join_timeout and never `timeout`.
-  if (key == "timeout" && backend == "c10d") {
-    Status valid = ConfSeconds(key, v).status();
+  for (const auto& k : kIneffective) {
+    if (key != k.key || (*k.backend != '\0' && backend != k.backend)) continue;
+    Status valid =
+        key == "use_libuv" ? ParseConfBool(key, v).status() : ConfSeconds(key, v).status();
     if (!valid.ok()) return valid;
-    notices->push_back("--rdzv_conf timeout=" + v +
-                       " has no effect with --rdzv_backend=c10d (as under torchrun): it is the "
-                       "static backend's key; c10d's join deadline is join_timeout");
-    return Status::Ok();
-  }
-  if (key == "last_call_timeout" && backend == "static") {
-    Status valid = ConfSeconds(key, v).status();
-    if (!valid.ok()) return valid;
-    notices->push_back("--rdzv_conf last_call_timeout=" + v +
-                       " has no effect with the static backend: its round closes when all "
-                       "--nnodes have joined");
+    notices->push_back("--rdzv_conf " + key + "=" + v + " has no effect" + k.why);
     return Status::Ok();
   }
   for (auto [name, field] : {std::pair<const char*, Ms*>{"join_timeout", &s.join_timeout},
@@ -89,14 +99,6 @@ Status ApplyConfKey(const std::string& key, const std::string& v, const std::str
     return Status::Ok();
   }
   if (key == "is_host") return ParseConfBool(key, v).status();  // used by OpenJobStores
-  if (key == "close_timeout" || key == "heartbeat_timeout" || key == "use_libuv") {
-    Status valid =
-        key == "use_libuv" ? ParseConfBool(key, v).status() : ConfSeconds(key, v).status();
-    if (!valid.ok()) return valid;
-    notices->push_back("--rdzv_conf " + key + "=" + v +
-                       " has no effect: ddprun's store writes never wait on a lock");
-    return Status::Ok();
-  }
   if (key == "store_type" && v != "tcp") {
     return Unimplemented("--rdzv_conf store_type=" + v + " is not supported yet: only tcp");
   }

@@ -144,8 +144,9 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
     // stderr's last lines explain a failure (supervisor/explain.hpp) when the
     // worker wrote no error file. Read through a pipe only where that changes
     // nothing the worker can see: a terminal stays the worker's own (colours,
-    // progress bars), as under torchrun.
-    w.err.keep_tail = !w.err.file.empty() || (w.err.console && !stderr_is_tty);
+    // progress bars), as under torchrun; a redirected stream goes straight to
+    // its file, whose end is read instead (FillTailsFromLogs).
+    w.err.keep_tail = w.err.file.empty() && w.err.console && !stderr_is_tty;
     w.err.filter_file = layout.FilteredPath(attempt, "stderr");
     specs.push_back(std::move(w));
   }

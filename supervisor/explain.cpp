@@ -1,7 +1,9 @@
 #include "supervisor/explain.hpp"
 
-#include <functional>
+#include <regex>
 #include <vector>
+
+#include "base/format.hpp"
 
 namespace ddprun::supervisor {
 
@@ -22,29 +24,246 @@ std::optional<std::string> QuotedAfter(const std::string& text, const std::strin
   return text.substr(open + 1, close - open - 1);
 }
 
+// The first match of `pattern` in `text`; its groups index the result.
+std::optional<std::smatch> Find(const std::string& text, const char* pattern) {
+  std::smatch m;
+  if (!std::regex_search(text, m, std::regex(pattern))) return std::nullopt;
+  return m;
+}
+
+bool Has(const std::string& text, const char* needle) {
+  return text.find(needle) != std::string::npos;
+}
+
+using Match = std::optional<Explanation>;
+
+Explanation Lines(std::string cause, std::string fix) {
+  Explanation e;
+  e.cause = std::move(cause);
+  e.fix = std::move(fix);
+  return e;
+}
+
 struct Entry {
   const char* signature;
-  std::function<std::optional<Explanation>(const std::string&, const ExplainContext&)> match;
+  std::function<Match(const std::string&, const ExplainContext&)> match;
 };
 
-std::optional<Explanation> ModuleNotFound(const std::string& text, const ExplainContext& c) {
+Match ModuleNotFound(const std::string& text, const ExplainContext& c) {
   auto module = QuotedAfter(text, "ModuleNotFoundError: No module named ");
   if (!module) return std::nullopt;
   const std::string top = module->substr(0, module->find('.'));
-  Explanation e;
-  e.cause = "the workers' Python cannot import " + *module +
-            (c.interpreter.empty()
-                 ? ""
-                 : ": they ran " + c.interpreter + " (from " + c.interpreter_source + ")");
-  e.fix = "install " + top +
-          " into that Python's environment, or run the workers under the Python that has it: "
-          "PYTHON_EXEC=/path/to/python, or the ddprun installed in that environment";
-  return e;
+  return Lines("the workers' Python cannot import " + *module +
+                   (c.interpreter.empty()
+                        ? ""
+                        : ": they ran " + c.interpreter + " (from " + c.interpreter_source + ")"),
+               "install " + top +
+                   " into that Python's environment, or run the workers under the Python that "
+                   "has it: PYTHON_EXEC=/path/to/python, or the ddprun installed in that "
+                   "environment");
+}
+
+// torch/csrc/distributed/c10d/reducer.cpp, Reducer::ensure_prior_reduction_finished.
+Match UnusedParameters(const std::string& text, const ExplainContext&) {
+  if (!Has(text, "Expected to have finished reduction in the prior iteration")) return {};
+  auto names = Find(text, R"(Parameters which did not receive grad for rank (\d+): ([^\n]+))");
+  auto indices =
+      Find(text, R"(Parameter indices which did not receive grad for rank (\d+): ([\d ]+))");
+  std::string which, rank = "?";
+  if (names) which = (*names)[2].str(), rank = (*names)[1].str();
+  if (indices) {
+    std::string list = (*indices)[2].str();
+    while (!list.empty() && list.back() == ' ') list.pop_back();
+    which += (which.empty() ? "with indices " : " (indices ") + list + (names ? ")" : "");
+    rank = (*indices)[1].str();
+  }
+  const std::string subject = which.empty() ? "some parameters" : "parameters " + which;
+  if (Has(text, "not compatible with static_graph set to True")) {
+    return Lines("DDP(static_graph=True) got no gradient for " + subject + " on rank " + rank +
+                     ": the training graph changed between iterations",
+                 "pass static_graph=False to DistributedDataParallel, or use the same "
+                 "parameters in every iteration");
+  }
+  return Lines(
+      "DDP got no gradient for " + subject + " on rank " + rank +
+          " in the previous iteration: they took no part in producing the loss",
+      "use them in the loss, freeze them (requires_grad_(False)) before wrapping the model, or "
+      "pass find_unused_parameters=True to DistributedDataParallel" +
+          std::string(names ? "" : "; TORCH_DISTRIBUTED_DEBUG=INFO names the parameters"));
+}
+
+// torch/csrc/autograd/saved_variable.cpp, SavedVariable::unpack.
+Match InplaceModified(const std::string& text, const ExplainContext&) {
+  auto m =
+      Find(text, R"(one of the variables needed for gradient computation has been modified by an )"
+                 R"(inplace operation: (\[[^\]\[]+\[[^\]]*\]\])[^\n]*? is at version (\d+); )"
+                 R"(expected version (\d+) instead)");
+  if (!m) return {};
+  return Lines("autograd saved the tensor " + (*m)[1].str() +
+                   " for backward and it was changed in place before backward (version " +
+                   (*m)[2].str() + ", expected " + (*m)[3].str() + ")",
+               "update a buffer the forward used out of place (self.buf = self.buf * k) or "
+               "after backward; torch.autograd.set_detect_anomaly(True) names the op; under "
+               "DDP, broadcast_buffers=False where the ranks need not share buffers");
+}
+
+// torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, the watchdog (WorkNCCL's operator<<).
+Match CollectiveTimeout(const std::string& text, const ExplainContext&) {
+  auto m = Find(text, R"(\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\()"
+                      R"(SeqNum=(\d+), OpType=(\w+)[^)]*Timeout\(ms\)=(\d+)\))");
+  if (!m) return {};
+  return Lines("rank " + (*m)[1].str() + " waited " + (*m)[4].str() +
+                   " ms (the process group's "
+                   "timeout) in collective number " +
+                   (*m)[2].str() + ", a " + (*m)[3].str() + ", for ranks that never joined it",
+               "look for the rank that failed or took another code path before collective " +
+                   (*m)[2].str() +
+                   "; --hang_timeout makes ddprun dump the stuck ranks' stacks "
+                   "long before the watchdog; init_process_group(timeout=...) if a step is "
+                   "legitimately that slow");
+}
+
+// c10/cuda/CUDACachingAllocator.cpp, the OutOfMemoryError message.
+Match CudaOutOfMemory(const std::string& text, const ExplainContext&) {
+  auto m =
+      Find(text, R"(CUDA out of memory\. Tried to allocate ([\d.]+ \w+)\. GPU (\d+) has a total )"
+                 R"(capacity of ([\d.]+ \w+) of which ([\d.]+ \w+) is free\.)");
+  if (!m) return {};
+  std::string others;
+  static const std::regex kProcess(R"(Process (\d+) has ([\d.]+ \w+) memory in use)");
+  for (std::sregex_iterator it(text.begin(), text.end(), kProcess), end; it != end; ++it) {
+    others += (others.empty() ? "; in use by process " : ", process ") + (*it)[1].str() + ": " +
+              (*it)[2].str();
+  }
+  return Lines("GPU " + (*m)[2].str() + " had " + (*m)[4].str() + " free of " + (*m)[3].str() +
+                   " when " + (*m)[1].str() + " more was asked for" + others,
+               "use a smaller per-rank batch, activation checkpointing or mixed precision; "
+               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when much is reserved but "
+               "unallocated; stop other processes on that GPU");
+}
+
+std::string VisibleDevices(const ExplainContext& c) {
+  std::string s = c.visible_devices ? "CUDA_VISIBLE_DEVICES=" + *c.visible_devices
+                                    : "CUDA_VISIBLE_DEVICES unset";
+  if (c.visible_gpus >= 0) s += ", " + std::to_string(c.visible_gpus) + " GPU(s) visible";
+  if (c.nproc_per_node > 0) s += ", --nproc_per_node=" + std::to_string(c.nproc_per_node);
+  return s;
+}
+
+// NCCL src/init.cc, the duplicate-device check of ncclCommInitRank.
+Match DuplicateGpu(const std::string& text, const ExplainContext& c) {
+  auto m =
+      Find(text, R"(Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\w+))");
+  if (!m) return {};
+  return Lines("ranks " + (*m)[1].str() + " and " + (*m)[2].str() + " both use CUDA device " +
+                   (*m)[3].str() + " (" + VisibleDevices(c) + ")",
+               "pick the device by LOCAL_RANK before init_process_group: "
+               "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) or "
+               "init_process_group(device_id=...); LOCAL_RANK i uses the i-th visible GPU");
+}
+
+// The CUDA runtime's cudaErrorInvalidDevice text, as torch raises it.
+Match InvalidDeviceOrdinal(const std::string& text, const ExplainContext& c) {
+  if (!Has(text, "CUDA error: invalid device ordinal")) return {};
+  return Lines("a worker asked for a CUDA device index it does not see (" + VisibleDevices(c) + ")",
+               "index devices by LOCAL_RANK among the visible ones (cuda:LOCAL_RANK, not the "
+               "host's GPU number), and run no more workers per node than visible GPUs");
+}
+
+// torch/csrc/distributed/c10d/socket.cpp (TCPStore's listen); Python's OSError.
+Match AddressInUse(const std::string& text, const ExplainContext& c) {
+  auto m =
+      Find(text, R"(failed to listen on any local network address\. port: (\d+)[^\n]*EADDRINUSE)");
+  if (!m && !Has(text, "[Errno 98] Address already in use")) return {};
+  const std::string port = m ? (*m)[1].str() : "";
+  std::string holder;
+  if (m && c.port_holder) holder = c.port_holder(std::stoi(port));
+  return Lines((port.empty() ? "a port" : "port " + port) +
+                   " of this host is already in use (EADDRINUSE)" +
+                   (holder.empty() ? "" : ": " + holder + " listens on it"),
+               "give the job a free port (--master_port, or MASTER_PORT for a store the script "
+               "starts itself), or stop what holds it; a job still running from before holds "
+               "its port until it exits");
+}
+
+// torch/utils/data/dataloader.py, _MultiProcessingDataLoaderIter's worker check.
+Match DataLoaderBusError(const std::string& text, const ExplainContext& c) {
+  auto m = Find(text, R"(DataLoader worker \(pid (\d+)\) is killed by signal: Bus error)");
+  if (!m) return {};
+  return Lines(
+      "DataLoader worker pid " + (*m)[1].str() +
+          " died of SIGBUS: batches pass through /dev/shm, which ran out" +
+          (c.shm_size_bytes ? " (/dev/shm is " + FormatBytes(*c.shm_size_bytes) + ")" : ""),
+      "enlarge /dev/shm: docker run --shm-size=8g (or --ipc=host), Kubernetes an "
+      "emptyDir with medium Memory on /dev/shm; or fewer DataLoader num_workers or "
+      "smaller batches");
+}
+
+// torch/distributed/distributed_c10d.py, _get_default_group.
+Match NoProcessGroup(const std::string& text, const ExplainContext&) {
+  if (!Has(text, "Default process group has not been initialized")) return {};
+  return Lines("the worker called torch.distributed before init_process_group",
+               "call torch.distributed.init_process_group(backend) in every worker first; "
+               "ddprun sets MASTER_ADDR, MASTER_PORT, RANK and WORLD_SIZE for its env:// default");
+}
+
+std::string NprocNumbers(const env::LimitFacts& f) {
+  uint64_t threads = 0;
+  for (const auto& p : f.user_processes) threads += p.threads;
+  auto n = [](uint64_t v) {
+    return v == env::kUnlimited ? std::string("unlimited") : std::to_string(v);
+  };
+  return "RLIMIT_NPROC of " + f.user + " is soft " + n(f.nproc.soft) + ", hard " + n(f.nproc.hard) +
+         "; " + f.user + " runs " + std::to_string(threads) + " threads now";
+}
+
+// CPython's _thread ("can't start new thread"), glibc's EAGAIN from
+// pthread_create and fork, as OpenBLAS, libgomp and os.fork report it.
+Match ThreadLimit(const std::string& text, const ExplainContext& c) {
+  const bool hit =
+      Has(text, "can't start new thread") ||
+      Find(text,
+           R"((pthread_create|Thread creation|fork)[^\n]*Resource temporarily unavailable)") ||
+      Has(text, "BlockingIOError: [Errno 11] Resource temporarily unavailable");
+  if (!hit) return {};
+  const std::string numbers = c.limits ? ": " + NprocNumbers(*c.limits) : "";
+  const std::string user = c.limits ? c.limits->user : "USER";
+  return Lines(
+      "a worker could not start a thread or process (EAGAIN): the user's process and "
+      "thread limit or the cgroup's pids.max is reached" +
+          numbers,
+      "raise the limit (ulimit -u N; for good, '" + user +
+          " hard nproc N' in /etc/security/limits.d/90-nproc.conf), or start fewer "
+          "threads: OMP_NUM_THREADS, DataLoader num_workers");
+}
+
+// What training scripts raise on a non-finite loss, and anomaly mode's check
+// (torch/csrc/autograd/engine.cpp: "Function 'X' returned nan values").
+Match NonFiniteLoss(const std::string& text, const ExplainContext&) {
+  auto m = Find(text, R"((?:[Ll]oss|LOSS) (?:is|became|=) ?(nan|NaN|NAN|inf|-inf|Inf))");
+  auto fn = Find(text, R"(Function '(\w+)' returned nan values in its (\d+)\w* output)");
+  if (!m && !fn) return {};
+  return Lines(m ? "the loss became " + (*m)[1].str()
+                 : "autograd's " + (*fn)[1].str() + " returned nan in its output " + (*fn)[2].str(),
+               "with AMP call scaler.unscale_(optimizer) before clip_grad_norm_; lower or warm up "
+               "the learning rate; train in bf16 rather than fp16; "
+               "torch.autograd.set_detect_anomaly(True) names the first op to make a nan");
 }
 
 const std::vector<Entry>& Catalogue() {
   static const std::vector<Entry> kEntries = {
       {"module not found", ModuleNotFound},
+      {"unused parameters", UnusedParameters},
+      {"in-place modified tensor", InplaceModified},
+      {"collective timeout", CollectiveTimeout},
+      {"CUDA out of memory", CudaOutOfMemory},
+      {"duplicate GPU", DuplicateGpu},
+      {"invalid device ordinal", InvalidDeviceOrdinal},
+      {"address in use", AddressInUse},
+      {"DataLoader bus error", DataLoaderBusError},
+      {"process group not initialized", NoProcessGroup},
+      {"thread limit", ThreadLimit},
+      {"non-finite loss", NonFiniteLoss},
   };
   return kEntries;
 }

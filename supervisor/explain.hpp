@@ -7,9 +7,12 @@
 // Pure functions; thread-compatible.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
+#include "env/limits.hpp"
 #include "supervisor/failure_report.hpp"
 
 namespace ddprun::supervisor {
@@ -18,6 +21,16 @@ namespace ddprun::supervisor {
 struct ExplainContext {
   std::string interpreter;         // the workers' Python, "" when not under Python
   std::string interpreter_source;  // where it came from ("PATH", "PYTHON_EXEC", ...)
+  int nproc_per_node = 0;          // 0: unknown
+  // CUDA_VISIBLE_DEVICES as the workers got it; nullopt: unset (all GPUs).
+  std::optional<std::string> visible_devices;
+  int visible_gpus = -1;  // how many GPUs a worker sees; -1: unknown
+  // RLIMIT_NPROC and the user's threads, read when the report is written.
+  std::optional<env::LimitFacts> limits;
+  std::optional<uint64_t> shm_size_bytes;  // statvfs(/dev/shm) total; nullopt: none
+  // What listens on a TCP port of this host ("python3 (pid 12)"), "" when
+  // unknown; may be empty (not asked).
+  std::function<std::string(int port)> port_holder;
 };
 
 struct Explanation {

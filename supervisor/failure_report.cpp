@@ -91,6 +91,28 @@ bool ReadErrorFile(const std::string& path, FailureRecord& record) {
   return true;
 }
 
+void FillTailsFromLogs(GroupResult& result, const std::vector<std::string>& stderr_logs) {
+  constexpr std::streamoff kTail = 4096;
+  for (WorkerRecord& w : result.workers) {
+    const size_t lr = static_cast<size_t>(w.local_rank);
+    if (!w.output_tail.empty() || lr >= stderr_logs.size()) continue;
+    const std::string& path = stderr_logs[lr];
+    if (path.empty() || path == "/dev/null") continue;
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) continue;
+    const std::streamoff size = in.tellg();
+    in.seekg(size > kTail ? size - kTail : 0);
+    std::string tail(static_cast<size_t>(std::min(size, kTail)), '\0');
+    in.read(tail.data(), static_cast<std::streamsize>(tail.size()));
+    tail.resize(static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
+    if (size > kTail) {  // from a line start
+      auto nl = tail.find('\n');
+      if (nl != std::string::npos) tail.erase(0, nl + 1);
+    }
+    w.output_tail = std::move(tail);
+  }
+}
+
 void CountOwnFailures(GroupResult& result, const std::vector<std::string>& error_files) {
   if (result.outcome != Outcome::kFailed) return;
   for (size_t i = 0; i < result.workers.size(); ++i) {
@@ -103,6 +125,7 @@ void CountOwnFailures(GroupResult& result, const std::vector<std::string>& error
     const bool own_code = w.exit.signal == 0 && w.exit.code != 0 && w.exit.code < 128;
     if (!raised && !own_code) continue;
     w.state = WorkerState::kFailed;
+    w.failed_while_stopping = true;
     result.failures.push_back(i);
   }
 }
@@ -123,6 +146,7 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     f.hung = !w.hang.empty();
     f.timer = !w.timer.empty();
     f.output_tail = w.output_tail;
+    f.after_stop = w.failed_while_stopping;
     if (f.hung) {
       f.message = w.hang;
     } else if (f.timer) {
@@ -135,8 +159,10 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     }
     out.push_back(std::move(f));
   }
-  // Earliest timestamp first; ties keep the observed order.
+  // Earliest timestamp first, ties in the observed order; the failures found
+  // only after the stop come last: the root cause is one that caused the stop.
   std::stable_sort(out.begin(), out.end(), [](const FailureRecord& a, const FailureRecord& b) {
+    if (a.after_stop != b.after_stop) return b.after_stop;
     return a.timestamp < b.timestamp;
   });
   return out;

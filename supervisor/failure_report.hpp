@@ -25,6 +25,7 @@ struct FailureRecord {
   bool timer = false;       // its file timer expired (message says which and how long)
   std::string output_tail;  // the worker's last output lines
   std::string log_error;    // why its log files are incomplete, or ""
+  bool after_stop = false;  // found failing only once the group was stopping
 };
 
 // Reads a worker's error file (torchrun's JSON, nested or flat form). Returns
@@ -37,6 +38,11 @@ bool ReadErrorFile(const std::string& path, FailureRecord& record);
 // or that ended with an exit code of its own (not a signal, not 128+N).
 // Nothing changes unless the group failed.
 void CountOwnFailures(GroupResult& result, const std::vector<std::string>& error_files);
+
+// Workers whose last lines were not read through a pipe (their stderr went
+// straight to a file) get the end of that file: `stderr_logs[i]` is local rank
+// i's ("" or /dev/null: none).
+void FillTailsFromLogs(GroupResult& result, const std::vector<std::string>& stderr_logs);
 
 // One record per failed worker of `result`, root cause first.
 // `error_files[i]` is the error file path of local rank i.

@@ -57,6 +57,9 @@ struct WorkerRecord {
   std::string timer;        // why its file timer expired and it was signalled ("" when not)
   std::string output_tail;  // its last output lines, stdout and stderr (at most ~4 KiB)
   std::string log_error;    // why its log files are incomplete (a failed write), or ""
+  // Counted as a failure only after the stop, having failed on its own
+  // (CountOwnFailures): listed, never the root cause.
+  bool failed_while_stopping = false;
 };
 
 enum class Phase { kRunning, kStopping, kKilling, kDone };

@@ -190,8 +190,9 @@ def write_script(directory, name, text, executable=True):
 
 
 def sh(script):
-    """ddprun arguments that run a /bin/sh script directly (no python)."""
-    return ["--no_python", "/bin/sh", "-c", script]
+    """ddprun arguments that run a /bin/sh script directly (no python). Every $ is written $$:
+    ddprun, as torchrun, turns $$ into $ (and $local_rank into the local rank) in arguments."""
+    return ["--no_python", "/bin/sh", "-c", script.replace("$", "$$")]
 
 
 def run_dir(log_dir):

@@ -138,3 +138,17 @@ def test_every_exit_code_is_documented_in_man_and_help():
         assert f".B {code}\n" in section, f"exit code {code} missing from EXIT STATUS"
         if code != 0:
             assert re.search(rf"\b{code}\b", text[text.index("exit status:"):]), code
+
+
+def test_every_diagnosis_signature_is_documented():
+    """The catalogue's signature names (supervisor/explain.cpp's table) each head an entry of the
+    man page's DIAGNOSIS section."""
+    table = (SOURCE / "supervisor" / "explain.cpp").read_text()
+    table = table[table.index("kEntries = {"):]
+    names = re.findall(r'^\s*\{"([^"]+)", \w+\},$', table[:table.index("};")], re.M)
+    assert len(names) >= 12, names
+    man = (SOURCE / "man" / "ddprun.1").read_text()
+    section = man[man.index(".SH DIAGNOSIS"):]
+    section = section[:section.index("\n.SH ", 1)]
+    for name in names:
+        assert f'.B "{name}"' in section, name

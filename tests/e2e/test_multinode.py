@@ -412,17 +412,24 @@ dist.destroy_process_group()
 '''
 
 
-def test_pytorch_gloo_allreduce_across_restart(launch, tmp_path):
+def run_pytorch_job_with_a_restart(launch, tmp_path, name, text):
+    """Two static agents, 2 PyTorch workers each, run the script `text` with --max_restarts=1;
+    both must exit 0. Returns the workers' output directory, the agents and the store's port."""
     pytest.importorskip("torch.distributed")
     out = tmp_path / "out"
     out.mkdir()
-    script = write_script(tmp_path, "allreduce.py", ALLREDUCE, executable=False)
+    script = write_script(tmp_path, name, text, executable=False)
     port = free_port()
     agents = [launch(static_args(2, r, port, conf=FAST, extra=["--max_restarts=1", str(script)]),
                      env=node_env(out, r, GLOO_SOCKET_IFNAME="lo", PYTHON_EXEC=PYTHON))
               for r in (0, 1)]
     rcs = [a.wait(90) for a in agents]
     assert rcs == [0, 0], outputs(agents)
+    return out, agents, port
+
+
+def test_pytorch_gloo_allreduce_across_restart(launch, tmp_path):
+    out, agents, _ = run_pytorch_job_with_a_restart(launch, tmp_path, "allreduce.py", ALLREDUCE)
     for attempt in (0, 1):
         for rank in range(4):
             f = out / f"r{rank}_a{attempt}"
@@ -541,16 +548,7 @@ if attempt == 0 and rank == world - 1:
 def test_restart_round_sees_no_key_of_the_earlier_round(launch, tmp_path):
     """Attempt 0's workers write keys, then one fails; attempt 1's workers, on the same port, see
     none of them and none of the rendezvous keys, and a gloo process group forms there."""
-    pytest.importorskip("torch.distributed")
-    out = tmp_path / "out"
-    out.mkdir()
-    script = write_script(tmp_path, "rounds.py", ROUNDS, executable=False)
-    port = free_port()
-    agents = [launch(static_args(2, r, port, conf=FAST, extra=["--max_restarts=1", str(script)]),
-                     env=node_env(out, r, GLOO_SOCKET_IFNAME="lo", PYTHON_EXEC=PYTHON))
-              for r in (0, 1)]
-    rcs = [a.wait(90) for a in agents]
-    assert rcs == [0, 0], outputs(agents)
+    out, agents, port = run_pytorch_job_with_a_restart(launch, tmp_path, "rounds.py", ROUNDS)
     for attempt in (0, 1):
         for rank in range(4):
             f = out / f"r{rank}_a{attempt}.json"

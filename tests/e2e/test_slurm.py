@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DDPRUN, base_env, pid_alive, wait_for
+from conftest import DDPRUN, base_env, pid_alive, sh, wait_for
 from slurm_cluster import SlurmCluster, SlurmError, environ_of, missing
 from trainlib import SMALL, TRAIN, checksums, reference
 
@@ -235,7 +235,7 @@ while :; do sleep 0.1; done
 
 def test_scancel_leaves_no_process_of_the_job_on_any_node(cluster, tmp_path):
     out = out_dir(tmp_path)
-    program = ["--no_python", "/bin/sh", "-c", IGNORE_TERM.format(out=out)]
+    program = sh(IGNORE_TERM.format(out=out))
     task = node_rank_task(static_flags(free_port()), program)
     proc, log = launch_step(cluster, tmp_path, "ignore", task)
     job = job_id_of(cluster, "ignore")

@@ -28,7 +28,8 @@ HostCounts Host(int cpus, int gpus) {
 }
 
 StatusOr<ParsedCommandLine> Parse(const std::vector<std::string>& args,
-                                  const env::Environ& environ = {}, HostCounts host = kHost) {
+                                  const env::Environ& environ = {},
+                                  const HostCounts& host = kHost) {
   return ParseCommandLine(args, environ, host);
 }
 
@@ -314,8 +315,8 @@ TEST_CASE("run ids and roles are restricted to characters safe in paths and pref
 }
 
 TEST_CASE("standalone, implicit or given, replaces --rdzv_id with a random one, as torchrun") {
-  for (auto args : {std::vector<std::string>{"--rdzv_id=mine", "t"},
-                    std::vector<std::string>{"--standalone", "--rdzv_id=mine", "t"}}) {
+  for (const auto& args : {std::vector<std::string>{"--rdzv_id=mine", "t"},
+                           std::vector<std::string>{"--standalone", "--rdzv_id=mine", "t"}}) {
     auto p = Parse(args);
     REQUIRE(p.ok());
     CHECK(p->config.rdzv_backend == "c10d");

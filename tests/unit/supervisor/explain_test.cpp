@@ -5,6 +5,13 @@
 namespace ddprun::supervisor {
 namespace {
 
+ExplainContext Context(std::string interpreter, std::string source) {
+  ExplainContext c;
+  c.interpreter = std::move(interpreter);
+  c.interpreter_source = std::move(source);
+  return c;
+}
+
 FailureRecord Failed(const std::string& message, const std::string& tail = "") {
   FailureRecord f;
   f.message = message;
@@ -15,7 +22,7 @@ FailureRecord Failed(const std::string& message, const std::string& tail = "") {
 TEST_CASE("explain: a module the workers' Python cannot import names it and the interpreter") {
   auto e = Explain(Failed("Traceback (most recent call last):\n  File \"t.py\", line 1\n"
                           "ModuleNotFoundError: No module named 'torch.distributed'"),
-                   {"/usr/bin/python3", "PATH"});
+                   Context("/usr/bin/python3", "PATH"));
   REQUIRE(e.has_value());
   CHECK(e->signature == "module not found");
   CHECK(e->cause ==
@@ -35,6 +42,198 @@ TEST_CASE("explain: no match, no explanation") {
   CHECK_FALSE(Explain(Failed("RuntimeError: boom"), {}).has_value());
   CHECK_FALSE(Explain(Failed("ModuleNotFoundError: No module named"), {}).has_value());
   CHECK_FALSE(Explain(Failed("ModuleNotFoundError: No module named ''"), {}).has_value());
+}
+
+// The message texts below are PyTorch's (torch 2.12.1), each from the file named above it.
+
+// torch/csrc/distributed/c10d/reducer.cpp, Reducer::ensure_prior_reduction_finished.
+constexpr char kUnused[] =
+    "RuntimeError: Expected to have finished reduction in the prior iteration before starting a "
+    "new one. This error indicates that your module has parameters that were not used in "
+    "producing loss. You can enable unused parameter detection by passing the keyword argument "
+    "`find_unused_parameters=True` to `torch.nn.parallel.DistributedDataParallel`, ...\n";
+
+TEST_CASE("explain: unused parameters are named by their indices, and names when printed") {
+  auto e = Explain(
+      Failed(std::string(kUnused) + "Parameter indices which did not receive grad for rank 1: 2 3"),
+      {});
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "unused parameters");
+  CHECK(e->cause ==
+        "DDP got no gradient for parameters with indices 2 3 on rank 1 in the previous iteration: "
+        "they took no part in producing the loss");
+  CHECK(e->fix.find("find_unused_parameters=True") != std::string::npos);
+  CHECK(e->fix.find("TORCH_DISTRIBUTED_DEBUG=INFO") != std::string::npos);
+  e = Explain(
+      Failed(std::string(kUnused) +
+             "Parameters which did not receive grad for rank 0: unused.bias, unused.weight\n"
+             "Parameter indices which did not receive grad for rank 0: 2 3\n"),
+      {});
+  REQUIRE(e.has_value());
+  CHECK(e->cause.find("parameters unused.bias, unused.weight (indices 2 3) on rank 0") !=
+        std::string::npos);
+  CHECK(e->fix.find("TORCH_DISTRIBUTED_DEBUG") == std::string::npos);
+}
+
+TEST_CASE("explain: a graph that changed under static_graph=True says so") {
+  auto e = Explain(Failed("Expected to have finished reduction in the prior iteration before "
+                          "starting a new one. This error indicates that your training graph "
+                          "has changed in this iteration, e.g., one parameter is used in first "
+                          "iteration, but then got unused in the second iteration. this is not "
+                          "compatible with static_graph set to True.\nParameter indices which "
+                          "did not receive grad for rank 0: 5"),
+                   {});
+  REQUIRE(e.has_value());
+  CHECK(e->cause.find("DDP(static_graph=True) got no gradient for parameters with indices 5") == 0);
+  CHECK(e->fix.find("static_graph=False") != std::string::npos);
+}
+
+// torch/csrc/autograd/saved_variable.cpp, SavedVariable::unpack.
+TEST_CASE("explain: a tensor saved for backward and changed in place is named with its versions") {
+  auto e = Explain(Failed("RuntimeError: one of the variables needed for gradient computation has "
+                          "been modified by an inplace operation: [torch.FloatTensor [4]] is at "
+                          "version 1; expected version 0 instead. Hint: enable anomaly detection"),
+                   {});
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "in-place modified tensor");
+  CHECK(e->cause ==
+        "autograd saved the tensor [torch.FloatTensor [4]] for backward and it was changed in "
+        "place before backward (version 1, expected 0)");
+  CHECK(e->fix.find("broadcast_buffers=False") != std::string::npos);
+}
+
+// torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, the watchdog's timeout message.
+TEST_CASE("explain: a collective timeout names the rank, the collective and the timeout") {
+  auto e = Explain(Failed("",
+                          "[rank3]:[E1218 20:27:21.426 ProcessGroupNCCL.cpp:629] [Rank 3] "
+                          "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=21, "
+                          "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran "
+                          "for 600081 milliseconds before timing out.\n"),
+                   {});
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "collective timeout");
+  CHECK(e->cause ==
+        "rank 3 waited 600000 ms (the process group's timeout) in collective number 21, a "
+        "ALLREDUCE, for ranks that never joined it");
+  CHECK(e->fix.find("--hang_timeout") != std::string::npos);
+}
+
+// c10/cuda/CUDACachingAllocator.cpp, the OutOfMemoryError message.
+TEST_CASE("explain: CUDA out of memory names the GPU, the sizes and the other processes") {
+  auto e = Explain(Failed("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+                          "GPU 0 has a total capacity of 79.15 GiB of which 1.23 GiB is free. "
+                          "Process 1234 has 40.00 GiB memory in use. Process 99 has 30.00 GiB "
+                          "memory in use. Of the allocated memory ..."),
+                   {});
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "CUDA out of memory");
+  CHECK(e->cause ==
+        "GPU 0 had 1.23 GiB free of 79.15 GiB when 2.00 GiB more was asked for; in use by "
+        "process 1234: 40.00 GiB, process 99: 30.00 GiB");
+}
+
+ExplainContext Gpus() {
+  ExplainContext c;
+  c.visible_devices = "0,1";
+  c.visible_gpus = 2;
+  c.nproc_per_node = 4;
+  return c;
+}
+
+// NCCL src/init.cc; the CUDA runtime's cudaErrorInvalidDevice string.
+TEST_CASE("explain: device mix-ups name the ranks and the visible devices") {
+  auto e = Explain(Failed("torch.distributed.DistBackendError: NCCL error ... Duplicate GPU "
+                          "detected : rank 1 and rank 0 both on CUDA device 1a000"),
+                   Gpus());
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "duplicate GPU");
+  CHECK(e->cause ==
+        "ranks 1 and 0 both use CUDA device 1a000 (CUDA_VISIBLE_DEVICES=0,1, 2 GPU(s) visible, "
+        "--nproc_per_node=4)");
+  CHECK(e->fix.find("LOCAL_RANK") != std::string::npos);
+  e = Explain(Failed("torch.AcceleratorError: CUDA error: invalid device ordinal"), Gpus());
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "invalid device ordinal");
+  CHECK(e->cause.find("(CUDA_VISIBLE_DEVICES=0,1, 2 GPU(s) visible, --nproc_per_node=4)") !=
+        std::string::npos);
+}
+
+// torch/csrc/distributed/c10d/socket.cpp, SocketListenOp's failure.
+TEST_CASE("explain: a port in use is named with what holds it") {
+  ExplainContext c;
+  c.port_holder = [](int port) { return port == 33467 ? std::string("python3 (pid 7)") : ""; };
+  auto e = Explain(Failed("torch.distributed.DistNetworkError: The server socket has failed to "
+                          "listen on any local network address. port: 33467, useIpv6: false, "
+                          "code: -98, name: EADDRINUSE, message: address already in use"),
+                   c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "address in use");
+  CHECK(e->cause ==
+        "port 33467 of this host is already in use (EADDRINUSE): python3 (pid 7) listens on it");
+  e = Explain(Failed("OSError: [Errno 98] Address already in use"), {});
+  REQUIRE(e.has_value());
+  CHECK(e->cause == "a port of this host is already in use (EADDRINUSE)");
+}
+
+// torch/utils/data/dataloader.py, _MultiProcessingDataLoaderIter._try_get_data.
+TEST_CASE("explain: a DataLoader worker's bus error names /dev/shm's size") {
+  ExplainContext c;
+  c.shm_size_bytes = 64ull << 20;
+  auto e = Explain(Failed("RuntimeError: DataLoader worker (pid 14614) is killed by signal: Bus "
+                          "error. It is possible that dataloader's workers are out of shared "
+                          "memory."),
+                   c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause ==
+        "DataLoader worker pid 14614 died of SIGBUS: batches pass through /dev/shm, which ran "
+        "out (/dev/shm is 64.0 MiB)");
+  CHECK(e->fix.find("--shm-size") != std::string::npos);
+}
+
+// torch/distributed/distributed_c10d.py, _get_default_group.
+TEST_CASE("explain: a collective before init_process_group") {
+  auto e = Explain(Failed("ValueError: Default process group has not been initialized, please "
+                          "make sure to call init_process_group."),
+                   {});
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "process group not initialized");
+}
+
+// CPython Modules/_threadmodule.c; glibc's EAGAIN as OpenBLAS and libgomp print it.
+TEST_CASE("explain: threads refused name RLIMIT_NPROC's numbers") {
+  ExplainContext c;
+  env::LimitFacts f;
+  f.user = "alice";
+  f.nproc = {200, 400};
+  f.user_processes = {{1, 150, "python"}, {2, 48, "python"}};
+  c.limits = f;
+  for (const char* text : {"RuntimeError: can't start new thread",
+                           "OpenBLAS blas_thread_init: pthread_create failed for thread 3 of 8: "
+                           "Resource temporarily unavailable",
+                           "libgomp: Thread creation failed: Resource temporarily unavailable",
+                           "BlockingIOError: [Errno 11] Resource temporarily unavailable"}) {
+    auto e = Explain(Failed(text), c);
+    REQUIRE(e.has_value());
+    CHECK(e->signature == "thread limit");
+    CHECK(
+        e->cause.find("RLIMIT_NPROC of alice is soft 200, hard 400; alice runs 198 threads now") !=
+        std::string::npos);
+    CHECK(e->fix.find("'alice hard nproc N' in /etc/security/limits.d/") != std::string::npos);
+  }
+}
+
+TEST_CASE("explain: a nan loss, by the training script's words or anomaly mode's") {
+  auto e = Explain(Failed("RuntimeError: Loss is nan, stopping training at step 3"), {});
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "non-finite loss");
+  CHECK(e->cause == "the loss became nan");
+  CHECK(e->fix.find("scaler.unscale_(optimizer) before clip_grad_norm_") != std::string::npos);
+  // torch/csrc/autograd/python_anomaly_mode.cpp / engine.cpp.
+  e = Explain(
+      Failed("RuntimeError: Function 'MulBackward0' returned nan values in its 0th output."), {});
+  REQUIRE(e.has_value());
+  CHECK(e->cause == "autograd's MulBackward0 returned nan in its output 0");
+  CHECK_FALSE(Explain(Failed("assert not torch.isnan(loss)\nAssertionError"), {}).has_value());
 }
 
 }  // namespace

@@ -112,10 +112,14 @@ TEST_CASE("workers that failed on their own while the group stopped are failures
   CHECK(r.workers[1].state == WorkerState::kFailed);
   CHECK(r.workers[2].state == WorkerState::kStopped);
   CHECK(r.workers[3].state == WorkerState::kStopped);
+  // Its timestamps earlier than the root cause's: still listed after it.
+  r.workers[0].exit_time = std::chrono::system_clock::from_time_t(2000);
+  r.workers[1].exit_time = std::chrono::system_clock::from_time_t(1000);
   auto records = CollectFailures(r, error_files);
   REQUIRE(records.size() == 3);
   CHECK(records[0].rank == 0);
-  CHECK(records[2].message == "RuntimeError: mine");
+  CHECK(records[0].message != "RuntimeError: mine");
+  CHECK((records[1].rank == 4 ? records[1] : records[2]).message == "RuntimeError: mine");
   // A group that did not fail is left alone.
   GroupResult stopped = r;
   stopped.outcome = Outcome::kInterrupted;

@@ -62,7 +62,9 @@ TEST_CASE("malformed requests are refused naming what is wrong") {
       {R"({"pid": 1, "scope_id": "s", "expiration_time": 1})", "\"signal\""},
       {R"({"pid": 1, "scope_id": "s", "expiration_time": 1, "signal": 65})", "\"signal\""},
   };
-  for (const auto& [line, field] : cases) {
+  for (const auto& one : cases) {
+    const auto& line = one.first;
+    const auto& field = one.second;
     CAPTURE(line);
     auto r = ParseTimerRequest(line);
     REQUIRE_FALSE(r.ok());

@@ -1,0 +1,100 @@
+"""The classic DDP failures, reproduced on Gloo with 2 ranks: the report's cause and fix lines
+(supervisor/explain.cpp) name what the failure names."""
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from conftest import base_env, run_ddprun
+import test_limits
+from test_limits import run_as_user
+
+test_user = test_limits.test_user  # fixtures shared with test_limits
+user_dir = test_limits.user_dir
+
+PROGRAMS = Path(__file__).parent / "programs" / "diagnosis"
+
+
+def diagnose(script, timeout=40, **env):
+    r = run_ddprun(["--nproc_per_node=2", PROGRAMS / script],
+                   env=base_env(GLOO_SOCKET_IFNAME="lo", **env), timeout=timeout)
+    assert r.rc == 1, r
+    return r
+
+
+def lines(r):
+    """The report's cause and fix lines."""
+    cause = [ln for ln in r.stderr.splitlines() if ln.startswith("  cause     : ")]
+    fix = [ln for ln in r.stderr.splitlines() if ln.startswith("  fix       : ")]
+    assert len(cause) == 1 and len(fix) == 1, r
+    return cause[0][14:], fix[0][14:]
+
+
+def test_an_unused_parameter_is_named_by_its_indices():
+    cause, fix = lines(diagnose("unused_parameter.py"))
+    assert cause.startswith("DDP got no gradient for parameters with indices 2 3 on rank "), cause
+    assert "find_unused_parameters=True" in fix and "TORCH_DISTRIBUTED_DEBUG=INFO" in fix, fix
+
+
+def test_an_unused_parameter_is_named_by_its_name_under_debug_info():
+    # DETAIL names them too, but its Gloo wrapper segfaults in torch 2.12.1 (under torchrun too).
+    cause, fix = lines(diagnose("unused_parameter.py", TORCH_DISTRIBUTED_DEBUG="INFO"))
+    assert "parameters unused.bias, unused.weight (indices 2 3) on rank " in cause, cause
+    assert "TORCH_DISTRIBUTED_DEBUG" not in fix, fix
+
+
+def test_a_buffer_edited_in_place_in_forward_is_explained():
+    cause, fix = lines(diagnose("inplace_buffer.py"))
+    assert cause.startswith("autograd saved the tensor [torch.FloatTensor [4]] for backward"), cause
+    assert "(version 2, expected 1)" in cause, cause
+    assert "broadcast_buffers=False" in fix, fix
+
+
+def test_a_port_already_taken_is_named_with_its_holder():
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        cause, fix = lines(diagnose("port_in_use.py", HELD_PORT=str(port)))
+    assert cause.startswith(f"port {port} of this host is already in use (EADDRINUSE)"), cause
+    assert f"(pid {os.getpid()}) listens on it" in cause, cause
+    assert "--master_port" in fix, fix
+
+
+def test_a_collective_without_init_process_group_is_explained():
+    cause, fix = lines(diagnose("no_init.py"))
+    assert cause == "the worker called torch.distributed before init_process_group", cause
+    assert fix.startswith("call torch.distributed.init_process_group(backend)"), fix
+
+
+def test_a_nan_loss_is_explained():
+    cause, fix = lines(diagnose("nan_loss.py"))
+    assert cause == "the loss became nan", cause
+    assert "scaler.unscale_(optimizer) before clip_grad_norm_" in fix, fix
+
+
+def test_a_dataloader_worker_dead_of_sigbus_names_dev_shm():
+    cause, fix = lines(diagnose("bus_error.py"))
+    assert "died of SIGBUS: batches pass through /dev/shm, which ran out (/dev/shm is " in cause
+    assert "--shm-size" in fix and "--ipc=host" in fix, fix
+
+
+def test_threads_refused_by_rlimit_nproc_are_explained_with_the_numbers(test_user, user_dir):
+    binary, work = user_dir
+    script = work / "threads.py"
+    script.write_text((PROGRAMS / "threads.py").read_text())
+    os.chmod(script, 0o644)
+    # ddprun's own check wants 2 x 1 + 32 threads; the workers then start threads until refused.
+    # The system Python: the test user may not reach the venv's.
+    if not os.access("/usr/bin/python3", os.X_OK):
+        pytest.skip("no /usr/bin/python3 for the test user")
+    r = run_as_user(test_user, binary, work, (200, 200),
+                    ["--nproc_per_node=2", "--threads_per_worker", "1", "--no_python",
+                     "/usr/bin/python3", script])
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    cause = [ln for ln in r.stderr.splitlines() if ln.startswith("  cause     : ")]
+    assert cause and "could not start a thread or process (EAGAIN)" in cause[0], r.stderr
+    assert "RLIMIT_NPROC of ddprun-test is soft 200, hard 200; ddprun-test runs " in cause[0], \
+        cause[0]
+    assert "ddprun-test hard nproc N' in /etc/security/limits.d/" in r.stderr, r.stderr
