@@ -85,7 +85,12 @@ def main():
         w.checkpoint()
         return 0
     if mode == "usr1":
-        return 0 if w.wait_for("SIGUSR1", 60) else 1
+        got = w.wait_for("SIGUSR1", 60)
+        # In a job step the signal comes twice: from slurmstepd to every process of the step,
+        # and forwarded by ddprun. Python restores SIG_DFL for its handlers at exit, so a copy
+        # arriving then would kill the worker: ignore further ones first.
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+        return 0 if got else 1
     if mode == "fail":
         if os.environ.get("GROUP_RANK") == "1" and os.environ.get("LOCAL_RANK") == "0":
             time.sleep(0.5)

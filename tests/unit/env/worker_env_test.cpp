@@ -29,7 +29,7 @@ GroupInfo Group() {
 TEST_CASE("a worker gets torchrun's variables laid over the launcher's environment") {
   Environ base{{"PATH", "/bin"}, {"CUDA_VISIBLE_DEVICES", "3,4"}};
   WorkerFiles files{"/logs/attempt_2/2/error.json", "/logs/attempt_2/2/heartbeat",
-                    "/logs/attempt_2/2/trace.bin", "/logs/attempt_2/dumps"};
+                    "/logs/attempt_2/2/trace.bin", "/logs/attempt_2/dumps", ""};
   auto e = WorkerEnviron(Group(), 2, files, base);
   REQUIRE(e.ok());
   CHECK(e->at("PATH") == "/bin");

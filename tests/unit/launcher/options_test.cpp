@@ -358,7 +358,7 @@ TEST_CASE("LOGLEVEL is one of the logging levels, in any case") {
 
 TEST_CASE("enumerated options list what they accept") {
   CHECK(Contains(Error({"--hang_detect=both", "t"}),
-                 "invalid --hang_detect=both: heartbeat or output"));
+                 "invalid --hang_detect=both: heartbeat, output or torch"));
   CHECK(Contains(Error({"--start_method=Spawn", "t"}),
                  "invalid --start_method=Spawn: spawn, fork or forkserver"));
 }
