@@ -1,0 +1,124 @@
+#include "launcher/slurm_options.hpp"
+
+#include <utility>
+#include <vector>
+
+#include "env/slurm.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+// "--nnodes=2 --node_rank=1 ..." for the options Slurm filled in.
+std::string Described(const std::vector<std::pair<std::string, std::string>>& filled) {
+  std::string out;
+  for (const auto& [name, value] : filled) out += (out.empty() ? "--" : " --") + name + "=" + value;
+  return out;
+}
+
+// The step's agents: one per node, each starting --nproc_per_node workers.
+Status CheckOneAgentPerNode(const env::SlurmStep& step) {
+  const int here = step.TasksOnThisNode();
+  if (here <= 1 && step.num_tasks <= step.num_nodes) return Status::Ok();
+  return InvalidArgument(
+      "this Slurm step starts " + std::to_string(step.num_tasks) + " ddprun agents on " +
+      std::to_string(step.num_nodes) + " node(s) (" + std::to_string(here) + " on " +
+      (step.node_name.empty() ? std::string("this node") : step.node_name) +
+      "; SLURM_STEP_TASKS_PER_NODE), but ddprun is one agent per node that starts the workers "
+      "itself: run srun --ntasks-per-node=1 (inside sbatch or salloc also -n $SLURM_NNODES) and "
+      "give the workers per node with --nproc_per_node; --slurm=off ignores the step");
+}
+
+// An explicit --nnodes must describe the step's nodes: with a fixed N that
+// differs, every node would wait for nodes that never come (N larger) or run
+// a job of its own (N=1).
+Status CheckNnodes(const std::string& given, const env::SlurmStep& step,
+                   ParsedCommandLine& parsed) {
+  LaunchConfig probe;
+  if (Status s = ParseNnodes(given, probe); !s.ok()) return s;
+  const std::string nodes = std::to_string(step.num_nodes);
+  const std::string where =
+      "this Slurm step has " + nodes + " node(s) (SLURM_STEP_NUM_NODES=" + nodes + ")";
+  if (probe.nnodes_min == probe.nnodes_max && probe.nnodes_max != step.num_nodes) {
+    const std::string what = probe.nnodes_max == 1 ? "every node would run a 1-node job of its own"
+                                                   : "the job would wait for nodes that never come";
+    return Bad("nnodes", given,
+               where + " and " + what +
+                   ": drop --nnodes (ddprun takes it from the step), or run "
+                   "srun -N" +
+                   std::to_string(probe.nnodes_max) + "; --slurm=off ignores the step");
+  }
+  if (step.num_nodes < probe.nnodes_min || step.num_nodes > probe.nnodes_max) {
+    parsed.notices.push_back(
+        "--nnodes=" + given + " does not include " + nodes + ": " + where + ", so the job " +
+        (step.num_nodes < probe.nnodes_min ? "waits for nodes of other steps or jobs"
+                                           : "leaves the nodes beyond the maximum waiting"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+// --slurm: inside a job step, what the step says fills in what the user did not.
+Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLine& parsed) {
+  std::string mode = raw.Said("slurm").value_or("auto");
+  auto m = ParseChoice("--slurm", mode, {"auto", "node", "off"});
+  if (!m.ok()) return m.status();
+  if (mode == "off") return Status::Ok();
+  auto read = env::ReadSlurmStep(environ);
+  if (!read.ok()) return read.status().Annotate("--slurm=" + mode + " (--slurm=off ignores it)");
+  if (!read->has_value()) {
+    if (mode == "node") {
+      return InvalidArgument(
+          "--slurm=node: this is not a Slurm job step (SLURM_STEP_ID is not set): start ddprun "
+          "with srun --ntasks-per-node=1, or drop --slurm");
+    }
+    auto nodes = env::Lookup(environ, env::kSlurmNnodes);
+    if (env::Lookup(environ, env::kSlurmJobId) && nodes && *nodes != "1" && !raw.Said("nnodes")) {
+      parsed.notices.push_back(
+          "this Slurm job has " + *nodes +
+          " nodes (SLURM_NNODES) but ddprun runs outside a job "
+          "step, so only this node's workers start: launch it with srun --ntasks-per-node=1 -n " +
+          *nodes + " ddprun ...");
+    }
+    return Status::Ok();
+  }
+  const env::SlurmStep& step = **read;
+  if (Status s = CheckOneAgentPerNode(step); !s.ok()) return s;
+  std::vector<std::pair<std::string, std::string>> filled;
+  auto fill = [&](const std::string& name, const std::string& value) {
+    if (raw.Said(name)) return;
+    raw.SetDefault(name, value);
+    filled.emplace_back(name, value);
+  };
+  if (auto given = raw.Said("nnodes")) {
+    if (Status s = CheckNnodes(*given, step, parsed); !s.ok()) return s;
+  }
+  fill("nnodes", std::to_string(step.num_nodes));
+  fill("node_rank", std::to_string(step.node_id));
+  fill("rdzv_id", step.Id());
+  const bool multi_node = step.num_nodes > 1 || raw.Said("nnodes").value_or("1") != "1";
+  const bool c10d = raw.Said("rdzv_backend").value_or("static") == "c10d";
+  if (!step.first_host.empty() && !raw.Said("rdzv_endpoint") && !raw.Said("standalone")) {
+    const std::string port = std::to_string(env::SlurmStepPort(step));
+    if (c10d) {
+      const bool ipv6 = step.first_host.find(':') != std::string::npos;
+      fill("rdzv_endpoint", (ipv6 ? "[" + step.first_host + "]" : step.first_host) + ":" + port);
+    } else if (multi_node) {
+      fill("master_addr", step.first_host);
+      fill("master_port", port);
+    }
+  }
+  parsed.notices.push_back(
+      "Slurm step " + step.Id() + ", node " + std::to_string(step.node_id) + " of " +
+      std::to_string(step.num_nodes) + " (" + step.nodelist + ")" +
+      (filled.empty() ? ": every rendezvous option was given" : ": " + Described(filled)) +
+      (step.restart_count > 0 ? "; the job was requeued " + std::to_string(step.restart_count) +
+                                    " time(s) (SLURM_RESTART_COUNT)"
+                              : ""));
+  parsed.config.slurm = step;
+  for (const auto& [name, value] : filled) parsed.config.from_slurm.insert(name);
+  return Status::Ok();
+}
+
+}  // namespace ddprun::launcher
