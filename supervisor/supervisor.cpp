@@ -22,6 +22,7 @@
 #include "env/names.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/hang_check.hpp"
+#include "supervisor/late_signals.hpp"
 #include "supervisor/line_splitter.hpp"
 #include "supervisor/uv_globals.hpp"
 
@@ -45,47 +46,10 @@ uint64_t ToMillis(Duration d) {
   return ms <= 0 ? 0 : static_cast<uint64_t>(std::llround(ms));
 }
 
-// After the supervisor's own handlers are gone (the launcher is exiting), a
-// terminating signal still ends the launcher with 128+N, never by its default
-// action (a core dump for SIGQUIT); the workers are gone by then.
-void OnLateSignal(int sig) {
-  if (sig == SIGUSR1 || sig == SIGUSR2) return;  // nobody left to pass them on to
-  _exit(exit_code::ForSignal(sig));
-}
-
-// libuv restores a signal's default disposition when the last of its handles
-// for that signal closes. Handles on a loop that never runs, never closed,
-// keep that from happening between the supervisor's handles closing and
-// OnLateSignal taking over (their loop's signal pipe just fills up).
-// Returns 0 or a libuv error (out of fds: the keeper's loop or signal pipe).
-int KeepCaught(int sig) {
-  static uv_loop_t* keeper = nullptr;
-  static std::set<int> kept;
-  if (kept.count(sig) != 0) return 0;
-  if (keeper == nullptr) {
-    auto loop = std::make_unique<uv_loop_t>();
-    if (int rc = uv_loop_init(loop.get()); rc != 0) return rc;
-    keeper = loop.release();  // never closed
-  }
-  auto h = std::make_unique<uv_signal_t>();
-  if (int rc = uv_signal_init(keeper, h.get()); rc != 0) return rc;
-  uv_signal_start(
-      h.release(), [](uv_signal_t*, int) {}, sig);  // never closed
-  kept.insert(sig);
-  return 0;
-}
-
 // Closes a handle its init reached (a failed Create leaves some untouched).
 void CloseIfOpen(void* handle) {
   auto* h = static_cast<uv_handle_t*>(handle);
   if (h->type != UV_UNKNOWN_HANDLE && !uv_is_closing(h)) uv_close(h, nullptr);
-}
-
-void CatchLate(int sig, bool ignore) {
-  struct sigaction sa {};
-  sa.sa_handler = ignore ? SIG_IGN : OnLateSignal;
-  sigfillset(&sa.sa_mask);
-  sigaction(sig, &sa, nullptr);
 }
 
 }  // namespace

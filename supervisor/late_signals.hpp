@@ -1,0 +1,16 @@
+// Signals around the supervisor's own handlers: kept caught while libuv
+// would reset them, and, once the launcher is exiting, a terminating signal
+// ends it with 128+N (never a core dump) while SIGUSR1/2 are dropped.
+#pragma once
+
+namespace ddprun::supervisor {
+
+// Keeps `sig` caught by a libuv handle on a loop that never runs (libuv
+// restores the default disposition when a signal's last handle closes).
+// Returns 0 or a libuv error (out of fds).
+int KeepCaught(int sig);
+
+// From now on `sig` is ignored, or ends the process with 128+N.
+void CatchLate(int sig, bool ignore);
+
+}  // namespace ddprun::supervisor
