@@ -1,5 +1,6 @@
 """Helpers shared by the benchmark scripts in bench/ (launcher_bench.py,
-rendezvous_bench.py, hang_bench.py, ddp_bench.py, store_bench.py).
+rendezvous_bench.py, hang_bench.py, pytorch_hang_bench.py, ddp_bench.py,
+store_bench.py).
 
 The scripts run as `python bench/X.py`, so bench/ is on sys.path and they
 import this module as `benchlib`.  Nothing here prints on its own except the
@@ -9,11 +10,13 @@ share).
 
 import os
 import platform
+import re
 import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import uuid
 
@@ -120,6 +123,60 @@ def kill_tagged(tag, tagval, pgids=(), tries=50):
             except OSError:
                 pass
         time.sleep(0.05)
+
+
+class Timed:
+    """A child in its own session, tagged with `tag` in its environment, whose stdout and
+    stderr lines are stamped with time.time() on arrival; wait() kills what is left of it."""
+
+    def __init__(self, argv, env, tag):
+        env, self.tagval = tagged_env(env, tag)
+        self.tag = tag
+        self.lines = []  # (time, stream, text)
+        self.lock = threading.Lock()
+        self.t_start = time.time()
+        self.p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True)
+        self.readers = [threading.Thread(target=self._read, args=(s, n), daemon=True)
+                        for s, n in ((self.p.stdout, "out"), (self.p.stderr, "err"))]
+        for r in self.readers:
+            r.start()
+
+    def _read(self, stream, name):
+        for raw in iter(stream.readline, b""):
+            t = time.time()
+            with self.lock:
+                self.lines.append((t, name, raw.decode(errors="replace").rstrip("\n")))
+
+    def wait(self, timeout):
+        """Wait for exit; return (exit code or None on timeout, exit time)."""
+        try:
+            os_rc = None
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                r = os.waitid(os.P_PID, self.p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+                if r is not None:
+                    t = time.time()
+                    os_rc = self.p.wait()
+                    return os_rc, t
+                time.sleep(0.005)
+            return None, time.time()
+        finally:
+            kill_tagged(self.tag, self.tagval, [self.p.pid])
+            for r in self.readers:
+                r.join(timeout=5)
+
+    def first(self, pattern):
+        rx = re.compile(pattern)
+        with self.lock:
+            for t, _, text in self.lines:
+                if rx.search(text):
+                    return t, text
+        return None, None
+
+    def text(self):
+        with self.lock:
+            return "\n".join(text for _, _, text in self.lines)
 
 
 # --- statistics --------------------------------------------------------------

@@ -55,7 +55,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 import benchlib
@@ -91,65 +90,13 @@ def base_env():
         OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
 
 
-class Timed:
-    """A child whose stdout and stderr lines are stamped with time.time() on arrival."""
-
-    def __init__(self, argv, env):
-        env, self.tagval = benchlib.tagged_env(env, TAG)
-        self.lines = []  # (time, stream, text)
-        self.lock = threading.Lock()
-        self.t_start = time.time()
-        self.p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, start_new_session=True)
-        self.readers = [threading.Thread(target=self._read, args=(s, n), daemon=True)
-                        for s, n in ((self.p.stdout, "out"), (self.p.stderr, "err"))]
-        for r in self.readers:
-            r.start()
-
-    def _read(self, stream, name):
-        for raw in iter(stream.readline, b""):
-            t = time.time()
-            with self.lock:
-                self.lines.append((t, name, raw.decode(errors="replace").rstrip("\n")))
-
-    def wait(self, timeout):
-        """Wait for exit; return (exit code or None on timeout, exit time)."""
-        try:
-            os_rc = None
-            deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                r = os.waitid(os.P_PID, self.p.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-                if r is not None:
-                    t = time.time()
-                    os_rc = self.p.wait()
-                    return os_rc, t
-                time.sleep(0.005)
-            return None, time.time()
-        finally:
-            benchlib.kill_tagged(TAG, self.tagval, [self.p.pid])
-            for r in self.readers:
-                r.join(timeout=5)
-
-    def first(self, pattern):
-        rx = re.compile(pattern)
-        with self.lock:
-            for t, _, text in self.lines:
-                if rx.search(text):
-                    return t, text
-        return None, None
-
-    def text(self):
-        with self.lock:
-            return "\n".join(text for _, _, text in self.lines)
-
-
 def run_ddprun(args, n, work):
     log_dir = tempfile.mkdtemp(prefix="hang_n%d_" % n, dir=work)
     argv = [args.ddprun, "--nproc_per_node=%d" % n, "--hang_timeout=%g" % args.timeout,
             "--shutdown_timeout=%g" % args.shutdown_timeout, "--log_dir=%s" % log_dir,
             args.train, "--device", "cpu", "--width", "64", "--depth", "2", "--batch", "16",
             "--steps", "100000", "--hang-at-step", "5", "--hang-rank", "1"]
-    c = Timed(argv, base_env())
+    c = benchlib.Timed(argv, base_env(), TAG)
     rc, t_exit = c.wait(args.run_timeout)
     res = {"rc": rc, "problems": []}
     t_hang_msg, _ = c.first(r"rank 1: hanging before the backward")
@@ -197,7 +144,7 @@ def run_torchrun(args, work):
     with open(script, "w") as f:
         f.write(TORCH_SCRIPT)
     argv = [args.torchrun, "--standalone", "--nproc_per_node=2", "--max-restarts=0", script, d]
-    c = Timed(argv, base_env())
+    c = benchlib.Timed(argv, base_env(), TAG)
     stamp = os.path.join(d, "hang_ts")
     # Start-up (importing torch on 2 cores) is not part of the window.
     deadline = time.monotonic() + args.run_timeout

@@ -50,6 +50,10 @@ inline constexpr char kTorchDir[] = "DDPRUN_TORCH_DIR";
 inline constexpr char kFrBufferSize[] = "TORCH_FR_BUFFER_SIZE";
 inline constexpr char kFrDumpTempFile[] = "TORCH_FR_DUMP_TEMP_FILE";
 inline constexpr char kNcclDebugInfoPipeFile[] = "TORCH_NCCL_DEBUG_INFO_PIPE_FILE";
+// NCCL's RAS client socket (NCCL >= 2.24): one loopback port per job, unless set
+// (supervisor/nccl_ras.hpp); NCCL_RAS_ENABLE=0 turns RAS off.
+inline constexpr char kNcclRasAddr[] = "NCCL_RAS_ADDR";
+inline constexpr char kNcclRasEnable[] = "NCCL_RAS_ENABLE";
 // Marks every process of one ddprun run (inherited by the workers'
 // descendants); supervisor/containment.hpp kills by it where no cgroup does.
 inline constexpr char kProcessTree[] = "DDPRUN_PROCESS_TREE";

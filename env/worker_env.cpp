@@ -78,6 +78,7 @@ void AddTorchHook(const GroupInfo& g, const WorkerFiles& files, Environ& e) {
   e.emplace(kFrBufferSize, "2000");
   e.emplace(kFrDumpTempFile, files.torch_dir + "/nccl_trace_rank_");
   e.emplace(kNcclDebugInfoPipeFile, files.torch_dir + "/pipe_");
+  if (!g.nccl_ras_addr.empty()) e.emplace(kNcclRasAddr, g.nccl_ras_addr);
 }
 
 }  // namespace

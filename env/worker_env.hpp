@@ -48,6 +48,9 @@ struct GroupInfo {
   // --hang_detect=torch: the directory holding ddprun's sitecustomize.py, put
   // first on PYTHONPATH ("" leaves PYTHONPATH and the flight recorder alone).
   std::string torch_hook_dir;
+  // With torch_hook_dir: NCCL_RAS_ADDR for the workers, unless the launcher's
+  // environment sets it ("" leaves it alone).
+  std::string nccl_ras_addr;
 };
 
 // One worker's own files (see LogLayout); each "" when logs go to /dev/null.

@@ -25,11 +25,13 @@
 #include "launcher/worker_specs.hpp"
 #include "rendezvous/agent_driver.hpp"
 #include "rendezvous/coordinator.hpp"
+#include "rendezvous/free_port.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/debug_dump.hpp"
 #include "supervisor/explain.hpp"
 #include "supervisor/failure_report.hpp"
 #include "supervisor/supervisor.hpp"
+#include "supervisor/torch_progress.hpp"
 
 namespace ddprun::launcher {
 
@@ -108,6 +110,7 @@ class Agent {
   // torch's file timer server, when TORCHELASTIC_ENABLE_FILE_TIMER=1.
   Status ServeFileTimer();
   env::GroupInfo Group(const rendezvous::RoundResult& round) const;
+  std::string NcclRasAddr();
   // Runs one round's workers and tells the machine what they did; an exit
   // code when the agent must stop at once (a usage error, no log directory).
   std::optional<int> RunRound(const rendezvous::RoundResult& round);
@@ -143,7 +146,8 @@ class Agent {
   std::vector<supervisor::FailureRecord> local_failures_;
   // Log files a failed write left incomplete, over all rounds.
   std::vector<std::string> lost_logs_;
-  std::string timer_file_;  // the file timer's pipe, "" when not served
+  std::string timer_file_;     // the file timer's pipe, "" when not served
+  std::string nccl_ras_addr_;  // --hang_detect=torch: the job's NCCL_RAS_ADDR, "" for none
 };
 
 Status Agent::Setup() {
@@ -264,6 +268,25 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   return g;
 }
 
+// NCCL's RAS service listens on localhost:28028 in every NCCL job unless told
+// otherwise: two jobs on one host would answer for each other. Each job gets a
+// loopback port of its own (chosen once; the workers of every attempt bind it),
+// unless the user set NCCL_RAS_ADDR or turned RAS off.
+std::string Agent::NcclRasAddr() {
+  if (!nccl_ras_addr_.empty()) return nccl_ras_addr_;
+  if (env::Lookup(environ_, env::kNcclRasEnable).value_or("1") == "0") return "";
+  if (auto own = env::Lookup(environ_, env::kNcclRasAddr); own && !own->empty()) {
+    return nccl_ras_addr_ = *own;
+  }
+  auto port = rendezvous::FindFreePort("127.0.0.1");
+  if (!port.ok()) {
+    spdlog::warn("no NCCL_RAS_ADDR for the job ({}): a hang report will not ask NCCL's RAS",
+                 port.status().message());
+    return "";
+  }
+  return nccl_ras_addr_ = "127.0.0.1:" + std::to_string(*port);
+}
+
 std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const std::string& dir) {
   if (layout_->disabled()) {
     spdlog::warn("no debug dump: --log_dir=/dev/null leaves nowhere to write it");
@@ -285,6 +308,13 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
   if (c_.hang_detect_torch) {
     request.torch_dir = layout_->DumpDir(round_ ? round_->restart_count : 0) + "/torch";
     request.python = program_.interpreter;
+    request.nccl_ras_addr = nccl_ras_addr_;
+    // Named now: the stacks and PyTorch's own dumps take seconds more.
+    std::vector<int> ranks;
+    for (const auto& t : request.targets) ranks.push_back(t.rank);
+    spdlog::error(
+        "hang, by PyTorch's collectives: {}; dumping stacks and flight recorders",
+        supervisor::NameLaggards(supervisor::ReadTorchProgress(request.torch_dir, ranks)).verdict);
   }
   if (round_) {
     // The analysis covers this node's ranks and says which it cannot see.
@@ -476,6 +506,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
     auto hook = WriteTorchHook(layout_->run_dir() + "/torch_hook");
     if (!hook.ok()) return FinishLocally(1, hook.status().message());
     group.torch_hook_dir = *hook;
+    group.nccl_ras_addr = NcclRasAddr();
   }
   auto specs = BuildWorkerSpecs(c_, program_, group, *layout_, environ_);
   if (!specs.ok()) return FinishLocally(exit_code::kUsage, specs.status().message());

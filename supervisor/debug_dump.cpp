@@ -350,6 +350,25 @@ std::string MainThreadStack(const std::string& stacks, pid_t pid, size_t max_lin
   return out;
 }
 
+std::string MainThreadPythonStack(const std::string& py_spy, size_t max_lines) {
+  std::stringstream in(py_spy);
+  std::string line, out;
+  bool inside = false;
+  size_t lines = 0;
+  while (std::getline(in, line) && lines < max_lines) {
+    if (!inside) {
+      inside = line.rfind("Thread ", 0) == 0 && line.find("\"MainThread\"") != std::string::npos;
+      if (inside) out += "python " + line.substr(0, line.find(':')) + ":\n";
+      continue;
+    }
+    const size_t text = line.find_first_not_of(' ');
+    if (line.rfind("Thread ", 0) == 0 || text == std::string::npos) break;
+    out += line.substr(text) + "\n";
+    ++lines;
+  }
+  return out;
+}
+
 std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump>& dumps,
                           const TraceAnalysis& analysis, Clock::time_point now,
                           const std::string& torch_text) {
@@ -363,13 +382,17 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
             SecondsSince(h.since, now) + ")\n";
   }
   text += "ranks still beating: " + JoinRanks(request.beating) + "\n\n";
-  text += analysis.text + "\n";
+  // A PyTorch job has no ddprun flight recorder: its section says nothing then.
+  if (torch_text.empty() || analysis.verdict != TraceVerdict::kNoTraces)
+    text += analysis.text + "\n";
   if (!torch_text.empty()) text += torch_text + "\n";
-  text += "main thread stacks (first " + std::to_string(kSummaryStackLines) + " frames):\n";
+  text += "main thread stacks (Python where py-spy could read them; first " +
+          std::to_string(kSummaryStackLines) + " frames):\n";
   for (const RankDump& d : dumps) {
     text += "rank " + std::to_string(d.target.rank) + " (pid " + std::to_string(d.target.pid) +
             "), rank_" + std::to_string(d.target.rank) + ".txt:\n";
-    std::string stack = MainThreadStack(d.native.output, d.target.pid, kSummaryStackLines);
+    std::string stack = MainThreadPythonStack(d.python.output, kSummaryStackLines);
+    if (stack.empty()) stack = MainThreadStack(d.native.output, d.target.pid, kSummaryStackLines);
     if (stack.empty()) {
       stack = d.native.error.empty() ? "(no stack of the main thread: see the rank file)\n"
                                      : d.native.error + "\n";
@@ -387,8 +410,8 @@ StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
   if (!request.torch_dir.empty()) {
     std::vector<int> ranks;
     for (const DumpTarget& t : request.targets) ranks.push_back(t.rank);
-    torch = CollectTorchSide(request.torch_dir, ranks, request.python, request.tool_timeout,
-                             4 * request.tool_timeout);
+    torch = CollectTorchSide({request.torch_dir, ranks, request.python, request.nccl_ras_addr,
+                              request.tool_timeout, 4 * request.tool_timeout});
   }
   const std::vector<RankDump> dumps = CollectAll(request);
   const Clock::time_point now = Clock::now();

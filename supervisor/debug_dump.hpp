@@ -53,6 +53,7 @@ struct DumpRequest {
   // (supervisor/torch_progress.hpp). Collected before any stack is taken.
   std::string torch_dir;
   std::string python;
+  std::string nccl_ras_addr;  // the job's NCCL_RAS_ADDR; "" asks no RAS
 };
 
 struct DumpResult {
@@ -104,6 +105,11 @@ std::string FormatProcState(pid_t pid);
 // The text of rank_<R>.txt.
 std::string FormatRankDump(const RankDump& dump, size_t trace_entries,
                            std::chrono::system_clock::time_point now);
+
+// The main thread's frames in a `py-spy dump` ("Thread <tid> (<state>):
+// "MainThread""), under "python Thread <tid> (<state>):"; "" when py-spy
+// printed none.
+std::string MainThreadPythonStack(const std::string& py_spy, size_t max_lines);
 
 // The first `max_lines` frames of the main thread (tid == pid) in eu-stack
 // ("TID <pid>:") or gdb ("(LWP <pid>)") output; "" when not found.

@@ -11,6 +11,7 @@
 
 #include "base/unique_fd.hpp"
 #include "supervisor/debug_dump.hpp"
+#include "supervisor/nccl_ras.hpp"
 
 namespace ddprun::supervisor {
 namespace {
@@ -19,6 +20,13 @@ constexpr char kFrPrefix[] = "nccl_trace_rank_";
 constexpr size_t kAnalysisLines = 30;
 
 std::string Rank(int r) { return std::to_string(r); }
+
+// "rank 1", "ranks 0,2".
+std::string Ranks(const std::vector<int>& ranks) {
+  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
+  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + Rank(ranks[i]);
+  return out;
+}
 
 // PyTorch's heartbeat monitor (NCCL) reads one line from the pipe and dumps.
 // No reader (Gloo, or a process gone): open fails with ENXIO, and the hook's
@@ -95,37 +103,64 @@ TorchSide NameLaggards(const std::vector<TorchProgress>& progress) {
   for (const TorchProgress& p : progress) {
     if (p.seq > latest) latest = p.seq, op = p.op;
   }
+  const std::string newest = op + " #" + std::to_string(latest);
+  std::vector<int> waiting, finished, silent;
   for (const TorchProgress& p : progress) {
     if (p.seq < 0) {
+      silent.push_back(p.rank);
       side.text += "  rank " + Rank(p.rank) + ": no collective recorded\n";
       continue;
     }
     const std::string last = p.op + " #" + std::to_string(p.seq);
     if (p.seq < latest) {
       side.laggards.push_back(p.rank);
-      side.text += "  rank " + Rank(p.rank) + " did not enter " + op + " #" +
-                   std::to_string(latest) + ": its last is " + last +
+      side.text += "  rank " + Rank(p.rank) + " did not enter " + newest + ": its last is " + last +
                    (p.entered ? " (entered)" : " (finished)") + "\n";
     } else {
+      (p.entered ? waiting : finished).push_back(p.rank);
       side.text +=
           "  rank " + Rank(p.rank) + (p.entered ? " waits in " : " finished ") + last + "\n";
     }
   }
+  if (latest < 0) {
+    side.verdict = "no rank recorded a collective yet: the hang is before the first one";
+  } else if (!side.laggards.empty()) {
+    side.verdict = Ranks(side.laggards) + " did not enter " + newest;
+    if (!waiting.empty()) {
+      side.verdict +=
+          " (" + Ranks(waiting) + (waiting.size() == 1 ? " waits" : " wait") + " in it)";
+    }
+  } else if (!waiting.empty() && finished.empty()) {
+    side.verdict = "every local rank waits in " + newest +
+                   ": the collective itself is stuck, or a rank on another node never entered it";
+  } else {
+    side.verdict = Ranks(finished) + " finished " + newest +
+                   (waiting.empty() ? "" : " and " + Ranks(waiting) + " wait in it") +
+                   ": the hang is outside PyTorch's collectives";
+  }
+  if (!silent.empty() && latest >= 0) side.verdict += "; " + Ranks(silent) + " recorded none";
   return side;
 }
 
-TorchSide CollectTorchSide(const std::string& dir, const std::vector<int>& ranks,
-                           const std::string& python, std::chrono::milliseconds wait,
-                           std::chrono::milliseconds tool_timeout) {
-  TorchSide side = NameLaggards(ReadTorchProgress(dir, ranks));
-  side.text += "pytorch flight recorder (" + dir + "):\n";
-  side.text += LastLines(RequestDumps(dir, ranks, wait), ranks.size());
-  if (python.empty())
-    return side.text += "  no analysis: the program does not run under Python\n", side;
-  const ToolResult r =
-      RunTool({python, "-m", "torch.distributed.flight_recorder.fr_trace", dir, "-p", kFrPrefix},
-              tool_timeout);
-  side.text += "fr_trace (" + python + " -m torch.distributed.flight_recorder.fr_trace):\n";
+TorchSide CollectTorchSide(const TorchQuery& q) {
+  TorchSide side = NameLaggards(ReadTorchProgress(q.dir, q.ranks));
+  side.text += "pytorch flight recorder (" + q.dir + "):\n";
+  side.text += LastLines(RequestDumps(q.dir, q.ranks, q.wait), q.ranks.size());
+  if (!q.nccl_ras_addr.empty()) {
+    const RasReport ras = QueryNcclRas(q.nccl_ras_addr, q.tool_timeout);
+    if (!ras.raw.empty()) {
+      std::ofstream(q.dir + (ras.json ? "/nccl_ras.json" : "/nccl_ras.txt")) << ras.raw;
+    }
+    side.text += "nccl ras (NCCL_RAS_ADDR=" + q.nccl_ras_addr + "):\n" + SummarizeRas(ras);
+  }
+  if (q.python.empty()) {
+    side.text += "  no analysis: the program does not run under Python\n";
+    return side;
+  }
+  const ToolResult r = RunTool(
+      {q.python, "-m", "torch.distributed.flight_recorder.fr_trace", q.dir, "-p", kFrPrefix},
+      q.tool_timeout);
+  side.text += "fr_trace (" + q.python + " -m torch.distributed.flight_recorder.fr_trace):\n";
   side.text += r.error.empty() ? LastLines(r.output, kAnalysisLines) : "  " + r.error + "\n";
   return side;
 }

@@ -3,8 +3,8 @@
 // collective in <dir>/progress_<rank>, the rank(s) that did not enter the
 // latest one, and PyTorch's own flight recorder dumped and analysed.
 //
-// CollectTorchSide blocks for at most about `wait` plus `tool_timeout`; it
-// kills nothing. Thread-compatible.
+// CollectTorchSide blocks for at most about `wait` plus twice
+// `tool_timeout`; it kills nothing. Thread-compatible.
 #pragma once
 
 #include <chrono>
@@ -23,22 +23,34 @@ struct TorchProgress {
 
 struct TorchSide {
   std::string text;           // for the summary; ends with a newline
+  std::string verdict;        // one line, to print the moment the hang is found
   std::vector<int> laggards;  // ranks that did not enter the latest collective
 };
 
 // Parses <dir>/progress_<rank> for each rank.
 std::vector<TorchProgress> ReadTorchProgress(const std::string& dir, const std::vector<int>& ranks);
 
-// Names the ranks that did not enter the latest collective any rank entered.
+// Names the ranks that did not enter the latest collective any rank entered;
+// when none lags, the verdict says whether every rank waits inside one
+// collective (the collective itself, or a rank this agent cannot see) or all
+// finished their last one (the hang is outside collectives).
 TorchSide NameLaggards(const std::vector<TorchProgress>& progress);
+
+struct TorchQuery {
+  std::string dir;  // the hook's directory (DDPRUN_TORCH_DIR)
+  std::vector<int> ranks;
+  std::string python;                         // the workers' interpreter; "" runs no analysis
+  std::string nccl_ras_addr;                  // the job's NCCL_RAS_ADDR; "" asks no RAS
+  std::chrono::milliseconds wait{0};          // for the flight-recorder files
+  std::chrono::milliseconds tool_timeout{0};  // fr_trace, and the RAS query
+};
 
 // NameLaggards, then asks every rank for its flight recorder (PyTorch's dump
 // pipe <dir>/pipe_<rank>.pipe where the backend made one (NCCL), else the
 // hook through <dir>/dump_request), waits up to `wait` for
-// <dir>/nccl_trace_rank_<rank>, and runs `python -m
-// torch.distributed.flight_recorder.fr_trace` on them.
-TorchSide CollectTorchSide(const std::string& dir, const std::vector<int>& ranks,
-                           const std::string& python, std::chrono::milliseconds wait,
-                           std::chrono::milliseconds tool_timeout);
+// <dir>/nccl_trace_rank_<rank>, asks NCCL's RAS for the job-wide view (saved
+// as <dir>/nccl_ras.json or .txt), and runs `python -m
+// torch.distributed.flight_recorder.fr_trace` on the dumps.
+TorchSide CollectTorchSide(const TorchQuery& query);
 
 }  // namespace ddprun::supervisor

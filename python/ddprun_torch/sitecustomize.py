@@ -6,6 +6,7 @@ $DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>". On ddprun's r
 ($DDPRUN_TORCH_DIR/dump_request) it writes the flight recorder to TORCH_FR_DUMP_TEMP_FILE<RANK>
 where PyTorch has no dump pipe of its own (Gloo). Then it imports the user's own sitecustomize."""
 import os
+import pickle
 import sys
 import threading
 import time
@@ -21,9 +22,20 @@ def _write(path, text):
 
 
 def _last_entry(c10d):
-    import pickle
     entries = pickle.loads(c10d._dump_fr_trace(True, False, False)).get("entries", [])
     return entries[-1] if entries else None
+
+
+def _name_default_group(trace):
+    """Gloo's flight recorder (torch 2.12) registers the default group without its name:
+    pg_config {"": ...} while the entries say process_group ("0", "default_pg"), and fr_trace
+    cannot match the two (KeyError). With one group in both, the entries' name is the group's."""
+    config = trace.get("pg_config", {})
+    groups = {tuple(e.get("process_group", ())) for e in trace.get("entries", [])}
+    if list(config) == [""] and len(groups) == 1:
+        (name, desc), = groups
+        config[name] = dict(config.pop(""), name=name, desc=desc)
+    return trace
 
 
 def _dump(c10d, rank):
@@ -31,7 +43,7 @@ def _dump(c10d, rank):
     if not prefix or os.path.exists(os.environ.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "\0") +
                                     rank + ".pipe"):
         return  # none wanted, or PyTorch's own pipe (NCCL) dumps it
-    data = c10d._dump_fr_trace()
+    data = pickle.dumps(_name_default_group(pickle.loads(c10d._dump_fr_trace())))
     with open(prefix + rank + ".tmp", "wb") as f:
         f.write(data)
     os.replace(prefix + rank + ".tmp", prefix + rank)

@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,26 +28,55 @@ def ddprun(tmp_path, *args, timeout=90):
                           text=True, timeout=timeout)
 
 
+def timed_lines(cmd, timeout=90):
+    """Runs cmd with stdout and stderr merged; returns (rc, [(seconds since start, line)])."""
+    start = time.monotonic()
+    p = subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        for line in p.stdout:
+            lines.append((time.monotonic() - start, line))
+        return p.wait(timeout=timeout), lines
+    finally:
+        p.kill()
+        p.wait()
+
+
+def first(lines, pattern):
+    return next((t for t, line in lines if re.search(pattern, line)), None)
+
+
 def test_rank_that_stopped_calling_all_reduce_is_named(tmp_path):
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", JOB,
-               "--hang-step", "20", "--step-sleep", "0.02")
-    assert r.returncode == 124, r.stderr
-    assert re.search(r"rank 1 did not enter gloo:all_reduce #\d+", r.stderr), r.stderr
-    assert re.search(r"rank 0 waits in gloo:all_reduce #\d+", r.stderr), r.stderr
+    rc, lines = timed_lines([DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=2",
+                             f"--log_dir={tmp_path}", f"--hang_timeout={HANG_TIMEOUT}",
+                             "--hang_detect=torch", JOB, "--hang-step", "20", "--step-sleep", "0.02"])
+    out = "".join(line for _, line in lines)
+    assert rc == 124, out
+    # Named the moment the hang is found, before the slow dumps.
+    stopped = first(lines, r"rank 1 stops before all_reduce")
+    named = first(lines, r"hang, by PyTorch's collectives: rank 1 did not enter gloo:all_reduce "
+                         r"#\d+ \(rank 0 waits in it\)")
+    assert stopped is not None and named is not None, out
+    print(f"rank 1 named {named - stopped:.1f} s after it stopped (--hang_timeout={HANG_TIMEOUT}; "
+          f"goal {HANG_TIMEOUT + 2}); bench/pytorch_hang_bench.py measures it")
+    assert named - stopped <= HANG_TIMEOUT + 6  # a bound for a loaded machine, not the goal
+    assert re.search(r"rank 1 did not enter gloo:all_reduce #\d+", out), out
+    assert re.search(r"rank 0 waits in gloo:all_reduce #\d+", out), out
+    # PyTorch's own analyser on the dumps the hook wrote (Gloo has no dump pipe).
+    assert "no PyTorch dump pipe" in out
+    assert re.search(r"Not all ranks joining collective, sequence number: \d+", out), out
+    assert "missing ranks: {1}" in out, out
     dumps = next(Path(tmp_path).glob("*/attempt_0/dumps"))
     torch_dir = dumps / "torch"
-    # Detection time: from the last progress (the newest progress file) to the summary.
-    last = max(p.stat().st_mtime for p in torch_dir.glob("progress_*"))
-    detected = (dumps / "summary.txt").stat().st_mtime
-    print(f"detected {detected - last:.1f} s after the last collective "
-          f"(--hang_timeout={HANG_TIMEOUT})")
-    assert detected - last <= HANG_TIMEOUT + 4 + 5  # + the flight recorder wait, loaded machine
-    assert "no PyTorch dump pipe" in r.stderr
     assert (torch_dir / "nccl_trace_rank_0").is_file() and (torch_dir / "nccl_trace_rank_1").is_file()
     rank1 = (dumps / "rank_1.txt").read_text()
     if (Path(sys.executable).parent / "py-spy").exists():
+        # Both ranks' Python stacks, in the rank files and the summary.
         assert re.search(r"stuck_before_all_reduce \(.*pytorch_hang_job.py:\d+\)", rank1), rank1
         assert "pytorch_hang_job.py" in (dumps / "rank_0.txt").read_text()
+        summary = (dumps / "summary.txt").read_text()
+        assert re.search(r"python Thread \d+ .*:\n\s*stuck_before_all_reduce", summary), summary
+        assert re.search(r"python Thread \d+ .*:\n\s*all_reduce \(", summary), summary
 
 
 def test_slow_but_progressing_job_is_not_hung(tmp_path):

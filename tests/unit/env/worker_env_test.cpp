@@ -214,3 +214,37 @@ TEST_CASE("SplitList") {
 
 }  // namespace
 }  // namespace ddprun::env
+
+namespace ddprun::env {
+namespace {
+
+TEST_CASE("--hang_detect=torch: the hook first on PYTHONPATH, the flight recorder and RAS on") {
+  GroupInfo g = Group();
+  g.torch_hook_dir = "/run/torch_hook";
+  g.nccl_ras_addr = "127.0.0.1:41000";
+  WorkerFiles files{"", "", "", "", "/logs/attempt_0/dumps/torch"};
+  auto e = WorkerEnviron(g, 0, files, {{"PYTHONPATH", "/mine"}});
+  REQUIRE(e.ok());
+  CHECK(e->at("PYTHONPATH") == "/run/torch_hook:/mine");
+  CHECK(e->at("DDPRUN_TORCH_DIR") == "/logs/attempt_0/dumps/torch");
+  CHECK(e->at("TORCH_FR_BUFFER_SIZE") == "2000");
+  CHECK(e->at("TORCH_FR_DUMP_TEMP_FILE") == "/logs/attempt_0/dumps/torch/nccl_trace_rank_");
+  CHECK(e->at("TORCH_NCCL_DEBUG_INFO_PIPE_FILE") == "/logs/attempt_0/dumps/torch/pipe_");
+  CHECK(e->at("NCCL_RAS_ADDR") == "127.0.0.1:41000");
+  // What the user set stays theirs.
+  auto own = WorkerEnviron(g, 0, files,
+                           {{"TORCH_FR_BUFFER_SIZE", "50"}, {"NCCL_RAS_ADDR", "10.1.1.1:28028"}});
+  REQUIRE(own.ok());
+  CHECK(own->at("TORCH_FR_BUFFER_SIZE") == "50");
+  CHECK(own->at("NCCL_RAS_ADDR") == "10.1.1.1:28028");
+  CHECK(own->at("PYTHONPATH") == "/run/torch_hook");
+  // Off by default: nothing of the hook.
+  auto off = WorkerEnviron(Group(), 0, files, {});
+  REQUIRE(off.ok());
+  CHECK(off->count("PYTHONPATH") == 0);
+  CHECK(off->count("TORCH_FR_BUFFER_SIZE") == 0);
+  CHECK(off->count("NCCL_RAS_ADDR") == 0);
+}
+
+}  // namespace
+}  // namespace ddprun::env

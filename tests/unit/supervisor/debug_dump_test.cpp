@@ -239,3 +239,31 @@ TEST_CASE("a dump of live processes holds their threads, /proc state and flight 
 
 }  // namespace
 }  // namespace ddprun::supervisor
+
+namespace ddprun::supervisor {
+namespace {
+
+TEST_CASE("MainThreadPythonStack takes py-spy's MainThread frames") {
+  const std::string py_spy =
+      "Process 4863: python -u job.py\n"
+      "Python v3.11.7 (/usr/bin/python3.11)\n"
+      "\n"
+      "Thread 4870 (idle): \"ddprun-torch-hook\"\n"
+      "    _watch (sitecustomize.py:52)\n"
+      "Thread 4863 (idle): \"MainThread\"\n"
+      "    stuck (job.py:13)\n"
+      "    main (job.py:37)\n"
+      "    <module> (job.py:47)\n"
+      "Thread 4900 (active): \"worker\"\n"
+      "    run (threading.py:982)\n";
+  CHECK(MainThreadPythonStack(py_spy, 15) ==
+        "python Thread 4863 (idle):\nstuck (job.py:13)\nmain (job.py:37)\n<module> (job.py:47)\n");
+  CHECK(MainThreadPythonStack(py_spy, 1) == "python Thread 4863 (idle):\nstuck (job.py:13)\n");
+  CHECK(MainThreadPythonStack("Thread 1 (idle): \"MainThread\"\n    \n", 5) ==
+        "python Thread 1 (idle):\n");
+  CHECK(MainThreadPythonStack("", 15).empty());
+  CHECK(MainThreadPythonStack("Error: Permission denied\n", 15).empty());
+}
+
+}  // namespace
+}  // namespace ddprun::supervisor

@@ -1,0 +1,164 @@
+#include "supervisor/torch_progress.hpp"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "launcher/torch_hook.hpp"
+
+namespace ddprun::supervisor {
+namespace {
+
+using std::chrono::milliseconds;
+
+bool Has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+std::string TempDir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("ddprun_torch_" + std::to_string(getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+void Progress(const std::string& dir, int rank, const std::string& line) {
+  std::ofstream(dir + "/progress_" + std::to_string(rank)) << line << "\n";
+}
+
+TorchProgress At(int rank, long seq, bool entered, const std::string& op = "gloo:all_reduce") {
+  TorchProgress p;
+  p.rank = rank;
+  p.seq = seq;
+  p.op = op;
+  p.entered = entered;
+  return p;
+}
+
+TEST_CASE("ReadTorchProgress parses the hook's files and marks ranks without one") {
+  const std::string dir = TempDir("read");
+  Progress(dir, 0, "47 gloo:all_reduce entered");
+  Progress(dir, 1, "46 nccl:broadcast retired");
+  Progress(dir, 2, "garbage");
+  const auto p = ReadTorchProgress(dir, {0, 1, 2, 3});
+  REQUIRE(p.size() == 4);
+  CHECK((p[0].rank == 0 && p[0].seq == 47 && p[0].op == "gloo:all_reduce" && p[0].entered));
+  CHECK((p[1].rank == 1 && p[1].seq == 46 && p[1].op == "nccl:broadcast" && !p[1].entered));
+  CHECK(p[2].seq == -1);
+  CHECK(p[3].seq == -1);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("NameLaggards names the rank that did not enter the newest collective") {
+  const TorchSide side = NameLaggards({At(0, 47, true), At(1, 46, false), At(2, 47, true)});
+  CHECK(side.laggards == std::vector<int>{1});
+  CHECK(side.verdict == "rank 1 did not enter gloo:all_reduce #47 (ranks 0,2 wait in it)");
+  CHECK(Has(side.text,
+            "rank 1 did not enter gloo:all_reduce #47: its last is gloo:all_reduce #46 "
+            "(finished)"));
+  CHECK(Has(side.text, "rank 0 waits in gloo:all_reduce #47"));
+}
+
+TEST_CASE("NameLaggards: several laggards, one waiting rank") {
+  const TorchSide side = NameLaggards({At(0, 12, true), At(1, 10, true), At(3, 11, false)});
+  CHECK(side.laggards == std::vector<int>{1, 3});
+  CHECK(side.verdict == "ranks 1,3 did not enter gloo:all_reduce #12 (rank 0 waits in it)");
+  CHECK(Has(side.text, "its last is gloo:all_reduce #10 (entered)"));
+}
+
+TEST_CASE("NameLaggards without a laggard says where the hang is, never guesses a rank") {
+  SUBCASE("every rank inside one collective") {
+    const TorchSide side = NameLaggards({At(0, 5, true), At(1, 5, true)});
+    CHECK(side.laggards.empty());
+    CHECK(Has(side.verdict, "every local rank waits in gloo:all_reduce #5"));
+    CHECK(Has(side.verdict, "a rank on another node"));
+  }
+  SUBCASE("every rank finished its last collective") {
+    const TorchSide side = NameLaggards({At(0, 5, false), At(1, 5, false)});
+    CHECK(side.laggards.empty());
+    CHECK(side.verdict ==
+          "ranks 0,1 finished gloo:all_reduce #5: the hang is outside PyTorch's collectives");
+  }
+  SUBCASE("no collective yet") {
+    const TorchSide side = NameLaggards({At(0, -1, false), At(1, -1, false)});
+    CHECK(side.laggards.empty());
+    CHECK(Has(side.verdict, "before the first one"));
+    CHECK(Has(side.text, "rank 1: no collective recorded"));
+  }
+  SUBCASE("a rank without a record is said, not blamed") {
+    const TorchSide side = NameLaggards({At(0, 5, true), At(1, -1, false)});
+    CHECK(side.laggards.empty());
+    CHECK(Has(side.verdict, "; rank 1 recorded none"));
+  }
+}
+
+TEST_CASE("CollectTorchSide asks through PyTorch's pipe where one is read, else the hook") {
+  const std::string dir = TempDir("collect");
+  Progress(dir, 0, "21 nccl:all_reduce entered");
+  Progress(dir, 1, "20 nccl:all_reduce retired");
+  // Rank 0 has a reader on its pipe (as NCCL's heartbeat monitor): it dumps
+  // when it reads a line. Rank 1 has none: ddprun's request file asks the hook.
+  const std::string pipe = dir + "/pipe_0.pipe";
+  REQUIRE(mkfifo(pipe.c_str(), 0600) == 0);
+  const int reader = open(pipe.c_str(), O_RDONLY | O_NONBLOCK);
+  REQUIRE(reader >= 0);
+  std::thread monitor([&] {
+    char buf[8] = {};
+    for (int i = 0; i < 200 && read(reader, buf, sizeof buf) <= 0; ++i) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    std::ofstream(dir + "/nccl_trace_rank_0") << "trace";
+  });
+  std::thread hook([&] {
+    for (int i = 0; i < 200 && !std::filesystem::exists(dir + "/dump_request"); ++i) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    std::ofstream(dir + "/nccl_trace_rank_1") << "trace";
+  });
+  const TorchSide side =
+      CollectTorchSide({dir, {0, 1}, "", "", milliseconds(3000), milliseconds(100)});
+  monitor.join();
+  hook.join();
+  close(reader);
+  CHECK(side.laggards == std::vector<int>{1});
+  CHECK(Has(side.text, "rank 0: dump asked through PyTorch's pipe"));
+  CHECK(Has(side.text, "rank 1: no PyTorch dump pipe"));
+  CHECK(Has(side.text, "no analysis: the program does not run under Python"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("CollectTorchSide says when the analyser cannot run") {
+  const std::string dir = TempDir("tool");
+  Progress(dir, 0, "3 gloo:barrier entered");
+  const TorchSide side = CollectTorchSide(
+      {dir, {0}, "/nonexistent/python3", "", milliseconds(50), milliseconds(2000)});
+  CHECK(Has(side.text, "fr_trace (/nonexistent/python3 -m"));
+  CHECK_FALSE(Has(side.text, "missing ranks"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("WriteTorchHook writes the hook the workers' Python imports") {
+  const std::string dir = TempDir("hook") + "/sub";
+  auto written = launcher::WriteTorchHook(dir);
+  REQUIRE(written.ok());
+  CHECK(*written == dir);
+  std::ifstream in(dir + "/sitecustomize.py");
+  std::stringstream text;
+  text << in.rdbuf();
+  CHECK(Has(text.str(), "DDPRUN_TORCH_DIR"));
+  CHECK(Has(text.str(), "def _chain():"));  // the user's own sitecustomize still runs
+  std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
+  CHECK_FALSE(launcher::WriteTorchHook("/proc/ddprun_no_such_dir").ok());
+}
+
+}  // namespace
+}  // namespace ddprun::supervisor
