@@ -53,6 +53,8 @@ inline constexpr char kNcclDebugInfoPipeFile[] = "TORCH_NCCL_DEBUG_INFO_PIPE_FIL
 // NCCL's RAS client socket (NCCL >= 2.24): one loopback port per job, unless set
 // (supervisor/nccl_ras.hpp); NCCL_RAS_ENABLE=0 turns RAS off.
 inline constexpr char kNcclRasAddr[] = "NCCL_RAS_ADDR";
+// Read by ddprun: where its event log goes (launcher/machine_reports.hpp).
+inline constexpr char kEventLog[] = "DDPRUN_EVENT_LOG";
 inline constexpr char kNcclRasEnable[] = "NCCL_RAS_ENABLE";
 // Marks every process of one ddprun run (inherited by the workers'
 // descendants); supervisor/containment.hpp kills by it where no cgroup does.

@@ -21,6 +21,7 @@
 #include "env/worker_env.hpp"
 #include "launcher/dump_request.hpp"
 #include "launcher/job_stores.hpp"
+#include "launcher/run_recorder.hpp"
 #include "launcher/torch_hook.hpp"
 #include "launcher/worker_specs.hpp"
 #include "rendezvous/agent_driver.hpp"
@@ -148,9 +149,16 @@ class Agent {
   std::vector<std::string> lost_logs_;
   std::string timer_file_;     // the file timer's pipe, "" when not served
   std::string nccl_ras_addr_;  // --hang_detect=torch: the job's NCCL_RAS_ADDR, "" for none
+  RunRecorder record_;         // events and incident.json
 };
 
 Status Agent::Setup() {
+  if (Status s = record_.Start(c_, program_.name, env::Fqdn(),
+                               env::Lookup(environ_, env::kEventLog).value_or(""),
+                               env::Lookup(environ_, "SLURM_JOB_ID").has_value());
+      !s.ok()) {
+    return s;
+  }
   std::string node;
   if (c_.slurm) {
     node = "node" + std::to_string(c_.slurm->node_id) +
@@ -185,6 +193,8 @@ Status Agent::Setup() {
     }
     return DumpWorkers(report, layout_->DumpDir(round_ ? round_->restart_count : 0));
   });
+  sup_->SetStartHandler(
+      [this](const std::vector<supervisor::WorkerRecord>& w) { record_.WorkersStarted(w); });
   sup_->SetDumpHandler(DumpSignal(), [this](const supervisor::HangReport& report) {
     static int requests = 0;
     DumpWorkers(report, layout_->DumpDir(round_ ? round_->restart_count : 0) + "/request_" +
@@ -305,6 +315,7 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     request.hung.push_back({w.rank, now - silent});
   }
   request.beating = report.beating_ranks;
+  std::string verdict;
   if (c_.hang_detect_torch) {
     request.torch_dir = layout_->DumpDir(round_ ? round_->restart_count : 0) + "/torch";
     request.python = program_.interpreter;
@@ -312,10 +323,12 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     // Named now: the stacks and PyTorch's own dumps take seconds more.
     std::vector<int> ranks;
     for (const auto& t : request.targets) ranks.push_back(t.rank);
-    spdlog::error(
-        "hang, by PyTorch's collectives: {}; dumping stacks and flight recorders",
-        supervisor::NameLaggards(supervisor::ReadTorchProgress(request.torch_dir, ranks)).verdict);
+    verdict =
+        supervisor::NameLaggards(supervisor::ReadTorchProgress(request.torch_dir, ranks)).verdict;
+    spdlog::error("hang, by PyTorch's collectives: {}; dumping stacks and flight recorders",
+                  verdict);
   }
+  if (!report.hung.empty()) record_.HangDetected(report, verdict);
   if (round_) {
     // The analysis covers this node's ranks and says which it cannot see.
     for (int r = 0; r < round_->world_size; ++r) {
@@ -331,6 +344,7 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
   }
   supervisor::ConsoleWriter::For(STDERR_FILENO).Write(dump->summary);
   spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
+  record_.DumpWritten(dir, dump->stragglers);
   return dump->stragglers;
 }
 
@@ -393,12 +407,14 @@ std::string Agent::ReportHost() const {
 }
 
 int Agent::Finish(const rendezvous::Action& exit) {
+  std::optional<supervisor::Explanation> why;
   if (exit.failed) {
     const auto& cause = exit.root_cause;
     const bool ours = round_ && cause.node_rank == round_->node_rank &&
                       cause.node == stores_.self.name && !local_failures_.empty() &&
                       local_failures_.front().pid == cause.pid;
     if (ours) {
+      why = supervisor::Explain(local_failures_.front(), ExplainFacts());
       supervisor::ConsoleWriter::For(STDERR_FILENO).Write(Report());
       if (auto own = env::Lookup(environ_, env::kErrorFile); own && !own->empty()) {
         supervisor::DumpRootCause(local_failures_.front(), *own);
@@ -434,6 +450,7 @@ int Agent::Finish(const rendezvous::Action& exit) {
       spdlog::warn("received {} while waiting for the other agents to leave: exiting",
                    supervisor::SignalName(sig));
       code = exit_code::ForSignal(sig);
+      record_.Signal(sig);
     }
   }
   if (coordinator_) coordinator_->Stop();
@@ -442,7 +459,12 @@ int Agent::Finish(const rendezvous::Action& exit) {
   if (int sig = sup_->pending_signal(); sig != 0 && code != exit_code::ForSignal(sig)) {
     spdlog::warn("received {} while exiting", supervisor::SignalName(sig));
     code = exit_code::ForSignal(sig);
+    record_.Signal(sig);
   }
+  const std::string incident = record_.Finish(
+      exit, code, round_ ? round_->restart_count : 0, layout_->disabled() ? "" : layout_->run_dir(),
+      local_failures_, why ? why->cause : "", why ? why->fix : "");
+  if (!incident.empty()) spdlog::info("incident report (JSON): {}", incident);
   return code;
 }
 
@@ -457,6 +479,7 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
     case supervisor::Outcome::kInterrupted:
       spdlog::warn("received {}: workers stopped", supervisor::SignalName(result.received_signal));
       o.kind = Kind::kInterrupted;
+      record_.Signal(result.received_signal);
       o.signal = result.received_signal;
       o.signal_name = supervisor::SignalName(result.received_signal);
       return o;
@@ -482,6 +505,7 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
                  (root.hung || root.timer ? root.message : root.exit.Describe());
   spdlog::warn("worker group failed: {} ({} failure); the job record decides what follows",
                o.cause.what, rendezvous::FailureClassName(o.cause.cls));
+  record_.Failure(o.cause);
   return o;
 }
 
@@ -491,6 +515,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
         "restarting the workers of every node after a failure: restart {} of {} "
         "(--max_restarts)",
         round.restart_count, c_.max_restarts);
+    record_.Restart(round.restart_count, c_.max_restarts);
   }
   round_ = round;
   env::GroupInfo group = Group(round);
@@ -499,6 +524,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
       "MASTER_ADDR={} MASTER_PORT={}",
       round.round, round.node_rank, round.nodes.size(), round.world_size, round.restart_count,
       group.master_addr, group.master_port);
+  record_.RoundComplete(round, group.master_addr, group.master_port);
   if (Status s = layout_->PrepareAttempt(round.restart_count, c_.nproc_per_node); !s.ok()) {
     return FinishLocally(1, s.message());
   }
@@ -513,12 +539,14 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   sup_->ClearStopRequest();
   Status watching = driver_->StartWatching([this](const std::string& reason) {
     spdlog::warn("stopping the workers: {}", reason);
+    record_.MembershipChange(reason);
     sup_->RequestStop();
   });
   if (!watching.ok()) return FinishLocally(1, watching.message());
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);
   driver_->StopWatching();
   supervisor::CountOwnFailures(result, ErrorFiles(round.restart_count));
+  record_.WorkersExited(result.workers);
   std::vector<std::string> stderr_logs;
   for (int r = 0; r < c_.nproc_per_node; ++r) {
     const bool to_file = ((c_.redirects.For(r) | c_.tee.For(r)) & 2) != 0;

@@ -353,7 +353,10 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   for (const auto& check : report.checks) {
     if (check.status == CheckStatus::kFail) report.failed = true;
   }
-  const std::string header = "ddprun doctor: host " + env::Hostname() + ", nproc_per_node " +
+  report.host = env::Hostname();
+  report.nproc_per_node = job.nproc_per_node;
+  report.threads_per_worker = job.threads_per_worker;
+  const std::string header = "ddprun doctor: host " + report.host + ", nproc_per_node " +
                              std::to_string(job.nproc_per_node) + ", threads_per_worker " +
                              std::to_string(job.threads_per_worker);
   report.text = FormatDoctorTable(header, report.checks);

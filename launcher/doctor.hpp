@@ -22,6 +22,9 @@ namespace ddprun::launcher {
 std::optional<std::vector<std::string>> DoctorArguments(const std::vector<std::string>& args);
 
 struct DoctorReport {
+  std::string host;
+  int nproc_per_node = 1;
+  int threads_per_worker = 1;
   std::vector<env::LimitCheck> checks;
   std::string text;  // the table, ready to print
   bool failed = false;

@@ -37,6 +37,7 @@ struct LaunchConfig {
   double monitor_interval = 0.1;
   std::string start_method = "spawn";
   std::string role = "default";
+  std::string event_log_handler = "null";  // null, json or console (launcher/machine_reports.hpp)
   bool module = false;
   bool no_python = false;
   bool run_path = false;

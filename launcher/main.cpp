@@ -4,6 +4,7 @@
 // the program, run the agent, map the outcome to an exit code.
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -21,6 +22,7 @@
 #include "launcher/cpu_binding.hpp"
 #include "launcher/doctor.hpp"
 #include "launcher/dump_request.hpp"
+#include "launcher/machine_reports.hpp"
 #include "launcher/option_table.hpp"
 #include "launcher/options.hpp"
 #include "launcher/program.hpp"
@@ -119,15 +121,27 @@ ddprun::Status BindCpus(ddprun::launcher::LaunchConfig& c) {
   return ddprun::Status::Ok();
 }
 
-// ddprun doctor: prints the table; 0 when nothing fails, 1 otherwise, 2 on bad options.
-int Doctor(const std::vector<std::string>& options, const ddprun::env::Environ& environ,
+// ddprun doctor [--json]: prints the table (or its JSON, launcher/machine_reports.hpp);
+// 0 when nothing fails, 1 otherwise, 2 on bad options.
+int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ,
            const ddprun::launcher::HostCounts& host) {
+  const auto json = std::find(options.begin(), options.end(), "--json");
+  const bool as_json = json != options.end();
+  if (as_json) options.erase(json);
   auto report = ddprun::launcher::RunDoctor(options, environ, host);
   if (!report.ok()) {
     std::fprintf(stderr, "ddprun doctor: %s\n", report.status().message().c_str());
     return ddprun::exit_code::kUsage;
   }
-  std::fputs(report->text.c_str(), stdout);
+  if (as_json) {
+    std::puts(ddprun::launcher::DoctorJson(report->host, report->nproc_per_node,
+                                           report->threads_per_worker, report->checks,
+                                           report->failed)
+                  .dump(2)
+                  .c_str());
+  } else {
+    std::fputs(report->text.c_str(), stdout);
+  }
   return report->failed ? 1 : 0;
 }
 

@@ -231,9 +231,19 @@ Status ApplyUnsupported(const RawOptions& raw) {
                          " is not supported yet: ddprun writes one log layout, torchrun's "
                          "default (--logs_specs=default); drop the option or give default");
   }
-  if (auto v = raw.Get("event_log_handler"); v && *v != "null") {
-    return Unimplemented("--event_log_handler=" + *v +
-                         " is not supported yet: only null is accepted");
+  return Status::Ok();
+}
+
+// torchrun's handlers are null and console (its events, logged); ddprun's
+// console and json both write its own events as JSON lines
+// (launcher/machine_reports.hpp), to DDPRUN_EVENT_LOG or else stderr.
+Status ApplyEventLog(const RawOptions& raw, LaunchConfig& c) {
+  if (auto v = raw.Get("event_log_handler")) {
+    if (*v != "null" && *v != "json" && *v != "console") {
+      return InvalidArgument("--event_log_handler=" + *v +
+                             ": not a handler (null, json or console)");
+    }
+    c.event_log_handler = *v;
   }
   return Status::Ok();
 }
@@ -496,6 +506,7 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
   if (Status s = ApplyFlags(raw, c); !s.ok()) return s;
   if (Status s = ApplyRendezvous(raw, c); !s.ok()) return s;
   if (Status s = ApplyUnsupported(raw); !s.ok()) return s;
+  if (Status s = ApplyEventLog(raw, c); !s.ok()) return s;
   if (Status s = ApplyGpus(raw, environ, host, parsed); !s.ok()) return s;
   if (Status s = ApplyWorkers(raw, host, c); !s.ok()) return s;
   if (Status s = CheckGpuShare(raw, parsed); !s.ok()) return s;

@@ -78,6 +78,8 @@ if ! "$VENV/bin/python" -c "import torch, pytest, sys; sys.exit(torch.__version_
 fi
 # py-spy: Python stacks in ddprun's hang dumps (the tests check them).
 [ -x "$VENV/bin/py-spy" ] || "$VENV/bin/pip" install -q py-spy
+# jsonschema: tests/e2e/test_machine_reports.py checks ddprun's JSON against docs/schemas/.
+"$VENV/bin/python" -c "import jsonschema" 2>/dev/null || "$VENV/bin/pip" install -q jsonschema
 # pyflakes: CI's check of the Python tests and benchmarks (scripts/lint.sh).
 "$VENV/bin/python" -c "import pyflakes" 2>/dev/null || "$VENV/bin/pip" install -q pyflakes
 echo "setup: ready (venv $VENV, $("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'))"

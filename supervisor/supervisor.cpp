@@ -560,6 +560,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
     StartWorker(spec, state);
   }
   ReapChildren();  // exits that raced with the start-up
+  if (start_handler_) start_handler_(state.workers());
   ArmHangCheck();
   while (!state.done()) uv_run(&loop_, UV_RUN_ONCE);
   uv_timer_stop(&hang_timer_);

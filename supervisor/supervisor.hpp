@@ -65,6 +65,9 @@ class Supervisor {
   // the ranks it found to be the cause (stragglers), reported first.
   using HangHandler = std::function<std::vector<int>(const HangReport&)>;
   void SetHangHandler(HangHandler handler) { hang_handler_ = std::move(handler); }
+  // Called once per group, when every worker was started (or failed to start).
+  using StartHandler = std::function<void(const std::vector<WorkerRecord>&)>;
+  void SetStartHandler(StartHandler handler) { start_handler_ = std::move(handler); }
   // Handles `dump_signal` (ddprun dump): the handler gets every running
   // worker; nothing is stopped.
   void SetDumpHandler(int dump_signal, HangHandler handler);
@@ -135,6 +138,7 @@ class Supervisor {
   GroupOptions options_;
   HangHandler hang_handler_;
   HangHandler dump_handler_;
+  StartHandler start_handler_;
   uv_signal_t dump_signal_{};
   bool dump_signal_started_ = false;
   std::unique_ptr<FileTimerServer> file_timer_;

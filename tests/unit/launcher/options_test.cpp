@@ -190,13 +190,18 @@ TEST_CASE("cpu binding options: bad modes and both options together are usage er
 }
 
 TEST_CASE("later work is refused with not supported yet") {
-  for (auto arg : {"--rdzv_backend=etcd", "--logs_specs=x", "--event_log_handler=console"}) {
+  for (auto arg : {"--rdzv_backend=etcd", "--logs_specs=x"}) {
     auto p = Parse({arg, "t"});
     REQUIRE_FALSE(p.ok());
     CHECK(p.status().code() == StatusCode::kUnimplemented);
     CHECK(Contains(p.status().message(), "not supported yet"));
   }
   CHECK(Contains(Error({"--rdzv_backend=zookeeper", "t"}), "static or c10d"));
+  CHECK(Contains(Error({"--event_log_handler=dynamic_rendezvous", "t"}),
+                 "not a handler (null, json or console)"));
+  CHECK(Parse({"--event_log_handler=json", "t"})->config.event_log_handler == "json");
+  CHECK(Parse({"t"}, {{"PET_EVENT_LOG_HANDLER", "console"}})->config.event_log_handler ==
+        "console");
   CHECK(Contains(Error({"--nnodes=1:4", "t"}), "needs --rdzv_backend=c10d"));
   CHECK(Contains(Error({"--rdzv_backend=c10d", "--nnodes=2", "t"}), "needs --rdzv_endpoint"));
   CHECK(Contains(Error({"--standalone", "--nnodes=2", "t"}), "single-node job"));

@@ -1,0 +1,108 @@
+// What ddprun tells programs rather than people (docs/machine-reports.md,
+// schemas in docs/schemas/): the agent's events as JSON lines
+// (--event_log_handler json|console, DDPRUN_EVENT_LOG), incident.json at the
+// end of a run that failed or was stopped, and `ddprun doctor --json`. Every
+// document names its schema and version ("schema": "ddprun.incident/1"); a
+// change that removes or retypes a field bumps the version.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.hpp"
+#include "base/unique_fd.hpp"
+#include "env/limits.hpp"
+#include "rendezvous/job_record.hpp"
+#include "supervisor/failure_report.hpp"
+#include "supervisor/group_state.hpp"
+
+namespace ddprun::launcher {
+
+inline constexpr char kEventSchema[] = "ddprun.event/1";
+inline constexpr char kIncidentSchema[] = "ddprun.incident/1";
+inline constexpr char kDoctorSchema[] = "ddprun.doctor/1";
+
+// "2026-12-01T02:33:20.123456Z".
+std::string UtcTimestamp();
+
+// The agent's event stream: one JSON object per line, each written with one
+// write(2) (whole lines even when several agents append to one file), so a
+// reader sees every event as it happens. Not thread-safe.
+class EventLog {
+ public:
+  EventLog() = default;  // writes nothing
+  // `handler` is --event_log_handler: "null" writes nothing unless `path` (DDPRUN_EVENT_LOG) is
+  // set, "json" and "console" write to `path` (appended, created 0644) or else to stderr. Fails
+  // naming the path when it cannot be opened, and on another handler.
+  static StatusOr<EventLog> Open(const std::string& handler, const std::string& path);
+
+  bool enabled() const { return fd_ >= 0; }
+  // Fields every later event carries (run_id, host, node_rank).
+  void SetCommon(const std::string& key, nlohmann::ordered_json value) {
+    common_[key] = std::move(value);
+  }
+  // {"schema", "time", "event", the common fields, then `fields`}. A failed
+  // write is said once on the log and the stream stops.
+  void Emit(const std::string& event,
+            const nlohmann::ordered_json& fields = nlohmann::ordered_json::object());
+
+ private:
+  UniqueFd owned_;
+  int fd_ = -1;
+  std::string where_;
+  nlohmann::ordered_json common_ = nlohmann::ordered_json::object();
+};
+
+// How a run ended, for incident.json's "class" and the exit event.
+enum class ExitClass {
+  kSucceeded,
+  kWorkerFailure,  // a worker failed (or died of a peer going away)
+  kHang,           // a worker was declared hung
+  kUsageError,     // the request cannot run as given (exit 2)
+  kSignalled,      // ddprun was told to stop (SIGINT, SIGTERM, SIGHUP, ...)
+  kPreempted,      // SIGTERM inside a Slurm job: preemption, requeue, time limit or scancel
+  kRendezvous,     // the nodes did not come together
+  kLauncherError,  // ddprun itself could not go on (no log directory, ...)
+};
+const char* ExitClassName(ExitClass c);
+
+// The hang ddprun declared, when it did.
+struct HangFacts {
+  std::vector<int> hung;        // ranks silent past --hang_timeout
+  std::vector<int> stragglers;  // ranks the flight recorders (or PyTorch's) name
+  std::string verdict;          // PyTorch's verdict line, or ""
+  std::string dump_dir;         // where the dumps are ("" when none was written)
+};
+
+struct IncidentFacts {
+  std::string run_id, program, host, log_dir;
+  int node_rank = -1;
+  int attempt = 0;  // the restart count of the last attempt
+  int max_restarts = 0;
+  int exit_code = 0;
+  ExitClass exit_class = ExitClass::kWorkerFailure;
+  std::string message;  // what ddprun printed last
+  int signal = 0;       // the signal ddprun received, if that ended the run
+  std::optional<rendezvous::Cause> root_cause;
+  // This node's failures of the last attempt, root cause first (with its error file read).
+  std::vector<supervisor::FailureRecord> failures;
+  std::vector<supervisor::WorkerRecord> workers;  // this node's last attempt, by local rank
+  std::optional<HangFacts> hang;
+  std::string cause, fix;  // the catalogue's explanation of the root cause
+  std::optional<nlohmann::ordered_json> slurm;
+};
+
+// incident.json's document.
+nlohmann::ordered_json IncidentJson(const IncidentFacts& f);
+
+// Writes `doc` (indented) to `path` through a temporary file and rename.
+Status WriteJsonFile(const std::string& path, const nlohmann::ordered_json& doc);
+
+// `ddprun doctor --json`.
+nlohmann::ordered_json DoctorJson(const std::string& host, int nproc_per_node,
+                                  int threads_per_worker,
+                                  const std::vector<env::LimitCheck>& checks, bool failed);
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,160 @@
+"""ddprun's machine-readable reports against their JSON Schemas (docs/schemas/): incident.json
+after a failed or stopped run, the event log (--event_log_handler json|console,
+DDPRUN_EVENT_LOG), and `ddprun doctor --json`; each with real jobs (a worker that fails, a hang,
+a restart, ddprun stopped by SIGTERM, in a Slurm job or not)."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DDPRUN, SOURCE, base_env, run_ddprun
+from trainlib import TRAIN
+
+jsonschema = pytest.importorskip("jsonschema")
+
+SCHEMAS = SOURCE / "docs" / "schemas"
+STEPS = ["--width", "32", "--depth", "2", "--batch", "8", "--steps", "100000"]
+# Rank 1 writes an error file as torch's @record does, then exits 3; rank 0 waits to be stopped.
+FAILING = ["--no_python", "/bin/sh", "-c",
+           'sleep 0.3; if [ "$LOCAL_RANK" = 1 ]; then '
+           'printf \'{"message": {"message": "ValueError: bad batch", "extraInfo": '
+           '{"py_callstack": "Traceback ...", "timestamp": "1"}}}\' > "$TORCHELASTIC_ERROR_FILE"; '
+           'echo boom >&2; exit 3; fi; sleep 30']
+
+
+def validator(name):
+    schema = json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def incident(log_dir):
+    found = list(Path(log_dir).glob("*/incident.json"))
+    assert len(found) == 1, found
+    doc = json.loads(found[0].read_text())
+    validator("incident").validate(doc)
+    return doc
+
+
+def events(path):
+    lines = Path(path).read_text().splitlines()
+    check = validator("event")
+    docs = [json.loads(line) for line in lines]
+    for d in docs:
+        check.validate(d)
+    return docs
+
+
+def names(docs):
+    return [d["event"] for d in docs]
+
+
+def test_a_failed_worker_gives_an_incident_and_events(tmp_path):
+    log = tmp_path / "events.jsonl"
+    r = run_ddprun(["--nproc_per_node=2", "--event_log_handler=json", f"--log_dir={tmp_path}",
+                    *FAILING], env=base_env(DDPRUN_EVENT_LOG=str(log)))
+    assert r.rc == 3, r
+    doc = incident(tmp_path)
+    assert doc["class"] == "worker_failure" and doc["exit_code"] == 3
+    root = doc["root_cause"]
+    assert (root["rank"], root["class"], root["on_this_node"]) == (1, "worker", True)
+    assert root["failure"]["error_file_contents"]["message"]["message"] == "ValueError: bad batch"
+    assert root["failure"]["output_tail"] == "boom\n"
+    states = {w["rank"]: (w["state"], w["exit_code"], w["signal"]) for w in doc["workers"]}
+    assert states == {0: ("stopped", None, "SIGTERM"), 1: ("failed", 3, None)}, states
+    assert doc["hang"] is None and doc["slurm"] is None and doc["signal"] is None
+    assert f"incident report (JSON): {tmp_path}" in r.stderr
+    evs = events(log)
+    assert names(evs) == ["agent_started", "rendezvous_complete", "workers_started", "failure",
+                          "exit"], names(evs)
+    assert [w["rank"] for w in evs[2]["workers"]] == [0, 1]
+    assert evs[-1]["exit_code"] == 3 and evs[-1]["incident"].endswith("/incident.json")
+    assert all(e["run_id"] == doc["run_id"] for e in evs)
+
+
+def test_a_success_writes_no_incident_and_console_events_go_to_stderr(tmp_path):
+    r = run_ddprun(["--nproc_per_node=2", "--event_log_handler=console", f"--log_dir={tmp_path}",
+                    "--no_python", "/bin/true"])
+    assert r.rc == 0, r
+    assert not list(Path(tmp_path).glob("*/incident.json"))
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith('{"schema":"ddprun.event/1"')]
+    check = validator("event")
+    for line in lines:
+        check.validate(json.loads(line))
+    evs = [json.loads(line) for line in lines]
+    assert names(evs)[-1] == "exit" and evs[-1]["class"] == "succeeded", lines
+    assert evs[-1]["incident"] is None
+
+
+def test_a_restart_and_a_hang_are_events_and_the_hang_is_in_the_incident(tmp_path):
+    log = tmp_path / "events.jsonl"
+    r = run_ddprun(["--nproc_per_node=2", "--hang_timeout=2", "--shutdown_timeout=1",
+                    "--max_restarts=1", f"--log_dir={tmp_path}", TRAIN, "--device", "cpu", *STEPS,
+                    "--hang-at-step", "3", "--hang-rank", "1"],
+                   env=base_env(DDPRUN_EVENT_LOG=str(log)), timeout=120)
+    assert r.rc == 124, r
+    evs = events(log)
+    seq = names(evs)
+    assert seq.count("hang_detected") == 2 and seq.count("dump_written") == 2, seq
+    assert seq.count("restart") == 1 and seq.count("rendezvous_complete") == 2, seq
+    assert seq[-1] == "exit" and evs[-1]["class"] == "hang"
+    hang = next(e for e in evs if e["event"] == "hang_detected")
+    assert 1 in [h["rank"] for h in hang["hung"]], hang
+    doc = incident(tmp_path)
+    assert doc["class"] == "hang" and doc["attempt"] == 1 and doc["max_restarts"] == 1
+    assert doc["hang"]["stragglers"] == [1], doc["hang"]
+    assert Path(doc["hang"]["summary"]).is_file() and "attempt_1" in doc["hang"]["dump_dir"]
+    assert doc["root_cause"]["class"] == "hang"
+
+
+@pytest.mark.parametrize("slurm_job, cls", [(None, "signalled"), ("4242", "preempted")])
+def test_a_stopped_run_is_signalled_or_preempted_in_a_slurm_job(tmp_path, slurm_job, cls):
+    log = tmp_path / "events.jsonl"
+    env = base_env(DDPRUN_EVENT_LOG=str(log), SLURM_JOB_ID=slurm_job)
+    p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--shutdown_timeout=2",
+                          f"--log_dir={tmp_path}", "--no_python", "/bin/sleep", "30"], env=env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and "workers_started" not in (
+            log.read_text() if log.exists() else ""):
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 143, err
+    doc = incident(tmp_path)
+    assert (doc["class"], doc["signal"], doc["exit_code"]) == (cls, "SIGTERM", 143), doc
+    assert doc["root_cause"] is None
+    evs = events(log)
+    assert "signal" in names(evs) and evs[-1]["class"] == cls
+
+
+def test_an_event_log_that_cannot_be_opened_is_a_usage_error(tmp_path):
+    r = run_ddprun(["--nproc_per_node=1", "--no_python", "/bin/true"],
+                   env=base_env(DDPRUN_EVENT_LOG=str(tmp_path / "no" / "such" / "dir" / "x")))
+    assert r.rc == 2, r
+    assert "DDPRUN_EVENT_LOG=" in r.stderr and "cannot open it for appending" in r.stderr, r
+    r = run_ddprun(["--event_log_handler=dynamic_rendezvous", "--no_python", "/bin/true"])
+    assert r.rc == 2 and "not a handler (null, json or console)" in r.stderr, r
+
+
+def test_doctor_json_matches_its_schema_and_exit_code():
+    r = subprocess.run([str(DDPRUN), "doctor", "--json", "--nproc_per_node=2"], env=base_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode in (0, 1), r.stderr
+    doc = json.loads(r.stdout)
+    validator("doctor").validate(doc)
+    assert doc["nproc_per_node"] == 2
+    assert doc["failed"] == (r.returncode == 1)
+    assert doc["failed"] == any(c["status"] == "fail" for c in doc["checks"])
+    assert any(c["check"].startswith("RLIMIT_NPROC") for c in doc["checks"])
+
+
+def test_schemas_are_documented():
+    text = (SOURCE / "docs" / "machine-reports.md").read_text()
+    for name in ("event", "incident", "doctor"):
+        assert f"schemas/{name}.schema.json" in text
+    assert os.path.getsize(SCHEMAS / "incident.schema.json") > 0

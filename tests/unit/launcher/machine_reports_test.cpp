@@ -1,0 +1,139 @@
+#include "launcher/machine_reports.hpp"
+
+#include <doctest/doctest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "launcher/run_recorder.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string TempDir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("ddprun_reports_" + std::to_string(getpid()) + "_" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+std::vector<json> Lines(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<json> out;
+  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  return out;
+}
+
+TEST_CASE("EventLog: handlers, paths, and one object per line with the common fields") {
+  CHECK_FALSE(EventLog::Open("dynamic_rendezvous", "").ok());
+  CHECK_FALSE(EventLog().enabled());
+  auto none = EventLog::Open("null", "");
+  REQUIRE(none.ok());
+  CHECK_FALSE(none->enabled());
+  auto to_stderr = EventLog::Open("json", "");
+  REQUIRE(to_stderr.ok());
+  CHECK(to_stderr->enabled());
+  auto bad = EventLog::Open("json", "/proc/no/such/dir/events");
+  REQUIRE_FALSE(bad.ok());
+  CHECK(bad.status().message().find("DDPRUN_EVENT_LOG=/proc/no/such/dir/events") !=
+        std::string::npos);
+
+  const std::string dir = TempDir("events");
+  const std::string path = dir + "/events.jsonl";
+  auto log = EventLog::Open("null", path);  // the variable alone turns it on
+  REQUIRE(log.ok());
+  log->SetCommon("run_id", "job7");
+  log->Emit("restart", {{"restart_count", 1}});
+  log->SetCommon("node_rank", 2);
+  log->Emit("exit", {{"exit_code", 0}});
+  const auto lines = Lines(path);
+  REQUIRE(lines.size() == 2);
+  CHECK(lines[0]["schema"] == kEventSchema);
+  CHECK(lines[0]["event"] == "restart");
+  CHECK(lines[0]["run_id"] == "job7");
+  CHECK(lines[0]["restart_count"] == 1);
+  CHECK_FALSE(lines[0].contains("node_rank"));
+  CHECK(lines[1]["node_rank"] == 2);
+  CHECK(lines[0]["time"].get<std::string>().back() == 'Z');
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("RunRecorder classifies the end and writes incident.json only when it went wrong") {
+  LaunchConfig c;
+  c.rdzv_id = "job9";
+  const std::string dir = TempDir("incident");
+  rendezvous::Action exit;
+  exit.kind = rendezvous::ActionKind::kExit;
+
+  SUBCASE("success: no incident") {
+    RunRecorder r;
+    REQUIRE(r.Start(c, "./train", "host-a", "", false).ok());
+    CHECK(r.Finish(exit, 0, 0, dir, {}, "", "").empty());
+    CHECK_FALSE(std::filesystem::exists(dir + "/incident.json"));
+  }
+  SUBCASE("SIGTERM in a Slurm job is preempted, outside one signalled") {
+    for (bool slurm : {true, false}) {
+      RunRecorder r;
+      REQUIRE(r.Start(c, "./train", "host-a", "", slurm).ok());
+      r.Signal(SIGTERM);
+      const std::string path = r.Finish(exit, 143, 0, dir, {}, "", "");
+      REQUIRE(path == dir + "/incident.json");
+      std::ifstream in(path);
+      const json doc = json::parse(in);
+      CHECK(doc["class"] == (slurm ? "preempted" : "signalled"));
+      CHECK(doc["signal"] == "SIGTERM");
+      CHECK(doc["root_cause"].is_null());
+      CHECK(doc["run_id"] == "job9");
+    }
+  }
+  SUBCASE("a failure's class comes from the job record's root cause") {
+    RunRecorder r;
+    REQUIRE(r.Start(c, "./train", "host-a", "", false).ok());
+    exit.failed = true;
+    exit.root_cause.cls = rendezvous::FailureClass::kHang;
+    exit.root_cause.rank = 3;
+    const std::string path = r.Finish(exit, 124, 1, dir, {}, "cause", "fix");
+    std::ifstream in(path);
+    const json doc = json::parse(in);
+    CHECK(doc["class"] == "hang");
+    CHECK(doc["root_cause"]["rank"] == 3);
+    CHECK(doc["root_cause"]["on_this_node"] == false);
+    CHECK(doc["attempt"] == 1);
+    CHECK(doc["hints"][0]["cause"] == "cause");
+  }
+  SUBCASE("exit 2 without a failure is a usage error; no log directory, no file") {
+    RunRecorder r;
+    REQUIRE(r.Start(c, "./train", "host-a", "", false).ok());
+    CHECK(r.Finish(exit, 2, 0, "", {}, "", "").empty());
+    const std::string path = r.Finish(exit, 2, 0, dir, {}, "", "");
+    std::ifstream in(path);
+    CHECK(json::parse(in)["class"] == "usage_error");
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("DoctorJson lists every check with its status") {
+  std::vector<env::LimitCheck> checks(2);
+  checks[0].check = "RLIMIT_NPROC (ulimit -u)";
+  checks[1].check = "ports";
+  checks[1].status = env::CheckStatus::kFail;
+  checks[1].fix = "free it";
+  const json doc = DoctorJson("node0", 8, 64, checks, true);
+  CHECK(doc["schema"] == kDoctorSchema);
+  CHECK(doc["checks"][0]["status"] == "ok");
+  CHECK(doc["checks"][0]["fix"].is_null());
+  CHECK(doc["checks"][1]["status"] == "fail");
+  CHECK(doc["checks"][1]["fix"] == "free it");
+  CHECK(doc["failed"] == true);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
