@@ -179,6 +179,23 @@ class Timed:
             return "\n".join(text for _, _, text in self.lines)
 
 
+def watch_window(c, t_from, window):
+    """Watches the Timed child `c` from time.time() `t_from` for `window` seconds (the reference
+    launcher after a hang), then kills what is left of it. Returns (exited, watched seconds,
+    its exit code or None, the lines it printed after t_from)."""
+    exited = False
+    while time.time() < t_from + window:
+        if c.p.poll() is not None:
+            exited = True
+            break
+        time.sleep(0.05)
+    watched = time.time() - t_from
+    rc, _ = c.wait(0.01)  # kills it and its workers when still running
+    with c.lock:
+        after = [text for t, _, text in c.lines if t > t_from]
+    return exited, watched, rc if exited else None, after
+
+
 # --- statistics --------------------------------------------------------------
 
 def median_or_none(v):

@@ -155,21 +155,14 @@ def run_torchrun(args, work):
         time.sleep(0.05)
         with open(stamp) as f:
             t_hang = float(f.read())
-    exited = False
+    exited, watched, rc, after = False, None, None, []
     if t_hang is not None:
-        while time.time() < t_hang + args.torchrun_window:
-            if c.p.poll() is not None:
-                exited = True
-                break
-            time.sleep(0.05)
-    t_end = time.time()
-    rc, _ = c.wait(0.01)  # kills it (and its workers) if still running
-    with c.lock:
-        after = [text for t, _, text in c.lines
-                 if t_hang is not None and t > t_hang and "hanging at step 5" not in text]
+        exited, watched, rc, after = benchlib.watch_window(c, t_hang, args.torchrun_window)
+        after = [text for text in after if "hanging at step 5" not in text]
+    else:
+        c.wait(0.01)
     shutil.rmtree(d, ignore_errors=True)
-    return {"t_hang": t_hang, "watched": (t_end - t_hang) if t_hang else None,
-            "exited": exited, "rc": rc if exited else None, "said": after,
+    return {"t_hang": t_hang, "watched": watched, "exited": exited, "rc": rc, "said": after,
             "ok": t_hang is not None}
 
 

@@ -103,19 +103,11 @@ def run_torchrun(args):
     while t_stop is None and time.monotonic() < deadline and c.p.poll() is None:
         time.sleep(0.05)
         t_stop, _ = c.first(STOP)
-    exited = False
-    if t_stop is not None:
-        while time.time() < t_stop + args.torchrun_window:
-            if c.p.poll() is not None:
-                exited = True
-                break
-            time.sleep(0.05)
-    t_end = time.time()
-    rc, _ = c.wait(0.01)  # kills it and its workers when still running
-    with c.lock:
-        after = [text for t, _, text in c.lines if t_stop is not None and t > t_stop]
-    return {"ok": t_stop is not None, "watched": (t_end - t_stop) if t_stop else None,
-            "exited": exited, "rc": rc if exited else None, "said": after}
+    if t_stop is None:
+        c.wait(0.01)
+        return {"ok": False}
+    exited, watched, rc, after = benchlib.watch_window(c, t_stop, args.torchrun_window)
+    return {"ok": True, "watched": watched, "exited": exited, "rc": rc, "said": after}
 
 
 def main():

@@ -36,19 +36,24 @@ fi
 # The device path of the unit tests too (set-up checks; quick).
 "$build/tests/unit_tests" -tc='*device*,*unscale*,*clip*'
 
-echo "== trainer on cuda"
-# examples/train --device cuda under ddprun against the CPU --reference (pytest; not a
-# ctest label): a skip for want of a device fails here too.
+# Runs one pytest file of GPU tests; a skip for want of a device fails here too.
 pytest_python="$python"
 "$pytest_python" -c "import pytest" 2>/dev/null || pytest_python=python3
-out=$(DDPRUN="$build/ddprun" DDPRUN_BUILD="$build" DDPRUN_SOURCE="$PWD" \
-      "$pytest_python" -m pytest -v -rs -s -p no:cacheprovider tests/e2e/test_train_gpu.py 2>&1) \
-  || { echo "$out"; exit 1; }
-echo "$out"
-if grep -q "skipped: no CUDA device" <<<"$out"; then
-  echo "gpu-check: the trainer's GPU test saw no device" >&2
-  exit 1
-fi
+gpu_pytest() {  # FILE WHAT
+  local out
+  out=$(DDPRUN="$build/ddprun" DDPRUN_BUILD="$build" DDPRUN_SOURCE="$PWD" \
+        "$pytest_python" -m pytest -v -rs -s -p no:cacheprovider "$1" 2>&1) || { echo "$out"; exit 1; }
+  echo "$out"
+  if grep -q "skipped: no CUDA device" <<<"$out"; then
+    echo "gpu-check: $2 saw no device" >&2
+    exit 1
+  fi
+}
+
+echo "== trainer on cuda"
+# examples/train --device cuda under ddprun against the CPU --reference (pytest; not a
+# ctest label).
+gpu_pytest tests/e2e/test_train_gpu.py "the trainer's GPU test"
 
 echo "== gpus through the real NVML"
 # ddprun's discovery (env/gpus.cpp) against nvidia-smi: the same count and bus ids, and
@@ -70,14 +75,7 @@ echo "== pytorch on nccl: the diagnosis catalogue and --hang_detect=torch"
 # all_reduce (PyTorch's dump pipe, fr_trace, NCCL's RAS); two NCCL ranks share one GPU through
 # tests/tools/onehost_python. A skip for want of a device fails here.
 if "$python" -c "import torch" 2>/dev/null; then
-  out=$(DDPRUN="$build/ddprun" DDPRUN_BUILD="$build" DDPRUN_SOURCE="$PWD" \
-        "$pytest_python" -m pytest -v -rs -s -p no:cacheprovider tests/e2e/test_diagnosis_gpu.py 2>&1) \
-    || { echo "$out"; exit 1; }
-  echo "$out"
-  if grep -q "skipped: no CUDA device" <<<"$out"; then
-    echo "gpu-check: the diagnosis GPU tests saw no device" >&2
-    exit 1
-  fi
+  gpu_pytest tests/e2e/test_diagnosis_gpu.py "the diagnosis GPU tests"
 else
   echo "gpu-check: no torch in $python: the PyTorch NCCL checks did not run" >&2
   exit 1
