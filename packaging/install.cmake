@@ -3,6 +3,7 @@
 #   dev      the DDP core for C++ workers: P/lib/<arch>/libddprun_ddp.a, its public headers under
 #            P/include/ddprun, the CMake package (find_package(ddprun) -> ddprun::ddp) and the
 #            pkg-config file ddprun-ddp.pc.
+# scripts/package.sh makes one Debian package of each from the same rules (packaging/deb.cmake).
 # The reference trainer goes to libexec/ddprun, not bin: it is a worker that ddprun runs (run
 # alone it does only --reference and --help), a program for programs, which is what libexec is
 # for; it stays off users' PATH (no man page owed) and keeps its name, as install(TARGETS) cannot
@@ -123,3 +124,5 @@ install(CODE "
   message(STATUS \"Installing: \${pc}\")
   configure_file(\"${CMAKE_BINARY_DIR}/packaging/ddprun-ddp.pc.in\" \"\${pc}\" @ONLY)
   list(APPEND CMAKE_INSTALL_MANIFEST_FILES \"\${pc}\")" COMPONENT dev)
+
+include(packaging/deb.cmake)
