@@ -15,7 +15,14 @@ set(CPACK_STRIP_FILES ON)  # the programs, and the archive's debug sections (ins
 set(CPACK_INSTALL_DEFAULT_DIRECTORY_PERMISSIONS
     OWNER_READ OWNER_WRITE OWNER_EXECUTE GROUP_READ GROUP_EXECUTE WORLD_READ WORLD_EXECUTE)
 set(CPACK_DEB_COMPONENT_INSTALL ON)
-set(CPACK_COMPONENTS_ALL runtime dev)
+# Each package is a group of two components: the files of a plain install (runtime, dev) and
+# Debian's own files for it (runtime_debian, dev_debian: copyright, changelog, lintian override),
+# which no `cmake --install`, even of one component, puts under a prefix.
+set(CPACK_COMPONENTS_ALL runtime runtime_debian dev dev_debian)
+set(CPACK_COMPONENT_RUNTIME_GROUP runtime)
+set(CPACK_COMPONENT_RUNTIME_DEBIAN_GROUP runtime)
+set(CPACK_COMPONENT_DEV_GROUP dev)
+set(CPACK_COMPONENT_DEV_DEBIAN_GROUP dev)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # <name>_<version>-<release>_<arch>.deb
 # The revision of packaging/debian/changelog's first entry (test_package.py checks they agree).
 set(CPACK_DEBIAN_PACKAGE_RELEASE 1)
@@ -46,18 +53,18 @@ collective timeouts, a bucketed gradient reducer that overlaps all-reduce with
 backward, a gradient scaler and a flight recorder. With its headers, a CMake
 package (find_package(ddprun), target ddprun::ddp) and ddprun-ddp.pc.")
 
-# Debian's per-package files, only in the packages (EXCLUDE_FROM_ALL: not in a plain install).
+# Debian's per-package files (EXCLUDE_FROM_ALL: not in a plain install).
 ddprun_gzip(ddprun_changelog_gz ${CMAKE_SOURCE_DIR}/packaging/debian/changelog
             ${CMAKE_BINARY_DIR}/packaging/changelog.Debian.gz)
-foreach(component runtime dev)
-  string(TOUPPER ${component} upper)
+foreach(group runtime dev)
+  string(TOUPPER ${group} upper)
   install(FILES packaging/debian/copyright ${CMAKE_BINARY_DIR}/packaging/changelog.Debian.gz
           DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/${CPACK_DEBIAN_${upper}_PACKAGE_NAME}
-          COMPONENT ${component} EXCLUDE_FROM_ALL)
+          COMPONENT ${group}_debian EXCLUDE_FROM_ALL)
 endforeach()
-
 # lintian's one false alarm on ddprun, explained in the file.
 install(FILES packaging/debian/ddprun.lintian-overrides RENAME ddprun
-        DESTINATION ${CMAKE_INSTALL_DATADIR}/lintian/overrides COMPONENT runtime EXCLUDE_FROM_ALL)
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/lintian/overrides
+        COMPONENT runtime_debian EXCLUDE_FROM_ALL)
 
 include(CPack)

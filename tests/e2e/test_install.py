@@ -44,10 +44,25 @@ def test_the_install_has_exactly_the_expected_files(prefix):
         "share/doc/ddprun/README.md", f"{LIBDIR}/libddprun_ddp.a",
         f"{LIBDIR}/pkgconfig/ddprun-ddp.pc",
     } | docs | cmake | {f"include/ddprun/{h}" for h in PUBLIC_HEADERS}
-    installed = {str(f.relative_to(prefix)) for f in prefix.rglob("*") if not f.is_dir()}
+    installed = files_under(prefix)
     assert installed == expected, (sorted(installed - expected), sorted(expected - installed))
     for program in ("bin/ddprun", "libexec/ddprun/train"):
         assert (prefix / program).stat().st_mode & 0o111, program
+
+
+def files_under(root):
+    return {str(f.relative_to(root)) for f in root.rglob("*") if not f.is_dir()}
+
+
+def test_the_runtime_and_dev_components_split_the_install(prefix, tmp_path):
+    parts = {}
+    for component in ("runtime", "dev"):
+        parts[component] = tmp_path / component
+        check_run(["cmake", "--install", BUILD, "--prefix", parts[component], "--component",
+                   component], timeout=120)
+    runtime, dev = files_under(parts["runtime"]), files_under(parts["dev"])
+    assert not runtime & dev and runtime | dev == files_under(prefix)
+    assert all(f.startswith(("include/", f"{LIBDIR}/")) for f in dev), sorted(dev)
 
 
 def test_the_installed_ddprun_runs_and_its_man_page_is_gzipped_without_a_time_stamp(prefix):
