@@ -27,6 +27,10 @@ LIBDIR = cache_value("CMAKE_INSTALL_LIBDIR")  # lib/<multiarch> on Debian
 BUILD_TYPE = cache_value("CMAKE_BUILD_TYPE").lower()
 
 
+def files_under(root):
+    return {str(f.relative_to(root)) for f in root.rglob("*") if not f.is_dir()}
+
+
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory):
     p = tmp_path_factory.mktemp("prefix")
@@ -48,10 +52,6 @@ def test_the_install_has_exactly_the_expected_files(prefix):
     assert installed == expected, (sorted(installed - expected), sorted(expected - installed))
     for program in ("bin/ddprun", "libexec/ddprun/train"):
         assert (prefix / program).stat().st_mode & 0o111, program
-
-
-def files_under(root):
-    return {str(f.relative_to(root)) for f in root.rglob("*") if not f.is_dir()}
 
 
 def test_the_runtime_and_dev_components_split_the_install(prefix, tmp_path):
