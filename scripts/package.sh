@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Builds, then makes the Debian packages from the build (packaging/deb.cmake) in build/ (or
+# $DDPRUN_BUILD_DIR): ddprun_<version>-<revision>_<arch>.deb (the launcher, man page, docs and
+# the reference trainer) and libddprun-ddp-dev_..._<arch>.deb (the DDP core for C++ workers).
+# Install them with: apt-get install ./build/ddprun_*.deb ./build/libddprun-ddp-dev_*.deb
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD="${DDPRUN_BUILD_DIR:-build}"
+scripts/setup.sh --no-python
+scripts/build.sh
+cd "$BUILD"
+cpack -G DEB
+ls -1 "$PWD"/*.deb
