@@ -1,5 +1,6 @@
 # What `cmake --install <build> --prefix P` installs, in two components:
-#   runtime  P/bin/ddprun, P/libexec/ddprun/train, the man page, README.md and docs/*.md;
+#   runtime  P/bin/ddprun, P/libexec/ddprun/train, the man page, README.md, docs/*.md and
+#            docs/schemas/*.json;
 #   dev      the DDP core for C++ workers: P/lib/<arch>/libddprun_ddp.a, its public headers under
 #            P/include/ddprun, the CMake package (find_package(ddprun) -> ddprun::ddp) and the
 #            pkg-config file ddprun-ddp.pc.
@@ -26,6 +27,9 @@ install(TARGETS ddprun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT run
 install(TARGETS train RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/ddprun COMPONENT runtime)
 file(GLOB DDPRUN_DOCS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/*.md)
 install(FILES README.md ${DDPRUN_DOCS} DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+# The JSON Schemas of incident.json, the event log and doctor --json (docs/machine-reports.md).
+file(GLOB DDPRUN_SCHEMAS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/schemas/*.json)
+install(FILES ${DDPRUN_SCHEMAS} DESTINATION ${CMAKE_INSTALL_DOCDIR}/schemas COMPONENT runtime)
 
 # The man page gzip'd (-9n: smallest, no name or time stamp, as Debian policy wants; man reads
 # it everywhere). The Debian changelog is made the same way (deb.cmake).

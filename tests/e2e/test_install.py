@@ -40,6 +40,7 @@ def prefix(tmp_path_factory):
 
 def test_the_install_has_exactly_the_expected_files(prefix):
     docs = {f"share/doc/ddprun/{d.name}" for d in (SOURCE / "docs").glob("*.md")}
+    docs |= {f"share/doc/ddprun/schemas/{d.name}" for d in (SOURCE / "docs/schemas").glob("*.json")}
     cmake = {f"{LIBDIR}/cmake/ddprun/{f}" for f in (
         "ddprunConfig.cmake", "ddprunConfigVersion.cmake", "ddprunTargets.cmake",
         f"ddprunTargets-{BUILD_TYPE}.cmake")}
