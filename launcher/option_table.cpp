@@ -102,6 +102,9 @@ const std::vector<OptionDef>& OptionTable() {
       {"doctor", 0, nullptr, nullptr, false,
        "check this host for a job (limits, /dev/shm, GPUs, NCCL, CUDA, network, ports), print a "
        "table and exit (also: ddprun doctor [options])"},
+      {"print_completion", 0, "bash|zsh", nullptr, false,
+       "print the completion script for the shell and exit: source <(ddprun --print-completion "
+       "bash) in ~/.bashrc; for zsh, save the script as _ddprun in a directory of $fpath"},
       {"help", 'h', nullptr, nullptr, false, "show this help and exit"},
       {"version", 0, nullptr, nullptr, false, "show the version and exit"},
   };

@@ -531,6 +531,13 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
     parsed.action = Action::kVersion;
     return parsed;
   }
+  if (auto shell = split->values.find("print_completion"); shell != split->values.end()) {
+    auto i = ParseWord("print_completion", shell->second);
+    if (!i.ok()) return i.status();
+    parsed.action = Action::kPrintCompletion;
+    parsed.completion_shell = std::array{Shell::kBash, Shell::kZsh}[*i];  // the table's bash|zsh
+    return parsed;
+  }
   RawOptions raw(split->values, environ);
   if (Status s = ApplySlurm(raw, environ, parsed); !s.ok()) return s;
   if (Status s = ApplyOptions(raw, environ, host, parsed); !s.ok()) {

@@ -373,6 +373,7 @@ TEST_CASE("an option's value words are the lower-case alternatives of its value 
   CHECK(words("redirects") == std::vector<std::string>{"0", "1", "2", "3"});
   CHECK(words("stdin") == std::vector<std::string>{"auto", "all", "none"});
   CHECK(words("rdzv_backend") == std::vector<std::string>{"static", "c10d"});
+  CHECK(words("print_completion") == std::vector<std::string>{"bash", "zsh"});
   CHECK(words("nnodes").empty());
   CHECK(words("rdzv_endpoint").empty());
   CHECK(words("standalone").empty());
