@@ -76,7 +76,7 @@ StatusOr<Seconds> ParseSeconds(std::string_view subject, std::string_view text, 
 }
 
 StatusOr<size_t> ParseChoice(std::string_view subject, std::string_view text,
-                             std::initializer_list<std::string_view> choices, bool ignore_case) {
+                             const std::vector<std::string_view>& choices, bool ignore_case) {
   std::string listed;
   size_t i = 0;
   for (std::string_view choice : choices) {

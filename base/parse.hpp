@@ -12,9 +12,9 @@
 
 #include <chrono>
 #include <cstddef>
-#include <initializer_list>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "base/status.hpp"
 
@@ -41,7 +41,7 @@ StatusOr<Seconds> ParseSeconds(std::string_view subject, std::string_view text, 
 // The index of the entry of `choices` that `text` is, compared exactly, or
 // ignoring ASCII case with `ignore_case`. The error lists the choices.
 StatusOr<size_t> ParseChoice(std::string_view subject, std::string_view text,
-                             std::initializer_list<std::string_view> choices,
+                             const std::vector<std::string_view>& choices,
                              bool ignore_case = false);
 
 // A name that becomes part of a path, a log prefix or a store key (a run id,

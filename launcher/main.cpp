@@ -19,6 +19,7 @@
 #include "env/names.hpp"
 #include "env/slurm.hpp"
 #include "launcher/agent.hpp"
+#include "launcher/completion.hpp"
 #include "launcher/cpu_binding.hpp"
 #include "launcher/doctor.hpp"
 #include "launcher/dump_request.hpp"
@@ -174,6 +175,10 @@ int main(int argc, char** argv) {
   }
   if (parsed->action == launcher::Action::kVersion) {
     std::printf("ddprun %s\n", DDPRUN_VERSION);
+    return 0;
+  }
+  if (parsed->action == launcher::Action::kPrintCompletion) {
+    std::fputs(launcher::CompletionScript(parsed->completion_shell).c_str(), stdout);
     return 0;
   }
   for (const auto& notice : parsed->notices) spdlog::info("{}", notice);

@@ -12,7 +12,7 @@ const std::vector<OptionDef>& OptionTable() {
       {"nproc_per_node", 0, "N|cpu|gpu|auto", "1", true,
        "workers per node: a number, cpu (one per CPU), gpu (one per visible GPU), auto (gpu if "
        "there are GPUs, else cpu)"},
-      {"rdzv_backend", 0, "NAME", "static", true,
+      {"rdzv_backend", 0, "static|c10d", "static", true,
        "rendezvous backend: static or c10d (etcd and etcd-v2 are not supported yet)"},
       {"rdzv_endpoint", 0, "HOST[:PORT]", nullptr, true,
        "where the rendezvous store is: c10d (port 29400 by default; the agent on that address "
@@ -102,10 +102,28 @@ const std::vector<OptionDef>& OptionTable() {
       {"doctor", 0, nullptr, nullptr, false,
        "check this host for a job (limits, /dev/shm, GPUs, NCCL, CUDA, network, ports), print a "
        "table and exit (also: ddprun doctor [options])"},
+      {"print_completion", 0, "bash|zsh", nullptr, false,
+       "print the completion script for the shell and exit: source <(ddprun --print-completion "
+       "bash) in ~/.bashrc; for zsh, save the script as _ddprun in a directory of $fpath"},
       {"help", 'h', nullptr, nullptr, false, "show this help and exit"},
       {"version", 0, nullptr, nullptr, false, "show the version and exit"},
   };
   return kTable;
+}
+
+std::vector<std::string_view> ValueWords(const OptionDef& def) {
+  std::vector<std::string_view> words;
+  if (def.value_name == nullptr) return words;
+  std::string_view rest = def.value_name;
+  while (!rest.empty()) {
+    const size_t bar = rest.find('|');
+    const std::string_view alternative = rest.substr(0, bar);
+    const bool placeholder = std::any_of(alternative.begin(), alternative.end(),
+                                         [](char c) { return c >= 'A' && c <= 'Z'; });
+    if (!alternative.empty() && !placeholder) words.push_back(alternative);
+    rest = bar == std::string_view::npos ? std::string_view() : rest.substr(bar + 1);
+  }
+  return words;
 }
 
 size_t EditDistance(const std::string& a, const std::string& b) {

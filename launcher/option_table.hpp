@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/status.hpp"
@@ -15,13 +16,19 @@ namespace ddprun::launcher {
 struct OptionDef {
   const char* name;          // canonical form, underscores: "nproc_per_node"
   char short_name;           // 'm', 'r', 't', 'h' or 0
-  const char* value_name;    // nullptr for a flag
+  const char* value_name;    // nullptr for a flag; its words: ValueWords; DIR: a directory
   const char* default_text;  // shown in --help; nullptr for none
   bool pet_fallback;         // read PET_<NAME> when not given
   const char* help;
 };
 
 const std::vector<OptionDef>& OptionTable();
+
+// The words an option's value may be: the alternatives of its value_name
+// ("heartbeat|output|torch", "N|cpu|gpu|auto") without an upper-case letter;
+// N, R:V,... and the like are placeholders. The parsers accept these words,
+// --help shows them, shell completion offers them. Empty for a flag.
+std::vector<std::string_view> ValueWords(const OptionDef& def);
 
 // Finds the option a long name refers to: exact, with '-' or '_', or (as
 // argparse allows) a prefix that is unique. `name` has no leading dashes.

@@ -253,13 +253,11 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
     if (Status s = ParseNnodes(*v, c); !s.ok()) return s;
   }
   if (auto v = raw.Get("rdzv_backend")) c.rdzv_backend = *v;
-  if (c.rdzv_backend != "static" && c.rdzv_backend != "c10d") {
-    if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
-      return Unimplemented("--rdzv_backend=" + c.rdzv_backend +
-                           " is not supported yet: use static or c10d");
-    }
-    return Bad("rdzv_backend", c.rdzv_backend, "static or c10d");
+  if (c.rdzv_backend == "etcd" || c.rdzv_backend == "etcd-v2") {
+    return Unimplemented("--rdzv_backend=" + c.rdzv_backend +
+                         " is not supported yet: use static or c10d");
   }
+  if (auto b = ParseWord("rdzv_backend", c.rdzv_backend); !b.ok()) return b.status();
   if (auto v = raw.Get("rdzv_endpoint")) {
     if (Status s = CheckEndpoint(*v); !s.ok()) return s;
     c.rdzv_endpoint = *v;
@@ -381,8 +379,7 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     c.monitor_interval = d->count();
   }
   if (auto v = raw.Get("start_method")) {
-    auto m = ParseChoice("--start_method", *v, {"spawn", "fork", "forkserver"});
-    if (!m.ok()) return m.status();
+    if (auto m = ParseWord("start_method", *v); !m.ok()) return m.status();
     c.start_method = *v;
   }
   if (auto v = raw.Get("role")) {
@@ -398,10 +395,9 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     }
   }
   if (auto v = raw.Get("hang_detect")) {
-    auto d = ParseChoice("--hang_detect", *v, {"heartbeat", "output", "torch"});
-    if (!d.ok()) return d.status();
-    c.hang_detect_output = *d == 1;
-    c.hang_detect_torch = *d == 2;
+    if (auto d = ParseWord("hang_detect", *v); !d.ok()) return d.status();
+    c.hang_detect_output = *v == "output";
+    c.hang_detect_torch = *v == "torch";
   }
   if (auto v = raw.Get("threads_per_worker")) {
     auto n = ParseInt("threads_per_worker", *v, 1, 1 << 20, "a number of threads >= 1");
@@ -416,19 +412,20 @@ Status ApplyBinding(const RawOptions& raw, LaunchConfig& c) {
   auto numa = raw.Get("numa_binding");
   auto cpu = raw.Get("cpu_binding");
   if (numa) {
-    auto m = ParseChoice("--numa_binding", *numa, {"node", "socket", "exclusive", "core-complex"});
+    auto m = ParseWord("numa_binding", *numa);
     if (!m.ok()) return m.status();
+    // In the order of the table's node|socket|exclusive|core-complex.
     c.binding = std::array{env::BindMode::kNumaNode, env::BindMode::kNumaSocket,
                            env::BindMode::kNumaExclusive, env::BindMode::kNumaCoreComplex}[*m];
   }
   if (cpu) {
-    auto m = ParseChoice("--cpu_binding", *cpu, {"none", "spread", "compact"});
-    if (!m.ok()) return m.status();
-    if (*m != 0 && numa) {
+    if (auto m = ParseWord("cpu_binding", *cpu); !m.ok()) return m.status();
+    if (*cpu != "none" && numa) {
       return InvalidArgument("--numa_binding=" + *numa + " and --cpu_binding=" + *cpu +
                              " both bind workers to CPUs: give one of them");
     }
-    if (*m != 0) c.binding = *m == 1 ? env::BindMode::kSpread : env::BindMode::kCompact;
+    if (*cpu == "spread") c.binding = env::BindMode::kSpread;
+    if (*cpu == "compact") c.binding = env::BindMode::kCompact;
   }
   return Status::Ok();
 }
@@ -543,6 +540,13 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
   }
   if (split->values.count("version") != 0) {
     parsed.action = Action::kVersion;
+    return parsed;
+  }
+  if (auto shell = split->values.find("print_completion"); shell != split->values.end()) {
+    auto i = ParseWord("print_completion", shell->second);
+    if (!i.ok()) return i.status();
+    parsed.action = Action::kPrintCompletion;
+    parsed.completion_shell = std::array{Shell::kBash, Shell::kZsh}[*i];  // the table's bash|zsh
     return parsed;
   }
   RawOptions raw(split->values, environ);

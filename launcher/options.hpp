@@ -9,6 +9,7 @@
 #include "base/status.hpp"
 #include "env/environ.hpp"
 #include "env/gpus.hpp"
+#include "launcher/completion.hpp"
 #include "launcher/launch_config.hpp"
 
 namespace ddprun::launcher {
@@ -19,10 +20,11 @@ struct HostCounts {
   env::GpuInventory gpus;  // env::DiscoverGpus
 };
 
-enum class Action { kRun, kHelp, kVersion };
+enum class Action { kRun, kHelp, kVersion, kPrintCompletion };
 
 struct ParsedCommandLine {
   Action action = Action::kRun;
+  Shell completion_shell = Shell::kBash;  // with kPrintCompletion
   LaunchConfig config;
   std::vector<std::string> notices;   // one-line notes for the log (ignored options etc.)
   std::vector<std::string> warnings;  // one-line warnings for the log (GPUs not checked etc.)

@@ -13,6 +13,10 @@ StatusOr<long long> ParseInt(const std::string& option, const std::string& v, lo
   return ParseInteger("--" + option, v, lo, hi, accepted);
 }
 
+StatusOr<size_t> ParseWord(const std::string& option, const std::string& v) {
+  return ParseChoice("--" + option, v, ValueWords(*RawOptions::Find(option)));
+}
+
 Status ParseNnodes(const std::string& v, LaunchConfig& c) {
   auto parts = env::SplitList(v, ':');
   const std::string accepted = "N or MIN:MAX with 0 < MIN <= MAX";

@@ -72,6 +72,10 @@ Status Bad(const std::string& option, const std::string& value, const std::strin
 StatusOr<long long> ParseInt(const std::string& option, const std::string& v, long long lo,
                              long long hi, const std::string& accepted);
 
+// The index of `v` among the words --`option` takes (ValueWords: the
+// table's value_name, "heartbeat|output|torch"); the error lists them.
+StatusOr<size_t> ParseWord(const std::string& option, const std::string& v);
+
 // --nnodes: N or MIN:MAX into c.nnodes_min/max.
 Status ParseNnodes(const std::string& v, LaunchConfig& c);
 

@@ -62,7 +62,7 @@ Status CheckNnodes(const std::string& given, const env::SlurmStep& step,
 // --slurm: inside a job step, what the step says fills in what the user did not.
 Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLine& parsed) {
   std::string mode = raw.Said("slurm").value_or("auto");
-  auto m = ParseChoice("--slurm", mode, {"auto", "node", "off"});
+  auto m = ParseWord("slurm", mode);
   if (!m.ok()) return m.status();
   if (mode == "off") return Status::Ok();
   auto read = env::ReadSlurmStep(environ);

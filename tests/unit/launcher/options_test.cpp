@@ -368,6 +368,22 @@ TEST_CASE("enumerated options list what they accept") {
                  "invalid --start_method=Spawn: spawn, fork or forkserver"));
 }
 
+TEST_CASE("an option's value words are the lower-case alternatives of its value name") {
+  auto words = [](const char* name) {
+    auto view = ValueWords(**FindLongOption(name));
+    return std::vector<std::string>(view.begin(), view.end());
+  };
+  CHECK(words("hang_detect") == std::vector<std::string>{"heartbeat", "output", "torch"});
+  CHECK(words("nproc_per_node") == std::vector<std::string>{"cpu", "gpu", "auto"});
+  CHECK(words("redirects") == std::vector<std::string>{"0", "1", "2", "3"});
+  CHECK(words("stdin") == std::vector<std::string>{"auto", "all", "none"});
+  CHECK(words("rdzv_backend") == std::vector<std::string>{"static", "c10d"});
+  CHECK(words("print_completion") == std::vector<std::string>{"bash", "zsh"});
+  CHECK(words("nnodes").empty());
+  CHECK(words("rdzv_endpoint").empty());
+  CHECK(words("standalone").empty());
+}
+
 TEST_CASE("one parser reads every spelling; an option given twice keeps the last value") {
   for (const std::vector<std::string>& args : {std::vector<std::string>{"-t3", "t"},
                                                {"-t", "3", "t"},
