@@ -239,10 +239,7 @@ Status ApplyUnsupported(const RawOptions& raw) {
 // (launcher/machine_reports.hpp), to DDPRUN_EVENT_LOG or else stderr.
 Status ApplyEventLog(const RawOptions& raw, LaunchConfig& c) {
   if (auto v = raw.Get("event_log_handler")) {
-    if (*v != "null" && *v != "json" && *v != "console") {
-      return InvalidArgument("--event_log_handler=" + *v +
-                             ": not a handler (null, json or console)");
-    }
+    if (auto word = ParseWord("event_log_handler", *v); !word.ok()) return word.status();
     c.event_log_handler = *v;
   }
   return Status::Ok();

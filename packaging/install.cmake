@@ -1,6 +1,6 @@
 # What `cmake --install <build> --prefix P` installs, in two components:
-#   runtime  P/bin/ddprun, P/libexec/ddprun/train, the man page, README.md, docs/*.md and
-#            docs/schemas/*.json;
+#   runtime  P/bin/ddprun, P/libexec/ddprun/train, the man page, bash and zsh completion,
+#            README.md, docs/*.md and docs/schemas/*.json;
 #   dev      the DDP core for C++ workers: P/lib/<arch>/libddprun_ddp.a, its public headers under
 #            P/include/ddprun, the CMake package (find_package(ddprun) -> ddprun::ddp) and the
 #            pkg-config file ddprun-ddp.pc.
@@ -30,6 +30,14 @@ install(FILES README.md ${DDPRUN_DOCS} DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPO
 # The JSON Schemas of incident.json, the event log and doctor --json (docs/machine-reports.md).
 file(GLOB DDPRUN_SCHEMAS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/schemas/*.json)
 install(FILES ${DDPRUN_SCHEMAS} DESTINATION ${CMAKE_INSTALL_DOCDIR}/schemas COMPONENT runtime)
+
+# Shell completion (made from the built ddprun by the ddprun_completion target), where
+# bash-completion and zsh look for it.
+install(FILES ${DDPRUN_COMPLETION_DIR}/ddprun.bash
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME ddprun
+        COMPONENT runtime)
+install(FILES ${DDPRUN_COMPLETION_DIR}/_ddprun
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/zsh/vendor-completions COMPONENT runtime)
 
 # The man page gzip'd (-9n: smallest, no name or time stamp, as Debian policy wants; man reads
 # it everywhere). The Debian changelog is made the same way (deb.cmake).

@@ -18,6 +18,7 @@ debian_packages=(
   elfutils groff-base procps util-linux passwd python3 python3-venv clang-format
   clang libclang-rt-14-dev clang-tidy
   file lintian  # scripts/package.sh (CPack's dpkg-shlibdeps step) and the test of its .debs
+  zsh  # tests/e2e/test_completion.py runs the zsh completion for real
 )
 
 # A local Slurm cluster for tests/e2e/test_slurm.py and bench/slurm_bench.py (daemons started by

@@ -48,6 +48,7 @@ def test_the_install_has_exactly_the_expected_files(prefix):
         "bin/ddprun", "libexec/ddprun/train", "share/man/man1/ddprun.1.gz",
         "share/doc/ddprun/README.md", f"{LIBDIR}/libddprun_ddp.a",
         f"{LIBDIR}/pkgconfig/ddprun-ddp.pc",
+        "share/bash-completion/completions/ddprun", "share/zsh/vendor-completions/_ddprun",
     } | docs | cmake | {f"include/ddprun/{h}" for h in PUBLIC_HEADERS}
     installed = files_under(prefix)
     assert installed == expected, (sorted(installed - expected), sorted(expected - installed))

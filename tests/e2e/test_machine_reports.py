@@ -138,7 +138,7 @@ def test_an_event_log_that_cannot_be_opened_is_a_usage_error(tmp_path):
     assert r.rc == 2, r
     assert "DDPRUN_EVENT_LOG=" in r.stderr and "cannot open it for appending" in r.stderr, r
     r = run_ddprun(["--event_log_handler=dynamic_rendezvous", "--no_python", "/bin/true"])
-    assert r.rc == 2 and "not a handler (null, json or console)" in r.stderr, r
+    assert r.rc == 2 and "--event_log_handler=dynamic_rendezvous: null, json or console" in r.stderr, r
 
 
 def test_doctor_json_matches_its_schema_and_exit_code():

@@ -198,7 +198,7 @@ TEST_CASE("later work is refused with not supported yet") {
   }
   CHECK(Contains(Error({"--rdzv_backend=zookeeper", "t"}), "static or c10d"));
   CHECK(Contains(Error({"--event_log_handler=dynamic_rendezvous", "t"}),
-                 "not a handler (null, json or console)"));
+                 "invalid --event_log_handler=dynamic_rendezvous: null, json or console"));
   CHECK(Parse({"--event_log_handler=json", "t"})->config.event_log_handler == "json");
   CHECK(Parse({"t"}, {{"PET_EVENT_LOG_HANDLER", "console"}})->config.event_log_handler ==
         "console");
