@@ -77,6 +77,15 @@ def cpu_model(default="unknown"):
     return default
 
 
+def add_launcher_args(ap, repo):
+    """--ddprun (repo's build), --python and --torchrun (the test venv's) for a bench that runs
+    PyTorch programs under both launchers."""
+    venv = os.path.expanduser("~/.cache/ddprun/venv/bin")
+    ap.add_argument("--ddprun", default=os.path.join(repo, "build", "ddprun"))
+    ap.add_argument("--python", default=os.path.join(venv, "python"))
+    ap.add_argument("--torchrun", default=os.path.join(venv, "torchrun"))
+
+
 # --- environment and tagged processes ----------------------------------------
 
 def launcher_env(prefixes=("PET_", "TORCHELASTIC_"), keys=(), **overrides):

@@ -62,10 +62,7 @@ def torchrun_said(out):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    venv = os.path.expanduser("~/.cache/ddprun/venv/bin")
-    ap.add_argument("--ddprun", default=os.path.join(REPO, "build", "ddprun"))
-    ap.add_argument("--python", default=os.path.join(venv, "python"))
-    ap.add_argument("--torchrun", default=os.path.join(venv, "torchrun"))
+    benchlib.add_launcher_args(ap, REPO)
     ap.add_argument("--timeout", type=float, default=120.0)
     ap.add_argument("--width", type=int, default=110, help="characters of each message shown")
     args = ap.parse_args()

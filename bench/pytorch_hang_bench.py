@@ -112,10 +112,7 @@ def run_torchrun(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    venv = os.path.expanduser("~/.cache/ddprun/venv/bin")
-    ap.add_argument("--ddprun", default=os.path.join(REPO, "build", "ddprun"))
-    ap.add_argument("--python", default=os.path.join(venv, "python"))
-    ap.add_argument("--torchrun", default=os.path.join(venv, "torchrun"))
+    benchlib.add_launcher_args(ap, REPO)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--timeout", type=float, default=3.0, help="--hang_timeout (s)")
     ap.add_argument("--shutdown_timeout", type=float, default=2.0)
