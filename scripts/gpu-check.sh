@@ -2,13 +2,20 @@
 # For sessions lent a GPU: shows the device and NCCL, builds (reusing a
 # carried build/), runs every GPU test and the unscale kernel benchmark.
 # Exits non-zero when the build, a test or the benchmark fails.
-#   scripts/gpu-check.sh            # build dir: $DDPRUN_BUILD_DIR or build
+#   scripts/gpu-check.sh                  # build dir: $DDPRUN_BUILD_DIR or build
+#   scripts/gpu-check.sh --prebuilt DIR   # no build: DIR's binaries (a carried bundle)
 # The GPU machine has no cmake, ctest or Debian libraries: there, run it on a
 # bundle made here with scripts/gpu-pack.sh (the build with its libraries, and
-# pytest), carried as .gpu:  . .gpu/env.sh && DDPRUN_BUILD_DIR=.gpu/build scripts/gpu-check.sh
+# pytest), carried as .gpu:  . .gpu/env.sh && scripts/gpu-check.sh --prebuilt .gpu/build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build="${DDPRUN_BUILD_DIR:-build}"
+prebuilt=0
+if [ "${1:-}" = "--prebuilt" ]; then
+  build=${2:?usage: scripts/gpu-check.sh [--prebuilt DIR]}
+  prebuilt=1
+  [ -x "$build/ddprun" ] || { echo "gpu-check: no ddprun in $build" >&2; exit 2; }
+fi
 # pytest and its dependencies, carried where the machine has none (scripts/gpu-pack.sh).
 [ -d .gpu/py ] && export PYTHONPATH=$PWD/.gpu/py${PYTHONPATH:+:$PYTHONPATH}
 
@@ -27,7 +34,9 @@ grep -m3 -E "#define NCCL_(MAJOR|MINOR|PATCH) " /usr/local/cuda/include/nccl.h |
 ls -l /usr/local/cuda/lib/libnccl.so* 2>/dev/null || true
 
 echo "== build"
-if command -v cmake >/dev/null; then
+if ((prebuilt)); then
+  echo "prebuilt: $build"
+elif command -v cmake >/dev/null; then
   cmake -S . -B "$build" >/dev/null
   cmake --build "$build" -j"$(nproc)"
 elif [ -x "$build/ddprun" ]; then

@@ -3,7 +3,7 @@
 # python3 but no cmake, no Debian libraries and no pytest, into .gpu (ignored by git; carry it):
 # the build with the shared libraries it links (the shared bundle.sh beside the checkout, ../shared),
 # and pytest with its pure-Python dependencies from the venv (.gpu/py, put on PYTHONPATH by
-# gpu-check.sh). Then, on the device:  . .gpu/env.sh && DDPRUN_BUILD_DIR=.gpu/build scripts/gpu-check.sh
+# gpu-check.sh). Then, on the device:  . .gpu/env.sh && scripts/gpu-check.sh --prebuilt .gpu/build
 #   scripts/gpu-pack.sh [BUILD_DIR]      (default: $DDPRUN_BUILD_DIR or build)
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -6,16 +6,20 @@
 
 #include <atomic>
 #include <cmath>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <thread>
 #include <type_traits>
 #include <utility>
 
 #include "ddp/flight_recorder.hpp"
+#include "ddp/store_exchange.hpp"
 #include "env/names.hpp"
 
 namespace ddprun::ddp {
@@ -92,18 +96,6 @@ std::string Seconds(double s) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%g", std::round(s * 10) / 10);
   return buf;
-}
-
-// Every rank's `mine` under `base` + rank, in rank order.
-StatusOr<std::vector<std::string>> ExchangeThroughStore(rendezvous::StoreClient& store,
-                                                        const std::string& base, int rank, int size,
-                                                        const std::string& mine,
-                                                        std::chrono::milliseconds timeout) {
-  if (Status s = store.Set(base + std::to_string(rank), mine); !s.ok()) return s;
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(base + std::to_string(r));
-  if (Status s = store.Wait(keys, timeout); !s.ok()) return s;
-  return store.MultiGet(keys);
 }
 
 struct InFlight {
@@ -340,6 +332,55 @@ StatusOr<ncclUniqueId> ShareUniqueId(const LaunchEnv& env, rendezvous::StoreClie
   return id;
 }
 
+// ncclCommInitRank with a deadline (the collective timeout). Every rank
+// reached this point (the device exchange proved it), so an init that does
+// not finish is NCCL's bootstrap or transport failing to connect. The blocking
+// call runs on a thread of its own: a communicator in NCCL's non-blocking mode
+// would make every later collective asynchronous too. At the deadline the
+// worker fails; the thread, stuck inside NCCL, ends with the process.
+Status InitCommWithDeadline(const LaunchEnv& env, const ncclUniqueId& id, ncclComm_t* comm) {
+  struct Shared {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    ncclResult_t result = ncclSuccess;
+    ncclComm_t comm = nullptr;
+  };
+  auto shared = std::make_shared<Shared>();
+  const int device = [] {
+    int d = 0;
+    cudaGetDevice(&d);
+    return d;
+  }();
+  const std::string what = "ncclCommInitRank (rank " + std::to_string(env.rank) + " of " +
+                           std::to_string(env.world_size) + ")";
+  try {
+    std::thread([shared, id, device, n = env.world_size, rank = env.rank] {
+      cudaSetDevice(device);  // the device is per thread
+      ncclComm_t c = nullptr;
+      const ncclResult_t r = ncclCommInitRank(&c, n, id, rank);
+      std::lock_guard<std::mutex> lock(shared->mu);
+      shared->result = r;
+      shared->comm = c;
+      shared->done = true;
+      shared->cv.notify_all();
+    }).detach();
+  } catch (const std::system_error& e) {
+    return Unavailable(what + ": cannot start its thread: " + e.what());
+  }
+  std::unique_lock<std::mutex> lock(shared->mu);
+  if (!shared->cv.wait_for(lock, env.timeout, [&] { return shared->done; })) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  what + " did not finish within " + Seconds(env.timeout.count() / 1e3) +
+                      " s though every rank reached it: NCCL's bootstrap or transport cannot "
+                      "connect (NCCL_SOCKET_IFNAME, a firewall, or the network); NCCL_DEBUG=INFO "
+                      "shows where it waits");
+  }
+  if (Status s = NcclStatus(shared->result, what); !s.ok()) return s;
+  *comm = shared->comm;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Status CheckOneRankPerDevice(const std::vector<std::string>& published,
@@ -401,9 +442,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(const LaunchEnv& 
   s = CudaStatus(cudaStreamCreateWithFlags(&parts.stream, cudaStreamNonBlocking),
                  "cudaStreamCreate");
   if (!s.ok()) return s.Annotate("ddp: nccl set-up");
-  s = NcclStatus(ncclCommInitRank(&parts.comm, env.world_size, *id, env.rank),
-                 "ncclCommInitRank (rank " + std::to_string(env.rank) + " of " +
-                     std::to_string(env.world_size) + ")");
+  s = InitCommWithDeadline(env, *id, &parts.comm);
   if (!s.ok()) {
     cudaStreamDestroy(parts.stream);
     return s.Annotate("ddp: nccl set-up");

@@ -5,8 +5,11 @@ Every test skips with "skipped: no CUDA device" where `nvidia-smi -L` lists no G
 (scripts/gpu-check.sh fails on that line where a GPU should be)."""
 import ctypes
 import ctypes.util
+import os
 import re
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -90,6 +93,59 @@ def test_two_ranks_on_cuda_match_the_reference():
                     f"the runtime NCCL is {version}")
     pytest.skip("2 ranks on 1 GPU: NCCL allows it, but the trainer puts each local rank on "
                 "device LOCAL_RANK and the NCCL group refuses two ranks on one device")
+
+
+# Several ranks on one GPU: each in a UTS namespace with its own NCCL_HOSTID (tests/tools/onehost),
+# so NCCL takes them for hosts of their own. Root only (unshare).
+ONEHOST = str(Path(__file__).resolve().parents[1] / "tools" / "onehost")
+
+
+def ddprun_onehost(nproc, *args, launcher=(), timeout=240):
+    if os.geteuid() != 0:
+        pytest.skip("several ranks on one GPU need root (tests/tools/onehost: unshare --uts)")
+    start = time.monotonic()
+    r = subprocess.run([DDPRUN, f"--nproc_per_node={nproc}", "--shutdown_timeout=5", *launcher,
+                        ONEHOST, TRAIN, "--device", "cuda", *args], env=env(),
+                       capture_output=True, text=True, timeout=timeout)
+    return r, time.monotonic() - start
+
+
+@pytest.mark.parametrize("world", [2, 4])
+@pytest.mark.parametrize("extra", [[], ["--optimizer", "adam", "--bucket-cap-mb", "0.01"],
+                                   ["--clip"], ["--unused-layer", "--find-unused-parameters"]])
+def test_ranks_sharing_one_gpu_match_the_reference(world, extra):
+    args = SMALL + extra
+    r, _ = ddprun_onehost(world, *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    sums = checksums(r.stdout)
+    assert sorted(sums) == list(range(world)), r.stdout
+    assert len(set(sums.values())) == 1, sums
+    assert sums[0] == pytest.approx(reference(world, *args), rel=REL)
+
+
+def test_a_hung_nccl_rank_is_named_by_the_flight_recorders(tmp_path):
+    r, elapsed = ddprun_onehost(2, *SMALL, "--steps", "100000", "--hang-at-step", "30",
+                                "--hang-rank", "1",
+                                launcher=["--hang_timeout=4", f"--log_dir={tmp_path}"])
+    assert r.returncode == 124, r.stderr
+    assert re.search(r"rank 1 completed #\d+ and has not entered #\d+", r.stderr), r.stderr
+    print(f"named and stopped {elapsed:.1f} s after the start")
+
+
+def test_an_nccl_collective_timeout_aborts_instead_of_hanging():
+    r, elapsed = ddprun_onehost(2, *SMALL, "--steps", "100000", "--hang-at-step", "5",
+                                "--hang-rank", "1", "--collective-timeout", "5")
+    assert r.returncode != 0, r.stdout
+    assert elapsed < 60, elapsed
+    assert re.search(r"allreduce #\d+ .*timed out after \d", r.stderr), r.stderr
+
+
+def test_a_crashed_nccl_rank_makes_the_others_fail_fast():
+    r, elapsed = ddprun_onehost(2, *SMALL, "--steps", "100000", "--crash-at-step", "5",
+                                "--hang-rank", "1")
+    assert r.returncode == 1, r.stderr
+    assert elapsed < 60, elapsed
+    assert re.search(r"Root Cause.*\n\[0\]:\n.*\n.*\n  rank      : 1", r.stderr), r.stderr
 
 
 def test_more_local_ranks_than_devices_fails_naming_cuda_visible_devices():

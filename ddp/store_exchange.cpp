@@ -1,0 +1,50 @@
+#include "ddp/store_exchange.hpp"
+
+#include <cmath>
+#include <cstdio>
+
+namespace ddprun::ddp {
+namespace {
+
+// "600", "2.5": seconds to a tenth, without trailing zeros.
+std::string Seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", std::round(s * 10) / 10);
+  return buf;
+}
+
+}  // namespace
+
+StatusOr<std::vector<std::string>> ExchangeThroughStore(rendezvous::StoreClient& store,
+                                                        const std::string& base, int rank, int size,
+                                                        const std::string& mine,
+                                                        std::chrono::milliseconds timeout) {
+  if (Status s = store.Set(base + std::to_string(rank), mine); !s.ok()) return s;
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) keys.push_back(base + std::to_string(r));
+  Status waited = store.Wait(keys, timeout);
+  if (waited.code() == StatusCode::kDeadlineExceeded) {
+    // The wait was cancelled cleanly: ask for each key to name who is missing.
+    std::vector<int> missing;
+    for (int r = 0; r < size; ++r) {
+      auto there = store.Check({keys[static_cast<size_t>(r)]});
+      if (there.ok() && !*there) missing.push_back(r);
+    }
+    std::string ranks;
+    for (size_t i = 0; i < missing.size() && i < 16; ++i) {
+      ranks += (i ? "," : "") + std::to_string(missing[i]);
+    }
+    if (missing.size() > 16) ranks += ",... (" + std::to_string(missing.size()) + " in all)";
+    if (!missing.empty()) {
+      return Status(StatusCode::kDeadlineExceeded,
+                    "rank(s) " + ranks + " did not arrive within " +
+                        Seconds(timeout.count() / 1e3) + " s (no record under " + base +
+                        "): they failed, hang or run other code before this point; their logs "
+                        "say which");
+    }
+  }
+  if (!waited.ok()) return waited;
+  return store.MultiGet(keys);
+}
+
+}  // namespace ddprun::ddp
