@@ -565,7 +565,16 @@ int Agent::Run() {
   if (Status s = Setup(); !s.ok()) {
     spdlog::error("{}", s.message());
     if (coordinator_) coordinator_->Stop();
-    return exit_code::ForStatus(s) == exit_code::kUsage ? exit_code::kUsage : exit_code::kFailure;
+    const int code =
+        exit_code::ForStatus(s) == exit_code::kUsage ? exit_code::kUsage : exit_code::kFailure;
+    rendezvous::Action exit;
+    exit.kind = rendezvous::ActionKind::kExit;
+    exit.exit_code = code;
+    exit.message = s.message();
+    const std::string incident = record_.Finish(
+        exit, code, 0, layout_ && !layout_->disabled() ? layout_->run_dir() : "", {}, "", "");
+    if (!incident.empty()) spdlog::info("incident report (JSON): {}", incident);
+    return code;
   }
   if (c_.nproc_per_node > 1 && !env::Lookup(environ_, env::kOmpNumThreads) &&
       !c_.worker_cpus.empty()) {

@@ -141,6 +141,17 @@ def test_an_event_log_that_cannot_be_opened_is_a_usage_error(tmp_path):
     assert r.rc == 2 and "--event_log_handler=dynamic_rendezvous: null, json or console" in r.stderr, r
 
 
+def test_a_usage_error_found_by_the_agent_is_an_incident(tmp_path):
+    log = tmp_path / "events.jsonl"
+    r = run_ddprun([f"--log_dir={tmp_path}", "--no_python", "/bin/true"],
+                   env=base_env(DDPRUN_CGROUP="7", DDPRUN_EVENT_LOG=str(log)))
+    assert r.rc == 2, r
+    doc = incident(tmp_path)
+    assert doc["class"] == "usage_error" and "DDPRUN_CGROUP=7" in doc["message"], doc
+    assert doc["workers"] == [] and doc["root_cause"] is None
+    assert names(events(log)) == ["agent_started", "exit"]
+
+
 def test_doctor_json_matches_its_schema_and_exit_code():
     r = subprocess.run([str(DDPRUN), "doctor", "--json", "--nproc_per_node=2"], env=base_env(),
                        capture_output=True, text=True, timeout=60)
