@@ -2,7 +2,8 @@
 PYTHONPATH. It changes nothing in the user's program: a daemon thread reads PyTorch's own flight
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
-$DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>". On ddprun's request
+$DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>"; after destroy_process_group it
+touches the heartbeat at every look (no collective is due while the rank finishes). On ddprun's request
 ($DDPRUN_TORCH_DIR/dump_request) it writes the flight recorder to TORCH_FR_DUMP_TEMP_FILE<RANK>
 where PyTorch has no dump pipe of its own (Gloo). Then it imports the user's own sitecustomize."""
 import os
@@ -58,12 +59,17 @@ def _initialized(dist):
 
 
 def _watch(torch_dir, heartbeat, rank):
-    seen, dumped = None, False
+    seen, dumped, was_initialized = None, False, False
     request = os.path.join(torch_dir, "dump_request")
     while True:
         time.sleep(_PERIOD)
         if not _initialized(sys.modules.get("torch.distributed")):
+            # After destroy_process_group no collective is due: the rank is finishing (saving,
+            # tearing down), which is no distributed hang. Beat while it does.
+            if was_initialized and heartbeat:
+                os.utime(heartbeat)
             continue
+        was_initialized = True
         import torch._C._distributed_c10d as c10d
         try:
             last = _last_entry(c10d)

@@ -1,6 +1,7 @@
 """An unmodified PyTorch DDP job on CPU (Gloo) for the hang tests and bench/pytorch_hang_bench.py:
 a tiny model trained for --steps steps; with --hang-step N, rank --hang-rank sleeps forever
-before step N's all_reduce, so the other ranks wait in it. --step-sleep slows every step."""
+before step N's all_reduce, so the other ranks wait in it. --step-sleep slows every step,
+--exit-sleep the finish after destroy_process_group."""
 import argparse
 import time
 
@@ -20,6 +21,8 @@ def main():
     p.add_argument("--hang-rank", type=int, default=1)
     p.add_argument("--step-sleep", type=float, default=0.0)
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
+    p.add_argument("--exit-sleep", type=float, default=0.0,
+                   help="seconds to sleep after destroy_process_group (a slow finish)")
     a = p.parse_args()
     dist.init_process_group(a.backend)
     rank = dist.get_rank()
@@ -41,6 +44,7 @@ def main():
             print(f"step {step} loss {total.item():.3f}", flush=True)
         time.sleep(a.step_sleep)
     dist.destroy_process_group()
+    time.sleep(a.exit_sleep)
 
 
 if __name__ == "__main__":

@@ -85,6 +85,13 @@ def test_slow_but_progressing_job_is_not_hung(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_a_slow_finish_after_the_last_collective_is_not_hung(tmp_path):
+    # Saving a checkpoint or tearing down after destroy_process_group: no collective is due.
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", JOB,
+               "--steps", "3", "--exit-sleep", str(HANG_TIMEOUT + 3))
+    assert r.returncode == 0, r.stderr
+
+
 def test_hook_off_by_default(tmp_path):
     script = tmp_path / "show.py"
     script.write_text("import os\nprint('PP=' + os.environ.get('PYTHONPATH', ''), "
