@@ -5,6 +5,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 DDPRUN = os.environ["DDPRUN"]
 TRAIN = str(Path(os.environ["DDPRUN_BUILD"]) / "examples" / "train")
 SMALL = ["--width", "64", "--depth", "2", "--steps", "20", "--batch", "16"]
@@ -34,3 +36,16 @@ def checksums(stdout):
 
 def losses(stdout):
     return [float(x) for x in re.findall(r"step \d+ loss (\S+)", stdout)]
+
+
+def assert_matches_reference(stdout, world, args, rel, loss_falls=True):
+    """Every rank printed its checksum, all the same, equal to the reference run's within `rel`,
+    and (when `loss_falls`) the loss fell."""
+    sums = checksums(stdout)
+    assert sorted(sums) == list(range(world)), stdout
+    assert len(set(sums.values())) == 1, sums  # every rank ends with the same parameters
+    ref = reference(world, *args)
+    assert sums[0] == pytest.approx(ref, rel=rel), (sums[0], ref)
+    if loss_falls:
+        curve = losses(stdout)
+        assert len(curve) >= 2 and curve[-1] < curve[0], curve
