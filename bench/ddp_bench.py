@@ -36,8 +36,14 @@ Measurements (CPU, Gloo, 2 ranks, OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1)
            hidden = 1 - (t_ddp - t_nocomm) / t_comm, from the medians.
            All three run with 2 ranks on the same 2 cores, so t_nocomm
            already includes the two ranks competing for CPU.
-  gpu      Unscale kernel bandwidth and single-rank NCCL steps: not run by
-           this script (rows say why; scripts/gpu-check.sh runs them).
+  gpu      Unscale kernel bandwidth: not run by this script (scripts/gpu-check.sh
+           runs unscale_bench).
+
+--device cuda: the same side by side on the GPU (NCCL; --nproc ranks, default 1; TF32 off on
+both sides, PyTorch synchronises at the end of each step); several ranks on one GPU run through
+tests/tools/onehost (root). Time per step is then the mean over the timed steps (launches are
+asynchronous; the mean is the throughput). Goals (issue 13): d <= 1.0 x pytorch on CPU, <= 0.9 x
+on CUDA.
 
 The train and ddprun binaries are copied to a temporary directory first so a
 concurrent rebuild cannot change them mid-run.
@@ -77,9 +83,9 @@ def run_job(argv, env, timeout):
     return p.returncode, out, err[-2000:]
 
 
-def parse(out, nranks, warmup):
-    """Per-rank dict: step (median ms after warm-up), backward (ms), rss (MiB),
-    checksum/finite.  Raises ValueError when something is missing."""
+def parse(out, nranks, warmup, stat=statistics.median):
+    """Per-rank dict: step (`stat`, default the median, of the ms after warm-up), backward (ms),
+    rss (MiB), checksum/finite.  Raises ValueError when something is missing."""
     ranks = {}
     for line in out.splitlines():
         m = LINE.match(line.strip())
@@ -89,7 +95,7 @@ def parse(out, nranks, warmup):
         d = ranks.setdefault(r, {})
         if key in ("step_us", "backward_us"):
             v = [int(x) for x in val.split(",")]
-            d[key] = statistics.median(v[warmup:]) / 1000.0
+            d[key] = stat(v[warmup:]) / 1000.0
         elif key == "maxrss_kb":
             d["rss"] = int(val) / 1024.0
         else:
@@ -121,11 +127,17 @@ def main():
                     help="the reducer's bucket cap in the overlap runs (25 = PyTorch's default; "
                          "smaller gives several buckets, so reduction can start during backward)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds per job")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--nproc", type=int, default=None, help="ranks (default 2 on CPU, 1 on CUDA)")
     args = ap.parse_args()
     runs = args.runs or (3 if args.quick else 5)
     steps = args.steps or (100 if args.quick else 200)
     total_steps = steps + args.warmup
-    nproc = 2
+    cuda = args.device == "cuda"
+    nproc = args.nproc or (1 if cuda else 2)
+    onehost = [os.path.join(HERE, "..", "tests", "tools", "onehost")] if cuda and nproc > 1 else []
+    stat = statistics.mean if cuda else statistics.median
+    goal_ratio = 0.9 if cuda else 1.0
     t_start = time.time()
 
     benchlib.require_executables((args.ddprun, args.train, args.torchrun))
@@ -139,21 +151,25 @@ def main():
         ddprun_ver = benchlib.ddprun_version(ddprun)
         env = benchlib.launcher_env(
             keys=("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"),
-            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+            OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+            NVIDIA_TF32_OVERRIDE="0")
 
         def model_args(w, d, b):
             return ["--width", str(w), "--depth", str(d), "--batch", str(b),
-                    "--steps", str(total_steps), "--time"]
+                    "--steps", str(total_steps), "--time", "--device", args.device]
 
         def ddprun_job(w, d, b, extra=()):
             logd = os.path.join(root, "logs")
             shutil.rmtree(logd, ignore_errors=True)
             return [ddprun, "--standalone", "--nproc_per_node=%d" % nproc, "--log_dir", logd,
-                    "--no_python", train] + model_args(w, d, b) + list(extra)
+                    "--no_python"] + onehost + [train] + model_args(w, d, b) + list(extra)
 
         def torch_job(w, d, b):
-            return [os.path.abspath(args.torchrun), "--standalone", "--nproc_per_node=%d" % nproc,
-                    os.path.join(HERE, "ddp_torch_mlp.py")] + model_args(w, d, b)
+            script = os.path.join(HERE, "ddp_torch_mlp.py")
+            python = os.path.join(os.path.dirname(os.path.abspath(args.torchrun)), "python")
+            program = ["--no-python"] + onehost + [python, script] if onehost else [script]
+            return [os.path.abspath(args.torchrun), "--standalone",
+                    "--nproc_per_node=%d" % nproc] + program + model_args(w, d, b)
 
         problems = []
         res = {}  # key -> list of per-run dicts
@@ -163,7 +179,7 @@ def main():
             try:
                 if rc != 0:
                     raise ValueError("exit code %d: %s" % (rc, err.strip().splitlines()[-1:] or ""))
-                ranks = parse(out, nproc, args.warmup)
+                ranks = parse(out, nproc, args.warmup, stat)
                 bad = check(ranks)
                 if bad:
                     raise ValueError(bad)
@@ -188,15 +204,20 @@ def main():
         print(benchlib.host_line(model, os.getloadavg()[0]))
         print("#  ddprun: %s (%s), train: %s" % (os.path.abspath(args.ddprun), ddprun_ver,
                                                  os.path.abspath(args.train)))
-        print("#  pytorch: %s (torch %s), DDP Gloo, bench/ddp_torch_mlp.py" % (
-            os.path.abspath(args.torchrun), torch_ver))
-        print("#  all: CPU, Gloo, %d ranks, --standalone, OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, fp32, SGD" % nproc)
+        backend = "NCCL" if cuda else "Gloo"
+        print("#  pytorch: %s (torch %s), DDP %s, bench/ddp_torch_mlp.py" % (
+            os.path.abspath(args.torchrun), torch_ver, backend))
+        print("#  all: %s, %s, %d ranks%s, --standalone, OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, "
+              "fp32%s, SGD" % ("CUDA" if cuda else "CPU", backend, nproc,
+                               " on one GPU (tests/tools/onehost)" if onehost else "",
+                               " (TF32 off)" if cuda else ""))
         print("#  step: width %d depth %d batch %d per rank; %d warm-up + %d timed steps" % (
             args.width, args.depth, args.batch, args.warmup, steps))
         print("#  overlap: width %d depth %d batch %d per rank, bucket cap %g MiB (ddprun only); "
               "modes ddp, --no-comm, --comm-only" % (args.ov_width, args.ov_depth, args.ov_batch,
                                                      args.ov_bucket_cap_mb))
-        print("#  time/step = median over timed steps per rank, MAX over ranks; then median of %d runs" % runs)
+        print("#  time/step = %s over timed steps per rank, MAX over ranks; then median of %d runs" % (
+            "mean" if cuda else "median", runs))
         print("#")
         sys.stdout.flush()
 
@@ -206,7 +227,7 @@ def main():
             measure("ddprun", ddprun_job(W, D, B), same_checksum)
             measure("pytorch", torch_job(W, D, B), torch_finite)
         cap = ["--bucket-cap-mb", str(args.ov_bucket_cap_mb)]
-        for _ in range(runs):
+        for _ in range(runs if nproc > 1 else 0):  # one rank has nothing to overlap
             measure("ov_ddp", ddprun_job(OW, OD, OB, cap), same_checksum)
             measure("ov_nocomm", ddprun_job(OW, OD, OB, ["--no-comm"] + cap), no_check)
             measure("ov_comm", ddprun_job(OW, OD, OB, ["--comm-only"] + cap), same_checksum)
@@ -245,8 +266,8 @@ def main():
         # 1. step time and memory, side by side
         d_step, p_step = per_run("ddprun", "step_us"), per_run("pytorch", "step_us")
         dm, pm = med(d_step), med(p_step)
-        row("step", "time_per_step", "ms", dm, pm, "d <= 0.5 x pytorch",
-            judge(None if dm is None or pm is None else dm <= 0.5 * pm))
+        row("step", "time_per_step", "ms", dm, pm, "d <= %.1f x pytorch" % goal_ratio,
+            judge(None if dm is None or pm is None else dm <= goal_ratio * pm))
         spread("step", "time_per_step", "ddprun", d_step)
         spread("step", "time_per_step", "pytorch", p_step)
         spread("step", "rank0_step", "ddprun", rank0("ddprun", "step_us"))
@@ -260,7 +281,7 @@ def main():
         row("step", "good_runs", "runs", len(res.get("ddprun", [])), len(res.get("pytorch", [])),
             "all %d" % runs, "-", "%d")
 
-        # 2. overlap (ddprun only)
+        # 2. overlap (ddprun only; needs two ranks)
         t_ddp, t_no, t_comm = (per_run(k, "step_us") for k in ("ov_ddp", "ov_nocomm", "ov_comm"))
         bwd = per_run("ov_nocomm", "backward_us")
         m_ddp, m_no, m_comm, m_bwd = med(t_ddp), med(t_no), med(t_comm), med(bwd)
@@ -271,17 +292,19 @@ def main():
         if None not in (m_comm, m_bwd):
             row("overlap", "comm/backward", "x", m_comm / m_bwd, None, "about 1", "-")
         hidden = None if None in (m_ddp, m_no, m_comm) or m_comm <= 0 else 1 - (m_ddp - m_no) / m_comm
-        row("overlap", "hidden_fraction", "%", None if hidden is None else 100 * hidden, None,
-            "d >= 70 %", judge(None if hidden is None else hidden >= 0.70), "%.1f")
+        if nproc > 1:
+            row("overlap", "hidden_fraction", "%", None if hidden is None else 100 * hidden, None,
+                "d >= 70 %", judge(None if hidden is None else hidden >= 0.70), "%.1f")
         n = min(len(t_ddp), len(t_no), len(t_comm))
         per_run_hidden = [100 * (1 - (t_ddp[i] - t_no[i]) / t_comm[i]) for i in range(n)]
         spread("overlap", "hidden_fraction", "ddprun", per_run_hidden, "%.1f")
 
         # 3. GPU rows
-        has_gpu = os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
-        why = "not run: see scripts/gpu-check.sh" if has_gpu else "not run: no CUDA device"
-        row("gpu", "unscale_bandwidth", "%", None, None, ">= 80 % of copy", why)
-        row("gpu", "nccl_1rank_step", "ms", None, None, "report", why)
+        if not cuda:
+            has_gpu = os.path.exists("/dev/nvidia0") or os.path.exists("/dev/nvidiactl")
+            why = ("not run: --device cuda, and scripts/gpu-check.sh" if has_gpu
+                   else "not run: no CUDA device")
+            row("gpu", "cuda_step", "ms", None, None, "d <= 0.9 x pytorch", why)
 
         print("#  %-6s %-18s %-5s %12s %12s %8s  %-20s %s" % (
             "test", "metric", "unit", "ddprun", "pytorch", "d/p", "goal", "status"))

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """PyTorch DDP side of bench/ddp_bench.py: the reference trainer's MLP in PyTorch.
 
-Run under torchrun (Gloo, CPU).  The model is the one examples/train builds:
+Run under torchrun (Gloo on CPU; --device cuda: NCCL, LOCAL_RANK's GPU, TF32 off).  The model is the one examples/train builds:
 Linear(32, W), ReLU, (depth-1) x [Linear(W, W), ReLU], Linear(W, 1), MSE loss,
 float32, SGD (lr 0.01, no momentum), BATCH samples per rank per step.  Each
 step draws its own batch inside the loop (inputs uniform in [-1, 1), targets
@@ -12,7 +12,8 @@ differ from the C++ trainer's, the shapes and FLOPs do not.  Every 10 steps
 With --time every rank prints, in the C++ trainer's format:
   rank R step_us t0,t1,...      wall time of every step (us, perf_counter)
   rank R maxrss_kb N            getrusage(RUSAGE_SELF).ru_maxrss
---no-comm trains the bare module (no DDP wrapper, no loss all-reduce).
+--no-comm trains the bare module (no DDP wrapper, no loss all-reduce). On CUDA each step ends
+with torch.cuda.synchronize(), so a step's time is its GPU work, not its launch.
 """
 
 import argparse
@@ -49,26 +50,32 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--time", action="store_true")
     ap.add_argument("--no-comm", action="store_true")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = ap.parse_args()
 
     torch.set_num_threads(1)
     torch.set_num_interop_threads(1)
-    dist.init_process_group("gloo")
+    cuda = args.device == "cuda"
+    if cuda:
+        torch.backends.cuda.matmul.allow_tf32 = False  # fp32 GEMMs, as the C++ trainer's
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    dev = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
 
     torch.manual_seed(args.seed)  # same initial weights everywhere (DDP broadcasts anyway)
-    model = build_mlp(args.width, args.depth)
+    model = build_mlp(args.width, args.depth).to(dev)
     net = model if args.no_comm else nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(net.parameters(), lr=args.lr)
     loss_fn = nn.MSELoss()
-    teacher_w = torch.randn(INPUT_DIM, 16)
-    teacher_a = torch.randn(16, 1) / 4.0
-    gen = torch.Generator().manual_seed(args.seed * 1000003 + rank)
+    teacher_w = torch.randn(INPUT_DIM, 16).to(dev)
+    teacher_a = (torch.randn(16, 1) / 4.0).to(dev)
+    gen = torch.Generator(device=dev).manual_seed(args.seed * 1000003 + rank)
 
     step_us = []
     for step in range(args.steps):
         t0 = time.perf_counter_ns()
-        x = torch.rand(args.batch, INPUT_DIM, generator=gen) * 2.0 - 1.0
+        x = torch.rand(args.batch, INPUT_DIM, generator=gen, device=dev) * 2.0 - 1.0
         with torch.no_grad():
             y = torch.tanh(x @ teacher_w) @ teacher_a
         opt.zero_grad()
@@ -80,6 +87,8 @@ def main():
             if rank == 0:
                 print("step %d loss %.6g" % (step, mean.item() / world), flush=True)
         opt.step()
+        if cuda:
+            torch.cuda.synchronize()
         step_us.append((time.perf_counter_ns() - t0) // 1000)
 
     ok = all(torch.isfinite(p).all().item() for p in model.parameters())
