@@ -1,5 +1,6 @@
 # What `cmake --install <build> --prefix P` installs, in two components:
-#   runtime  P/bin/ddprun, P/libexec/ddprun/train, the man page, bash and zsh completion,
+#   runtime  P/bin/ddprun, P/libexec/ddprun/train (and its CUDA plugin
+#            libddprun_train_cuda.so in a build with CUDA), the man page, bash and zsh completion,
 #            README.md, docs/*.md and docs/schemas/*.json;
 #   dev      the DDP core for C++ workers: P/lib/<arch>/libddprun_ddp.a, its public headers under
 #            P/include/ddprun, the CMake package (find_package(ddprun) -> ddprun::ddp) and the
@@ -25,6 +26,11 @@ set(DDPRUN_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/ddprun)
 
 install(TARGETS ddprun RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
 install(TARGETS train RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/ddprun COMPONENT runtime)
+if(DDPRUN_HAVE_CUDA)
+  # train's --device cuda (examples/train/cuda_plugin.hpp): loaded from train's own directory.
+  install(TARGETS ddprun_train_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/ddprun
+          COMPONENT runtime)
+endif()
 file(GLOB DDPRUN_DOCS CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/docs/*.md)
 install(FILES README.md ${DDPRUN_DOCS} DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 # The JSON Schemas of incident.json, the event log and doctor --json (docs/machine-reports.md).

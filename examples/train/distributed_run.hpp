@@ -4,8 +4,9 @@
 // every rank prints "rank R checksum C". An error from the DDP core is
 // printed as "train: rank R: <message>" (exit 1).
 //
-// --device cpu: Gloo, the model in host memory (Mlp). --device cuda (a
-// DDPRUN_HAVE_CUDA build; main rejects it otherwise): device LOCAL_RANK
+// --device cpu: Gloo, the model in host memory (Mlp). --device cuda (in the
+// CUDA plugin, cuda_plugin.hpp, where this file is built with the GPU path;
+// main runs it there): device LOCAL_RANK
 // (exit 2 when there is no such device), NCCL, the model in device memory
 // (CudaMlp) with device optimizers; the checksum is the same as the CPU
 // run's to float rounding.

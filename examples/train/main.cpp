@@ -3,10 +3,15 @@
 // computes the same training and prints the checksum DDP must reproduce.
 //
 // Exit codes: 0 ok, 1 a DDP or training error, 2 usage (or a device this
-// trainer or build cannot use: --device cuda without a CUDA build, --amp on
-// cuda, LOCAL_RANK without a device). --reference always runs on the host.
+// trainer, build or host cannot use: --device cuda without a CUDA build or
+// without the CUDA plugin and libraries, --amp on cuda, LOCAL_RANK without a
+// device). --reference always runs on the host.
+//
+// This executable has only the CPU path; --device cuda runs in the CUDA
+// plugin (cuda_plugin.hpp), loaded only then.
 #include <cstdio>
 
+#include "examples/train/cuda_plugin.hpp"
 #include "examples/train/distributed_run.hpp"
 #include "examples/train/options.hpp"
 #include "examples/train/reference_run.hpp"
@@ -15,7 +20,7 @@ namespace {
 
 // Why this build cannot train `options` on CUDA, or nullptr when it can.
 const char* CudaUnsupported(const ddprun::train::TrainOptions& options) {
-#ifndef DDPRUN_HAVE_CUDA
+#ifndef DDPRUN_TRAIN_CUDA_PLUGIN
   (void)options;
   return "this build has no CUDA path (cmake found no CUDA toolkit and NCCL): rebuild where "
          "they are installed, or use --device cpu";
@@ -25,6 +30,18 @@ const char* CudaUnsupported(const ddprun::train::TrainOptions& options) {
   }
   return nullptr;
 #endif
+}
+
+// --device cuda: the run in the CUDA plugin, or exit 2 when it cannot load.
+int RunOnCuda(const ddprun::train::TrainOptions& options) {
+#ifdef DDPRUN_TRAIN_CUDA_PLUGIN
+  ddprun::StatusOr<int> code = ddprun::train::RunInCudaPlugin(DDPRUN_TRAIN_CUDA_PLUGIN, options);
+  if (code.ok()) return *code;
+  std::fprintf(stderr, "train: --device cuda: %s\n", code.status().message().c_str());
+#else
+  (void)options;
+#endif
+  return 2;
 }
 
 }  // namespace
@@ -47,6 +64,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "train: --device cuda: %s\n", why);
       return 2;
     }
+    return RunOnCuda(*options);
   }
   return ddprun::train::RunDistributed(*options);
 }

@@ -25,6 +25,9 @@ def cache_value(name):
 
 LIBDIR = cache_value("CMAKE_INSTALL_LIBDIR")  # lib/<multiarch> on Debian
 BUILD_TYPE = cache_value("CMAKE_BUILD_TYPE").lower()
+# train's CUDA plugin, installed beside it, in a build that found CUDA.
+CUDA_PLUGIN = ({"libexec/ddprun/libddprun_train_cuda.so"}
+               if (BUILD / "examples" / "libddprun_train_cuda.so").exists() else set())
 
 
 def files_under(root):
@@ -49,7 +52,7 @@ def test_the_install_has_exactly_the_expected_files(prefix):
         "share/doc/ddprun/README.md", f"{LIBDIR}/libddprun_ddp.a",
         f"{LIBDIR}/pkgconfig/ddprun-ddp.pc",
         "share/bash-completion/completions/ddprun", "share/zsh/vendor-completions/_ddprun",
-    } | docs | cmake | {f"include/ddprun/{h}" for h in PUBLIC_HEADERS}
+    } | docs | cmake | {f"include/ddprun/{h}" for h in PUBLIC_HEADERS} | CUDA_PLUGIN
     installed = files_under(prefix)
     assert installed == expected, (sorted(installed - expected), sorted(expected - installed))
     for program in ("bin/ddprun", "libexec/ddprun/train"):

@@ -100,7 +100,8 @@ def test_dev_package_is_found_at_usr(root):
 def test_demo_job_runs_from_the_unpacked_package(root):
     ddprun = root / "usr" / "bin" / "ddprun"
     train = root / "usr" / "libexec" / "ddprun" / "train"
-    for program in (ddprun, train):
+    plugin = train.with_name("libddprun_train_cuda.so")  # in a build with CUDA
+    for program in (ddprun, train, *([plugin] if plugin.exists() else [])):
         dynamic = check_run(["readelf", "-d", program], timeout=10).stdout
         assert "RPATH" not in dynamic and "RUNPATH" not in dynamic, dynamic
     # scripts/demo.sh's job, on 2 ranks.

@@ -1,8 +1,10 @@
 """The DDP core end to end: examples/train under ddprun with Gloo on CPU, against its own
 single-process --reference run, and each classic DDP failure on demand."""
 import re
+import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from trainlib import DDPRUN, SMALL, TRAIN, assert_matches_reference, checksums, reference
@@ -96,3 +98,60 @@ def test_without_the_launcher_the_worker_says_how_to_start_it():
                        timeout=30)
     assert r.returncode != 0
     assert "RANK" in r.stderr and "WORLD_SIZE" in r.stderr and "ddprun" in r.stderr, r.stderr
+
+
+# The CUDA path lives in a plugin beside train (examples/train/cuda_plugin.hpp), loaded only for
+# --device cuda: train itself starts where no CUDA library is installed.
+PLUGIN = Path(TRAIN).with_name("libddprun_train_cuda.so")
+CUDA_LIBRARIES = ("libcudart", "libcublas", "libnccl", "libcuda.")
+
+
+def test_the_trainer_needs_no_cuda_library():
+    dynamic = subprocess.run(["readelf", "-d", TRAIN], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]", dynamic)
+    assert needed and not [n for n in needed if n.startswith(CUDA_LIBRARIES)], needed
+    ldd = subprocess.run(["ldd", TRAIN], capture_output=True, text=True, timeout=10).stdout
+    assert not [lib for lib in CUDA_LIBRARIES if lib in ldd], ldd
+
+
+def test_a_cpu_rank_loads_no_cuda_library(tmp_path):
+    # The loader's trace of every process of the job (ld.so writes DEBUG.<pid>).
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", TRAIN, "--device", "cpu", *SMALL],
+                       env=env(LD_DEBUG="files", LD_DEBUG_OUTPUT=str(tmp_path / "ld")),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert len(checksums(r.stdout)) == 2, r.stdout
+    traces = {p.name: p.read_text() for p in tmp_path.glob("ld.*")}
+    workers = {n: t for n, t in traces.items() if "file=libgloo" in t}
+    assert len(workers) == 2, sorted(traces)
+    for name, trace in workers.items():
+        files = re.findall(r"file=(\S+)", trace)
+        assert not [f for f in files if Path(f).name.startswith(CUDA_LIBRARIES)
+                    or f.endswith(PLUGIN.name)], (name, files)
+
+
+def test_device_cuda_without_the_plugin_fails_naming_what_is_missing(tmp_path):
+    alone = tmp_path / "train"  # a copy of train without the plugin beside it
+    shutil.copy(TRAIN, alone)
+    r = subprocess.run([alone, "--device", "cuda"], env=env(), capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 2, r.stderr
+    if PLUGIN.exists():
+        assert re.fullmatch(rf"train: --device cuda: load the CUDA plugin: {tmp_path}/"
+                            r"libddprun_train_cuda\.so: cannot open shared object file: [^\n]+: "
+                            r"install the CUDA runtime, cuBLAS and NCCL libraries[^\n]+, or use "
+                            r"--device cpu\n", r.stderr), r.stderr
+    else:
+        assert "this build has no CUDA path" in r.stderr and "--device cpu" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(not PLUGIN.exists() or Path("/dev/nvidia0").exists(),
+                    reason="needs a build with the CUDA plugin on a host without a GPU")
+def test_device_cuda_on_a_host_without_a_gpu_fails_naming_the_cause():
+    r = subprocess.run([DDPRUN, "--nproc_per_node=1", "--shutdown_timeout=5", TRAIN, "--device",
+                        "cuda", *SMALL], env=env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0, r.stderr
+    # The plugin loaded (the CUDA libraries are here) and CUDA found no device.
+    assert "load the CUDA plugin" not in r.stderr, r.stderr
+    assert "CUDA_VISIBLE_DEVICES" in r.stderr, r.stderr
