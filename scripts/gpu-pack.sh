@@ -12,6 +12,16 @@ bundle=../shared/gpu/bundle.sh
 [ -x "$bundle" ] || { echo "gpu-pack: $bundle not found (it comes with the workplace's shared folder)" >&2; exit 1; }
 grep -qx '/.gpu/' .git/info/exclude 2>/dev/null || echo '/.gpu/' >> .git/info/exclude
 "$bundle" "$build" .gpu
+# bundle.sh takes executables only: the trainer's CUDA plugin (dlopen'ed by train --device cuda
+# from its own directory) goes beside train by hand; the libraries it needs beyond train's are
+# CUDA's, cuBLAS and NCCL, which the GPU machine has.
+plugin="$build/examples/libddprun_train_cuda.so"
+if [ -f "$plugin" ]; then
+  strip --strip-debug -o .gpu/build/examples/libddprun_train_cuda.so "$plugin"
+else
+  echo "gpu-pack: $plugin missing: was the build made without CUDA?" >&2
+  exit 1
+fi
 venv="${DDPRUN_VENV:-$HOME/.cache/ddprun/venv}"
 site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 mkdir -p .gpu/py
