@@ -5,11 +5,8 @@
 #include <sys/statvfs.h>
 
 #include <csignal>
-#include <cstdio>
 #include <filesystem>
-#include <map>
 #include <optional>
-#include <random>
 
 #include "base/exit_codes.hpp"
 #include "env/cpus.hpp"
@@ -20,6 +17,7 @@
 #include "env/port_holder.hpp"
 #include "env/worker_env.hpp"
 #include "launcher/dump_request.hpp"
+#include "launcher/group_outcome.hpp"
 #include "launcher/job_stores.hpp"
 #include "launcher/run_recorder.hpp"
 #include "launcher/torch_hook.hpp"
@@ -40,62 +38,6 @@ namespace {
 
 constexpr std::chrono::seconds kExitWait{30};
 constexpr std::chrono::seconds kLeaveWait{5};
-
-// Whether -r/-t/--duplicate_*_filters asked for files that must outlive the run.
-bool WritesLogFiles(const LaunchConfig& c) {
-  auto any = [](const StreamSelection& s) {
-    if (s.all != 0) return true;
-    for (const auto& [rank, bits] : s.by_rank) {
-      if (bits != 0) return true;
-    }
-    return false;
-  };
-  return any(c.redirects) || any(c.tee) || !c.duplicate_stdout_filters.empty() ||
-         !c.duplicate_stderr_filters.empty();
-}
-
-void LogStopped(const supervisor::GroupResult& r) {
-  for (const auto& w : r.workers) {
-    if (w.state == supervisor::WorkerState::kAbandoned) {
-      spdlog::error(
-          "rank {} (local_rank {}, pid {}) did not exit after SIGKILL (stuck in the "
-          "kernel, state D?): abandoned",
-          w.rank, w.local_rank, w.pid);
-    } else if (w.state == supervisor::WorkerState::kStopped) {
-      spdlog::info("rank {} (local_rank {}, pid {}) stopped by ddprun: {}", w.rank, w.local_rank,
-                   w.pid, w.exit.Describe());
-    }
-  }
-}
-
-// Whether a failure looks like the consequence of a peer going away (its
-// connection broke) rather than a cause of its own: such a failure is
-// recorded only if no other failure is within the peer settle time.
-bool DiedOfPeer(const supervisor::FailureRecord& f) {
-  if (f.exit.signal == SIGPIPE) return true;
-  for (const char* sign : {"Connection reset by peer", "Connection closed by peer", "Broken pipe",
-                           "ECONNRESET", "connection was closed by the remote"}) {
-    if (f.message.find(sign) != std::string::npos) return true;
-    // Its last lines: a worker that wrote no error file still said why.
-    const size_t from = f.output_tail.size() > 1024 ? f.output_tail.size() - 1024 : 0;
-    if (f.output_tail.find(sign, from) != std::string::npos) return true;
-  }
-  return false;
-}
-
-// Where torch's agent puts the file timer's pipe when TORCHELASTIC_TIMER_FILE
-// is unset: <tempdir>/watchdog_timer_<uuid4>.
-std::string DefaultTimerFile(const env::Environ& environ) {
-  std::random_device rd;
-  unsigned words[4] = {rd(), rd(), rd(), rd()};
-  words[1] = (words[1] & 0xffff0fffu) | 0x00004000u;  // version 4
-  words[2] = (words[2] & 0x3fffffffu) | 0x80000000u;  // RFC 4122 variant
-  char uuid[40];
-  std::snprintf(uuid, sizeof(uuid), "%08x-%04x-%04x-%04x-%04x%08x", words[0], words[1] >> 16,
-                words[1] & 0xffffu, words[2] >> 16, words[2] & 0xffffu, words[3]);
-  const std::string tmp = env::Lookup(environ, "TMPDIR").value_or("");
-  return (tmp.empty() ? "/tmp" : tmp) + "/watchdog_timer_" + uuid;
-}
 
 // The agent's state for one launcher run: it carries out what the
 // rendezvous machine (rendezvous/agent_machine.hpp) decides.

@@ -1,0 +1,29 @@
+// What the agent makes of a finished worker group and of the files a run
+// keeps: helpers of launcher/agent.cpp, free of its state.
+#pragma once
+
+#include <string>
+
+#include "env/environ.hpp"
+#include "launcher/launch_config.hpp"
+#include "supervisor/failure_report.hpp"
+#include "supervisor/supervisor.hpp"
+
+namespace ddprun::launcher {
+
+// Whether -r/-t/--duplicate_*_filters asked for files that must outlive the run.
+bool WritesLogFiles(const LaunchConfig& c);
+
+// Logs each worker ddprun stopped, and each it had to abandon after SIGKILL.
+void LogStopped(const supervisor::GroupResult& r);
+
+// Whether a failure looks like the consequence of a peer going away (its
+// connection broke) rather than a cause of its own: such a failure is
+// recorded only if no other failure is within the peer settle time.
+bool DiedOfPeer(const supervisor::FailureRecord& f);
+
+// Where torch's agent puts the file timer's pipe when TORCHELASTIC_TIMER_FILE
+// is unset: <tempdir>/watchdog_timer_<uuid4>.
+std::string DefaultTimerFile(const env::Environ& environ);
+
+}  // namespace ddprun::launcher
