@@ -217,9 +217,10 @@ std::string CommunicatorLines(const json& comm) {
 
 namespace {
 
-// One client session; `ask_json` sends SET FORMAT json first.
-RasReport Session(const std::string& addr, bool ask_json, Clock::time_point deadline,
-                  std::chrono::milliseconds timeout) {
+// One client session; `ask_json` sends SET FORMAT json first. `*dropped_at_format`
+// says the server closed the connection at that request (an NCCL without it).
+RasReport Session(const std::string& addr, bool ask_json, bool* dropped_at_format,
+                  Clock::time_point deadline, std::chrono::milliseconds timeout) {
   RasReport report;
   UniqueFd fd = Connect(addr, deadline, &report.error);
   if (!fd.valid()) return report;
@@ -239,6 +240,7 @@ RasReport Session(const std::string& addr, bool ask_json, Clock::time_point dead
   }
   if (ask_json) {
     if (!c.Send("SET FORMAT json\n") || !c.ReadLine(&line)) {
+      *dropped_at_format = true;
       report.error = "RAS at " + addr + ": no answer to SET FORMAT json";
       return report;
     }
@@ -259,10 +261,11 @@ RasReport Session(const std::string& addr, bool ask_json, Clock::time_point dead
 
 RasReport QueryNcclRas(const std::string& addr, std::chrono::milliseconds timeout) {
   const Clock::time_point deadline = Clock::now() + timeout;
-  RasReport report = Session(addr, /*ask_json=*/true, deadline, timeout);
+  bool dropped = false;
+  RasReport report = Session(addr, /*ask_json=*/true, &dropped, deadline, timeout);
   // An NCCL without SET FORMAT that drops the client: once more, in text.
-  if (report.raw.empty() && report.error.find("SET FORMAT") != std::string::npos) {
-    report = Session(addr, /*ask_json=*/false, deadline, timeout);
+  if (dropped) {
+    report = Session(addr, /*ask_json=*/false, &dropped, deadline, timeout);
   }
   return report;
 }
