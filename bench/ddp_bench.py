@@ -117,7 +117,12 @@ def main():
     ap.add_argument("--quick", action="store_true", help="3 runs, 100 steps")
     ap.add_argument("--steps", type=int, default=None, help="timed steps (default 200)")
     ap.add_argument("--warmup", type=int, default=20, help="steps before the timed ones")
-    ap.add_argument("--width", type=int, default=512)
+    ap.add_argument("--width", default="512",
+                    help="hidden width, or a comma-separated list (one set of step rows per width)")
+    ap.add_argument("--compare-copies", action="store_true",
+                    help="also run train --grad-copies (gradients copied into and out of the "
+                         "buckets) at every width: what gradients as bucket views save")
+    ap.add_argument("--no-overlap", action="store_true", help="skip the overlap runs")
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--ov-width", type=int, default=512)
@@ -130,6 +135,10 @@ def main():
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--nproc", type=int, default=None, help="ranks (default 2 on CPU, 1 on CUDA)")
     args = ap.parse_args()
+    try:
+        widths = [int(w) for w in args.width.split(",")]
+    except ValueError:
+        ap.error("--width %s: not an integer or a comma-separated list of integers" % args.width)
     runs = args.runs or (3 if args.quick else 5)
     steps = args.steps or (100 if args.quick else 200)
     total_steps = steps + args.warmup
@@ -211,8 +220,9 @@ def main():
               "fp32%s, SGD" % ("CUDA" if cuda else "CPU", backend, nproc,
                                " on one GPU (tests/tools/onehost)" if onehost else "",
                                " (TF32 off)" if cuda else ""))
-        print("#  step: width %d depth %d batch %d per rank; %d warm-up + %d timed steps" % (
-            args.width, args.depth, args.batch, args.warmup, steps))
+        print("#  step: width %s depth %d batch %d per rank; %d warm-up + %d timed steps%s" % (
+            ",".join(map(str, widths)), args.depth, args.batch, args.warmup, steps,
+            "; copies: train --grad-copies" if args.compare_copies else ""))
         print("#  overlap: width %d depth %d batch %d per rank, bucket cap %g MiB (ddprun only); "
               "modes ddp, --no-comm, --comm-only" % (args.ov_width, args.ov_depth, args.ov_batch,
                                                      args.ov_bucket_cap_mb))
@@ -221,13 +231,17 @@ def main():
         print("#")
         sys.stdout.flush()
 
-        W, D, B = args.width, args.depth, args.batch
+        D, B = args.depth, args.batch
         OW, OD, OB = args.ov_width, args.ov_depth, args.ov_batch
-        for _ in range(runs):
-            measure("ddprun", ddprun_job(W, D, B), same_checksum)
-            measure("pytorch", torch_job(W, D, B), torch_finite)
+        for W in widths:
+            for _ in range(runs):
+                measure("ddprun@%d" % W, ddprun_job(W, D, B), same_checksum)
+                if args.compare_copies:
+                    measure("copies@%d" % W, ddprun_job(W, D, B, ["--grad-copies"]), same_checksum)
+                measure("pytorch@%d" % W, torch_job(W, D, B), torch_finite)
         cap = ["--bucket-cap-mb", str(args.ov_bucket_cap_mb)]
-        for _ in range(runs if nproc > 1 else 0):  # one rank has nothing to overlap
+        overlap_runs = 0 if nproc == 1 or args.no_overlap else runs  # one rank: nothing to overlap
+        for _ in range(overlap_runs):
             measure("ov_ddp", ddprun_job(OW, OD, OB, cap), same_checksum)
             measure("ov_nocomm", ddprun_job(OW, OD, OB, ["--no-comm"] + cap), no_check)
             measure("ov_comm", ddprun_job(OW, OD, OB, ["--comm-only"] + cap), same_checksum)
@@ -248,12 +262,12 @@ def main():
 
         def row(test, metric, unit, d, p, goal, status, f="%.2f"):
             ratio = "%.3f" % (d / p) if d is not None and p not in (None, 0) else "-"
-            rows.append("  %-8s %-18s %-5s %12s %12s %8s  %-20s %s" % (
+            rows.append("  %-8s %-22s %-5s %12s %12s %8s  %-20s %s" % (
                 test, metric, unit, fmt(d, f), fmt(p, f), ratio, goal, status))
 
         def spread(test, metric, who, v, f="%.2f"):
             if v:
-                spreads.append("#   %-8s %-18s %-8s: min %s max %s  (runs: %s)" % (
+                spreads.append("#   %-8s %-22s %-8s: min %s max %s  (runs: %s)" % (
                     test, metric, who, f % min(v), f % max(v), " ".join(f % x for x in v)))
 
         def judge(ok):
@@ -263,41 +277,48 @@ def main():
             goals[0] += bool(ok)
             return "met" if ok else "FAIL"
 
-        # 1. step time and memory, side by side
-        d_step, p_step = per_run("ddprun", "step_us"), per_run("pytorch", "step_us")
-        dm, pm = med(d_step), med(p_step)
-        row("step", "time_per_step", "ms", dm, pm, "d <= %.1f x pytorch" % goal_ratio,
-            judge(None if dm is None or pm is None else dm <= goal_ratio * pm))
-        spread("step", "time_per_step", "ddprun", d_step)
-        spread("step", "time_per_step", "pytorch", p_step)
-        spread("step", "rank0_step", "ddprun", rank0("ddprun", "step_us"))
-        spread("step", "rank0_step", "pytorch", rank0("pytorch", "step_us"))
-        for r in range(nproc):
-            dv = [ranks[r]["rss"] for ranks in res.get("ddprun", [])]
-            pv = [ranks[r]["rss"] for ranks in res.get("pytorch", [])]
-            row("step", "peak_rss/rank%d" % r, "MiB", med(dv), med(pv), "report", "-", "%.1f")
-            spread("step", "peak_rss/rank%d" % r, "ddprun", dv, "%.1f")
-            spread("step", "peak_rss/rank%d" % r, "pytorch", pv, "%.1f")
-        row("step", "good_runs", "runs", len(res.get("ddprun", [])), len(res.get("pytorch", [])),
-            "all %d" % runs, "-", "%d")
+        # 1. step time and memory, side by side, per width
+        for W in widths:
+            d_key, c_key, p_key = "ddprun@%d" % W, "copies@%d" % W, "pytorch@%d" % W
+            d_step, p_step = per_run(d_key, "step_us"), per_run(p_key, "step_us")
+            dm, pm = med(d_step), med(p_step)
+            tag = "@%d" % W
+            row("step", "time_per_step" + tag, "ms", dm, pm, "d <= %.1f x pytorch" % goal_ratio,
+                judge(None if dm is None or pm is None else dm <= goal_ratio * pm))
+            spread("step", "time_per_step" + tag, "ddprun", d_step)
+            spread("step", "time_per_step" + tag, "pytorch", p_step)
+            spread("step", "rank0_step" + tag, "ddprun", rank0(d_key, "step_us"))
+            spread("step", "rank0_step" + tag, "pytorch", rank0(p_key, "step_us"))
+            if args.compare_copies:
+                c_step = per_run(c_key, "step_us")
+                row("step", "grad_copies" + tag, "ms", med(c_step), pm, "report", "-")
+                spread("step", "grad_copies" + tag, "ddprun", c_step)
+            dv, pv = per_run(d_key, "rss"), per_run(p_key, "rss")
+            row("step", "peak_rss" + tag, "MiB", med(dv), med(pv), "report", "-", "%.1f")
+            spread("step", "peak_rss" + tag, "ddprun", dv, "%.1f")
+            spread("step", "peak_rss" + tag, "pytorch", pv, "%.1f")
+            row("step", "good_runs" + tag, "runs", len(res.get(d_key, [])),
+                len(res.get(p_key, [])), "all %d" % runs, "-", "%d")
 
         # 2. overlap (ddprun only; needs two ranks)
-        t_ddp, t_no, t_comm = (per_run(k, "step_us") for k in ("ov_ddp", "ov_nocomm", "ov_comm"))
-        bwd = per_run("ov_nocomm", "backward_us")
-        m_ddp, m_no, m_comm, m_bwd = med(t_ddp), med(t_no), med(t_comm), med(bwd)
-        for name, v, m in (("t_ddp", t_ddp, m_ddp), ("t_nocomm", t_no, m_no),
-                           ("t_comm_alone", t_comm, m_comm), ("backward_alone", bwd, m_bwd)):
-            row("overlap", name, "ms", m, None, "report", "-")
-            spread("overlap", name, "ddprun", v)
-        if None not in (m_comm, m_bwd):
-            row("overlap", "comm/backward", "x", m_comm / m_bwd, None, "about 1", "-")
-        hidden = None if None in (m_ddp, m_no, m_comm) or m_comm <= 0 else 1 - (m_ddp - m_no) / m_comm
-        if nproc > 1:
+        if overlap_runs:
+            t_ddp, t_no, t_comm = (per_run(k, "step_us")
+                                   for k in ("ov_ddp", "ov_nocomm", "ov_comm"))
+            bwd = per_run("ov_nocomm", "backward_us")
+            m_ddp, m_no, m_comm, m_bwd = med(t_ddp), med(t_no), med(t_comm), med(bwd)
+            for name, v, m in (("t_ddp", t_ddp, m_ddp), ("t_nocomm", t_no, m_no),
+                               ("t_comm_alone", t_comm, m_comm), ("backward_alone", bwd, m_bwd)):
+                row("overlap", name, "ms", m, None, "report", "-")
+                spread("overlap", name, "ddprun", v)
+            if None not in (m_comm, m_bwd):
+                row("overlap", "comm/backward", "x", m_comm / m_bwd, None, "about 1", "-")
+            hidden = (None if None in (m_ddp, m_no, m_comm) or m_comm <= 0
+                      else 1 - (m_ddp - m_no) / m_comm)
             row("overlap", "hidden_fraction", "%", None if hidden is None else 100 * hidden, None,
                 "d >= 70 %", judge(None if hidden is None else hidden >= 0.70), "%.1f")
-        n = min(len(t_ddp), len(t_no), len(t_comm))
-        per_run_hidden = [100 * (1 - (t_ddp[i] - t_no[i]) / t_comm[i]) for i in range(n)]
-        spread("overlap", "hidden_fraction", "ddprun", per_run_hidden, "%.1f")
+            n = min(len(t_ddp), len(t_no), len(t_comm))
+            per_run_hidden = [100 * (1 - (t_ddp[i] - t_no[i]) / t_comm[i]) for i in range(n)]
+            spread("overlap", "hidden_fraction", "ddprun", per_run_hidden, "%.1f")
 
         # 3. GPU rows
         if not cuda:
@@ -306,7 +327,7 @@ def main():
                    else "not run: no CUDA device")
             row("gpu", "cuda_step", "ms", None, None, "d <= 0.9 x pytorch", why)
 
-        print("#  %-6s %-18s %-5s %12s %12s %8s  %-20s %s" % (
+        print("#  %-6s %-22s %-5s %12s %12s %8s  %-20s %s" % (
             "test", "metric", "unit", "ddprun", "pytorch", "d/p", "goal", "status"))
         for r in rows:
             print(r)

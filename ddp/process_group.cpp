@@ -19,6 +19,11 @@ Status Work::Wait() {
   return status_;
 }
 
+Status Work::Synchronize() {
+  if (!stream_wait_ || Done()) return Wait();
+  return stream_wait_();
+}
+
 bool Work::Done() {
   std::lock_guard<std::mutex> lock(mu_);
   return done_;

@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -34,14 +35,23 @@ class Work {
  public:
   // Blocks until the collective finished; its status.
   Status Wait();
+  // Orders the caller's later work after the collective. A device group
+  // (NCCL) does it without blocking the host: the legacy default stream waits
+  // for the collective, and the status is the group's as known now (a
+  // failure shows here or at a later collective). Host groups: Wait().
+  Status Synchronize();
   bool Done();
   void Complete(Status s);  // called by the group's worker thread
+  // Set by a device group before the Work is returned: what Synchronize()
+  // does while the collective is still running.
+  void set_stream_wait(std::function<Status()> f) { stream_wait_ = std::move(f); }
 
  private:
   std::mutex mu_;
   std::condition_variable cv_;
   bool done_ = false;
   Status status_;
+  std::function<Status()> stream_wait_;
 };
 
 class ProcessGroup {

@@ -76,7 +76,7 @@ class Reducer::Impl {
 
   Status VerifyAcrossRanks(const std::vector<Parameter>& params);
   Status BroadcastFromRankZero(std::vector<Parameter>& params);
-  Status Layout(const std::vector<Parameter>& params, const std::vector<size_t>& order);
+  Status Layout(std::vector<Parameter>& params, const std::vector<size_t>& order);
   Status BroadcastBuffers();
   void Begin(size_t nparams);
   void Ready(Reducer& r, size_t index);
@@ -84,6 +84,7 @@ class Reducer::Impl {
 
   const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
   std::string TakeNotice() { return std::exchange(notice_, ""); }
+  int generation() const { return generation_; }
 
  private:
   void Launch(Reducer& r);
@@ -91,8 +92,10 @@ class Reducer::Impl {
   float* FlatData(size_t b);
   Status CopyIn(size_t b, const Parameter& p, size_t offset);
   Status CopyOut(size_t b, Parameter& p, size_t offset, float factor);
+  Status Average(size_t b, std::vector<Parameter>& params, float factor);
   Status ZeroGrad(Parameter& p);
-  Status RebuildFromRankZero(const std::vector<Parameter>& params);
+  Status MoveGradsInto(std::vector<Parameter>& params);
+  Status RebuildFromRankZero(std::vector<Parameter>& params);
   Status ReportUnused(const std::vector<Parameter>& params, const std::vector<size_t>& unused);
 
   ProcessGroup* group_;
@@ -105,7 +108,8 @@ class Reducer::Impl {
   std::unique_ptr<DeviceBuckets> device_;  // device buckets (nccl), instead
 #endif
   bool on_device_ = false;
-  Status copy_error_;  // the first failed device copy of the step
+  int generation_ = 0;  // moves of the gradients into buckets (views)
+  Status copy_error_;   // the first failed device copy of the step
   std::vector<size_t> pending_;
   std::vector<bool> param_ready_;
   std::vector<std::shared_ptr<Work>> works_;
@@ -195,8 +199,7 @@ Status Reducer::Impl::BroadcastFromRankZero(std::vector<Parameter>& params) {
   return BroadcastInPlace(data, counts);
 }
 
-Status Reducer::Impl::Layout(const std::vector<Parameter>& params,
-                             const std::vector<size_t>& order) {
+Status Reducer::Impl::Layout(std::vector<Parameter>& params, const std::vector<size_t>& order) {
   buckets_ = MakeBuckets(params, order, options_.first_bucket_bytes, options_.bucket_cap_bytes);
   bucket_of_.assign(params.size(), 0);
   offset_in_bucket_.assign(params.size(), 0);
@@ -208,11 +211,33 @@ Status Reducer::Impl::Layout(const std::vector<Parameter>& params,
       counts_[b] += params[idx].numel();
     }
   }
+  // New storage first: with views, the gradients move out of the old one.
 #ifdef DDPRUN_HAVE_CUDA
-  if (device_) return device_->Resize(counts_);
+  if (on_device_) {
+    auto old = std::move(device_);
+    device_ = std::make_unique<DeviceBuckets>();
+    if (Status s = device_->Resize(counts_); !s.ok()) return s;
+    return MoveGradsInto(params);  // then `old` is freed (after the device is idle)
+  }
 #endif
+  auto old = std::move(flat_);
   flat_.assign(buckets_.size(), {});
   for (size_t b = 0; b < buckets_.size(); ++b) flat_[b].resize(counts_[b]);
+  return MoveGradsInto(params);
+}
+
+// gradient_as_bucket_view: every gradient's values go to its place in the
+// (new) buckets, and its pointer with them.
+Status Reducer::Impl::MoveGradsInto(std::vector<Parameter>& params) {
+  if (!options_.gradient_as_bucket_view) return Status::Ok();
+  for (size_t idx = 0; idx < params.size(); ++idx) {
+    Parameter& p = params[idx];
+    if (Status s = CopyIn(bucket_of_[idx], p, offset_in_bucket_[idx]); !s.ok()) {
+      return s.Annotate("ddp: moving the gradient of " + p.name + " into its bucket");
+    }
+    p.grad = FlatData(bucket_of_[idx]) + offset_in_bucket_[idx];
+  }
+  ++generation_;
   return Status::Ok();
 }
 
@@ -237,6 +262,24 @@ Status Reducer::Impl::CopyOut(size_t b, Parameter& p, size_t offset, float facto
 #endif
   const float* src = flat_[b].data() + offset;
   for (size_t k = 0; k < p.numel(); ++k) p.grad[k] = src[k] * factor;
+  return Status::Ok();
+}
+
+// The reduced bucket `b` divided by the world size: in place (views), or
+// copied out into each parameter's own gradient.
+Status Reducer::Impl::Average(size_t b, std::vector<Parameter>& params, float factor) {
+  if (!options_.gradient_as_bucket_view) {
+    for (size_t idx : buckets_[b]) {
+      if (Status s = CopyOut(b, params[idx], offset_in_bucket_[idx], factor); !s.ok()) return s;
+    }
+    return Status::Ok();
+  }
+  if (factor == 1.0f) return Status::Ok();
+#ifdef DDPRUN_HAVE_CUDA
+  if (device_) return device_->Scale(b, counts_[b], factor);
+#endif
+  float* data = flat_[b].data();
+  for (size_t k = 0; k < counts_[b]; ++k) data[k] *= factor;
   return Status::Ok();
 }
 
@@ -287,8 +330,10 @@ void Reducer::Impl::Ready(Reducer& r, size_t index) {
   observed_order_.push_back(index);
   const Parameter& p = r.params_[index];
   const size_t b = bucket_of_[index];
-  if (Status s = CopyIn(b, p, offset_in_bucket_[index]); !s.ok() && copy_error_.ok()) {
-    copy_error_ = s.Annotate("parameter " + p.name);
+  if (!options_.gradient_as_bucket_view) {
+    if (Status s = CopyIn(b, p, offset_in_bucket_[index]); !s.ok() && copy_error_.ok()) {
+      copy_error_ = s.Annotate("parameter " + p.name);
+    }
   }
   --pending_[b];
   Launch(r);
@@ -308,7 +353,7 @@ Status Reducer::Impl::ReportUnused(const std::vector<Parameter>& params,
       "reduces them as zeros at the cost of a pass over all parameters every step");
 }
 
-Status Reducer::Impl::RebuildFromRankZero(const std::vector<Parameter>& params) {
+Status Reducer::Impl::RebuildFromRankZero(std::vector<Parameter>& params) {
   std::string order;
   for (size_t idx : observed_order_) order += std::to_string(idx) + " ";
   auto all = group_->AllGatherStrings(order);
@@ -348,10 +393,8 @@ Status Reducer::Impl::Finish(Reducer& r) {
   }
   const float inv = 1.0f / static_cast<float>(group_->size());
   for (size_t b = 0; b < buckets_.size(); ++b) {
-    if (Status s = works_[b]->Wait(); !s.ok()) return s;
-    for (size_t idx : buckets_[b]) {
-      if (Status s = CopyOut(b, r.params_[idx], offset_in_bucket_[idx], inv); !s.ok()) return s;
-    }
+    if (Status s = works_[b]->Synchronize(); !s.ok()) return s;
+    if (Status s = Average(b, r.params_, inv); !s.ok()) return s;
   }
   if (!copy_error_.ok()) return copy_error_;
   r.stats_.buckets = static_cast<int>(buckets_.size());
@@ -399,6 +442,8 @@ Status Reducer::FinishBackward() {
 }
 
 const std::vector<std::vector<size_t>>& Reducer::buckets() const { return impl_->buckets(); }
+
+int Reducer::layout_generation() const { return impl_->generation(); }
 
 std::string Reducer::TakeNotice() { return impl_->TakeNotice(); }
 

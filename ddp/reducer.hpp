@@ -17,13 +17,27 @@
 // parameters got no gradient fails, listing them by name and shape with both
 // fixes; with it, they are reduced as zeros.
 //
+// Gradients as bucket views (ReducerOptions::gradient_as_bucket_view, as
+// PyTorch's option of that name): the reducer owns the gradient storage. At
+// construction, and again when the buckets are rebuilt after the first step,
+// it moves every gradient into its bucket (values kept) and points
+// parameters()[i].grad there; the model must then write each gradient
+// through that pointer (re-read it whenever layout_generation() changes).
+// Backward's results are then reduced where they were written and averaged
+// in place: no copy into the buckets, none out. Without the option the
+// model keeps its gradient buffers and the reducer copies each gradient into
+// its bucket when it is ready and back, averaged, after the reduction.
+//
 // Device memory: with the NCCL group (backend() "nccl") parameters, gradients
 // and buffers are CUDA device memory of the current device; the buckets are
-// then flat device buffers, filled by device-to-device copies on the legacy
-// default stream (after the backward work that made each gradient), reduced
-// in place by NCCL and copied back scaled by 1/world by a small kernel. The
-// parameter and buffer broadcasts go straight to NCCL on the device
-// pointers. Every other group keeps everything in host memory.
+// then flat device buffers, written (views) or filled by device-to-device
+// copies on the legacy default stream (after the backward work that made
+// each gradient), reduced in place by NCCL on the group's own stream, and
+// averaged by a small kernel that the legacy stream runs once the reduction
+// is done: FinishBackward() does not wait on the host for a device
+// collective (a failed one fails a later collective or step). The parameter
+// and buffer broadcasts go straight to NCCL on the device pointers. Every
+// other group keeps everything in host memory.
 //
 // Not thread-safe: drive it from the training thread.
 #pragma once
@@ -60,6 +74,8 @@ struct ReducerOptions {
   size_t first_bucket_bytes = 1u << 20;
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
+  // The gradients live in the buckets (see above).
+  bool gradient_as_bucket_view = false;
   // After this many steps with no unused parameter, say once that
   // find_unused_parameters costs time for nothing.
   int unused_notice_after = 100;
@@ -92,7 +108,13 @@ class Reducer {
   // Gradient accumulation: while on, backward reduces nothing.
   void set_no_sync(bool on) { no_sync_ = on; }
 
+  // The parameters as registered; with gradient_as_bucket_view their grad
+  // pointers point into the buckets.
   const std::vector<Parameter>& parameters() const { return params_; }
+  // Counts the moves of the gradient storage into buckets (with
+  // gradient_as_bucket_view: 1 after construction, 2 after the rebuild);
+  // always 0 without the option.
+  int layout_generation() const;
   const StepStats& last_step() const { return stats_; }
   // Bucket layout: parameter indices per bucket, in launch order.
   const std::vector<std::vector<size_t>>& buckets() const;

@@ -107,12 +107,12 @@ else
 fi
 
 echo "== step time: ddprun + train vs torchrun + PyTorch DDP, the same MLP on CUDA"
-# Issue 13's measurement (width 4096, depth 4, batch 1024, fp32, TF32 off): 1 rank, then 2 ranks on
+# Issue 13's measurement (widths 1024-8192, depth 4, batch 1024, fp32, TF32 off): 1 rank, then 2 ranks on
 # the one GPU through tests/tools/onehost. A missed goal is reported in the table, not fatal here.
 torchrun=$(command -v torchrun || echo "$HOME/.cache/ddprun/venv/bin/torchrun")
 for n in 1 2; do
   "$python" bench/ddp_bench.py --device cuda --nproc "$n" --ddprun "$build/ddprun" \
-    --train "$build/examples/train" --torchrun "$torchrun" --width 4096 --depth 4 --batch 1024 \
+    --train "$build/examples/train" --torchrun "$torchrun" --width 1024,4096,8192 --depth 4 --batch 1024 \
     --ov-width 4096 --ov-depth 4 --ov-batch 1024 --steps 300 --warmup 20 --runs 1 \
     || echo "gpu-check: ddp_bench --device cuda --nproc $n: a goal missed or a run failed (above)"
 done

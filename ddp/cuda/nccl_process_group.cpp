@@ -98,12 +98,16 @@ std::string Seconds(double s) {
   return buf;
 }
 
+// The collective's end event is shared with its Work's stream wait, which
+// may outlive the entry.
+using SharedEvent = std::shared_ptr<std::remove_pointer_t<cudaEvent_t>>;
+
 struct InFlight {
   uint64_t seq;
   const char* op;
   TensorView tensor;
   Clock::time_point issued;
-  UniqueEvent done;
+  SharedEvent done;
   std::shared_ptr<Work> work;
 };
 
@@ -187,6 +191,7 @@ class NcclProcessGroup final : public ProcessGroup {
     }
     if (parts_.recorder) parts_.recorder->Started(seq);
     auto work = entry.work;
+    work->set_stream_wait([this, event = entry.done]() { return StreamWait(event.get()); });
     {
       std::lock_guard<std::mutex> lock(mu_);
       pending_.push_back(std::move(entry));
@@ -195,16 +200,26 @@ class NcclProcessGroup final : public ProcessGroup {
     return work;
   }
 
+  // Work::Synchronize of a collective still running: the legacy default
+  // stream waits for its end event; the host does not. The status is the
+  // group's (broken after a timeout or an NCCL error).
+  Status StreamWait(cudaEvent_t event) {
+    Status s = CudaStatus(cudaStreamWaitEvent(cudaStreamLegacy, event, 0),
+                          "ddp: cudaStreamWaitEvent on a collective's end");
+    std::lock_guard<std::mutex> lock(mu_);
+    return broken_.ok() ? s : broken_;
+  }
+
   // The group's stream waits for the work already on the legacy default
   // stream (where the caller computed `t`), runs the collective, then fires
   // `done`. comm_mu_ keeps the watchdog's ncclCommAbort out of a launch.
-  Status Launch(const std::function<ncclResult_t()>& launch, UniqueEvent* done) {
+  Status Launch(const std::function<ncclResult_t()>& launch, SharedEvent* done) {
     cudaEvent_t event = nullptr;
     Status s =
         CudaStatus(cudaEventCreateWithFlags(&event, cudaEventDisableTiming | cudaEventBlockingSync),
                    "cudaEventCreate");
     if (!s.ok()) return s;
-    done->reset(event);
+    done->reset(event, EventDeleter{});
     std::lock_guard<std::mutex> lock(comm_mu_);
     {
       std::lock_guard<std::mutex> state(mu_);

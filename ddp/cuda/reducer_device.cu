@@ -24,17 +24,35 @@ __global__ void ScaledCopy(const float* __restrict__ src, float* __restrict__ ds
   }
 }
 
+__global__ void ScaleInPlace(float* data, size_t n, float factor) {
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n; i += stride) {
+    data[i] *= factor;
+  }
+}
+
+unsigned Blocks(size_t n) {
+  return static_cast<unsigned>(std::min(kMaxBlocks, (n + kThreads - 1) / kThreads));
+}
+
 }  // namespace
 
 void DeviceBuckets::Free::operator()(float* p) const { cudaFree(p); }
 
 DeviceBuckets::DeviceBuckets() = default;
-DeviceBuckets::~DeviceBuckets() = default;
+// A collective or a copy may still read the buffers: the device finishes
+// its work before they are freed.
+DeviceBuckets::~DeviceBuckets() {
+  if (!buffers_.empty()) cudaDeviceSynchronize();
+}
 
 Status DeviceBuckets::Resize(const std::vector<size_t>& counts) {
   // The old buffers may still be read by a collective issued on them.
-  if (Status s = CudaStatus(cudaDeviceSynchronize(), "synchronize before re-bucketing"); !s.ok()) {
-    return s;
+  if (!buffers_.empty()) {
+    if (Status s = CudaStatus(cudaDeviceSynchronize(), "synchronize before re-bucketing");
+        !s.ok()) {
+      return s;
+    }
   }
   buffers_.clear();
   for (size_t count : counts) {
@@ -62,9 +80,14 @@ Status DeviceBuckets::CopyIn(size_t bucket, size_t offset, const float* grad, si
 Status DeviceBuckets::CopyOutScaled(size_t bucket, size_t offset, float* grad, size_t n,
                                     float factor) {
   if (n == 0) return Status::Ok();
-  const size_t blocks = std::min(kMaxBlocks, (n + kThreads - 1) / kThreads);
-  ScaledCopy<<<static_cast<unsigned>(blocks), kThreads>>>(data(bucket) + offset, grad, n, factor);
+  ScaledCopy<<<Blocks(n), kThreads>>>(data(bucket) + offset, grad, n, factor);
   return CudaStatus(cudaGetLastError(), "copy a reduced gradient out of its bucket");
+}
+
+Status DeviceBuckets::Scale(size_t bucket, size_t count, float factor) {
+  if (count == 0) return Status::Ok();
+  ScaleInPlace<<<Blocks(count), kThreads>>>(data(bucket), count, factor);
+  return CudaStatus(cudaGetLastError(), "average a reduced bucket");
 }
 
 Status ZeroDeviceFloats(float* p, size_t n) {

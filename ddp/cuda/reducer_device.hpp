@@ -1,7 +1,8 @@
 // The Reducer's gradient buckets in device memory, for the NCCL group: one
-// flat cudaMalloc'd buffer per bucket, gradients copied in (device to
-// device) as they become ready and copied back scaled once the bucket's
-// all-reduce has finished.
+// flat cudaMalloc'd buffer per bucket. Either the gradients live in the
+// buckets (gradient_as_bucket_view: moved in once, averaged in place) or
+// they are copied in (device to device) as they become ready and copied back
+// scaled once the bucket's all-reduce has finished.
 //
 // Every copy and kernel runs on the legacy default stream, so it is ordered
 // after the backward work that produced the gradient and before the
@@ -35,6 +36,8 @@ class DeviceBuckets {
   Status CopyIn(size_t bucket, size_t offset, const float* grad, size_t n);
   // grad[0 .. n) = bucket[offset .. offset+n) * factor, asynchronously.
   Status CopyOutScaled(size_t bucket, size_t offset, float* grad, size_t n, float factor);
+  // bucket[0 .. count) *= factor, asynchronously.
+  Status Scale(size_t bucket, size_t count, float factor);
 
  private:
   struct Free {

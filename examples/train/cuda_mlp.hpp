@@ -4,12 +4,20 @@
 // (fp32, no TF32) and the rest in small kernels (cuda_kernels.hpp), all on
 // the legacy default stream.
 //
+// Mixed precision (MlpConfig::precision fp16 or bf16, train --amp): the
+// master weights, their gradients and the optimizer stay fp32; each forward
+// casts the weights to 16 bits, activations and backpropagated deltas are
+// 16-bit, and every GEMM multiplies 16-bit operands into fp32 on the tensor
+// cores (cublasGemmEx, CUBLAS_COMPUTE_32F), then rounds where Mlp's
+// emulation rounds (cuda_amp_kernels.hpp): the CPU --reference --amp run is
+// the same arithmetic up to the GEMMs' summation order.
+//
 // Forward takes the batch in host memory and copies it to the device (the
 // data are generated on the host exactly as on the CPU path). The
 // ddp::Parameter/Buffer values hold device pointers, valid for the object's
 // lifetime. CUDA and cuBLAS failures do not stop a step: the first one is
 // kept and TakeError() returns it (the caller checks once per step).
-// Requires fp32 (MlpConfig::precision kFloat32). Not thread-safe. Compiled
+// Not thread-safe. Compiled
 // only in a DDPRUN_HAVE_CUDA build; this header needs no CUDA headers.
 #pragma once
 
@@ -31,14 +39,18 @@ class CudaMlp {
   CudaMlp(const CudaMlp&) = delete;
   CudaMlp& operator=(const CudaMlp&) = delete;
 
-  // As Mlp, with `x` and `y` in host memory; waits for the loss.
-  float Forward(const float* x, const float* y, int batch);
+  // As Mlp, with `x` and `y` in host memory, copied to the device
+  // asynchronously (through pinned memory): Forward does not wait for the
+  // device; Loss() does.
+  void Forward(const float* x, const float* y, int batch);
+  float Loss();
   void Backward(float loss_scale, const std::function<void(size_t)>& on_ready);
 
   std::vector<ddp::Parameter>& parameters();
   std::vector<ddp::Buffer> buffers();
   long IndexOf(const char* name) const;
-  void ZeroGrads();
+  void ZeroGrads();  // as Mlp: the unused layer's
+  void UseGradStorage(const std::vector<ddp::Parameter>& params);
   // Sets element 0 of parameter `index`'s gradient to NaN.
   void SetGradNan(size_t index);
 

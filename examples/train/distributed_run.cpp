@@ -41,7 +41,17 @@ struct Rank {
   SyntheticData data;
   std::vector<float> x, y;
   std::vector<long> step_us, backward_us;  // with --time
+  int grad_layout = 0;                     // the reducer's layout the model writes into
 };
+
+// With gradients as bucket views, the model writes them where the reducer
+// keeps them (moved at construction and once more at the bucket rebuild).
+template <typename Model>
+void FollowGradStorage(Rank<Model>& r) {
+  if (r.reducer.layout_generation() == r.grad_layout) return;
+  r.model.UseGradStorage(r.reducer.parameters());
+  r.grad_layout = r.reducer.layout_generation();
+}
 
 long MicrosSince(std::chrono::steady_clock::time_point t0) {
   return static_cast<long>(
@@ -54,6 +64,7 @@ ddp::ReducerOptions MakeReducerOptions(const TrainOptions& o) {
   if (o.bucket_cap_mb > 0) r.bucket_cap_bytes = static_cast<size_t>(o.bucket_cap_mb * (1 << 20));
   r.find_unused_parameters = o.find_unused_parameters;
   r.broadcast_buffers = o.broadcast_buffers;
+  r.gradient_as_bucket_view = !o.grad_copies;
   return r;
 }
 
@@ -94,6 +105,7 @@ Status Backward(Rank<Model>& r, long step) {
   Status s = r.reducer.FinishBackward();
   if (s.ok()) s = r.model.TakeError();
   if (!s.ok()) return s.Annotate("step " + std::to_string(step) + ": backward");
+  FollowGradStorage(r);
   const std::string notice = r.reducer.TakeNotice();
   if (!notice.empty() && rank == 0) std::fprintf(stderr, "train: rank 0: %s\n", notice.c_str());
   return Status::Ok();
@@ -128,14 +140,14 @@ Status RunStep(Rank<Model>& r, long step) {
   if (!s.ok()) return s.Annotate("step " + std::to_string(step) + ": broadcast buffers");
   r.data.Batch(SyntheticData::ShardStart(step, r.group.size(), rank, r.options.batch),
                r.options.batch, r.x.data(), r.y.data());
-  const float loss = r.model.Forward(r.x.data(), r.y.data(), r.options.batch);
+  r.model.Forward(r.x.data(), r.y.data(), r.options.batch);
   s = r.model.TakeError();
   if (!s.ok()) return s.Annotate("step " + std::to_string(step) + ": forward");
   MaybeHang(r.options, rank, step);
   s = Backward(r, step);
   if (!s.ok()) return s;
   if (IsLossStep(step, r.options.steps) && !r.options.no_comm) {
-    StatusOr<float> mean = MeanLoss(r.group, loss);
+    StatusOr<float> mean = MeanLoss(r.group, r.model.Loss());  // the step's one host wait
     if (!mean.ok()) return mean.status().Annotate("step " + std::to_string(step));
     if (rank == 0) PrintLoss(step, *mean);
   }
@@ -214,6 +226,7 @@ int Train(const TrainOptions& options, ddp::ProcessGroup& pg, Model& model,
                 std::vector<float>(options.batch),
                 {},
                 {}};
+  FollowGradStorage(r);
   for (long step = 0; step < options.steps; ++step) {
     const auto t0 = std::chrono::steady_clock::now();
     Status s = RunStep(r, step);

@@ -4,8 +4,8 @@
 //
 // Exit codes: 0 ok, 1 a DDP or training error, 2 usage (or a device this
 // trainer, build or host cannot use: --device cuda without a CUDA build or
-// without the CUDA plugin and libraries, --amp on cuda, LOCAL_RANK without a
-// device). --reference always runs on the host.
+// without the CUDA plugin and libraries, LOCAL_RANK without a device). --reference always runs on
+// the host.
 //
 // This executable has only the CPU path; --device cuda runs in the CUDA
 // plugin (cuda_plugin.hpp), loaded only then.
@@ -25,9 +25,7 @@ const char* CudaUnsupported(const ddprun::train::TrainOptions& options) {
   return "this build has no CUDA path (cmake found no CUDA toolkit and NCCL): rebuild where "
          "they are installed, or use --device cpu";
 #else
-  if (options.amp != ddprun::train::Precision::kFloat32) {
-    return "--amp is not supported yet on cuda: train in fp32 (no --amp) or use --device cpu";
-  }
+  (void)options;
   return nullptr;
 #endif
 }

@@ -59,7 +59,7 @@ void Mlp::AddLayer(int in, int out) {
   layers_.push_back(std::move(layer));
 }
 
-float Mlp::Forward(const float* x, const float* y, int batch) {
+void Mlp::Forward(const float* x, const float* y, int batch) {
   batch_ = batch;
   inputs_.resize(used_layers_);
   z_.resize(used_layers_);
@@ -75,25 +75,38 @@ float Mlp::Forward(const float* x, const float* y, int batch) {
   const std::vector<float>& out = z_[used_layers_ - 1];
   double loss = 0;
   for (int j = 0; j < batch; ++j) loss += (out[j] - y[j]) * (out[j] - y[j]);
-  return static_cast<float>(loss / batch);
+  loss_ = static_cast<float>(loss / batch);
 }
 
-// z = input * W^T + b, rounded; the next layer's input is relu(z).
+// z = input * W^T + b, rounded; the next layer's input is relu(z). With a
+// reduced precision the product uses W rounded to it, as autocast casts the
+// weights; backward's delta * W uses the same rounded copy.
 void Mlp::LayerForward(size_t l, int batch) {
   const Layer& layer = layers_[l];
+  const float* weight = Weight(l);
   std::vector<float>& z = z_[l];
   z.resize(static_cast<size_t>(batch) * layer.out);
   for (int j = 0; j < batch; ++j) {
     std::copy(layer.bias.begin(), layer.bias.end(), z.begin() + static_cast<size_t>(j) * layer.out);
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, batch, layer.out, layer.in, 1.0f,
-              inputs_[l].data(), layer.in, layer.weight.data(), layer.in, 1.0f, z.data(),
-              layer.out);
+              inputs_[l].data(), layer.in, weight, layer.in, 1.0f, z.data(), layer.out);
   RoundThrough(config_.precision, z.data(), z.size());
   if (l + 1 < used_layers_) {
     inputs_[l + 1].resize(z.size());
-    for (size_t k = 0; k < z.size(); ++k) inputs_[l + 1][k] = z[k] > 0 ? z[k] : 0.0f;
+    const float* __restrict in = z.data();
+    float* __restrict relu = inputs_[l + 1].data();
+    for (size_t k = 0; k < z.size(); ++k) relu[k] = in[k] > 0 ? in[k] : 0.0f;
   }
+}
+
+const float* Mlp::Weight(size_t l) {
+  const std::vector<float>& weight = layers_[l].weight;
+  if (config_.precision == Precision::kFloat32) return weight.data();
+  rounded_weights_.resize(used_layers_);
+  rounded_weights_[l] = weight;
+  RoundThrough(config_.precision, rounded_weights_[l].data(), weight.size());
+  return rounded_weights_[l].data();
 }
 
 void Mlp::Backward(float loss_scale, const std::function<void(size_t)>& on_ready) {
@@ -108,26 +121,29 @@ void Mlp::Backward(float loss_scale, const std::function<void(size_t)>& on_ready
 
 // With delta = dLoss/dz (batch x out): dW = delta^T * input, db = column sums
 // of delta; then the previous layer's delta = (delta * W) where its z > 0.
+// The gradients go where params_ points (the reducer's buckets, or the layer's own).
 void Mlp::LayerBackward(size_t l, int batch, const std::function<void(size_t)>& on_ready) {
-  Layer& layer = layers_[l];
+  const Layer& layer = layers_[l];
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, layer.out, layer.in, batch, 1.0f,
-              delta_.data(), layer.out, inputs_[l].data(), layer.in, 0.0f, layer.weight_grad.data(),
+              delta_.data(), layer.out, inputs_[l].data(), layer.in, 0.0f, params_[2 * l].grad,
               layer.in);
-  std::fill(layer.bias_grad.begin(), layer.bias_grad.end(), 0.0f);
+  float* __restrict bias_grad = params_[2 * l + 1].grad;
+  const float* __restrict delta = delta_.data();
+  std::fill(bias_grad, bias_grad + layer.out, 0.0f);
   for (int j = 0; j < batch; ++j) {
-    for (int o = 0; o < layer.out; ++o) layer.bias_grad[o] += delta_[j * layer.out + o];
+    for (int o = 0; o < layer.out; ++o) bias_grad[o] += delta[j * layer.out + o];
   }
   on_ready(2 * l);
   on_ready(2 * l + 1);
   if (l == 0) return;
   next_delta_.resize(static_cast<size_t>(batch) * layer.in);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, batch, layer.in, layer.out, 1.0f,
-              delta_.data(), layer.out, layer.weight.data(), layer.in, 0.0f, next_delta_.data(),
-              layer.in);
-  const std::vector<float>& z_prev = z_[l - 1];
-  for (size_t k = 0; k < next_delta_.size(); ++k) {
-    if (!(z_prev[k] > 0)) next_delta_[k] = 0.0f;
-  }
+              delta_.data(), layer.out,
+              rounded_weights_.empty() ? layer.weight.data() : rounded_weights_[l].data(), layer.in,
+              0.0f, next_delta_.data(), layer.in);
+  const float* __restrict z_prev = z_[l - 1].data();
+  float* __restrict next = next_delta_.data();
+  for (size_t k = 0; k < next_delta_.size(); ++k) next[k] = z_prev[k] > 0 ? next[k] : 0.0f;
   RoundThrough(config_.precision, next_delta_.data(), next_delta_.size());
   delta_.swap(next_delta_);
 }
@@ -144,10 +160,13 @@ long Mlp::IndexOf(const char* name) const {
 }
 
 void Mlp::ZeroGrads() {
-  for (Layer& layer : layers_) {
-    std::fill(layer.weight_grad.begin(), layer.weight_grad.end(), 0.0f);
-    std::fill(layer.bias_grad.begin(), layer.bias_grad.end(), 0.0f);
+  for (size_t i = 2 * used_layers_; i < params_.size(); ++i) {
+    std::fill(params_[i].grad, params_[i].grad + params_[i].numel(), 0.0f);
   }
+}
+
+void Mlp::UseGradStorage(const std::vector<ddp::Parameter>& params) {
+  for (size_t i = 0; i < params_.size(); ++i) params_[i].grad = params[i].grad;
 }
 
 void Mlp::SetGradNan(size_t index) { params_[index].grad[0] = NAN; }

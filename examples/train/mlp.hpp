@@ -1,7 +1,8 @@
 // The trainer's model: an MLP kInputDim -> width (x depth, ReLU) -> 1 with an
 // MSE loss, forward and backward by hand on CBLAS (row-major), fp32 master
-// weights. With a reduced Precision it rounds activations and backpropagated
-// deltas through fp16/bf16, as autocast would; weight gradients stay fp32.
+// weights. With a reduced Precision it rounds the weights (a copy per
+// forward), activations and backpropagated deltas through fp16/bf16, as
+// autocast would; weight gradients stay fp32.
 //
 // Parameters are "layers.<l>.weight" {out, in} and "layers.<l>.bias" {out},
 // in layer order (index 2l and 2l+1), then "unused.weight"/"unused.bias"
@@ -38,20 +39,28 @@ class Mlp {
   Mlp(const Mlp&) = delete;
   Mlp& operator=(const Mlp&) = delete;
 
-  // Runs `batch` rows of `x` (batch x kInputDim) and returns the mean squared
-  // error against `y`; keeps what Backward needs. Updates running_mean.
-  float Forward(const float* x, const float* y, int batch);
+  // Runs `batch` rows of `x` (batch x kInputDim) against `y`; keeps what
+  // Backward needs. Updates running_mean.
+  void Forward(const float* x, const float* y, int batch);
+  // The last Forward's mean squared error (CudaMlp: waits for the device).
+  float Loss() const { return loss_; }
 
   // Backpropagates the last Forward's loss times `loss_scale`, last layer
-  // first, overwriting each used parameter's gradient and calling
-  // on_ready(index) as soon as that gradient is final.
+  // first, overwriting each used parameter's gradient (where parameters()[i]
+  // .grad points) and calling on_ready(index) as soon as that gradient is
+  // final.
   void Backward(float loss_scale, const std::function<void(size_t)>& on_ready);
 
   std::vector<ddp::Parameter>& parameters() { return params_; }
   std::vector<ddp::Buffer> buffers();
   // The index of the parameter called `name`, or -1.
   long IndexOf(const char* name) const;
+  // Zeroes the gradients Backward does not write (the unused layer's):
+  // Backward overwrites every other one.
   void ZeroGrads();
+  // Writes the gradients where `params` (the same parameters, e.g. the
+  // reducer's, with gradient_as_bucket_view) point from now on.
+  void UseGradStorage(const std::vector<ddp::Parameter>& params);
   // Sets element 0 of parameter `index`'s gradient to NaN.
   void SetGradNan(size_t index);
   // Always Ok: the CPU model cannot fail (CudaMlp's interface, for the
@@ -70,6 +79,8 @@ class Mlp {
   };
   void AddLayer(int in, int out);
   void LayerForward(size_t l, int batch);
+  // Layer l's weights as this forward multiplies them (rounded to the precision).
+  const float* Weight(size_t l);
   void LayerBackward(size_t l, int batch, const std::function<void(size_t)>& on_ready);
 
   MlpConfig config_;
@@ -81,7 +92,9 @@ class Mlp {
   // Per Forward: inputs_[l] is layer l's input, z_[l] its output before ReLU;
   // delta_ is dLoss/dz of the layer being backpropagated.
   int batch_ = 0;
+  float loss_ = 0;
   std::vector<std::vector<float>> inputs_, z_;
+  std::vector<std::vector<float>> rounded_weights_;  // with a reduced precision
   std::vector<float> targets_, delta_, next_delta_;
 };
 

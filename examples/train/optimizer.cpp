@@ -12,7 +12,9 @@ class Sgd : public Optimizer {
   void Step(std::vector<ddp::Parameter>& params) override {
     for (ddp::Parameter& p : params) {
       const size_t n = p.numel();
-      for (size_t i = 0; i < n; ++i) p.data[i] -= lr_ * p.grad[i];
+      float* __restrict data = p.data;
+      const float* __restrict grad = p.grad;
+      for (size_t i = 0; i < n; ++i) data[i] -= lr_ * grad[i];
     }
   }
 
@@ -36,14 +38,16 @@ class Adam : public Optimizer {
     const float step_size = lr_ / correction1;
     const float sqrt_correction2 = std::sqrt(correction2);
     for (size_t k = 0; k < params.size(); ++k) {
-      ddp::Parameter& p = params[k];
-      std::vector<float>& m = m_[k];
-      std::vector<float>& v = v_[k];
-      for (size_t i = 0; i < m.size(); ++i) {
-        const float g = p.grad[i];
+      float* __restrict data = params[k].data;
+      const float* __restrict grad = params[k].grad;
+      float* __restrict m = m_[k].data();
+      float* __restrict v = v_[k].data();
+      const size_t n = m_[k].size();
+      for (size_t i = 0; i < n; ++i) {
+        const float g = grad[i];
         m[i] = kBeta1 * m[i] + (1.0f - kBeta1) * g;
         v[i] = kBeta2 * v[i] + (1.0f - kBeta2) * g * g;
-        p.data[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_correction2 + kEps);
+        data[i] -= step_size * m[i] / (std::sqrt(v[i]) / sqrt_correction2 + kEps);
       }
     }
   }

@@ -29,6 +29,9 @@ po::options_description OptionTable(TrainOptions* o) {
        "reduce parameters without a gradient as zeros")
       ("no-broadcast-buffers", "do not broadcast buffers from rank 0 before each forward")
       ("bucket-cap-mb", po::value(&o->bucket_cap_mb), "gradient bucket cap in MiB (default 25)")
+      ("grad-copies", po::bool_switch(&o->grad_copies),
+       "keep the gradients in the model and copy them into and out of the reducer's buckets "
+       "(default: gradients are views of the buckets)")
       ("collective-timeout", po::value(&o->collective_timeout_s),
        "seconds a collective may take (default 600)")
       ("crash-at-step", po::value(&o->crash_at_step), "rank --hang-rank exits 1 at step N")

@@ -33,6 +33,7 @@ struct TrainOptions {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
   double bucket_cap_mb = 0;         // 0: the reducer's default
+  bool grad_copies = false;         // not ReducerOptions::gradient_as_bucket_view
   double collective_timeout_s = 0;  // 0: the group's default
 
   long crash_at_step = -1;  // -1: never

@@ -20,6 +20,14 @@ Updater::Updater(const TrainOptions& options, ddp::ProcessGroup* group,
   if (options.UseScaler()) {
     ddp::GradScalerOptions scaler_options;
     scaler_options.anomaly_mode = true;
+    if (options.amp != Precision::kFloat16) {
+      // bf16 (or fp32 with --clip or --nan-at-step) has fp32's range: no loss
+      // scaling, as PyTorch trains bf16 without a GradScaler; the scaler still
+      // finds inf/NaN and every rank skips that step alike.
+      scaler_options.init_scale = 1.0f;
+      scaler_options.growth_factor = 1.0f;
+      scaler_options.backoff_factor = 1.0f;
+    }
     scaler_.emplace(group, scaler_options);
   }
 }

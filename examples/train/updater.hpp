@@ -2,7 +2,8 @@
 // --reference run: with the GradScaler (AMP, --nan-at-step or --clip) it
 // unscales the gradients, agrees with every rank on inf/NaN, clips, steps the
 // optimizer only when no rank saw inf/NaN, and updates the scale; without it,
-// it just steps the optimizer.
+// it just steps the optimizer. Only fp16 scales the loss (65536 at first);
+// bf16 and fp32 keep the scale at 1.
 //
 // Not thread-safe; `group` and `params` must outlive the Updater.
 #pragma once

@@ -28,6 +28,19 @@ def test_every_rank_matches_the_reference_and_the_loss_falls(world, extra, rel):
     assert_matches_reference(r.stdout, world, args, rel)
 
 
+def test_gradients_as_bucket_views_train_exactly_as_copied_gradients():
+    # The default (the model writes its gradients into the reducer's buckets, moved once more when
+    # the buckets are rebuilt after step 0) against --grad-copies: the same arithmetic, so the same
+    # bits, with several buckets and a rebuild.
+    args = SMALL + ["--bucket-cap-mb", "0.01", "--optimizer", "adam", "--unused-layer",
+                    "--find-unused-parameters"]
+    views, copies = ddprun(2, *args), ddprun(2, *args, "--grad-copies")
+    assert views.returncode == 0, views.stderr
+    assert copies.returncode == 0, copies.stderr
+    assert checksums(views.stdout) == checksums(copies.stdout)
+    assert_matches_reference(views.stdout, 2, args, 1e-6)
+
+
 def test_unused_layer_fails_on_the_first_step_naming_the_parameters():
     start = time.monotonic()
     r = ddprun(2, *SMALL, "--unused-layer")
@@ -49,11 +62,16 @@ def test_unused_layer_trains_with_find_unused_parameters():
     assert sums[0] == pytest.approx(reference(2, *args), rel=1e-6)
 
 
-def test_nan_step_is_skipped_on_every_rank_and_the_layer_named():
-    args = SMALL + ["--nan-at-step", "3"]
+# fp16 scales the loss (65536, halved at the skipped step); bf16 and fp32 keep scale 1, as
+# PyTorch trains bf16 without a GradScaler, and still skip a non-finite step on every rank.
+@pytest.mark.parametrize("amp,scale", [([], "1"), (["--amp", "fp16"], "32768"),
+                                       (["--amp", "bf16"], "1")])
+def test_nan_step_is_skipped_on_every_rank_and_the_layer_named(amp, scale):
+    args = SMALL + amp + ["--nan-at-step", "3"]
     r = ddprun(2, *args)
     assert r.returncode == 0, r.stderr
-    assert re.search(r"step 3: skipped \(inf/NaN gradients\), scale 32768", r.stdout), r.stdout
+    assert re.search(r"step 3: skipped \(inf/NaN gradients\), scale %s$" % scale, r.stdout,
+                     re.MULTILINE), r.stdout
     assert "layers.1.weight" in r.stdout + r.stderr
     sums = checksums(r.stdout)
     assert len(set(sums.values())) == 1

@@ -20,6 +20,7 @@ class FakeGroup : public ProcessGroup {
       for (size_t i = 0; i < t.count; ++i) p[i] *= static_cast<float>(size_);
     }
     launches.push_back({events, t.count});
+    reduced.push_back(p);
     return Done();
   }
   std::shared_ptr<Work> Broadcast(TensorView t, int) override {
@@ -35,6 +36,7 @@ class FakeGroup : public ProcessGroup {
 
   int events = 0;                                // MarkGradReady calls so far
   std::vector<std::pair<int, size_t>> launches;  // (events at launch, elements)
+  std::vector<float*> reduced;                   // each all-reduce's data
   std::vector<size_t> broadcasts;
   std::map<int, std::string> others;  // what other ranks "send" in AllGatherStrings
 
@@ -222,6 +224,110 @@ TEST_CASE("parameters and buffers are broadcast at construction, buffers before 
   REQUIRE(r2.ok());
   REQUIRE((*r2)->BeforeForward().ok());
   CHECK(g.broadcasts.size() == 3);
+}
+
+ReducerOptions Views(ReducerOptions o = SmallBuckets()) {
+  o.gradient_as_bucket_view = true;
+  return o;
+}
+
+// Whether `p` lies inside the `count` floats at `base`.
+bool Inside(const float* p, const float* base, size_t count) {
+  return p >= base && p < base + count;
+}
+
+TEST_CASE("gradient_as_bucket_view: gradients move into the buckets, values kept") {
+  FakeGroup g(2);
+  Model m({100, 100, 100});
+  auto r = Reducer::Create(&g, m.params, {}, Views());
+  REQUIRE(r.ok());
+  CHECK((*r)->layout_generation() == 1);
+  const auto& p = (*r)->parameters();
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(p[i].grad != m.grad[i].data());
+    CHECK(p[i].grad[99] == static_cast<float>(i + 1));  // the model's values, moved
+  }
+  // The model writes its gradients through the new pointers; the reducer
+  // reduces that memory itself and averages it in place.
+  (*r)->BeginBackward();
+  std::vector<float*> written;
+  for (size_t i : {2, 1, 0}) {
+    std::fill(p[i].grad, p[i].grad + 100, 10.0f * static_cast<float>(i + 1));
+    written.push_back(p[i].grad);
+    (*r)->MarkGradReady(i);
+  }
+  REQUIRE((*r)->FinishBackward().ok());
+  REQUIRE(g.reduced.size() == 2);
+  // The step's buckets: {2}, {1, 0} (reverse order, 100-float first bucket).
+  CHECK(written[0] == g.reduced[0]);
+  CHECK(written[1] == g.reduced[1]);
+  CHECK(Inside(written[2], g.reduced[1], 200));
+  CHECK(m.grad[0][0] == 1.0f);  // the model's own buffers are left alone
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK((*r)->parameters()[i].grad[0] == doctest::Approx(10.0f * static_cast<float>(i + 1)));
+  }
+}
+
+TEST_CASE("gradient_as_bucket_view: the rebuild moves the reduced gradients once more") {
+  FakeGroup g(4);
+  Model m({100, 100, 100});
+  ReducerOptions o = Views();
+  o.bucket_cap_bytes = 4 * 100;
+  auto r = Reducer::Create(&g, m.params, {}, o);
+  REQUIRE(r.ok());
+  std::vector<float*> before;
+  for (const Parameter& p : (*r)->parameters()) before.push_back(p.grad);
+  (*r)->BeginBackward();
+  for (size_t i : {1, 0, 2}) (*r)->MarkGradReady(i);
+  REQUIRE((*r)->FinishBackward().ok());
+  CHECK((*r)->buckets() == std::vector<std::vector<size_t>>{{1}, {0}, {2}});
+  CHECK((*r)->layout_generation() == 2);
+  const auto& p = (*r)->parameters();
+  for (size_t i = 0; i < 3; ++i) {
+    CHECK(p[i].grad != before[i]);
+    // 4 ranks of identical gradients i+1, averaged: i+1, in the new place.
+    CHECK(p[i].grad[0] == doctest::Approx(static_cast<float>(i + 1)));
+    CHECK(p[i].grad[99] == doctest::Approx(static_cast<float>(i + 1)));
+  }
+  // Later steps reduce the new buckets in place and move nothing.
+  (*r)->BeginBackward();
+  for (size_t i : {1, 0, 2}) (*r)->MarkGradReady(i);
+  REQUIRE((*r)->FinishBackward().ok());
+  CHECK((*r)->layout_generation() == 2);
+  REQUIRE(g.reduced.size() == 6);
+  CHECK(p[1].grad == g.reduced[3]);
+  CHECK(p[0].grad == g.reduced[4]);
+  CHECK(p[2].grad == g.reduced[5]);
+}
+
+TEST_CASE("gradient_as_bucket_view: unused parameters are zeros in their bucket") {
+  FakeGroup g(2);
+  Model m({4, 4, 4});
+  ReducerOptions o = Views(ReducerOptions{});
+  o.find_unused_parameters = true;
+  auto r = Reducer::Create(&g, m.params, {}, o);
+  REQUIRE(r.ok());
+  (*r)->BeginBackward();
+  (*r)->MarkGradReady(2);
+  (*r)->MarkGradReady(0);
+  REQUIRE((*r)->FinishBackward().ok());
+  CHECK((*r)->parameters()[1].grad[3] == 0.0f);
+  CHECK((*r)->parameters()[0].grad[0] == doctest::Approx(1.0f));
+  CHECK(m.grad[1][3] == 2.0f);
+}
+
+TEST_CASE("without gradient_as_bucket_view the model keeps its gradient buffers") {
+  FakeGroup g(2);
+  Model m({100, 100});
+  auto r = Reducer::Create(&g, m.params, {}, SmallBuckets());
+  REQUIRE(r.ok());
+  CHECK((*r)->layout_generation() == 0);
+  (*r)->BeginBackward();
+  for (size_t i : {1, 0}) (*r)->MarkGradReady(i);
+  REQUIRE((*r)->FinishBackward().ok());
+  CHECK((*r)->parameters()[0].grad == m.grad[0].data());
+  CHECK(m.grad[0][0] == doctest::Approx(1.0f));  // averaged back into the model's buffer
+  CHECK((*r)->layout_generation() == 0);
 }
 
 }  // namespace

@@ -1,0 +1,142 @@
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+
+#include "examples/train/cuda_amp_kernels.hpp"
+
+namespace ddprun::train::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr size_t kMaxBlocks = 4096;
+
+unsigned Blocks(size_t n) {
+  return static_cast<unsigned>(
+      std::max<size_t>(1, std::min(kMaxBlocks, (n + kThreads - 1) / kThreads)));
+}
+
+#define FOR_EACH_INDEX(i, n)                                                           \
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += static_cast<size_t>(gridDim.x) * blockDim.x)
+
+// The 16-bit formats, read and written through their bits.
+struct Fp16 {
+  __device__ static float Load(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
+  __device__ static uint16_t Round(float f) { return __half_as_ushort(__float2half_rn(f)); }
+};
+
+struct Bf16 {
+  __device__ static float Load(uint16_t bits) {
+    return __bfloat162float(__ushort_as_bfloat16(bits));
+  }
+  __device__ static uint16_t Round(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+};
+
+template <typename H>
+__global__ void CastKernel(const float* src, uint16_t* dst, size_t n) {
+  FOR_EACH_INDEX(k, n) dst[k] = H::Round(src[k]);
+}
+
+template <typename H>
+__global__ void BiasRoundKernel(const float* acc, const float* bias, uint16_t* z, uint16_t* relu,
+                                size_t n, int cols) {
+  FOR_EACH_INDEX(k, n) {
+    const uint16_t rounded = H::Round(acc[k] + bias[k % cols]);
+    z[k] = rounded;
+    if (relu != nullptr) relu[k] = H::Load(rounded) > 0 ? rounded : H::Round(0.0f);
+  }
+}
+
+template <typename H>
+__global__ void MseLossKernel(const uint16_t* out, const float* y, int n, double* loss) {
+  __shared__ double partial[kThreads];
+  double sum = 0;
+  for (int j = threadIdx.x; j < n; j += blockDim.x) {
+    const double d = static_cast<double>(H::Load(out[j])) - y[j];
+    sum += d * d;
+  }
+  partial[threadIdx.x] = sum;
+  __syncthreads();
+  for (int half = blockDim.x / 2; half > 0; half /= 2) {
+    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = partial[0] / n;
+}
+
+template <typename H>
+__global__ void MseGradKernel(const uint16_t* out, const float* y, int n, float scale,
+                              uint16_t* delta) {
+  FOR_EACH_INDEX(j, static_cast<size_t>(n)) {
+    delta[j] = H::Round(scale * 2.0f * (H::Load(out[j]) - y[j]) / static_cast<float>(n));
+  }
+}
+
+template <typename H>
+__global__ void ColumnSumsKernel(const uint16_t* a, float* sums, int rows, int cols) {
+  FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
+    float sum = 0;
+    for (int j = 0; j < rows; ++j) sum += H::Load(a[static_cast<size_t>(j) * cols + c]);
+    sums[c] = sum;
+  }
+}
+
+template <typename H>
+__global__ void MaskRoundKernel(const float* acc, const uint16_t* z, uint16_t* delta, size_t n) {
+  FOR_EACH_INDEX(k, n) delta[k] = H::Load(z[k]) > 0 ? H::Round(acc[k]) : H::Round(0.0f);
+}
+
+#undef FOR_EACH_INDEX
+
+// Launches Kernel<Fp16> or Kernel<Bf16> as `precision` says.
+#define LAUNCH(kernel, precision, blocks, threads, ...)   \
+  do {                                                    \
+    if ((precision) == Precision::kBFloat16) {            \
+      kernel<Bf16><<<(blocks), (threads)>>>(__VA_ARGS__); \
+    } else {                                              \
+      kernel<Fp16><<<(blocks), (threads)>>>(__VA_ARGS__); \
+    }                                                     \
+  } while (false)
+
+}  // namespace
+
+cudaError_t CastToHalf(Precision precision, const float* src, uint16_t* dst, size_t n) {
+  LAUNCH(CastKernel, precision, Blocks(n), kThreads, src, dst, n);
+  return cudaGetLastError();
+}
+
+cudaError_t BiasRound(Precision precision, const float* acc, const float* bias, uint16_t* z,
+                      uint16_t* relu, int rows, int cols) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  LAUNCH(BiasRoundKernel, precision, Blocks(n), kThreads, acc, bias, z, relu, n, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t MseLossHalf(Precision precision, const uint16_t* out, const float* y, int n,
+                        double* loss) {
+  LAUNCH(MseLossKernel, precision, 1, kThreads, out, y, n, loss);
+  return cudaGetLastError();
+}
+
+cudaError_t MseGradHalf(Precision precision, const uint16_t* out, const float* y, int n,
+                        float scale, uint16_t* delta) {
+  LAUNCH(MseGradKernel, precision, Blocks(n), kThreads, out, y, n, scale, delta);
+  return cudaGetLastError();
+}
+
+cudaError_t ColumnSumsHalf(Precision precision, const uint16_t* delta, float* sums, int rows,
+                           int cols) {
+  LAUNCH(ColumnSumsKernel, precision, Blocks(cols), kThreads, delta, sums, rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t MaskRound(Precision precision, const float* acc, const uint16_t* z, uint16_t* delta,
+                      size_t n) {
+  LAUNCH(MaskRoundKernel, precision, Blocks(n), kThreads, acc, z, delta, n);
+  return cudaGetLastError();
+}
+
+#undef LAUNCH
+
+}  // namespace ddprun::train::cuda
