@@ -45,6 +45,12 @@ tests/tools/onehost (root). Time per step is then the mean over the timed steps 
 asynchronous; the mean is the throughput). Goals (issue 13): d <= 1.0 x pytorch on CPU, <= 0.9 x
 on CUDA.
 
+--amp fp16|bf16: both sides in mixed precision (train --amp; PyTorch autocast, GradScaler for
+fp16 only); the step goal is then <= 1.0 x PyTorch's on CUDA too, and on CUDA three rows per
+width: gemm_peak (a plain GEMM batch x W x W in that dtype through PyTorch/cuBLAS, TFLOP/s),
+model_tflops (the step's GEMM FLOPs over the step time, both sides) and of_gemm_peak (goal: at
+least 50 %).
+
 The train and ddprun binaries are copied to a temporary directory first so a
 concurrent rebuild cannot change them mid-run.
 """
@@ -108,6 +114,44 @@ def parse(out, nranks, warmup, stat=statistics.median):
     return ranks
 
 
+# A plain GEMM of the layers' shape (batch x W times W x W) in the AMP dtype, through PyTorch
+# (cuBLAS): the dense peak the model's rate is compared with.
+GEMM_PROBE = r"""
+import sys, time, torch
+m, n, k = map(int, sys.argv[1:4])
+dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[sys.argv[4]]
+a = torch.randn(m, k, device="cuda", dtype=dtype)
+b = torch.randn(k, n, device="cuda", dtype=dtype)
+for _ in range(10):
+    a @ b
+torch.cuda.synchronize()
+reps = 100
+t = time.perf_counter()
+for _ in range(reps):
+    a @ b
+torch.cuda.synchronize()
+print(2.0 * m * n * k * reps / (time.perf_counter() - t) / 1e12)
+"""
+
+
+def gemm_tflops(torchrun, batch, width, amp, timeout):
+    python = os.path.join(os.path.dirname(os.path.abspath(torchrun)), "python")
+    try:
+        r = subprocess.run([python, "-c", GEMM_PROBE, str(batch), str(width), str(width), amp],
+                           capture_output=True, text=True, timeout=timeout)
+        return float(r.stdout.split()[-1]) if r.returncode == 0 else None
+    except (OSError, ValueError, IndexError, subprocess.TimeoutExpired):
+        return None
+
+
+def model_flops(width, depth, batch):
+    """FLOPs of one training step of the MLP: 2 per multiply-add forward, 4 backward (the
+    input gradient of the first layer is not computed)."""
+    shapes = [(32, width)] + [(width, width)] * (depth - 1) + [(width, 1)]
+    macs = sum(i * o for i, o in shapes) * batch
+    return 6 * macs - 2 * 32 * width * batch
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ddprun", default=os.path.join(HERE, "..", "build", "ddprun"))
@@ -123,6 +167,9 @@ def main():
                     help="also run train --grad-copies (gradients copied into and out of the "
                          "buckets) at every width: what gradients as bucket views save")
     ap.add_argument("--no-overlap", action="store_true", help="skip the overlap runs")
+    ap.add_argument("--amp", default=None, choices=["fp16", "bf16"],
+                    help="mixed precision on both sides (train --amp; PyTorch autocast); with "
+                         "--device cuda also the model's TFLOP/s against a plain bf16/fp16 GEMM")
     ap.add_argument("--depth", type=int, default=4)
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--ov-width", type=int, default=512)
@@ -146,7 +193,7 @@ def main():
     nproc = args.nproc or (1 if cuda else 2)
     onehost = [os.path.join(HERE, "..", "tests", "tools", "onehost")] if cuda and nproc > 1 else []
     stat = statistics.mean if cuda else statistics.median
-    goal_ratio = 0.9 if cuda else 1.0
+    goal_ratio = 0.9 if cuda and not args.amp else 1.0  # issue 13: amp <= autocast's step
     t_start = time.time()
 
     benchlib.require_executables((args.ddprun, args.train, args.torchrun))
@@ -165,7 +212,8 @@ def main():
 
         def model_args(w, d, b):
             return ["--width", str(w), "--depth", str(d), "--batch", str(b),
-                    "--steps", str(total_steps), "--time", "--device", args.device]
+                    "--steps", str(total_steps), "--time", "--device", args.device] + (
+                        ["--amp", args.amp] if args.amp else [])
 
         def ddprun_job(w, d, b, extra=()):
             logd = os.path.join(root, "logs")
@@ -216,10 +264,11 @@ def main():
         backend = "NCCL" if cuda else "Gloo"
         print("#  pytorch: %s (torch %s), DDP %s, bench/ddp_torch_mlp.py" % (
             os.path.abspath(args.torchrun), torch_ver, backend))
+        precision = ("--amp %s (PyTorch: autocast)" % args.amp if args.amp
+                     else "fp32" + (" (TF32 off)" if cuda else ""))
         print("#  all: %s, %s, %d ranks%s, --standalone, OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1, "
-              "fp32%s, SGD" % ("CUDA" if cuda else "CPU", backend, nproc,
-                               " on one GPU (tests/tools/onehost)" if onehost else "",
-                               " (TF32 off)" if cuda else ""))
+              "%s, SGD" % ("CUDA" if cuda else "CPU", backend, nproc,
+                           " on one GPU (tests/tools/onehost)" if onehost else "", precision))
         print("#  step: width %s depth %d batch %d per rank; %d warm-up + %d timed steps%s" % (
             ",".join(map(str, widths)), args.depth, args.batch, args.warmup, steps,
             "; copies: train --grad-copies" if args.compare_copies else ""))
@@ -299,6 +348,21 @@ def main():
             spread("step", "peak_rss" + tag, "pytorch", pv, "%.1f")
             row("step", "good_runs" + tag, "runs", len(res.get(d_key, [])),
                 len(res.get(p_key, [])), "all %d" % runs, "-", "%d")
+
+        # 1b. --amp on CUDA: the model's arithmetic rate against a plain GEMM of the layer shape
+        if cuda and args.amp:
+            for W in widths:
+                peak = gemm_tflops(args.torchrun, B, W, args.amp, args.timeout)
+                flops = model_flops(W, D, B)
+                d_step = med(per_run("ddprun@%d" % W, "step_us"))
+                p_step = med(per_run("pytorch@%d" % W, "step_us"))
+                rate = [None if t is None else flops / (t * 1e-3) / 1e12 for t in (d_step, p_step)]
+                row("amp", "gemm_peak@%d" % W, "TF/s", peak, None, "report",
+                    "-" if peak else "FAIL (no data)")
+                row("amp", "model_tflops@%d" % W, "TF/s", rate[0], rate[1], "report", "-")
+                share = None if None in (rate[0], peak) else 100 * rate[0] / peak
+                row("amp", "of_gemm_peak@%d" % W, "%", share, None, "d >= 50 %",
+                    judge(None if share is None else share >= 50), "%.1f")
 
         # 2. overlap (ddprun only; needs two ranks)
         if overlap_runs:

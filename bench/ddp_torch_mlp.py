@@ -14,6 +14,8 @@ With --time every rank prints, in the C++ trainer's format:
   rank R maxrss_kb N            getrusage(RUSAGE_SELF).ru_maxrss
 --no-comm trains the bare module (no DDP wrapper, no loss all-reduce). On CUDA each step ends
 with torch.cuda.synchronize(), so a step's time is its GPU work, not its launch.
+--amp bf16|fp16: forward and loss under torch.autocast of that dtype (fp32 master weights);
+fp16 scales the loss with torch.amp.GradScaler, bf16 trains without one (PyTorch's practice).
 """
 
 import argparse
@@ -51,6 +53,7 @@ def main():
     ap.add_argument("--time", action="store_true")
     ap.add_argument("--no-comm", action="store_true")
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--amp", default=None, choices=["fp16", "bf16"])
     args = ap.parse_args()
 
     torch.set_num_threads(1)
@@ -71,6 +74,8 @@ def main():
     teacher_w = torch.randn(INPUT_DIM, 16).to(dev)
     teacher_a = (torch.randn(16, 1) / 4.0).to(dev)
     gen = torch.Generator(device=dev).manual_seed(args.seed * 1000003 + rank)
+    amp_dtype = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(args.amp)
+    scaler = torch.amp.GradScaler(dev.type) if args.amp == "fp16" else None
 
     step_us = []
     for step in range(args.steps):
@@ -79,14 +84,19 @@ def main():
         with torch.no_grad():
             y = torch.tanh(x @ teacher_w) @ teacher_a
         opt.zero_grad()
-        loss = loss_fn(net(x), y)
-        loss.backward()
+        with torch.autocast(dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = loss_fn(net(x), y)
+        (scaler.scale(loss) if scaler else loss).backward()
         if (step % LOSS_EVERY == 0 or step == args.steps - 1) and not args.no_comm:
             mean = loss.detach().clone()
             dist.all_reduce(mean)
             if rank == 0:
                 print("step %d loss %.6g" % (step, mean.item() / world), flush=True)
-        opt.step()
+        if scaler:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
         if cuda:
             torch.cuda.synchronize()
         step_us.append((time.perf_counter_ns() - t0) // 1000)

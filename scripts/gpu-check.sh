@@ -117,6 +117,14 @@ for n in 1 2; do
     || echo "gpu-check: ddp_bench --device cuda --nproc $n: a goal missed or a run failed (above)"
 done
 
+echo "== mixed precision: --amp bf16 at width 8192 vs PyTorch autocast, and a plain bf16 GEMM"
+# Issue 13: the step <= PyTorch's autocast step, and the model's GEMM rate >= 50% of what a plain
+# cuBLAS bf16 GEMM of the layer shape reaches on this GPU.
+"$python" bench/ddp_bench.py --device cuda --nproc 1 --amp bf16 --ddprun "$build/ddprun" \
+  --train "$build/examples/train" --torchrun "$torchrun" --width 8192 --depth 4 --batch 1024 \
+  --steps 300 --warmup 20 --runs 1 --no-overlap \
+  || echo "gpu-check: ddp_bench --amp bf16: a goal missed or a run failed (above)"
+
 echo "== benchmark"
 "$build/unscale_bench"
 echo "gpu-check: OK"

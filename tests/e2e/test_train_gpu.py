@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from trainlib import DDPRUN, SMALL, TRAIN, assert_matches_reference, train_env
+from trainlib import (DDPRUN, SMALL, TRAIN, assert_matches_reference, checksums, losses,
+                      train_env)
 REL = 1e-4  # cuBLAS and OpenBLAS sum in different orders
 
 
@@ -137,6 +138,60 @@ def test_a_crashed_nccl_rank_makes_the_others_fail_fast():
     assert r.returncode == 1, r.stderr
     assert elapsed < 60, elapsed
     assert re.search(r"Root Cause.*\n\[0\]:\n.*\n.*\n  rank      : 1", r.stderr), r.stderr
+
+
+# --amp on CUDA: 16-bit GEMMs on the tensor cores (fp32 accumulation) against the CPU reference's
+# emulation, which rounds at the same places; the GEMMs sum in another order, so a value near a
+# rounding boundary can land on the other side. Stated tolerance: the checksum within AMP_REL, and
+# every printed loss within AMP_LOSS_REL of the reference's.
+AMP_REL = 1e-3
+AMP_LOSS_REL = 2e-2
+
+
+def assert_amp_matches_reference(stdout, world, args):
+    assert_matches_reference(stdout, world, args, AMP_REL)
+    ref = subprocess.run([TRAIN, "--reference", "--world-size", str(world), *args], env=env(),
+                         capture_output=True, text=True, timeout=120)
+    assert ref.returncode == 0, ref.stderr
+    mine, theirs = losses(stdout), losses(ref.stdout)
+    assert len(mine) == len(theirs) >= 2, (mine, theirs)
+    assert mine == pytest.approx(theirs, rel=AMP_LOSS_REL), (mine, theirs)
+
+
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+@pytest.mark.parametrize("extra", [[], ["--optimizer", "adam", "--clip"]])
+def test_amp_on_cuda_matches_the_cpu_reference_amp(amp, extra):
+    args = SMALL + ["--amp", amp] + extra
+    r = ddprun_cuda(1, *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert_amp_matches_reference(r.stdout, 1, args)
+
+
+@pytest.mark.parametrize("amp", ["fp16", "bf16"])
+def test_amp_ranks_sharing_one_gpu_match_the_reference(amp):
+    args = SMALL + ["--amp", amp, "--bucket-cap-mb", "0.01"]
+    r, _ = ddprun_onehost(2, *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert_amp_matches_reference(r.stdout, 2, args)
+
+
+@pytest.mark.parametrize("amp,scale", [("fp16", "32768"), ("bf16", "1")])
+def test_amp_nan_step_is_skipped_on_every_rank_with_the_parameter_named(amp, scale):
+    args = SMALL + ["--amp", amp, "--nan-at-step", "3"]
+    r, _ = ddprun_onehost(2, *args)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"step 3: skipped \(inf/NaN gradients\), scale %s$" % scale, r.stdout,
+                     re.MULTILINE), r.stdout
+    assert "layers.1.weight" in r.stdout + r.stderr
+    assert_amp_matches_reference(r.stdout, 2, args)
+
+
+def test_gradients_as_bucket_views_on_cuda_train_as_copies():
+    args = SMALL + ["--optimizer", "adam", "--bucket-cap-mb", "0.01"]
+    views, copies = ddprun_cuda(1, *args), ddprun_cuda(1, *args, "--grad-copies")
+    assert views.returncode == 0, views.stderr
+    assert copies.returncode == 0, copies.stderr
+    assert checksums(views.stdout) == checksums(copies.stdout)
 
 
 def test_more_local_ranks_than_devices_fails_naming_cuda_visible_devices():
