@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # For sessions lent a GPU: shows the device and NCCL, builds (reusing a
 # carried build/), runs every GPU test and the unscale kernel benchmark.
-# Exits non-zero when the build, a test or the benchmark fails.
+# Exits non-zero when the build, a test or the benchmark fails. Ends with one table: every
+# section with its result and time, then every goal row of the benchmarks.
 #   scripts/gpu-check.sh                  # build dir: $DDPRUN_BUILD_DIR or build
 #   scripts/gpu-check.sh --prebuilt DIR   # no build: DIR's binaries (a carried bundle)
 # The GPU machine has no cmake, ctest or Debian libraries: there, run it on a
@@ -16,13 +17,46 @@ if [ "${1:-}" = "--prebuilt" ]; then
   prebuilt=1
   [ -x "$build/ddprun" ] || { echo "gpu-check: no ddprun in $build" >&2; exit 2; }
 fi
+# The closing table (on any exit): sections with result and seconds, then the benchmarks' goals.
+rows=()
+section_name=""
+section_t0=$SECONDS
+goals=$(mktemp)
+section() {  # NAME: ends the previous section (it passed), starts NAME
+  [ -z "$section_name" ] || rows+=("$(printf '  %-72s %-6s %5d s' "$section_name" ok $((SECONDS - section_t0)))")
+  section_name=$1
+  section_t0=$SECONDS
+  echo "== $1"
+}
+summary() {
+  local rc=$? result=ok
+  ((rc == 0)) || result=FAILED
+  [ -z "$section_name" ] || rows+=("$(printf '  %-72s %-6s %5d s' "$section_name" $result $((SECONDS - section_t0)))")
+  echo
+  echo "== gpu-check: $((SECONDS)) s in all, exit $rc"
+  printf '%s\n' "${rows[@]}"
+  if [ -s "$goals" ]; then
+    echo "-- benchmark goals (test, metric, unit, ddprun, pytorch, d/p, goal, status)"
+    cat "$goals"
+  fi
+  rm -f "$goals"
+}
+trap summary EXIT
+bench() {  # COMMAND...: runs a benchmark, keeps its goal rows for the table
+  local out
+  out=$(mktemp)
+  "$@" 2>&1 | tee "$out" || echo "gpu-check: $* : a goal missed or a run failed (above)"
+  grep -E " (met|FAIL[^ ]*|not run[^|]*)$|ratio " "$out" >>"$goals" || true
+  rm -f "$out"
+}
+
 # pytest and its dependencies, carried where the machine has none (scripts/gpu-pack.sh).
 [ -d .gpu/py ] && export PYTHONPATH=$PWD/.gpu/py${PYTHONPATH:+:$PYTHONPATH}
 
-echo "== device"
+section "device"
 nvidia-smi
 
-echo "== nccl"
+section "nccl"
 python=${DDPRUN_PYTHON:-$HOME/.cache/ddprun/venv/bin/python}
 # A GPU machine without the project's venv has its own Python with torch.
 [ -x "$python" ] || python=$(command -v python3)
@@ -33,7 +67,7 @@ fi
 grep -m3 -E "#define NCCL_(MAJOR|MINOR|PATCH) " /usr/local/cuda/include/nccl.h || true
 ls -l /usr/local/cuda/lib/libnccl.so* 2>/dev/null || true
 
-echo "== build"
+section "build"
 if ((prebuilt)); then
   echo "prebuilt: $build"
 elif command -v cmake >/dev/null; then
@@ -46,7 +80,7 @@ else
   exit 1
 fi
 
-echo "== gpu tests"
+section "gpu tests"
 # A test that skips here would mean the device is not visible: fail instead.
 if command -v ctest >/dev/null; then
   out=$(cd "$build" && ctest -L gpu -V 2>&1) || { echo "$out"; exit 1; }
@@ -75,12 +109,12 @@ gpu_pytest() {  # FILE WHAT
   fi
 }
 
-echo "== trainer on cuda"
+section "trainer on cuda"
 # examples/train --device cuda under ddprun against the CPU --reference (pytest; not a
 # ctest label).
 gpu_pytest tests/e2e/test_train_gpu.py "the trainer's GPU test"
 
-echo "== gpus through the real NVML"
+section "gpus through the real NVML"
 # ddprun's discovery (env/gpus.cpp) against nvidia-smi: the same count and bus ids, and
 # --gpus naming an index past the last GPU refused (exit 2) before any worker starts.
 "$build/ddprun" doctor | grep -E "GPU|visible" || true
@@ -95,7 +129,7 @@ seen=$(env -u CUDA_VISIBLE_DEVICES "$build/ddprun" --nproc_per_node=gpu --no_pyt
 rc=0; "$build/ddprun" --gpus "$count" --no_python /bin/true 2>/dev/null || rc=$?
 [ "$rc" = 2 ] || { echo "gpu-check: --gpus $count on a $count-GPU host exited $rc, not 2" >&2; exit 1; }
 
-echo "== pytorch on nccl: the diagnosis catalogue and --hang_detect=torch"
+section "pytorch on nccl: the diagnosis catalogue and --hang_detect=torch"
 # Two ranks on one GPU, an invalid ordinal, CUDA OOM, NCCL's watchdog, and a rank that stops calling
 # all_reduce (PyTorch's dump pipe, fr_trace, NCCL's RAS); two NCCL ranks share one GPU through
 # tests/tools/onehost_python. A skip for want of a device fails here.
@@ -106,25 +140,23 @@ else
   exit 1
 fi
 
-echo "== step time: ddprun + train vs torchrun + PyTorch DDP, the same MLP on CUDA"
+section "step time: ddprun + train vs torchrun + PyTorch DDP, the same MLP on CUDA"
 # Issue 13's measurement (widths 1024-8192, depth 4, batch 1024, fp32, TF32 off): 1 rank, then 2 ranks on
 # the one GPU through tests/tools/onehost. A missed goal is reported in the table, not fatal here.
 torchrun=$(command -v torchrun || echo "$HOME/.cache/ddprun/venv/bin/torchrun")
 for n in 1 2; do
-  "$python" bench/ddp_bench.py --device cuda --nproc "$n" --ddprun "$build/ddprun" \
-    --train "$build/examples/train" --torchrun "$torchrun" --width 1024,4096,8192 --depth 4 --batch 1024 \
-    --ov-width 4096 --ov-depth 4 --ov-batch 1024 --steps 300 --warmup 20 --runs 1 \
-    || echo "gpu-check: ddp_bench --device cuda --nproc $n: a goal missed or a run failed (above)"
+  bench "$python" bench/ddp_bench.py --device cuda --nproc "$n" --ddprun "$build/ddprun" \
+    --train "$build/examples/train" --torchrun "$torchrun" --width 1024,4096,8192 --depth 4 \
+    --batch 1024 --ov-width 4096 --ov-depth 4 --ov-batch 1024 --steps 300 --warmup 20 --runs 1
 done
 
-echo "== mixed precision: --amp bf16 at width 8192 vs PyTorch autocast, and a plain bf16 GEMM"
+section "mixed precision: --amp bf16 at width 8192 vs PyTorch autocast, and a plain bf16 GEMM"
 # Issue 13: the step <= PyTorch's autocast step, and the model's GEMM rate >= 50% of what a plain
 # cuBLAS bf16 GEMM of the layer shape reaches on this GPU.
-"$python" bench/ddp_bench.py --device cuda --nproc 1 --amp bf16 --ddprun "$build/ddprun" \
+bench "$python" bench/ddp_bench.py --device cuda --nproc 1 --amp bf16 --ddprun "$build/ddprun" \
   --train "$build/examples/train" --torchrun "$torchrun" --width 8192 --depth 4 --batch 1024 \
-  --steps 300 --warmup 20 --runs 1 --no-overlap \
-  || echo "gpu-check: ddp_bench --amp bf16: a goal missed or a run failed (above)"
+  --steps 300 --warmup 20 --runs 1 --no-overlap
 
-echo "== benchmark"
-"$build/unscale_bench"
+section "benchmark"
+"$build/unscale_bench" | tee /dev/stderr | grep -E "ratio" >>"$goals"
 echo "gpu-check: OK"
