@@ -51,6 +51,14 @@ uint16_t FloatToBFloat16(float f) {
   return static_cast<uint16_t>(u >> 16);
 }
 
+float HalfBitsToFloat(uint16_t bits) {
+  gloo::float16 h;
+  h.x = bits;
+  return gloo::cpu_half2float(h);
+}
+
+uint16_t FloatToHalfBits(float f) { return gloo::cpu_float2half_rn(f).x; }
+
 StatusOr<GlooReduceFunc> GlooReduceFor(DType dtype, ReduceOp op) {
   switch (dtype) {
     case DType::kFloat32:

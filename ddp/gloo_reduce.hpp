@@ -24,5 +24,8 @@ StatusOr<GlooReduceFunc> GlooReduceFor(DType dtype, ReduceOp op);
 // bfloat16 as its bits: the upper half of a float32.
 float BFloat16ToFloat(uint16_t bits);
 uint16_t FloatToBFloat16(float f);  // round to nearest even; NaN stays NaN
+// IEEE float16 as its bits (Gloo's conversions).
+float HalfBitsToFloat(uint16_t bits);
+uint16_t FloatToHalfBits(float f);  // round to nearest even
 
 }  // namespace ddprun::ddp

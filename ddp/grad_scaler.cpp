@@ -163,6 +163,19 @@ std::string AnomalyReport(const std::vector<Parameter>& params, const std::vecto
   return report + " (local)";
 }
 
+// Unscaling and clipping read float32 gradients (fp32 master parameters, as
+// autocast keeps them).
+Status RequireFloat32(const std::vector<Parameter>& params, const char* what) {
+  for (const Parameter& p : params) {
+    if (p.dtype == DType::kFloat32) continue;
+    return Unimplemented(std::string("grad scaler: ") + what + ": parameter " + p.name + " has " +
+                         DTypeName(p.dtype) +
+                         " gradients: 16-bit gradients are not supported yet here; keep the "
+                         "parameters in float32 and compute in 16 bits (autocast, train --amp)");
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 GradScaler::GradScaler(ProcessGroup* group, GradScalerOptions options)
@@ -174,6 +187,7 @@ Status GradScaler::Unscale(std::vector<Parameter>& params, long step) {
         "grad scaler: unscale called twice since the last update: call "
         "Update() once per step, after the optimizer step");
   }
+  if (Status s = RequireFloat32(params, "unscale"); !s.ok()) return s;
   // As PyTorch: the reciprocal in double, since float division can be inexact.
   const float inv_scale = static_cast<float>(1.0 / static_cast<double>(scale_));
   std::vector<size_t> bad;
@@ -203,6 +217,7 @@ StatusOr<float> GradScaler::ClipGradNorm(std::vector<Parameter>& params, float m
         "grad scaler: clip_grad_norm before unscale would clip the scaled "
         "gradients: call Unscale() first");
   }
+  if (Status s = RequireFloat32(params, "clip_grad_norm"); !s.ok()) return s;
   const bool on_cuda = OnCuda(group_);
   double local = 0;
   if (on_cuda) {

@@ -5,7 +5,8 @@
 // ClipGradNorm() clips by the norm of the *unscaled*, already reduced gradients; Update()
 // follows PyTorch's rule (backoff 0.5 on inf, growth 2 after 2000 good steps,
 // never to inf). An anomaly mode names the first parameters whose gradients
-// became non-finite, with the step.
+// became non-finite, with the step. Gradients must be float32 (16-bit ones are
+// refused as not supported yet).
 //
 // Not thread-safe.
 #pragma once

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <sstream>
+
+#include "ddp/gloo_reduce.hpp"
 
 #ifdef DDPRUN_HAVE_CUDA
 #include "ddp/cuda/reducer_device.hpp"
@@ -26,7 +29,11 @@ std::string Shape(const std::vector<int64_t>& shape) {
 
 std::string Signature(const std::vector<Parameter>& params) {
   std::string s;
-  for (const auto& p : params) s += p.name + " " + Shape(p.shape) + "\n";
+  for (const auto& p : params) {
+    s += p.name + " " + Shape(p.shape);
+    if (p.dtype != DType::kFloat32) s += std::string(" ") + DTypeName(p.dtype);
+    s += "\n";
+  }
   return s;
 }
 
@@ -37,24 +44,50 @@ std::vector<std::string> Lines(const std::string& s) {
   return out;
 }
 
-// Groups parameter indices, taken in `order`, into buckets: the first up to
-// `first_cap` bytes, the rest up to `cap`.
+// Groups parameter indices, taken in `order`, into buckets of one element
+// type each: per type the first up to `first_cap` bytes, the rest up to
+// `cap`. Buckets are numbered as they are opened.
 std::vector<std::vector<size_t>> MakeBuckets(const std::vector<Parameter>& params,
                                              const std::vector<size_t>& order, size_t first_cap,
                                              size_t cap) {
+  struct Open {
+    size_t bucket = 0;
+    size_t bytes = 0;
+    int opened = 0;  // buckets of this type so far
+  };
   std::vector<std::vector<size_t>> buckets;
-  size_t bytes = 0;
+  std::map<DType, Open> open;
   for (size_t idx : order) {
-    const size_t size = params[idx].numel() * sizeof(float);
-    const size_t limit = buckets.size() == 1 ? first_cap : cap;
-    if (buckets.empty() || (bytes > 0 && bytes + size > limit)) {
+    const size_t size = params[idx].bytes();
+    auto [it, first] = open.emplace(params[idx].dtype, Open{});
+    Open& o = it->second;
+    const size_t limit = o.opened == 1 ? first_cap : cap;
+    if (first || (o.bytes > 0 && o.bytes + size > limit)) {
+      o = Open{buckets.size(), 0, o.opened + 1};
       buckets.emplace_back();
-      bytes = 0;
     }
-    buckets.back().push_back(idx);
-    bytes += size;
+    buckets[o.bucket].push_back(idx);
+    o.bytes += size;
   }
   return buckets;
+}
+
+// Host memory, element by element: dst[k] = src[k] * factor in the element
+// type (16-bit values widened to float, multiplied, rounded back once). `dst`
+// may be `src`.
+void ScaleHost(DType dtype, const void* src, void* dst, size_t n, float factor) {
+  if (dtype == DType::kFloat32) {
+    const auto* in = static_cast<const float*>(src);
+    auto* out = static_cast<float*>(dst);
+    for (size_t k = 0; k < n; ++k) out[k] = in[k] * factor;
+    return;
+  }
+  const auto* in = static_cast<const uint16_t*>(src);
+  auto* out = static_cast<uint16_t*>(dst);
+  for (size_t k = 0; k < n; ++k) {
+    out[k] = dtype == DType::kBFloat16 ? FloatToBFloat16(BFloat16ToFloat(in[k]) * factor)
+                                       : FloatToHalfBits(HalfBitsToFloat(in[k]) * factor);
+  }
 }
 
 }  // namespace
@@ -88,8 +121,12 @@ class Reducer::Impl {
 
  private:
   void Launch(Reducer& r);
-  Status BroadcastInPlace(const std::vector<float*>& data, const std::vector<size_t>& counts);
-  float* FlatData(size_t b);
+  Status BroadcastInPlace(const std::vector<TensorView>& tensors);
+  // Bucket b's storage; Element(b, offset): its element `offset`.
+  char* FlatData(size_t b);
+  char* Element(size_t b, size_t offset) { return FlatData(b) + offset * SizeOf(dtype_[b]); }
+  // 16-bit buckets are divided by the world size before the sum, float32 after it.
+  bool Predivides(size_t b) const { return dtype_[b] != DType::kFloat32; }
   Status CopyIn(size_t b, const Parameter& p, size_t offset);
   Status CopyOut(size_t b, Parameter& p, size_t offset, float factor);
   Status Average(size_t b, std::vector<Parameter>& params, float factor);
@@ -102,8 +139,9 @@ class Reducer::Impl {
   std::vector<Buffer> buffers_;
   ReducerOptions options_;
   std::vector<std::vector<size_t>> buckets_;
-  std::vector<size_t> bucket_of_, offset_in_bucket_, counts_;
-  std::vector<std::vector<float>> flat_;  // host buckets
+  std::vector<size_t> bucket_of_, offset_in_bucket_, counts_;  // counts_: elements
+  std::vector<DType> dtype_;                                   // per bucket
+  std::vector<std::vector<float>> flat_;                       // host buckets (float-aligned bytes)
 #ifdef DDPRUN_HAVE_CUDA
   std::unique_ptr<DeviceBuckets> device_;  // device buckets (nccl), instead
 #endif
@@ -158,45 +196,41 @@ Status Reducer::Impl::InitDevice() {
 #endif
 }
 
-// Host memory goes through one flat buffer (one collective); device memory
-// is broadcast tensor by tensor in place (NCCL takes the device pointers).
-Status Reducer::Impl::BroadcastInPlace(const std::vector<float*>& data,
-                                       const std::vector<size_t>& counts) {
+// Host memory goes through one flat buffer of bytes (one collective); device
+// memory is broadcast tensor by tensor in place (NCCL takes the device pointers).
+Status Reducer::Impl::BroadcastInPlace(const std::vector<TensorView>& tensors) {
   if (on_device_) {
     std::vector<std::shared_ptr<Work>> works;
-    for (size_t i = 0; i < data.size(); ++i) {
-      if (counts[i] == 0) continue;
-      works.push_back(group_->Broadcast(View(data[i], counts[i], Device::kCuda), 0));
+    for (const TensorView& t : tensors) {
+      if (t.count != 0) works.push_back(group_->Broadcast(t, 0));
     }
     for (auto& w : works) {
       if (Status s = w->Wait(); !s.ok()) return s;
     }
     return Status::Ok();
   }
-  std::vector<float> flat;
-  for (size_t i = 0; i < data.size(); ++i) flat.insert(flat.end(), data[i], data[i] + counts[i]);
+  std::vector<uint8_t> flat;
+  for (const TensorView& t : tensors) {
+    const auto* bytes = static_cast<const uint8_t*>(t.data);
+    flat.insert(flat.end(), bytes, bytes + t.bytes());
+  }
   if (flat.empty()) return Status::Ok();
-  if (Status s = group_->Broadcast(View(flat.data(), flat.size()), 0)->Wait(); !s.ok()) return s;
+  const TensorView all{flat.data(), flat.size(), DType::kUInt8, Device::kCpu};
+  if (Status s = group_->Broadcast(all, 0)->Wait(); !s.ok()) return s;
   size_t off = 0;
-  for (size_t i = 0; i < data.size(); ++i) {
-    std::memcpy(data[i], flat.data() + off, counts[i] * sizeof(float));
-    off += counts[i];
+  for (const TensorView& t : tensors) {
+    std::memcpy(t.data, flat.data() + off, t.bytes());
+    off += t.bytes();
   }
   return Status::Ok();
 }
 
 Status Reducer::Impl::BroadcastFromRankZero(std::vector<Parameter>& params) {
-  std::vector<float*> data;
-  std::vector<size_t> counts;
-  for (const auto& p : params) {
-    data.push_back(p.data);
-    counts.push_back(p.numel());
-  }
-  for (const auto& b : buffers_) {
-    data.push_back(b.data);
-    counts.push_back(b.numel());
-  }
-  return BroadcastInPlace(data, counts);
+  const Device device = on_device_ ? Device::kCuda : Device::kCpu;
+  std::vector<TensorView> tensors;
+  for (const auto& p : params) tensors.push_back({p.data, p.numel(), p.dtype, device});
+  for (const auto& b : buffers_) tensors.push_back(View(b.data, b.numel(), device));
+  return BroadcastInPlace(tensors);
 }
 
 Status Reducer::Impl::Layout(std::vector<Parameter>& params, const std::vector<size_t>& order) {
@@ -204,25 +238,29 @@ Status Reducer::Impl::Layout(std::vector<Parameter>& params, const std::vector<s
   bucket_of_.assign(params.size(), 0);
   offset_in_bucket_.assign(params.size(), 0);
   counts_.assign(buckets_.size(), 0);
+  dtype_.assign(buckets_.size(), DType::kFloat32);
+  std::vector<size_t> bytes(buckets_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (size_t idx : buckets_[b]) {
       bucket_of_[idx] = b;
       offset_in_bucket_[idx] = counts_[b];
       counts_[b] += params[idx].numel();
+      dtype_[b] = params[idx].dtype;
     }
+    bytes[b] = counts_[b] * SizeOf(dtype_[b]);
   }
   // New storage first: with views, the gradients move out of the old one.
 #ifdef DDPRUN_HAVE_CUDA
   if (on_device_) {
     auto old = std::move(device_);
     device_ = std::make_unique<DeviceBuckets>();
-    if (Status s = device_->Resize(counts_); !s.ok()) return s;
+    if (Status s = device_->Resize(bytes); !s.ok()) return s;
     return MoveGradsInto(params);  // then `old` is freed (after the device is idle)
   }
 #endif
   auto old = std::move(flat_);
   flat_.assign(buckets_.size(), {});
-  for (size_t b = 0; b < buckets_.size(); ++b) flat_[b].resize(counts_[b]);
+  for (size_t b = 0; b < buckets_.size(); ++b) flat_[b].resize((bytes[b] + 3) / 4);
   return MoveGradsInto(params);
 }
 
@@ -235,39 +273,40 @@ Status Reducer::Impl::MoveGradsInto(std::vector<Parameter>& params) {
     if (Status s = CopyIn(bucket_of_[idx], p, offset_in_bucket_[idx]); !s.ok()) {
       return s.Annotate("ddp: moving the gradient of " + p.name + " into its bucket");
     }
-    p.grad = FlatData(bucket_of_[idx]) + offset_in_bucket_[idx];
+    p.grad = reinterpret_cast<float*>(Element(bucket_of_[idx], offset_in_bucket_[idx]));
   }
   ++generation_;
   return Status::Ok();
 }
 
-float* Reducer::Impl::FlatData(size_t b) {
+char* Reducer::Impl::FlatData(size_t b) {
 #ifdef DDPRUN_HAVE_CUDA
-  if (device_) return device_->data(b);
+  if (device_) return static_cast<char*>(device_->data(b));
 #endif
-  return flat_[b].data();
+  return reinterpret_cast<char*>(flat_[b].data());
 }
 
 Status Reducer::Impl::CopyIn(size_t b, const Parameter& p, size_t offset) {
 #ifdef DDPRUN_HAVE_CUDA
-  if (device_) return device_->CopyIn(b, offset, p.grad, p.numel());
+  if (device_) return device_->CopyIn(b, offset * SizeOf(p.dtype), p.grad, p.bytes());
 #endif
-  std::memcpy(flat_[b].data() + offset, p.grad, p.numel() * sizeof(float));
+  std::memcpy(Element(b, offset), p.grad, p.bytes());
   return Status::Ok();
 }
 
 Status Reducer::Impl::CopyOut(size_t b, Parameter& p, size_t offset, float factor) {
 #ifdef DDPRUN_HAVE_CUDA
-  if (device_) return device_->CopyOutScaled(b, offset, p.grad, p.numel(), factor);
+  if (device_) return device_->CopyOutScaled(b, offset, p.grad, p.numel(), factor, p.dtype);
 #endif
-  const float* src = flat_[b].data() + offset;
-  for (size_t k = 0; k < p.numel(); ++k) p.grad[k] = src[k] * factor;
+  ScaleHost(p.dtype, Element(b, offset), p.grad, p.numel(), factor);
   return Status::Ok();
 }
 
-// The reduced bucket `b` divided by the world size: in place (views), or
-// copied out into each parameter's own gradient.
+// The reduced bucket `b` divided by the world size (unless it was divided
+// before the sum): in place (views), or copied out into each parameter's own
+// gradient.
 Status Reducer::Impl::Average(size_t b, std::vector<Parameter>& params, float factor) {
+  if (Predivides(b)) factor = 1.0f;
   if (!options_.gradient_as_bucket_view) {
     for (size_t idx : buckets_[b]) {
       if (Status s = CopyOut(b, params[idx], offset_in_bucket_[idx], factor); !s.ok()) return s;
@@ -276,30 +315,26 @@ Status Reducer::Impl::Average(size_t b, std::vector<Parameter>& params, float fa
   }
   if (factor == 1.0f) return Status::Ok();
 #ifdef DDPRUN_HAVE_CUDA
-  if (device_) return device_->Scale(b, counts_[b], factor);
+  if (device_) return device_->Scale(b, counts_[b], factor, dtype_[b]);
 #endif
-  float* data = flat_[b].data();
-  for (size_t k = 0; k < counts_[b]; ++k) data[k] *= factor;
+  ScaleHost(dtype_[b], FlatData(b), FlatData(b), counts_[b], factor);
   return Status::Ok();
 }
 
 Status Reducer::Impl::ZeroGrad(Parameter& p) {
 #ifdef DDPRUN_HAVE_CUDA
-  if (device_) return ZeroDeviceFloats(p.grad, p.numel());
+  if (device_) return ZeroDeviceBytes(p.grad, p.bytes());
 #endif
-  std::memset(p.grad, 0, p.numel() * sizeof(float));
+  std::memset(p.grad, 0, p.bytes());
   return Status::Ok();
 }
 
 Status Reducer::Impl::BroadcastBuffers() {
   if (!options_.broadcast_buffers || buffers_.empty()) return Status::Ok();
-  std::vector<float*> data;
-  std::vector<size_t> counts;
-  for (const auto& b : buffers_) {
-    data.push_back(b.data);
-    counts.push_back(b.numel());
-  }
-  return BroadcastInPlace(data, counts);
+  const Device device = on_device_ ? Device::kCuda : Device::kCpu;
+  std::vector<TensorView> tensors;
+  for (const auto& b : buffers_) tensors.push_back(View(b.data, b.numel(), device));
+  return BroadcastInPlace(tensors);
 }
 
 void Reducer::Impl::Begin(size_t nparams) {
@@ -318,7 +353,17 @@ void Reducer::Impl::Launch(Reducer& r) {
   while (next_launch_ < buckets_.size() && pending_[next_launch_] == 0) {
     const size_t b = next_launch_;
     const Device device = on_device_ ? Device::kCuda : Device::kCpu;
-    works_[b] = group_->AllReduce(View(FlatData(b), counts_[b], device), ReduceOp::kSum);
+    if (Predivides(b) && group_->size() > 1) {
+      const float inv = 1.0f / static_cast<float>(group_->size());
+      Status s = Status::Ok();
+#ifdef DDPRUN_HAVE_CUDA
+      if (device_) s = device_->Scale(b, counts_[b], inv, dtype_[b]);
+#endif
+      if (!on_device_) ScaleHost(dtype_[b], FlatData(b), FlatData(b), counts_[b], inv);
+      if (!s.ok() && copy_error_.ok()) copy_error_ = s.Annotate("dividing a bucket");
+    }
+    const TensorView t{FlatData(b), counts_[b], dtype_[b], device};
+    works_[b] = group_->AllReduce(t, ReduceOp::kSum);
     r.stats_.bucket_started.push_back(std::chrono::steady_clock::now());
     ++next_launch_;
   }
@@ -412,6 +457,13 @@ StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
                                                    std::vector<Parameter> params,
                                                    std::vector<Buffer> buffers,
                                                    ReducerOptions options) {
+  for (const Parameter& p : params) {
+    if (p.dtype != DType::kFloat32 && p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16) {
+      return InvalidArgument("ddp: parameter " + p.name + " is " + DTypeName(p.dtype) +
+                             ": the reducer averages float32, float16 and bfloat16 gradients "
+                             "only; register it as one of those (or as a buffer)");
+    }
+  }
   auto impl = std::make_unique<Impl>(group, std::move(buffers), options);
   if (Status s = impl->InitDevice(); !s.ok()) return s;
   if (Status s = impl->VerifyAcrossRanks(params); !s.ok()) return s;

@@ -6,12 +6,13 @@
 // parameter on each side, never hangs) and takes rank 0's parameters and
 // buffers. During backward the model calls MarkGradReady(i) as soon as
 // parameter i's gradient is final; parameters are grouped into buckets
-// (reverse registration order, 1 MiB first bucket, 25 MiB cap; rebuilt once
-// from the order observed in the first step, agreed with rank 0), and a
-// bucket's all-reduce starts as soon as its last gradient is ready and every
-// earlier bucket has started, so communication overlaps the rest of
-// backward. FinishBackward() waits for the buckets and averages by the world
-// size.
+// (reverse registration order, 1 MiB first bucket, 25 MiB cap, one element
+// type per bucket; rebuilt once from the order observed in the first step,
+// agreed with rank 0), and a bucket's all-reduce starts as soon as its last
+// gradient is ready and every earlier bucket has started, so communication
+// overlaps the rest of backward. FinishBackward() waits for the buckets and
+// averages by the world size: float32 buckets after the sum, 16-bit ones
+// before it (as PyTorch divides first: a sum of half values could overflow).
 //
 // Unused parameters: without find_unused_parameters, the first step in which
 // parameters got no gradient fails, listing them by name and shape with both
@@ -57,9 +58,16 @@ namespace ddprun::ddp {
 struct Parameter {
   std::string name;
   std::vector<int64_t> shape;
-  float* data = nullptr;  // numel floats (host or device, as the group's device)
-  float* grad = nullptr;  // numel floats
+  float* data = nullptr;  // numel elements (host or device, as the group's device)
+  float* grad = nullptr;  // numel elements
+  // The element type of data and grad: float32, or float16/bfloat16, whose
+  // 16-bit storage the two pointers then carry (read it as uint16_t: data16(),
+  // grad16()). Gradients of each type go to buckets of that type.
+  DType dtype = DType::kFloat32;
   size_t numel() const;
+  size_t bytes() const { return numel() * SizeOf(dtype); }
+  uint16_t* data16() const { return reinterpret_cast<uint16_t*>(data); }
+  uint16_t* grad16() const { return reinterpret_cast<uint16_t*>(grad); }
 };
 
 struct Buffer {

@@ -1,8 +1,9 @@
 // The Reducer's gradient buckets in device memory, for the NCCL group: one
-// flat cudaMalloc'd buffer per bucket. Either the gradients live in the
-// buckets (gradient_as_bucket_view: moved in once, averaged in place) or
-// they are copied in (device to device) as they become ready and copied back
-// scaled once the bucket's all-reduce has finished.
+// flat cudaMalloc'd buffer per bucket, of one element type (float32, float16
+// or bfloat16). Either the gradients live in the buckets
+// (gradient_as_bucket_view: moved in once, averaged in place) or they are
+// copied in (device to device) as they become ready and copied back scaled
+// once the bucket's all-reduce has finished.
 //
 // Every copy and kernel runs on the legacy default stream, so it is ordered
 // after the backward work that produced the gradient and before the
@@ -18,35 +19,38 @@
 #include <vector>
 
 #include "base/status.hpp"
+#include "ddp/tensor.hpp"
 
 namespace ddprun::ddp {
 
 class DeviceBuckets {
  public:
   DeviceBuckets();
-  ~DeviceBuckets();
+  ~DeviceBuckets();  // waits for the device before freeing
   DeviceBuckets(const DeviceBuckets&) = delete;
   DeviceBuckets& operator=(const DeviceBuckets&) = delete;
 
-  // Frees the old buffers and allocates one of counts[b] floats per bucket.
-  Status Resize(const std::vector<size_t>& counts);
-  float* data(size_t bucket) const;
+  // Frees the old buffers and allocates one of bytes[b] bytes per bucket.
+  Status Resize(const std::vector<size_t>& bytes);
+  void* data(size_t bucket) const;
 
-  // bucket[offset .. offset+n) = grad[0 .. n), asynchronously.
-  Status CopyIn(size_t bucket, size_t offset, const float* grad, size_t n);
-  // grad[0 .. n) = bucket[offset .. offset+n) * factor, asynchronously.
-  Status CopyOutScaled(size_t bucket, size_t offset, float* grad, size_t n, float factor);
-  // bucket[0 .. count) *= factor, asynchronously.
-  Status Scale(size_t bucket, size_t count, float factor);
+  // bucket bytes [offset .. offset+n) = grad bytes [0 .. n), asynchronously.
+  Status CopyIn(size_t bucket, size_t byte_offset, const void* grad, size_t n);
+  // grad[0 .. n) = bucket[offset .. offset+n) * factor, elements of `dtype`
+  // (16-bit values multiplied in float and rounded once), asynchronously.
+  Status CopyOutScaled(size_t bucket, size_t offset, void* grad, size_t n, float factor,
+                       DType dtype);
+  // bucket[0 .. count) *= factor, elements of `dtype`, asynchronously.
+  Status Scale(size_t bucket, size_t count, float factor, DType dtype);
 
  private:
   struct Free {
-    void operator()(float* p) const;
+    void operator()(void* p) const;
   };
-  std::vector<std::unique_ptr<float, Free>> buffers_;
+  std::vector<std::unique_ptr<void, Free>> buffers_;
 };
 
-// p[0 .. n) = 0 on the device, asynchronously.
-Status ZeroDeviceFloats(float* p, size_t n);
+// p[0 .. bytes) = 0 on the device, asynchronously.
+Status ZeroDeviceBytes(void* p, size_t bytes);
 
 }  // namespace ddprun::ddp

@@ -181,5 +181,16 @@ TEST_CASE("the loss is scaled by the current scale") {
   CHECK(scaler.ScaleLoss(0.5f) == 32768.0f);
 }
 
+TEST_CASE("16-bit gradients are refused as not supported yet, naming the parameter") {
+  Model m({{"w", {1.0f, 2.0f}}});
+  m.params[0].dtype = DType::kBFloat16;
+  GradScaler scaler(nullptr, Options(1.0f));
+  Status s = scaler.Unscale(m.params, 0);
+  REQUIRE_FALSE(s.ok());
+  CHECK(s.code() == StatusCode::kUnimplemented);
+  CHECK(s.message().find("parameter w has bfloat16 gradients") != std::string::npos);
+  CHECK(s.message().find("not supported yet") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace ddprun::ddp

@@ -4,7 +4,10 @@
 
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <map>
+
+#include "ddp/gloo_reduce.hpp"
 
 namespace ddprun::ddp {
 namespace {
@@ -16,11 +19,16 @@ class FakeGroup : public ProcessGroup {
 
   std::shared_ptr<Work> AllReduce(TensorView t, ReduceOp op) override {
     auto* p = static_cast<float*>(t.data);
-    if (op == ReduceOp::kSum) {
-      for (size_t i = 0; i < t.count; ++i) p[i] *= static_cast<float>(size_);
+    const auto n = static_cast<float>(size_);
+    auto* bits = static_cast<uint16_t*>(t.data);
+    for (size_t i = 0; op == ReduceOp::kSum && i < t.count; ++i) {
+      if (t.dtype == DType::kFloat32) p[i] *= n;
+      if (t.dtype == DType::kFloat16) bits[i] = FloatToHalfBits(HalfBitsToFloat(bits[i]) * n);
+      if (t.dtype == DType::kBFloat16) bits[i] = FloatToBFloat16(BFloat16ToFloat(bits[i]) * n);
     }
     launches.push_back({events, t.count});
     reduced.push_back(p);
+    dtypes.push_back(t.dtype);
     return Done();
   }
   std::shared_ptr<Work> Broadcast(TensorView t, int) override {
@@ -37,6 +45,7 @@ class FakeGroup : public ProcessGroup {
   int events = 0;                                // MarkGradReady calls so far
   std::vector<std::pair<int, size_t>> launches;  // (events at launch, elements)
   std::vector<float*> reduced;                   // each all-reduce's data
+  std::vector<DType> dtypes;                     // and element type
   std::vector<size_t> broadcasts;
   std::map<int, std::string> others;  // what other ranks "send" in AllGatherStrings
 
@@ -215,9 +224,10 @@ TEST_CASE("parameters and buffers are broadcast at construction, buffers before 
   std::vector<Buffer> buffers{{"running_mean", {2}, running.data()}};
   auto r = Reducer::Create(&g, m.params, buffers, ReducerOptions{});
   REQUIRE(r.ok());
-  CHECK(g.broadcasts == std::vector<size_t>{5});
+  // Host memory goes as one broadcast of bytes: 3 + 2 floats, then the 2 of the buffer.
+  CHECK(g.broadcasts == std::vector<size_t>{20});
   REQUIRE((*r)->BeforeForward().ok());
-  CHECK(g.broadcasts == std::vector<size_t>{5, 2});
+  CHECK(g.broadcasts == std::vector<size_t>{20, 8});
   ReducerOptions off;
   off.broadcast_buffers = false;
   auto r2 = Reducer::Create(&g, m.params, buffers, off);
@@ -328,6 +338,96 @@ TEST_CASE("without gradient_as_bucket_view the model keeps its gradient buffers"
   CHECK((*r)->parameters()[0].grad == m.grad[0].data());
   CHECK(m.grad[0][0] == doctest::Approx(1.0f));  // averaged back into the model's buffer
   CHECK((*r)->layout_generation() == 0);
+}
+
+// 16-bit parameters: storage of uint16_t values, carried by the float pointers.
+struct HalfModel {
+  std::vector<std::vector<uint16_t>> data, grad;
+  std::vector<Parameter> params;
+
+  void Add(const std::string& name, size_t n, DType dtype, float grad_value) {
+    data.emplace_back(n, 0);
+    grad.emplace_back(
+        n, dtype == DType::kBFloat16 ? FloatToBFloat16(grad_value) : FloatToHalfBits(grad_value));
+    Parameter p{name, {static_cast<int64_t>(n)}, nullptr, nullptr, dtype};
+    params.push_back(p);
+  }
+  // After every Add: the vectors no longer move.
+  std::vector<Parameter>& Wire() {
+    for (size_t i = 0; i < params.size(); ++i) {
+      params[i].data = reinterpret_cast<float*>(data[i].data());
+      params[i].grad = reinterpret_cast<float*>(grad[i].data());
+    }
+    return params;
+  }
+};
+
+float Value(const Parameter& p, size_t k) {
+  return p.dtype == DType::kBFloat16 ? BFloat16ToFloat(p.grad16()[k])
+                                     : HalfBitsToFloat(p.grad16()[k]);
+}
+
+TEST_CASE("16-bit gradients go to buckets of their own type, averaged before the sum") {
+  for (bool views : {false, true}) {
+    CAPTURE(views);
+    FakeGroup g(4);
+    HalfModel m;
+    m.Add("a", 100, DType::kBFloat16, 2.0f);
+    m.Add("b", 50, DType::kFloat16, 40000.0f);  // x4 ranks overflows fp16 unless divided first
+    m.Add("c", 100, DType::kBFloat16, 8.0f);
+    ReducerOptions o;
+    o.gradient_as_bucket_view = views;
+    auto r = Reducer::Create(&g, m.Wire(), {}, o);
+    REQUIRE(r.ok());
+    // Reverse order: c, b, a; one bucket per type.
+    CHECK((*r)->buckets() == std::vector<std::vector<size_t>>{{2, 0}, {1}});
+    (*r)->BeginBackward();
+    for (size_t i : {2, 1, 0}) (*r)->MarkGradReady(i);
+    REQUIRE((*r)->FinishBackward().ok());
+    CHECK(g.dtypes == std::vector<DType>{DType::kBFloat16, DType::kFloat16});
+    const auto& p = (*r)->parameters();
+    CHECK(Value(p[0], 99) == 2.0f);
+    CHECK(Value(p[1], 0) == 40000.0f);  // 10000 x 4: finite
+    CHECK(Value(p[2], 0) == 8.0f);
+    CHECK(std::isfinite(Value(p[1], 49)));
+  }
+}
+
+TEST_CASE("float32 and 16-bit parameters share no bucket; each type's first bucket is small") {
+  FakeGroup g(2);
+  Model f({100, 100});
+  HalfModel h;
+  h.Add("h0", 100, DType::kFloat16, 1.0f);
+  h.Add("h1", 100, DType::kFloat16, 1.0f);
+  std::vector<Parameter> params = h.Wire();
+  params.insert(params.begin() + 1, f.params.begin(), f.params.end());  // h0, f0, f1, h1
+  ReducerOptions o = SmallBuckets();  // first bucket 400 bytes, then 1000
+  auto r = Reducer::Create(&g, params, {}, o);
+  REQUIRE(r.ok());
+  // Reverse order h1, f1, f0, h0: fp16 {h1}... h1 is 200 bytes, h0 fits the 400-byte first
+  // fp16 bucket; f1 fills float32's first bucket (400 bytes), f0 opens the next.
+  CHECK((*r)->buckets() == std::vector<std::vector<size_t>>{{3, 0}, {2}, {1}});
+}
+
+TEST_CASE(
+    "a dtype that differs between ranks is named; a type the reducer cannot average is refused") {
+  FakeGroup g(2);
+  g.others[1] = "a [4] bfloat16\n";
+  HalfModel m;
+  m.Add("a", 4, DType::kFloat16, 1.0f);
+  auto r = Reducer::Create(&g, m.Wire(), {}, ReducerOptions{});
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("rank 0 has a [4] float16, rank 1 has a [4] bfloat16") !=
+        std::string::npos);
+  std::vector<int32_t> ints(4);
+  Parameter bad{"step",
+                {4},
+                reinterpret_cast<float*>(ints.data()),
+                reinterpret_cast<float*>(ints.data()),
+                DType::kInt32};
+  auto refused = Reducer::Create(&g, {bad}, {}, ReducerOptions{});
+  REQUIRE_FALSE(refused.ok());
+  CHECK(refused.status().message().find("parameter step is int32") != std::string::npos);
 }
 
 }  // namespace
