@@ -1,7 +1,12 @@
 #include "env/slurm.hpp"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cstdint>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 
 #include "base/command.hpp"
 #include "base/parse.hpp"
@@ -173,13 +178,58 @@ std::optional<std::string> ReadNodeAddr(const std::string& name) {
   return ParseNodeAddr(text);
 }
 
-std::optional<int> ReadKillWait() {
-  if (!OnPath("scontrol")) return std::nullopt;
+SlurmConfig ParseSlurmConfig(std::string_view text) {
+  SlurmConfig config;
+  config.kill_wait = ParseKillWait(text);
+  size_t pos = 0;
+  while (pos < text.size()) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    const size_t eq = line.find('=');
+    if (line.rfind("ProctrackType", 0) != 0 || eq == std::string_view::npos) continue;
+    std::string_view value = line.substr(eq + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\r')) value.remove_suffix(1);
+    config.proctrack = std::string(value);
+  }
+  return config;
+}
+
+SlurmConfig ReadSlurmConfig() {
+  if (!OnPath("scontrol")) return {};
   std::string text;
   for (const auto& line : CommandLines("timeout 5 scontrol show config 2>/dev/null")) {
     text += line + "\n";
   }
-  return ParseKillWait(text);
+  return ParseSlurmConfig(text);
+}
+
+bool SignalsReachDescendants(const std::string& proctrack) {
+  return proctrack == "proctrack/cgroup" || proctrack == "proctrack/linuxproc";
+}
+
+bool IsAncestorSlurmstepd(pid_t pid) {
+  if (pid <= 1) return false;
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  if (!std::getline(comm, name) || name != "slurmstepd") return false;
+  // Walk up from this process: the step's daemon is one of its parents.
+  pid_t p = getppid();
+  for (int depth = 0; p > 1 && depth < 64; ++depth) {
+    if (p == pid) return true;
+    std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t close = text.rfind(')');  // comm may hold spaces and parentheses
+    if (close == std::string::npos) return false;
+    std::istringstream rest(text.substr(close + 1));
+    char state = 0;
+    long parent = 0;
+    if (!(rest >> state >> parent)) return false;
+    p = static_cast<pid_t>(parent);
+  }
+  return false;
 }
 
 }  // namespace ddprun::env

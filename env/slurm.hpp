@@ -10,6 +10,8 @@
 // Pure functions of their inputs; thread-compatible.
 #pragma once
 
+#include <sys/types.h>
+
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,8 +66,28 @@ std::optional<std::string> ParseNodeAddr(std::string_view text);
 // NodeAddr=10.1.0.1). nullopt when scontrol is missing, fails or says nothing.
 std::optional<std::string> ReadNodeAddr(const std::string& name);
 
-// KillWait as `scontrol show config` reports it (bounded to 5 s); nullopt when
-// scontrol is not on PATH, fails or says nothing about it.
-std::optional<int> ReadKillWait();
+// What ddprun needs of the cluster's configuration.
+struct SlurmConfig {
+  std::optional<int> kill_wait;  // KillWait, seconds
+  std::string proctrack;         // ProctrackType, e.g. "proctrack/cgroup"; "" when unknown
+};
+
+// The fields above from `scontrol show config` output ("Key = value" lines).
+SlurmConfig ParseSlurmConfig(std::string_view text);
+
+// `scontrol show config`, parsed (bounded to 5 s); empty fields when scontrol
+// is not on PATH, fails or says nothing about them.
+SlurmConfig ReadSlurmConfig();
+
+// Whether slurmstepd, signalling a step (scancel -s, the time limit, srun
+// forwarding a signal), reaches every process the step's tasks started, the
+// workers of ddprun included: the proctrack plugins that track all descendants
+// (cgroup, linuxproc) do; pgid signals the task's process group only, which
+// ddprun's workers leave.
+bool SignalsReachDescendants(const std::string& proctrack);
+
+// Whether `pid` is a slurmstepd among this process's ancestors: the step's own
+// daemon (by /proc/<pid>/comm and the chain of parents).
+bool IsAncestorSlurmstepd(pid_t pid);
 
 }  // namespace ddprun::env

@@ -20,6 +20,7 @@
 #include "launcher/group_outcome.hpp"
 #include "launcher/job_stores.hpp"
 #include "launcher/run_recorder.hpp"
+#include "launcher/slurm_options.hpp"
 #include "launcher/torch_hook.hpp"
 #include "launcher/worker_specs.hpp"
 #include "rendezvous/agent_driver.hpp"
@@ -128,6 +129,7 @@ Status Agent::Setup() {
   for (int sig : {SIGUSR1, SIGUSR2}) {
     if (c_.handled_signals.count(sig) != 0) options_.forward_only.insert(sig);
   }
+  if (auto filter = SlurmSignalFilter(c_, sup_->OwnCgroup())) sup_->SetSignalFilter(filter);
   sup_->SetHangHandler([this](const supervisor::HangReport& report) {
     for (const auto& w : report.hung) {
       spdlog::error("rank {} (local_rank {}, pid {}) hung: {} for {:.1f} s", w.rank, w.local_rank,

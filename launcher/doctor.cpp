@@ -260,7 +260,7 @@ std::vector<LimitCheck> SlurmChecks(const LaunchConfig& c, const env::Environ& e
     }
   }
   out.push_back({"slurm gpus", CheckStatus::kOk, gpus.empty() ? "none allocated" : gpus, ""});
-  auto kill_wait = env::ReadKillWait();
+  auto kill_wait = env::ReadSlurmConfig().kill_wait;
   if (!kill_wait) {
     out.push_back({"slurm KillWait", CheckStatus::kWarn,
                    "unknown (scontrol show config did not say)",

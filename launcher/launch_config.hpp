@@ -75,6 +75,8 @@ struct LaunchConfig {
   std::optional<env::SlurmStep> slurm;
   // The options whose values came from the step ("master_addr", "nnodes", ...).
   std::set<std::string> from_slurm;
+  // The cluster's ProctrackType (scontrol show config), read in a step; "" when unknown.
+  std::string slurm_proctrack;
   env::BindMode binding = env::BindMode::kNone;  // --numa_binding or --cpu_binding
   // Each local rank's CPUs, planned from `binding` on this host (launcher/
   // cpu_binding.hpp) before the agent starts; empty: workers are not bound.

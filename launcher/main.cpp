@@ -66,11 +66,15 @@ ddprun::Status PrepareLimits(const ddprun::launcher::LaunchConfig& c,
   return ddprun::Status::Ok();
 }
 
-// Slurm SIGKILLs a step KillWait seconds after its SIGTERM (scancel, time
-// limit): a longer grace would be cut short.
-void WarnAboutKillWait(const ddprun::launcher::LaunchConfig& c) {
+// In a step, what the cluster's configuration tells: the proctrack plugin
+// (whether Slurm's signals reach the workers itself), and KillWait: Slurm
+// SIGKILLs a step KillWait seconds after its SIGTERM (scancel, time limit), so
+// a longer grace would be cut short.
+void ReadSlurmConfig(ddprun::launcher::LaunchConfig& c) {
   if (!c.slurm) return;
-  auto kill_wait = ddprun::env::ReadKillWait();
+  const ddprun::env::SlurmConfig config = ddprun::env::ReadSlurmConfig();
+  c.slurm_proctrack = config.proctrack;
+  const std::optional<int>& kill_wait = config.kill_wait;
   if (!kill_wait || c.shutdown_timeout <= *kill_wait) return;
   spdlog::warn(
       "--shutdown_timeout={} is longer than Slurm's KillWait ({} s, scontrol show config): at "
@@ -197,7 +201,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return exit_code::ForStatus(s);
   }
-  WarnAboutKillWait(parsed->config);
+  ReadSlurmConfig(parsed->config);
   if (Status s = ResolveSlurmStoreHost(parsed->config); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return exit_code::ForStatus(s);

@@ -1,9 +1,13 @@
 #include "launcher/slurm_options.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include <set>
 #include <utility>
 #include <vector>
 
 #include "env/slurm.hpp"
+#include "supervisor/exit_status.hpp"
 
 namespace ddprun::launcher {
 
@@ -119,6 +123,21 @@ Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLin
   parsed.config.slurm = step;
   for (const auto& [name, value] : filled) parsed.config.from_slurm.insert(name);
   return Status::Ok();
+}
+
+supervisor::Supervisor::SignalFilter SlurmSignalFilter(const LaunchConfig& c, bool own_cgroup) {
+  if (!c.slurm || !env::SignalsReachDescendants(c.slurm_proctrack)) return nullptr;
+  if (own_cgroup && c.slurm_proctrack == "proctrack/cgroup") return nullptr;
+  return [proctrack = c.slurm_proctrack, said = std::set<int>()](int sig, pid_t sender) mutable {
+    if (!env::IsAncestorSlurmstepd(sender)) return false;
+    if (said.insert(sig).second) {
+      spdlog::info(
+          "{} from the step's slurmstepd (pid {}): Slurm signals every process of the step "
+          "({}), the workers have it; ddprun does not send them a second copy",
+          supervisor::SignalName(sig), sender, proctrack);
+    }
+    return true;
+  };
 }
 
 }  // namespace ddprun::launcher

@@ -6,6 +6,7 @@
 #include "env/environ.hpp"
 #include "launcher/options.hpp"
 #include "launcher/raw_options.hpp"
+#include "supervisor/supervisor.hpp"
 
 namespace ddprun::launcher {
 
@@ -14,5 +15,14 @@ namespace ddprun::launcher {
 // the step. kInvalidArgument for several agents per node, an --nnodes the
 // step does not have, or --slurm=node outside a step.
 Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLine& parsed);
+
+// The supervisor's filter for SIGUSR1/SIGUSR2 in a step whose proctrack plugin
+// reaches every descendant (c.slurm_proctrack): one sent by the step's own
+// slurmstepd (scancel -s, srun) reached the workers already, so ddprun does not
+// send a second copy (logged once per signal). Empty (forward everything)
+// outside a step, under proctrack/pgid or an unknown plugin, and under
+// proctrack/cgroup when the workers are in a cgroup of ddprun's own
+// (`own_cgroup`), where Slurm's reach is not certain.
+supervisor::Supervisor::SignalFilter SlurmSignalFilter(const LaunchConfig& c, bool own_cgroup);
 
 }  // namespace ddprun::launcher

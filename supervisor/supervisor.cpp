@@ -162,7 +162,17 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
   });
   if (async_rc != 0) return ErrnoStatus("uv_async_init", -async_rc);
   s->stop_async_.data = s.get();
+  // SIGUSR1/SIGUSR2 through the tap: passing them on may depend on their sender.
+  std::set<int> tapped;
+  for (int sig : {SIGUSR1, SIGUSR2}) {
+    if (handled_signals.count(sig) != 0) tapped.insert(sig);
+  }
+  auto tap = SignalTap::Start(
+      &s->loop_, tapped, [self = s.get()](int sig, pid_t sender) { self->OnSignal(sig, sender); });
+  if (!tap.ok()) return tap.status();
+  s->tap_ = std::move(*tap);
   for (int sig : handled_signals) {
+    if (tapped.count(sig) != 0) continue;
     s->signals_.push_back(std::make_unique<uv_signal_t>());
     uv_signal_t* h = s->signals_.back().get();
     uv_signal_init(&s->loop_, h);  // the loop's signal pipe is open: cannot fail
@@ -192,6 +202,9 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
 
 Supervisor::~Supervisor() {
   for (auto& h : signals_) CatchLate(h->signum, false);
+  if (tap_) {
+    for (int sig : tap_->signals()) CatchLate(sig, false);
+  }
   if (dump_signal_started_) CatchLate(dump_signal_.signum, true);  // no workers left to dump
   if (!loop_ready_) return;
   CloseIfOpen(&sigchld_);
@@ -199,6 +212,7 @@ Supervisor::~Supervisor() {
   CloseIfOpen(&hang_timer_);
   if (dump_signal_started_) CloseIfOpen(&dump_signal_);
   for (auto& h : signals_) CloseIfOpen(h.get());
+  if (tap_) tap_->Close();
   if (timer_) CloseIfOpen(timer_->handle());
   if (file_timer_) file_timer_->Close();
   uv_run(&loop_, UV_RUN_DEFAULT);  // runs the close callbacks
@@ -238,7 +252,11 @@ void Supervisor::PollSignals() {
   if (running_ == nullptr) uv_run(&loop_, UV_RUN_NOWAIT);
 }
 
-void Supervisor::OnSignal(int sig) {
+void Supervisor::OnSignal(int sig, pid_t sender) {
+  if (running_ != nullptr && options_.forward_only.count(sig) != 0 && signal_filter_ &&
+      signal_filter_(sig, sender)) {
+    return;  // the workers have it from its sender
+  }
   if (running_ != nullptr) {
     const bool was_done = running_->done();
     running_->OnSignal(sig);

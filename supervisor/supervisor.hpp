@@ -22,6 +22,7 @@
 #include "supervisor/file_timer_server.hpp"
 #include "supervisor/group_state.hpp"
 #include "supervisor/hang_check.hpp"
+#include "supervisor/signal_tap.hpp"
 #include "supervisor/spawn.hpp"
 #include "supervisor/worker_spec.hpp"
 
@@ -68,6 +69,12 @@ class Supervisor {
   // Called once per group, when every worker was started (or failed to start).
   using StartHandler = std::function<void(const std::vector<WorkerRecord>&)>;
   void SetStartHandler(StartHandler handler) { start_handler_ = std::move(handler); }
+  // Returns true for a forward-only signal (GroupOptions::forward_only) that
+  // its sender already delivered to the workers (e.g. Slurm signalling every
+  // process of a step): it is not passed on again. `sender` is the sending
+  // pid (0 when unknown); SIGUSR1/SIGUSR2 only.
+  using SignalFilter = std::function<bool(int sig, pid_t sender)>;
+  void SetSignalFilter(SignalFilter filter) { signal_filter_ = std::move(filter); }
   // Handles `dump_signal` (ddprun dump): the handler gets every running
   // worker; nothing is stopped.
   void SetDumpHandler(int dump_signal, HangHandler handler);
@@ -82,6 +89,8 @@ class Supervisor {
 
   // How the workers' process trees are contained, for the log.
   std::string DescribeContainment() const { return containment_->Describe(); }
+  // Whether the workers are in a cgroup of the job's own.
+  bool OwnCgroup() const { return !containment_->cgroup_dir().empty(); }
 
   // Thread-safe: stops the running group (outcome kStopped), or the next one
   // to start, until ClearStopRequest().
@@ -97,7 +106,7 @@ class Supervisor {
                         std::vector<UniqueFd>& parent_side);
   StatusOr<int> FilterFd(const std::string& path);
   void ReapChildren();
-  void OnSignal(int sig);
+  void OnSignal(int sig, pid_t sender = 0);
   void Drain(GroupState& state);
   // Hang detection: one timer, armed for the earliest deadline of any worker.
   struct Progress {
@@ -124,6 +133,8 @@ class Supervisor {
   uv_async_t stop_async_{};
   std::atomic<bool> stop_requested_{false};
   std::vector<std::unique_ptr<uv_signal_t>> signals_;
+  std::unique_ptr<SignalTap> tap_;  // SIGUSR1/SIGUSR2, with their sender
+  SignalFilter signal_filter_;
   std::unique_ptr<LoopTimer> timer_;
   PosixProcessControl control_;
   std::unique_ptr<Containment> containment_;

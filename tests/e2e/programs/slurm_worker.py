@@ -7,7 +7,8 @@ RANK is the worker's global rank (RANK, else SLURM_PROCID, else 0).
 
   ckpt     wait for SIGTERM; then write DIR/ckpt_<RANK> for 2 s (20 chunks of 0.1 s into a
            .tmp file, renamed when whole) and exit 0. Later SIGTERMs are only logged.
-  usr1     wait for SIGUSR1 (at most 60 s); then exit 0 (1 on the deadline).
+  usr1     wait for SIGUSR1 (at most 60 s), log further copies for 1 s; then exit 0 (1 on the
+           deadline).
   fail     on group rank 1, local rank 0: exit 7 after 0.5 s; everyone else sleeps 60 s.
   restart  if SLURM_RESTART_COUNT is 0 or unset: sleep 120 s; else exit 0.
   env      write DIR/env_<RANK>: SLURM_PROCID SLURM_LOCALID SLURM_NTASKS RANK LOCAL_RANK
@@ -86,9 +87,10 @@ def main():
         return 0
     if mode == "usr1":
         got = w.wait_for("SIGUSR1", 60)
-        # In a job step the signal comes twice: from slurmstepd to every process of the step,
-        # and forwarded by ddprun. Python restores SIG_DFL for its handlers at exit, so a copy
-        # arriving then would kill the worker: ignore further ones first.
+        # A second copy (slurmstepd signals every process of a step; ddprun must not forward
+        # another) would arrive within a few ms: log any for a second, then stop listening
+        # (Python restores SIG_DFL for its handlers at exit; a late copy must not kill it).
+        time.sleep(1.0)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
         return 0 if got else 1
     if mode == "fail":

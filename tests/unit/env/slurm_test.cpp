@@ -1,6 +1,7 @@
 #include "env/slurm.hpp"
 
 #include <doctest/doctest.h>
+#include <unistd.h>
 
 namespace ddprun::env {
 namespace {
@@ -115,6 +116,26 @@ TEST_CASE("slurm: KillWait from scontrol show config") {
   CHECK(ParseKillWait("KillWait = 5 sec") == 5);
   CHECK_FALSE(ParseKillWait("KillOnBadExit = 0\n").has_value());
   CHECK_FALSE(ParseKillWait("KillWait = unknown\n").has_value());
+}
+
+TEST_CASE("slurm: ProctrackType and KillWait from one scontrol show config") {
+  const SlurmConfig c = ParseSlurmConfig(
+      "PrologFlags             = (null)\nProctrackType           = proctrack/cgroup\n"
+      "KillWait                = 30 sec\n");
+  CHECK(c.proctrack == "proctrack/cgroup");
+  CHECK(c.kill_wait == 30);
+  CHECK(ParseSlurmConfig("X = 1\n").proctrack.empty());
+  CHECK(SignalsReachDescendants("proctrack/cgroup"));
+  CHECK(SignalsReachDescendants("proctrack/linuxproc"));
+  CHECK_FALSE(SignalsReachDescendants("proctrack/pgid"));
+  CHECK_FALSE(SignalsReachDescendants(""));
+}
+
+TEST_CASE("slurm: only a slurmstepd among this process's ancestors is the step's daemon") {
+  CHECK_FALSE(IsAncestorSlurmstepd(getppid()));  // the test runner's parent is no slurmstepd
+  CHECK_FALSE(IsAncestorSlurmstepd(getpid()));
+  CHECK_FALSE(IsAncestorSlurmstepd(1));
+  CHECK_FALSE(IsAncestorSlurmstepd(0));
 }
 
 TEST_CASE("slurm: NodeAddr from scontrol show node -o") {
