@@ -128,27 +128,42 @@ int SlurmStepPort(const SlurmStep& step) {
   return 20000 + static_cast<int>(h % 10000);
 }
 
-std::optional<int> ParseKillWait(std::string_view text) {
+namespace {
+
+// The value of the first "Key = value" line of `scontrol show config` output
+// whose key is `key`, trimmed; nullopt when there is none.
+std::optional<std::string_view> ConfigValue(std::string_view text, std::string_view key) {
   size_t pos = 0;
   while (pos < text.size()) {
     size_t end = text.find('\n', pos);
     if (end == std::string_view::npos) end = text.size();
     std::string_view line = text.substr(pos, end - pos);
     pos = end + 1;
-    if (line.rfind("KillWait", 0) != 0) continue;
-    size_t eq = line.find('=');
-    if (eq == std::string_view::npos) continue;
-    size_t i = eq + 1;
-    while (i < line.size() && line[i] == ' ') ++i;
-    int value = 0;
-    size_t digits = 0;
-    while (i < line.size() && std::isdigit(static_cast<unsigned char>(line[i])) && digits < 7) {
-      value = value * 10 + (line[i++] - '0');
-      ++digits;
-    }
-    if (digits > 0) return value;
+    const size_t eq = line.find('=');
+    if (line.rfind(key, 0) != 0 || eq == std::string_view::npos) continue;
+    std::string_view name = line.substr(0, eq);
+    while (!name.empty() && name.back() == ' ') name.remove_suffix(1);
+    if (name != key) continue;
+    std::string_view value = line.substr(eq + 1);
+    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
+    while (!value.empty() && (value.back() == ' ' || value.back() == '\r')) value.remove_suffix(1);
+    return value;
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<int> ParseKillWait(std::string_view text) {
+  const std::optional<std::string_view> value = ConfigValue(text, "KillWait");
+  if (!value) return std::nullopt;
+  int seconds = 0;
+  size_t digits = 0;
+  while (digits < value->size() && digits < 7 &&
+         std::isdigit(static_cast<unsigned char>((*value)[digits]))) {
+    seconds = seconds * 10 + ((*value)[digits++] - '0');
+  }
+  return digits > 0 ? std::optional<int>(seconds) : std::nullopt;
 }
 
 std::optional<std::string> ParseNodeAddr(std::string_view text) {
@@ -181,19 +196,8 @@ std::optional<std::string> ReadNodeAddr(const std::string& name) {
 SlurmConfig ParseSlurmConfig(std::string_view text) {
   SlurmConfig config;
   config.kill_wait = ParseKillWait(text);
-  size_t pos = 0;
-  while (pos < text.size()) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string_view::npos) end = text.size();
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    const size_t eq = line.find('=');
-    if (line.rfind("ProctrackType", 0) != 0 || eq == std::string_view::npos) continue;
-    std::string_view value = line.substr(eq + 1);
-    while (!value.empty() && value.front() == ' ') value.remove_prefix(1);
-    while (!value.empty() && (value.back() == ' ' || value.back() == '\r')) value.remove_suffix(1);
-    config.proctrack = std::string(value);
-  }
+  if (auto proctrack = ConfigValue(text, "ProctrackType"))
+    config.proctrack = std::string(*proctrack);
   return config;
 }
 

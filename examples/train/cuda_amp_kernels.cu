@@ -1,24 +1,11 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include <algorithm>
-
 #include "examples/train/cuda_amp_kernels.hpp"
+#include "examples/train/cuda_launch.hpp"
 
 namespace ddprun::train::cuda {
 namespace {
-
-constexpr int kThreads = 256;
-constexpr size_t kMaxBlocks = 4096;
-
-unsigned Blocks(size_t n) {
-  return static_cast<unsigned>(
-      std::max<size_t>(1, std::min(kMaxBlocks, (n + kThreads - 1) / kThreads)));
-}
-
-#define FOR_EACH_INDEX(i, n)                                                           \
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
 
 // The 16-bit formats, read and written through their bits.
 struct Fp16 {
@@ -35,13 +22,13 @@ struct Bf16 {
 
 template <typename H>
 __global__ void CastKernel(const float* src, uint16_t* dst, size_t n) {
-  FOR_EACH_INDEX(k, n) dst[k] = H::Round(src[k]);
+  DDPRUN_FOR_EACH_INDEX(k, n) dst[k] = H::Round(src[k]);
 }
 
 template <typename H>
 __global__ void BiasRoundKernel(const float* acc, const float* bias, uint16_t* z, uint16_t* relu,
                                 size_t n, int cols) {
-  FOR_EACH_INDEX(k, n) {
+  DDPRUN_FOR_EACH_INDEX(k, n) {
     const uint16_t rounded = H::Round(acc[k] + bias[k % cols]);
     z[k] = rounded;
     if (relu != nullptr) relu[k] = H::Load(rounded) > 0 ? rounded : H::Round(0.0f);
@@ -68,14 +55,14 @@ __global__ void MseLossKernel(const uint16_t* out, const float* y, int n, double
 template <typename H>
 __global__ void MseGradKernel(const uint16_t* out, const float* y, int n, float scale,
                               uint16_t* delta) {
-  FOR_EACH_INDEX(j, static_cast<size_t>(n)) {
+  DDPRUN_FOR_EACH_INDEX(j, static_cast<size_t>(n)) {
     delta[j] = H::Round(scale * 2.0f * (H::Load(out[j]) - y[j]) / static_cast<float>(n));
   }
 }
 
 template <typename H>
 __global__ void ColumnSumsKernel(const uint16_t* a, float* sums, int rows, int cols) {
-  FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
+  DDPRUN_FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
     float sum = 0;
     for (int j = 0; j < rows; ++j) sum += H::Load(a[static_cast<size_t>(j) * cols + c]);
     sums[c] = sum;
@@ -84,10 +71,8 @@ __global__ void ColumnSumsKernel(const uint16_t* a, float* sums, int rows, int c
 
 template <typename H>
 __global__ void MaskRoundKernel(const float* acc, const uint16_t* z, uint16_t* delta, size_t n) {
-  FOR_EACH_INDEX(k, n) delta[k] = H::Load(z[k]) > 0 ? H::Round(acc[k]) : H::Round(0.0f);
+  DDPRUN_FOR_EACH_INDEX(k, n) delta[k] = H::Load(z[k]) > 0 ? H::Round(acc[k]) : H::Round(0.0f);
 }
-
-#undef FOR_EACH_INDEX
 
 // Launches Kernel<Fp16> or Kernel<Bf16> as `precision` says.
 #define LAUNCH(kernel, precision, blocks, threads, ...)   \

@@ -1,40 +1,26 @@
-#include <algorithm>
-
 #include "examples/train/cuda_kernels.hpp"
+#include "examples/train/cuda_launch.hpp"
 
 namespace ddprun::train::cuda {
 namespace {
 
-constexpr int kThreads = 256;
-constexpr size_t kMaxBlocks = 4096;
-
-unsigned Blocks(size_t n) {
-  return static_cast<unsigned>(
-      std::max<size_t>(1, std::min(kMaxBlocks, (n + kThreads - 1) / kThreads)));
-}
-
-// A grid-stride loop over i < n.
-#define FOR_EACH_INDEX(i, n)                                                           \
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < (n); \
-       i += static_cast<size_t>(gridDim.x) * blockDim.x)
-
 __global__ void AddBiasKernel(float* z, const float* bias, size_t n, int cols) {
-  FOR_EACH_INDEX(k, n) z[k] += bias[k % cols];
+  DDPRUN_FOR_EACH_INDEX(k, n) z[k] += bias[k % cols];
 }
 
 __global__ void ReluKernel(const float* z, float* out, size_t n) {
-  FOR_EACH_INDEX(k, n) out[k] = z[k] > 0 ? z[k] : 0.0f;
+  DDPRUN_FOR_EACH_INDEX(k, n) out[k] = z[k] > 0 ? z[k] : 0.0f;
 }
 
 __global__ void ReluBackwardKernel(const float* z, float* delta, size_t n) {
-  FOR_EACH_INDEX(k, n) {
+  DDPRUN_FOR_EACH_INDEX(k, n) {
     if (!(z[k] > 0)) delta[k] = 0.0f;
   }
 }
 
 // One thread per column, rows summed in order (as the CPU loop does).
 __global__ void ColumnSumsKernel(const float* a, float* sums, int rows, int cols) {
-  FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
+  DDPRUN_FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
     float sum = 0;
     for (int j = 0; j < rows; ++j) sum += a[static_cast<size_t>(j) * cols + c];
     sums[c] = sum;
@@ -42,7 +28,7 @@ __global__ void ColumnSumsKernel(const float* a, float* sums, int rows, int cols
 }
 
 __global__ void RunningMeanKernel(const float* x, float* mean, int rows, int cols, float momentum) {
-  FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
+  DDPRUN_FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
     float sum = 0;
     for (int j = 0; j < rows; ++j) sum += x[static_cast<size_t>(j) * cols + c];
     mean[c] += momentum * (sum / rows - mean[c]);
@@ -67,25 +53,23 @@ __global__ void MseLossKernel(const float* out, const float* y, int n, double* l
 }
 
 __global__ void MseGradKernel(const float* out, const float* y, int n, float scale, float* delta) {
-  FOR_EACH_INDEX(j, static_cast<size_t>(n)) {
+  DDPRUN_FOR_EACH_INDEX(j, static_cast<size_t>(n)) {
     delta[j] = scale * 2.0f * (out[j] - y[j]) / static_cast<float>(n);
   }
 }
 
 __global__ void SgdKernel(float* p, const float* g, size_t n, float lr) {
-  FOR_EACH_INDEX(i, n) p[i] -= lr * g[i];
+  DDPRUN_FOR_EACH_INDEX(i, n) p[i] -= lr * g[i];
 }
 
 __global__ void AdamKernel(float* p, const float* g, float* m, float* v, size_t n, AdamStepArgs a) {
-  FOR_EACH_INDEX(i, n) {
+  DDPRUN_FOR_EACH_INDEX(i, n) {
     const float grad = g[i];
     m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * grad;
     v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * grad * grad;
     p[i] -= a.step_size * m[i] / (sqrtf(v[i]) / a.sqrt_correction2 + a.eps);
   }
 }
-
-#undef FOR_EACH_INDEX
 
 }  // namespace
 
