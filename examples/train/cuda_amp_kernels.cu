@@ -36,20 +36,14 @@ __global__ void BiasRoundKernel(const float* acc, const float* bias, uint16_t* z
 }
 
 template <typename H>
+struct HalfOutput {
+  const uint16_t* out;
+  __device__ double operator()(int j) const { return H::Load(out[j]); }
+};
+
+template <typename H>
 __global__ void MseLossKernel(const uint16_t* out, const float* y, int n, double* loss) {
-  __shared__ double partial[kThreads];
-  double sum = 0;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const double d = static_cast<double>(H::Load(out[j])) - y[j];
-    sum += d * d;
-  }
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *loss = partial[0] / n;
+  MeanSquaredErrorInBlock(HalfOutput<H>{out}, y, n, loss);
 }
 
 template <typename H>

@@ -35,21 +35,13 @@ __global__ void RunningMeanKernel(const float* x, float* mean, int rows, int col
   }
 }
 
-// One block: a shared-memory tree over per-thread double partial sums.
+struct FloatOutput {
+  const float* out;
+  __device__ double operator()(int j) const { return out[j]; }
+};
+
 __global__ void MseLossKernel(const float* out, const float* y, int n, double* loss) {
-  __shared__ double partial[kThreads];
-  double sum = 0;
-  for (int j = threadIdx.x; j < n; j += blockDim.x) {
-    const double d = static_cast<double>(out[j]) - y[j];
-    sum += d * d;
-  }
-  partial[threadIdx.x] = sum;
-  __syncthreads();
-  for (int half = blockDim.x / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) partial[threadIdx.x] += partial[threadIdx.x + half];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) *loss = partial[0] / n;
+  MeanSquaredErrorInBlock(FloatOutput{out}, y, n, loss);
 }
 
 __global__ void MseGradKernel(const float* out, const float* y, int n, float scale, float* delta) {
