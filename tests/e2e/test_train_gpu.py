@@ -194,6 +194,23 @@ def test_gradients_as_bucket_views_on_cuda_train_as_copies():
     assert checksums(views.stdout) == checksums(copies.stdout)
 
 
+# The DDP core's 16-bit buckets on NCCL: float32, float16 and bfloat16 parameters in device
+# memory, 2 ranks sharing the GPU; every rank holds the mean in each type after every step (the
+# float16 sum would overflow without the division before it).
+MIXED_CUDA = str(Path(os.environ["DDPRUN_BUILD"]) / "tests" / "mixed_dtype_worker_cuda")
+
+
+@pytest.mark.parametrize("flags", [[], ["--views"], ["--views", "--small-buckets"]])
+def test_mixed_dtype_buckets_on_nccl(flags):
+    if os.geteuid() != 0:
+        pytest.skip("several ranks on one GPU need root (tests/tools/onehost: unshare --uts)")
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=5", ONEHOST,
+                        MIXED_CUDA, "--device", "cuda", *flags], env=env(),
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert sorted(re.findall(r"rank (\d+) ok", r.stdout)) == ["0", "1"], r.stdout
+
+
 def test_more_local_ranks_than_devices_fails_naming_cuda_visible_devices():
     r = ddprun_cuda(GPUS + 1, *SMALL)
     assert r.returncode != 0, r.stdout

@@ -430,5 +430,23 @@ TEST_CASE(
   CHECK(refused.status().message().find("parameter step is int32") != std::string::npos);
 }
 
+TEST_CASE("Work::Synchronize orders on the device while running, waits once done") {
+  Work host;  // no stream wait: as Wait()
+  host.Complete(Status::Ok());
+  CHECK(host.Synchronize().ok());
+
+  Work device;
+  int stream_waits = 0;
+  device.set_stream_wait([&] {
+    ++stream_waits;
+    return Status::Ok();
+  });
+  CHECK(device.Synchronize().ok());  // still running: the stream waits, the host does not
+  CHECK(stream_waits == 1);
+  device.Complete(Unavailable("aborted"));
+  CHECK(device.Synchronize().message() == "aborted");  // done: its status, no stream wait
+  CHECK(stream_waits == 1);
+}
+
 }  // namespace
 }  // namespace ddprun::ddp
