@@ -42,6 +42,8 @@ summary() {
   rm -f "$goals"
 }
 trap summary EXIT
+trap 'exit 143' TERM  # a timeout still prints the table
+trap 'exit 130' INT
 bench() {  # COMMAND...: runs a benchmark, keeps its goal rows for the table
   local out
   out=$(mktemp)
@@ -147,7 +149,7 @@ torchrun=$(command -v torchrun || echo "$HOME/.cache/ddprun/venv/bin/torchrun")
 for n in 1 2; do
   bench "$python" bench/ddp_bench.py --device cuda --nproc "$n" --ddprun "$build/ddprun" \
     --train "$build/examples/train" --torchrun "$torchrun" --width 1024,4096,8192 --depth 4 \
-    --batch 1024 --ov-width 4096 --ov-depth 4 --ov-batch 1024 --steps 300 --warmup 20 --runs 1
+    --batch 1024 --ov-width 4096 --ov-depth 4 --ov-batch 1024 --steps 200 --warmup 20 --runs 1
 done
 
 section "mixed precision: --amp bf16 at width 8192 vs PyTorch autocast, and a plain bf16 GEMM"
@@ -155,7 +157,7 @@ section "mixed precision: --amp bf16 at width 8192 vs PyTorch autocast, and a pl
 # cuBLAS bf16 GEMM of the layer shape reaches on this GPU.
 bench "$python" bench/ddp_bench.py --device cuda --nproc 1 --amp bf16 --ddprun "$build/ddprun" \
   --train "$build/examples/train" --torchrun "$torchrun" --width 8192 --depth 4 --batch 1024 \
-  --steps 300 --warmup 20 --runs 1 --no-overlap
+  --steps 200 --warmup 20 --runs 1 --no-overlap
 
 section "benchmark"
 "$build/unscale_bench" | tee /dev/stderr | grep -E "ratio" >>"$goals"
