@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "rendezvous/store_protocol.hpp"
 
@@ -25,6 +26,22 @@ Encoder& KeyList(Encoder& e, const std::vector<std::string>& keys) {
 StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Duration timeout,
                                            const std::string& token, StoreRole role) {
   const auto deadline = Clock::now() + timeout;
+  auto delay = std::chrono::milliseconds(100);
+  for (int attempt = 0;; ++attempt) {
+    bool closed = false;
+    auto client = ConnectOnce(host, port, timeout, deadline, token, role, &closed);
+    if (client.ok() || !closed || attempt == kHandshakeRetries ||
+        Clock::now() + delay >= deadline) {
+      return client;
+    }
+    std::this_thread::sleep_for(delay);
+    delay *= 2;
+  }
+}
+
+StatusOr<StoreClient> StoreClient::ConnectOnce(const std::string& host, int port, Duration timeout,
+                                               Clock::time_point deadline, const std::string& token,
+                                               StoreRole role, bool* closed) {
   const std::string address = HostPort(host, port);
   auto fd = ConnectWithRetry(host, port, deadline);
   if (!fd.ok()) {
@@ -41,9 +58,13 @@ StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Du
   if (!token.empty()) e.Op(Op::kAuth).Str(token);
   if (role == StoreRole::kAgent) e.Op(Op::kAgent);
   e.Op(Op::kPing).U32(nonce);
-  if (Status s = client.SendBytes(e.bytes()); !s.ok()) return s;
+  if (Status s = client.SendBytes(e.bytes()); !s.ok()) {
+    *closed = true;
+    return s;
+  }
   if (!token.empty()) {
     auto ok = client.ReadU8(deadline);
+    *closed = !ok.ok();
     if (!ok.ok() || *ok != kAuthOk) {
       return Status(StatusCode::kPermissionDenied,
                     "store " + address +
@@ -53,6 +74,7 @@ StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Du
   }
   if (role == StoreRole::kAgent) {
     auto ok = client.ReadU8(deadline);
+    *closed = !ok.ok();
     if (!ok.ok() || *ok != kAuthOk) {
       return Status(StatusCode::kPermissionDenied,
                     "store " + address +
@@ -61,7 +83,10 @@ StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Du
     }
   }
   uint32_t echo = 0;
-  if (Status s = client.ReadExact(&echo, 4, deadline); !s.ok()) return s;
+  if (Status s = client.ReadExact(&echo, 4, deadline); !s.ok()) {
+    *closed = true;
+    return s;
+  }
   if (echo != nonce) return Internal("store " + address + ": PING answered with a wrong nonce");
   return client;
 }

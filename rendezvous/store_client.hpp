@@ -30,6 +30,12 @@ class StoreClient {
   // Connects (retrying until `timeout` while the store is not up), sends
   // VALIDATE and PING, AUTH with `token` when one is given, and AGENT for
   // kAgent. A PyTorch server knows no AGENT: use kWorker against one.
+  // A store under load may close a connection in its handshake (its guard:
+  // too many handshaking, or per host; rendezvous/store_guard.hpp): such a
+  // close is retried up to kHandshakeRetries times, 100 ms apart and doubling,
+  // within `timeout`. A refused token closes the connection the same way, so
+  // its error comes after the retries (about 1.5 s).
+  static constexpr int kHandshakeRetries = 3;
   static StatusOr<StoreClient> Connect(const std::string& host, int port, Duration timeout,
                                        const std::string& token = "",
                                        StoreRole role = StoreRole::kWorker);
@@ -66,6 +72,12 @@ class StoreClient {
  private:
   StoreClient(UniqueFd fd, std::string address, Duration timeout)
       : fd_(std::move(fd)), address_(std::move(address)), timeout_(timeout) {}
+
+  // One connection and handshake; `closed` says whether it failed because the
+  // store closed the connection before answering (worth another try).
+  static StatusOr<StoreClient> ConnectOnce(const std::string& host, int port, Duration timeout,
+                                           Clock::time_point deadline, const std::string& token,
+                                           StoreRole role, bool* closed);
 
   Status SendBytes(const std::string& bytes);
   Status ReadExact(void* out, size_t n, Clock::time_point deadline);

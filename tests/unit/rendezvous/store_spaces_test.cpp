@@ -7,6 +7,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "rendezvous/store_client.hpp"
 #include "rendezvous/store_server.hpp"
@@ -118,6 +119,34 @@ TEST_CASE("store: a worker cannot start a new round") {
   CHECK_FALSE(worker.ClearWorkers().ok());
   StoreClient other = Connect(*server, StoreRole::kWorker);
   CHECK(*other.Get("default_pg/0") == "id");
+}
+
+TEST_CASE("store: a client turned away in the handshake tries again and gets in") {
+  StoreServerOptions o;
+  o.host = "127.0.0.1";
+  o.guard.max_connections_per_host = 1;  // the second connection from this host is refused
+  auto server = StoreServer::Start(o);
+  REQUIRE(server.ok());
+  auto first = std::make_unique<StoreClient>(Connect(**server, StoreRole::kWorker));
+  REQUIRE(first->Set("k", "v").ok());
+  // The second is refused (closed) until the first goes 150 ms later.
+  auto second = std::async(std::launch::async, [&] {
+    return StoreClient::Connect("127.0.0.1", (*server)->port(), seconds(5));
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  first.reset();
+  auto client = second.get();
+  REQUIRE_MESSAGE(client.ok(), client.status().message());
+  CHECK(*client->Get("k") == "v");
+}
+
+TEST_CASE("store: a wrong token still fails, after the handshake retries") {
+  auto server = Serve("s3cret");
+  const auto start = std::chrono::steady_clock::now();
+  auto c = StoreClient::Connect("127.0.0.1", server->port(), seconds(5), "wrong");
+  REQUIRE_FALSE(c.ok());
+  CHECK(c.status().message().find("refused the job token") != std::string::npos);
+  CHECK(std::chrono::steady_clock::now() - start < seconds(4));
 }
 
 }  // namespace
