@@ -315,7 +315,8 @@ int Agent::FinishLocally(int code, const std::string& message) {
 }
 
 // What the launcher knows that a failed worker's text does not, read now:
-// the limits and /dev/shm as they are when the failure is reported.
+// the limits, /dev/shm and the log directory's free space as they are when
+// the failure is reported.
 supervisor::ExplainContext Agent::ExplainFacts() const {
   supervisor::ExplainContext c;
   c.interpreter = program_.interpreter;
@@ -327,6 +328,11 @@ supervisor::ExplainContext Agent::ExplainFacts() const {
   c.limits = env::ReadLimitFacts(environ_);
   struct statvfs shm {};
   if (statvfs("/dev/shm", &shm) == 0) c.shm_size_bytes = uint64_t{shm.f_blocks} * shm.f_frsize;
+  struct statvfs logs {};
+  if (layout_ && statvfs(layout_->run_dir().c_str(), &logs) == 0) {
+    c.log_dir = layout_->run_dir();
+    c.log_free_bytes = uint64_t{logs.f_bavail} * logs.f_frsize;
+  }
   c.port_holder = [](int port) { return env::PortHolder(port); };
   return c;
 }

@@ -250,6 +250,26 @@ Match NonFiniteLoss(const std::string& text, const ExplainContext&) {
                "torch.autograd.set_detect_anomaly(True) names the first op to make a nan");
 }
 
+// ENOSPC as libc's strerror, Python's OSError and errno names print it; or,
+// with nothing printed (output redirected to that very filesystem), a log
+// directory with no byte left: every write of the worker's output failed.
+Match NoSpace(const std::string& text, const ExplainContext& c) {
+  const bool said =
+      Has(text, "No space left on device") || Has(text, "[Errno 28]") || Has(text, "ENOSPC");
+  const bool logs_full = c.log_free_bytes && *c.log_free_bytes == 0;
+  if (!said && !logs_full) return {};
+  std::string cause = said ? "a worker's write found its filesystem full (ENOSPC)"
+                           : "the filesystem of the job's log files is full: the workers' writes "
+                             "to their redirected output fail (ENOSPC)";
+  if (c.log_free_bytes) {
+    cause += "; " + c.log_dir + " has " + FormatBytes(*c.log_free_bytes) + " free";
+  }
+  return Lines(cause,
+               "free space there (df -h; checkpoints, caches and core files are the usual "
+               "culprits), or give --log_dir (and the script's output paths) on a filesystem "
+               "with room");
+}
+
 const std::vector<Entry>& Catalogue() {
   static const std::vector<Entry> kEntries = {
       {"module not found", ModuleNotFound},
@@ -264,6 +284,7 @@ const std::vector<Entry>& Catalogue() {
       {"process group not initialized", NoProcessGroup},
       {"thread limit", ThreadLimit},
       {"non-finite loss", NonFiniteLoss},
+      {"no space left", NoSpace},
   };
   return kEntries;
 }

@@ -28,6 +28,10 @@ struct ExplainContext {
   // RLIMIT_NPROC and the user's threads, read when the report is written.
   std::optional<env::LimitFacts> limits;
   std::optional<uint64_t> shm_size_bytes;  // statvfs(/dev/shm) total; nullopt: none
+  // The run's log directory and the bytes free for a user on its filesystem
+  // (statvfs f_bavail); nullopt: unknown.
+  std::string log_dir;
+  std::optional<uint64_t> log_free_bytes;
   // What listens on a TCP port of this host ("python3 (pid 12)"), "" when
   // unknown; may be empty (not asked).
   std::function<std::string(int port)> port_holder;

@@ -4,6 +4,9 @@ import json
 import os
 import re
 import socket
+import subprocess
+
+import pytest
 
 from conftest import base_env, run_ddprun, run_dir, sh, write_script
 
@@ -220,3 +223,27 @@ def test_per_rank_tee(tmp_path):
     attempt = run_dir(tmp_path) / "attempt_0"
     assert (attempt / "0" / "stdout.log").read_text() == "out 0\n"
     assert not (attempt / "1" / "stdout.log").exists()
+
+
+def test_a_full_log_filesystem_is_named_as_the_cause(tmp_path):
+    """Output redirected (--redirects 3) to a 64 KiB tmpfs that fills up: the worker's writes
+    fail with ENOSPC and nothing it says reaches anyone; the report names the full filesystem."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to mount a small tmpfs")
+    tiny = tmp_path / "tiny"
+    tiny.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
+    try:
+        r = run_ddprun(["--nproc_per_node=1", "--redirects", "3", "--log_dir", tiny / "logs",
+                        "--no_python", "/bin/sh", "-c",
+                        "i=0; while [ $i -lt 5000 ]; do echo line $i of output to fill the "
+                        "disk; i=$((i+1)); done; echo done >&2"])
+        assert r.rc == 1, r
+        assert re.search(r"cause +: the filesystem of the job's log files is full.*has 0 B free",
+                         r.stderr), r
+        assert "--log_dir" in r.stderr
+    finally:
+        subprocess.run(["umount", "-l", str(tiny)], capture_output=True)

@@ -236,5 +236,22 @@ TEST_CASE("explain: a nan loss, by the training script's words or anomaly mode's
   CHECK_FALSE(Explain(Failed("assert not torch.isnan(loss)\nAssertionError"), {}).has_value());
 }
 
+TEST_CASE("explain: a full disk, said by the worker or found in the log directory") {
+  ExplainContext c;
+  c.log_dir = "/logs/run";
+  c.log_free_bytes = 0;
+  auto silent = Explain(Failed("exitcode 1"), c);
+  REQUIRE(silent.has_value());
+  CHECK(silent->signature == "no space left");
+  CHECK(silent->cause.find("the filesystem of the job's log files is full") != std::string::npos);
+  CHECK(silent->cause.find("/logs/run has 0 B free") != std::string::npos);
+  CHECK(silent->fix.find("--log_dir") != std::string::npos);
+  c.log_free_bytes = uint64_t{5} << 30;
+  CHECK_FALSE(Explain(Failed("exitcode 1"), c).has_value());  // room left: no guess
+  auto said = Explain(Failed("OSError: [Errno 28] No space left on device: 'ckpt.pt'"), c);
+  REQUIRE(said.has_value());
+  CHECK(said->cause.find("found its filesystem full (ENOSPC)") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace ddprun::supervisor
