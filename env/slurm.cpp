@@ -5,13 +5,12 @@
 #include <cctype>
 #include <cstdint>
 #include <fstream>
-#include <iterator>
-#include <sstream>
 
 #include "base/command.hpp"
 #include "base/parse.hpp"
 #include "env/hostlist.hpp"
 #include "env/names.hpp"
+#include "env/processes.hpp"
 #include "env/worker_env.hpp"
 
 namespace ddprun::env {
@@ -223,15 +222,9 @@ bool IsAncestorSlurmstepd(pid_t pid) {
   pid_t p = getppid();
   for (int depth = 0; p > 1 && depth < 64; ++depth) {
     if (p == pid) return true;
-    std::ifstream stat("/proc/" + std::to_string(p) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
-    const size_t close = text.rfind(')');  // comm may hold spaces and parentheses
-    if (close == std::string::npos) return false;
-    std::istringstream rest(text.substr(close + 1));
-    char state = 0;
-    long parent = 0;
-    if (!(rest >> state >> parent)) return false;
-    p = static_cast<pid_t>(parent);
+    const auto entry = ReadProcEntry(p);
+    if (!entry) return false;
+    p = entry->ppid;
   }
   return false;
 }

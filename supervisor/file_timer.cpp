@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
+
+#include "env/processes.hpp"
 
 namespace ddprun::supervisor {
 
@@ -127,16 +127,8 @@ std::optional<size_t> OwningWorker(pid_t pid, const std::vector<pid_t>& worker_p
 }
 
 pid_t ParentPid(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat;
-  if (!std::getline(in, stat)) return 0;
-  // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos) return 0;
-  char state = 0;
-  int ppid = 0;
-  if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2) return 0;
-  return static_cast<pid_t>(ppid);
+  const auto entry = env::ReadProcEntry(pid);
+  return entry ? entry->ppid : 0;
 }
 
 }  // namespace ddprun::supervisor

@@ -1,0 +1,35 @@
+// The processes of this host as /proc shows them: parent, session, state and
+// start time of each, and the tree below a process.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string_view>
+#include <vector>
+
+namespace ddprun::env {
+
+struct ProcEntry {
+  pid_t pid = 0;
+  char state = 0;  // R, S, D, Z, T...
+  pid_t ppid = 0;
+  pid_t session = 0;
+  unsigned long long start_time = 0;  // clock ticks after boot: with the pid, one process
+  bool operator==(const ProcEntry& o) const {
+    return pid == o.pid && ppid == o.ppid && session == o.session && start_time == o.start_time;
+  }
+};
+
+// "pid (comm) state ppid pgrp session ... starttime ..." as /proc/<pid>/stat
+// holds it (comm may hold spaces and parentheses); nullopt when malformed.
+std::optional<ProcEntry> ParseProcStat(std::string_view stat);
+// /proc/<pid>/stat of one process; nullopt when it is gone.
+std::optional<ProcEntry> ReadProcEntry(pid_t pid);
+// Every process /proc lists now (those that vanish while it is read are left out).
+std::vector<ProcEntry> ReadProcTable();
+// The processes below `root` in `table`: its children, theirs, and so on;
+// `root` itself not included. Parents come before their children.
+std::vector<ProcEntry> Descendants(const std::vector<ProcEntry>& table, pid_t root);
+
+}  // namespace ddprun::env
