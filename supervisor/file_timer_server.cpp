@@ -55,33 +55,22 @@ StatusOr<std::unique_ptr<FileTimerServer>> FileTimerServer::Create(uv_loop_t* lo
     unlink(path.c_str());
     return ErrnoStatus("open " + path + " for writing", err);
   }
-  uv_pipe_init(loop, &server->pipe_, 0);
   uv_timer_init(loop, &server->timer_);
-  server->pipe_.data = server->timer_.data = server.get();
+  server->timer_.data = server.get();
   server->open_ = true;
-  if (int rc = uv_pipe_open(&server->pipe_, read_end.get()); rc != 0) {
+  FileTimerServer* self = server.get();
+  Status read = server->pipe_.Open(
+      loop, read_end.Release(), kReadSize, [self](std::string_view d) { self->OnData(d); },
+      // EOF cannot happen while keep_open_ is held; any other error ends reading.
+      [self](int error) {
+        spdlog::error("file timer: read {}: {}; timers are no longer served", self->path_,
+                      uv_strerror(error));
+      });
+  if (!read.ok()) {
     server->Close();
     uv_run(loop, UV_RUN_NOWAIT);  // the close callbacks, while the handles still exist
-    return ErrnoStatus("read " + path + " on the event loop", -rc);
+    return read.Annotate("read " + path + " on the event loop");
   }
-  read_end.Release();  // the pipe handle owns it now
-  uv_read_start(
-      reinterpret_cast<uv_stream_t*>(&server->pipe_),
-      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
-        auto* self = static_cast<FileTimerServer*>(h->data);
-        self->buffer_.resize(kReadSize);
-        *buf = uv_buf_init(self->buffer_.data(), kReadSize);
-      },
-      [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
-        auto* self = static_cast<FileTimerServer*>(s->data);
-        if (n > 0) self->OnData(std::string_view(buf->base, static_cast<size_t>(n)));
-        // EOF cannot happen while keep_open_ is held; any other error ends reading.
-        if (n < 0) {
-          spdlog::error("file timer: read {}: {}; timers are no longer served", self->path_,
-                        uv_strerror(static_cast<int>(n)));
-          uv_read_stop(s);
-        }
-      });
   return server;
 }
 
@@ -90,7 +79,7 @@ FileTimerServer::~FileTimerServer() { Close(); }
 void FileTimerServer::Close() {
   if (!open_) return;
   open_ = false;
-  uv_close(reinterpret_cast<uv_handle_t*>(&pipe_), nullptr);  // closes the read end
+  pipe_.Close();  // closes the read end
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
   keep_open_.Reset();
   unlink(path_.c_str());

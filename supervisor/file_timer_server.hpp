@@ -19,6 +19,7 @@
 #include "base/status.hpp"
 #include "base/unique_fd.hpp"
 #include "supervisor/file_timer.hpp"
+#include "supervisor/pipe_stream.hpp"
 
 namespace ddprun::supervisor {
 
@@ -57,13 +58,12 @@ class FileTimerServer {
   std::string path_;
   ExpiryFn on_expiry_;
   UniqueFd keep_open_;  // a write end of our own: the read end never sees EOF
-  uv_pipe_t pipe_{};
+  PipeStream pipe_;
   uv_timer_t timer_{};
   bool open_ = false;  // the handles were initialized and not closed
   RequestLines lines_;
   TimerTable table_;
   size_t malformed_ = 0;
-  std::string buffer_;  // reused for reads
 };
 
 }  // namespace ddprun::supervisor

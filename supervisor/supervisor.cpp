@@ -24,6 +24,7 @@
 #include "supervisor/hang_check.hpp"
 #include "supervisor/late_signals.hpp"
 #include "supervisor/line_splitter.hpp"
+#include "supervisor/pipe_stream.hpp"
 #include "supervisor/uv_globals.hpp"
 
 namespace ddprun::supervisor {
@@ -56,7 +57,7 @@ void CloseIfOpen(void* handle) {
 
 // Reads one worker stream through a pipe and routes it by line.
 struct Supervisor::PipeReader {
-  uv_pipe_t pipe{};
+  PipeStream pipe;
   Supervisor* owner = nullptr;
   size_t worker = 0;  // index into the group's workers
   StreamSpec spec;
@@ -64,10 +65,7 @@ struct Supervisor::PipeReader {
   UniqueFd file;
   int filter_fd = -1;
   LineSplitter splitter;
-  std::string buffer;  // reused for reads
-  std::string out;     // console bytes of one read, queued at once
-  bool open = false;
-  bool closing = false;
+  std::string out;  // console bytes of one read, queued at once
 
   void Line(std::string_view line) {
     owner->NoteLine(worker, line);
@@ -326,33 +324,22 @@ StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
     if (!filter.ok()) return filter.status();
     reader->filter_fd = *filter;
   }
-  uv_pipe_init(&loop_, &reader->pipe, 0);
-  reader->pipe.data = reader.get();
-  uv_pipe_open(&reader->pipe, read_end.Release());
-  reader->open = true;
-  uv_read_start(
-      reinterpret_cast<uv_stream_t*>(&reader->pipe),
-      [](uv_handle_t* h, size_t, uv_buf_t* buf) {
-        auto* r = static_cast<PipeReader*>(h->data);
-        r->buffer.resize(kReadBufferSize);
-        *buf = uv_buf_init(r->buffer.data(), kReadBufferSize);
-      },
-      [](uv_stream_t* s, ssize_t n, const uv_buf_t* buf) {
-        auto* r = static_cast<PipeReader*>(s->data);
-        if (n > 0) r->Consume(std::string_view(buf->base, static_cast<size_t>(n)));
-        if (n < 0) r->owner->CloseReader(*r);
-      });
+  PipeReader* r = reader.get();
+  Status read = r->pipe.Open(
+      &loop_, read_end.Release(), kReadBufferSize, [r](std::string_view d) { r->Consume(d); },
+      [r](int) { r->owner->CloseReader(*r); });
+  if (!read.ok()) {
+    uv_run(&loop_, UV_RUN_NOWAIT);  // its close callback, while it exists
+    return read;
+  }
   readers_.push_back(std::move(reader));
   return parent_side.back().get();
 }
 
 void Supervisor::CloseReader(PipeReader& r) {
-  if (r.closing) return;
-  r.closing = true;
+  if (!r.pipe.reading()) return;
   r.Finish();
-  uv_read_stop(reinterpret_cast<uv_stream_t*>(&r.pipe));
-  uv_close(reinterpret_cast<uv_handle_t*>(&r.pipe),
-           [](uv_handle_t* h) { static_cast<PipeReader*>(h->data)->open = false; });
+  r.pipe.Close();
 }
 
 void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
@@ -419,7 +406,7 @@ void Supervisor::Drain(GroupState& state) {
       kDrainMillis, 0);
   auto any_open = [this] {
     for (auto& r : readers_) {
-      if (r->open) return true;
+      if (!r->pipe.closed()) return true;
     }
     return false;
   };
