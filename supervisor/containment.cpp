@@ -1,6 +1,5 @@
 #include "supervisor/containment.hpp"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <poll.h>
@@ -12,15 +11,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <random>
 #include <thread>
 #include <vector>
 
 #include "env/cgroup.hpp"
+#include "env/processes.hpp"
 
 extern char** environ;  // NOLINT: POSIX
 
@@ -31,6 +34,8 @@ namespace {
 constexpr std::chrono::milliseconds kPollStep{5};
 // How long the guardian keeps killing what it finds before it gives up.
 constexpr std::chrono::milliseconds kGuardianWait{10000};
+// The launcher's last line to the guardian: it cleaned up itself.
+constexpr const char* kGoodbye = "bye\n";
 
 std::string ReadSmallFile(const std::string& path, size_t limit) {
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -76,7 +81,79 @@ bool WriteString(const std::string& path, const char* text) {
   return fd.valid() && WriteAll(fd.get(), text, std::strlen(text));
 }
 
+// Scans /proc until `select` picks no live process or `wait` passed, killing
+// each one it picks that `confirm` (when given) agrees to. The pidfd is opened
+// before the process is looked at again, so a pid reused in between is never
+// signalled. Returns how many processes were signalled.
+int Sweep(
+    const std::function<std::vector<env::ProcEntry>(const std::vector<env::ProcEntry>&)>& select,
+    const std::function<bool(const env::ProcEntry&)>& confirm, std::chrono::milliseconds wait) {
+  const auto deadline = std::chrono::steady_clock::now() + wait;
+  int signalled = 0;
+  for (;;) {
+    int found = 0;
+    for (const auto& e : select(env::ReadProcTable())) {
+      if (e.state == 'Z' || e.state == 'X') continue;
+      UniqueFd pidfd(PidfdOpen(e.pid));
+      if (!pidfd.valid()) continue;
+      const auto now = env::ReadProcEntry(e.pid);
+      if (!now || !(*now == e)) {
+        ++found;  // reparented (or gone) since the scan: the next scan decides
+        continue;
+      }
+      if (confirm && !confirm(e)) continue;
+      ++found;
+      if (PidfdKill(pidfd.get())) ++signalled;
+    }
+    if (found == 0 || std::chrono::steady_clock::now() >= deadline) return signalled;
+    std::this_thread::sleep_for(kPollStep);
+  }
+}
+
+// Kills every live process in the session of one of `workers` (pid to start
+// time; a worker starts a session of its own). A session whose leader's pid
+// now belongs to another process (start time differs) is not the worker's.
+int KillSessions(const std::map<pid_t, unsigned long long>& workers,
+                 std::chrono::milliseconds wait) {
+  if (workers.empty()) return 0;
+  const pid_t self = getpid();
+  return Sweep(
+      [&](const std::vector<env::ProcEntry>& table) {
+        std::map<pid_t, bool> ours;  // session -> still the worker's
+        for (const auto& [pid, start] : workers) ours[pid] = true;
+        for (const auto& e : table) {
+          auto it = workers.find(e.pid);
+          if (it != workers.end() && it->second != e.start_time) ours[e.pid] = false;
+        }
+        std::vector<env::ProcEntry> job;
+        for (const auto& e : table) {
+          auto it = ours.find(e.session);
+          if (it != ours.end() && it->second && e.pid != self) job.push_back(e);
+        }
+        return job;
+      },
+      nullptr, wait);
+}
+
 }  // namespace
+
+int ReapOrphans(const std::vector<pid_t>& keep) {
+  const pid_t self = getpid();
+  const pid_t own_session = getsid(0);
+  int reaped = 0;
+  for (const auto& e : env::ReadProcTable()) {
+    if (e.ppid != self || e.state != 'Z' || e.session == own_session ||
+        std::find(keep.begin(), keep.end(), e.pid) != keep.end()) {
+      continue;
+    }
+    pid_t r;
+    do {
+      r = waitpid(e.pid, nullptr, WNOHANG);
+    } while (r < 0 && errno == EINTR);
+    reaped += r == e.pid;
+  }
+  return reaped;
+}
 
 int KillCgroup(const std::string& dir, std::chrono::milliseconds wait) {
   const int before = CountProcs(dir);
@@ -91,38 +168,43 @@ int KillCgroup(const std::string& dir, std::chrono::milliseconds wait) {
 int SweepMarkedProcesses(const std::string& env_entry, std::chrono::milliseconds wait) {
   const std::string inner = std::string(1, '\0') + env_entry + std::string(1, '\0');
   const pid_t self = getpid();
-  const auto deadline = std::chrono::steady_clock::now() + wait;
-  int signalled = 0;
-  for (;;) {
-    int found = 0;
-    DIR* proc = opendir("/proc");
-    if (proc == nullptr) return signalled;
-    while (dirent* e = readdir(proc)) {
-      char* end = nullptr;
-      long pid = std::strtol(e->d_name, &end, 10);
-      if (*end != '\0' || pid <= 0 || pid == self) continue;
-      // Opened before the environment is read: if the pid is reused in
-      // between, the signal goes to the (dead) process we opened.
-      UniqueFd pidfd(PidfdOpen(static_cast<pid_t>(pid)));
-      if (!pidfd.valid()) continue;
-      std::string env = ReadSmallFile("/proc/" + std::string(e->d_name) + "/environ", 8 << 20);
-      env.push_back('\0');
-      bool marked = env.compare(0, env_entry.size() + 1, inner, 1, env_entry.size() + 1) == 0 ||
-                    env.find(inner) != std::string::npos;
-      if (!marked) continue;
-      ++found;
-      if (PidfdKill(pidfd.get())) ++signalled;
-    }
-    closedir(proc);
-    if (found == 0 || std::chrono::steady_clock::now() >= deadline) return signalled;
-    std::this_thread::sleep_for(kPollStep);
-  }
+  return Sweep(
+      [self](const std::vector<env::ProcEntry>& table) {
+        std::vector<env::ProcEntry> others;
+        for (const auto& e : table) {
+          if (e.pid != self) others.push_back(e);
+        }
+        return others;
+      },
+      [&](const env::ProcEntry& e) {
+        std::string env = ReadSmallFile("/proc/" + std::to_string(e.pid) + "/environ", 8 << 20);
+        env.push_back('\0');
+        return env.compare(0, env_entry.size() + 1, inner, 1, env_entry.size() + 1) == 0 ||
+               env.find(inner) != std::string::npos;
+      },
+      wait);
+}
+
+int KillDescendants(pid_t spare, std::chrono::milliseconds wait) {
+  const pid_t self = getpid();
+  const pid_t own_session = getsid(0);
+  return Sweep(
+      [=](const std::vector<env::ProcEntry>& table) {
+        std::vector<env::ProcEntry> job;
+        for (const auto& e : env::Descendants(table, self)) {
+          if (e.pid != spare && e.session != own_session) job.push_back(e);
+        }
+        return job;
+      },
+      nullptr, wait);
 }
 
 Containment::Containment(Key) {}
 
 StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
   auto c = std::make_unique<Containment>(Key{});
+  // Orphans of the job become ours, not init's: the job stays one tree below us.
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) return ErrnoStatus("become a child subreaper", errno);
   c->token_ = std::to_string(getpid()) + "." + RandomToken();
   c->env_entry_ = std::string(env::kProcessTree) + "=" + c->token_;
   if (try_cgroup) {
@@ -177,6 +259,8 @@ StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
     return ErrnoStatus("start the guardian process (ddprun re-executed from /proc/self/exe)", rc);
   }
   c->guardian_ = pid;
+  // Worker records must never block the launcher (a stopped guardian reads none).
+  fcntl(c->guardian_pipe_.get(), F_SETFL, O_NONBLOCK);
   return c;
 }
 
@@ -187,7 +271,9 @@ Containment::~Containment() {
     rmdir(cgroup_dir_.c_str());
   }
   if (guardian_pipe_.valid()) {
-    (void)WriteAll(guardian_pipe_.get(), "x", 1);  // goodbye: nothing is left to kill
+    // Goodbye: nothing is left to kill. A guardian that misses it (stopped,
+    // its pipe full) sweeps a job that is gone: harmless.
+    (void)!write(guardian_pipe_.get(), kGoodbye, std::strlen(kGoodbye));
     guardian_pipe_.Reset();
   }
   if (guardian_ > 0) {
@@ -203,9 +289,23 @@ std::string Containment::Describe() const {
   return "the environment mark " + env_entry_ + " (no cgroup v2 this launcher may create)";
 }
 
+void Containment::Track(pid_t worker) {
+  const auto entry = env::ReadProcEntry(worker);
+  if (!entry || !guardian_pipe_.valid()) return;
+  const std::string line =
+      "s " + std::to_string(worker) + " " + std::to_string(entry->start_time) + "\n";
+  (void)!write(guardian_pipe_.get(), line.data(), line.size());  // PIPE_BUF: all or nothing
+}
+
+int Containment::ReapAdopted(std::vector<pid_t> keep) {
+  keep.push_back(guardian_);
+  return ReapOrphans(keep);
+}
+
 int Containment::KillAll(std::chrono::milliseconds wait) {
-  int killed = 0;
-  if (!cgroup_dir_.empty()) killed = std::max(0, KillCgroup(cgroup_dir_, wait));
+  // The tree below us first: it holds the job's orphans whatever their environment.
+  int killed = KillDescendants(guardian_, wait);
+  if (!cgroup_dir_.empty()) killed += std::max(0, KillCgroup(cgroup_dir_, wait));
   // Also when the cgroup did it: a process moved out of it still carries the mark.
   return killed + SweepMarkedProcesses(env_entry_, cgroup_dir_.empty() ? wait : kPollStep);
 }
@@ -219,12 +319,24 @@ int RunGuardian(int argc, char** argv) {
     signal(sig, SIG_IGN);
   }
   syscall(SYS_close_range, 4U, ~0U, 0U);
-  char byte = 0;
-  ssize_t n;
-  do {
-    n = read(3, &byte, 1);
-  } while (n < 0 && errno == EINTR);
-  if (n == 1) return 0;  // the launcher said goodbye: it cleaned up itself
+  // Lines "s <pid> <start time>" name the workers; "bye" says the launcher
+  // cleaned up itself; end of file without it: the launcher died.
+  std::map<pid_t, unsigned long long> workers;
+  std::string pending;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = read(3, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    pending.append(buf, static_cast<size_t>(n));
+    for (size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
+      const std::string line = pending.substr(0, nl + 1);
+      if (line == kGoodbye) return 0;
+      long pid = 0;
+      unsigned long long start = 0;
+      if (std::sscanf(line.c_str(), "s %ld %llu", &pid, &start) == 2) workers[pid] = start;
+    }
+  }
   const std::string entry = std::string(env::kProcessTree) + "=" + argv[2];
   const std::string dir = argv[3];
   int killed = 0;
@@ -233,6 +345,7 @@ int RunGuardian(int argc, char** argv) {
     rmdir(dir.c_str());
   }
   killed += SweepMarkedProcesses(entry, kGuardianWait);
+  killed += KillSessions(workers, kGuardianWait);
   if (killed > 0) {
     std::fprintf(stderr,
                  "[ddprun guardian] the launcher died without cleaning up: killed %d leftover "

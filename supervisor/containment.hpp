@@ -1,17 +1,24 @@
 // Containment: every process a worker starts, however it detaches (its own
-// children, double forks, setsid), dies with the job; also when the launcher
-// itself is SIGKILLed.
+// children, double forks, setsid, a cleared environment), dies with the job;
+// also when the launcher itself is SIGKILLed.
 //
-// Two mechanisms, the first that works is used:
+// The launcher is a child subreaper: an orphan anywhere below it becomes its
+// child, so while it lives the whole job is one tree under it. Teardown kills
+// that tree (all but the launcher's own session, where only its helpers run:
+// every worker starts a session of its own, and no descendant can rejoin the
+// launcher's), then, the first that works of:
 //  - a cgroup v2 of the job's own (created under the launcher's cgroup when
 //    it may create one): workers join it before exec; cgroup.kill ends all
 //    of it at once, with exact membership;
 //  - a mark in the environment (DDPRUN_PROCESS_TREE=<token>, unique per
 //    run) that descendants inherit: a sweep of /proc kills every process
-//    carrying it. A process that clears its environment escapes this one.
-// Either way a guardian process (ddprun re-executed, in a session of its
-// own) waits on a pipe the launcher holds: when the launcher dies without
-// saying goodbye, the guardian kills what is left and exits.
+//    carrying it.
+// A guardian process (ddprun re-executed, in a session of its own) waits on a
+// pipe the launcher holds and on which it names every worker it starts: when
+// the launcher dies without saying goodbye, the guardian kills what is left
+// (the cgroup, the marked processes, and every process in a worker's
+// session) and exits. Only a process that both clears its environment and
+// starts a session of its own escapes it, and only when there is no cgroup.
 //
 // Signals go through pidfds, so a pid that was reused is never signalled.
 #pragma once
@@ -21,6 +28,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status.hpp"
 #include "base/unique_fd.hpp"
@@ -57,6 +65,14 @@ class Containment {
   // count before the kill, or the sweep's).
   int KillAll(std::chrono::milliseconds wait);
 
+  // Tells the guardian about a worker just started (its session is the
+  // job's); never blocks: a guardian that stopped reading misses it.
+  void Track(pid_t worker);
+  // Reaps the children that became the launcher's as orphans and have exited
+  // (not the workers in `keep`, which the supervisor reaps itself, nor the
+  // launcher's own helpers). Returns how many it reaped.
+  int ReapAdopted(std::vector<pid_t> keep);
+
  private:
   std::string token_;
   std::string env_entry_;
@@ -70,6 +86,17 @@ class Containment {
 // environment entry or one after a NUL), repeating until none is left or
 // `wait` passed. Returns how many processes were signalled.
 int SweepMarkedProcesses(const std::string& env_entry, std::chrono::milliseconds wait);
+
+// Kills every live process below this one (it is a subreaper, so orphans of
+// the job are below it too) except `spare` and those in this process's own
+// session, repeating until none is left or `wait` passed. Returns how many
+// processes were signalled.
+int KillDescendants(pid_t spare, std::chrono::milliseconds wait);
+
+// Reaps the exited children of this process that are not in its own session
+// (so not its helpers: the job's orphans it adopted as a subreaper), but none
+// in `keep`. Returns how many it reaped.
+int ReapOrphans(const std::vector<pid_t>& keep);
 
 // cgroup.kill on `dir`, then waits up to `wait` for it to be empty. Returns
 // how many processes it held before, or -1 when cgroup.kill failed.

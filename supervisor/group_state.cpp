@@ -143,6 +143,12 @@ void GroupState::OnStopRequest() {
   FinishIfAllExited();
 }
 
+std::vector<pid_t> GroupState::pids() const {
+  std::vector<pid_t> out;
+  for (const auto& w : workers_) out.push_back(w.pid);
+  return out;
+}
+
 void GroupState::OnTimer() {
   if (phase_ == Phase::kStopping) {
     phase_ = Phase::kKilling;

@@ -110,6 +110,7 @@ class GroupState {
   Outcome outcome() const;
   int received_signal() const { return received_signal_; }
   const std::vector<WorkerRecord>& workers() const { return workers_; }
+  std::vector<pid_t> pids() const;
   // Failures in the order observed (indices into workers()).
   const std::vector<size_t>& failures() const { return failures_; }
 

@@ -269,6 +269,8 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
 // Drain(), so its pid, which is also its process group id, cannot be reused
 // while the group may still be signalled.
 void Supervisor::ReapChildren() {
+  // Orphans of the job that came to us and exited; the workers are read below.
+  containment_->ReapAdopted(running_ != nullptr ? running_->pids() : std::vector<pid_t>{});
   if (running_ == nullptr) return;
   std::vector<std::pair<pid_t, ExitStatus>> exits;
   for (const auto& w : running_->workers()) {
@@ -363,6 +365,7 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   }
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);
+    containment_->Track(*pid);
     Progress p;
     p.last = std::chrono::steady_clock::now();
     p.file = spec.heartbeat_file;
@@ -394,6 +397,7 @@ void Supervisor::Drain(GroupState& state) {
       }
     }
   }
+  containment_->ReapAdopted({});
   uv_timer_t drain{};
   uv_timer_init(&loop_, &drain);
   drain.data = this;

@@ -23,8 +23,10 @@ ROUNDS = int(os.environ.get("DDPRUN_ORPHAN_ROUNDS", "100"))
 # $PID_DIR/<rank>.<n>, then sleeps (or exits with $WORKER_EXIT when set).
 WORKER = textwrap.dedent("""\
     import os, sys, time
-    d = os.environ["PID_DIR"]
-    rank = os.environ["RANK"]
+    if sys.argv[1:2] == ["--bare"]:  # this script again, with an empty environment
+        d, rank, bare_tag = sys.argv[2:5]
+    else:
+        d, rank, bare_tag = os.environ["PID_DIR"], os.environ["RANK"], None
 
     def note(tag):
         with open(f"/proc/{os.getpid()}/stat") as f:
@@ -39,6 +41,11 @@ WORKER = textwrap.dedent("""\
         while True:
             time.sleep(100)
 
+    def bare(tag):  # no environment: no mark to be found by
+        os.execve(sys.executable, [sys.executable, __file__, "--bare", d, rank, tag], {})
+
+    if bare_tag:
+        linger(bare_tag)
     if os.fork() == 0:            # same process group
         linger("group")
     if os.fork() == 0:            # a process group of its own
@@ -54,16 +61,27 @@ WORKER = textwrap.dedent("""\
         if os.fork() == 0:
             linger("session-child")
         linger("session")
+    if os.fork() == 0:            # the environment cleared
+        bare("bare")
+    if os.fork() == 0:            # the environment cleared, daemonized
+        os.setsid()
+        if os.fork() == 0:
+            bare("bare-daemon")
+        os._exit(0)
     note("worker")
     code = os.environ.get("WORKER_EXIT")
     if code is not None:
-        while len(os.listdir(d)) < 6:
+        while len([n for n in os.listdir(d) if n.startswith(rank + ".")
+                   and not n.endswith(".tmp")]) < 8:
             time.sleep(0.01)
         sys.exit(int(code))
     while True:
         time.sleep(100)
     """)
-TAGS = ["group", "pgid", "daemon", "session-child", "session", "worker"]
+TAGS = ["group", "pgid", "daemon", "session-child", "session", "bare", "bare-daemon", "worker"]
+# Without a cgroup, what escapes ddprun's guardian when ddprun is SIGKILLed: a process that
+# both cleared its environment and started a session of its own (containment.hpp).
+ESCAPES_GUARDIAN_WITHOUT_CGROUP = ".bare-daemon"
 
 
 def start_time(pid):
@@ -77,10 +95,11 @@ def start_time(pid):
     return fields[19]
 
 
-def survivors(pid_dir):
+def survivors(pid_dir, spare=None):
+    """What is still alive, but the names ending with `spare` (those allowed to escape)."""
     alive = []
     for name in os.listdir(pid_dir):
-        if name.endswith(".tmp"):
+        if name.endswith(".tmp") or (spare and name.endswith(spare)):
             continue
         pid, start = (pid_dir / name).read_text().split()
         if start_time(int(pid)) == start:
@@ -88,14 +107,14 @@ def survivors(pid_dir):
     return alive
 
 
-def wait_gone(pid_dir, timeout=10.0):
+def wait_gone(pid_dir, timeout=10.0, spare=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        left = survivors(pid_dir)
+        left = survivors(pid_dir, spare)
         if not left:
             return []
         time.sleep(0.02)
-    return survivors(pid_dir)
+    return survivors(pid_dir, spare)
 
 
 def kill_leftovers(pid_dir):
@@ -114,11 +133,21 @@ def worker(tmp_path):
     return path
 
 
+def uses_cgroup(cgroup):
+    """Whether ddprun contains a job in a cgroup of its own here with DDPRUN_CGROUP=`cgroup`."""
+    r = run_ddprun(["--nproc_per_node=1", "--no_python", "true"],
+                   env=base_env(LOGLEVEL="DEBUG", DDPRUN_CGROUP=cgroup))
+    assert r.rc == 0, r
+    return "contained by cgroup" in r.stderr
+
+
 @pytest.mark.parametrize("cgroup", ["1", "0"])
 def test_sigkilled_launcher_leaves_no_process_behind(tmp_path, worker, cgroup):
-    """ROUNDS times: two workers each start four detaching descendants; ddprun is SIGKILLed at
+    """ROUNDS times: two workers each start six detaching descendants; ddprun is SIGKILLed at
     a random moment after they are all up (and, in a fifth of the rounds, while they start);
-    every one of them must be gone within seconds."""
+    every one of them must be gone within seconds (without a cgroup, all but the one that
+    cleared its environment and started a session of its own: nothing can name it then)."""
+    spare = None if uses_cgroup(cgroup) else ESCAPES_GUARDIAN_WITHOUT_CGROUP
     nproc = 2
     failures = []
     rng = __import__("random").Random(9)
@@ -148,10 +177,10 @@ def test_sigkilled_launcher_leaves_no_process_behind(tmp_path, worker, cgroup):
         proc.wait()
         if early:
             time.sleep(0.3)  # processes still starting when ddprun died: they must die too
-        left = wait_gone(pid_dir)
+        left = wait_gone(pid_dir, spare=spare)
         if left:
             failures.append(f"round {i}: {', '.join(left)}")
-            kill_leftovers(pid_dir)
+        kill_leftovers(pid_dir)
         proc.stderr.close()
     assert not failures, f"{len(failures)} of {ROUNDS} rounds left processes:\n" + "\n".join(
         failures[:10])
