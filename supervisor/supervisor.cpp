@@ -455,8 +455,8 @@ std::vector<Beat> Supervisor::Beats() const {
   std::vector<Beat> beats;
   for (size_t i = 0; i < progress_.size() && i < running_->workers().size(); ++i) {
     const WorkerRecord& w = running_->workers()[i];
-    beats.push_back({w.state == WorkerState::kRunning, w.rank, w.local_rank, w.pid,
-                     progress_[i].last, progress_[i].beaten});
+    beats.push_back({w.state == WorkerState::kRunning && !progress_[i].finishing, w.rank,
+                     w.local_rank, w.pid, progress_[i].last, progress_[i].beaten});
   }
   return beats;
 }
@@ -484,8 +484,19 @@ void Supervisor::CheckHangs() {
   const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
-  for (auto& p : progress_) {
-    int64_t m = MtimeNs(p.file);
+  for (size_t i = 0; i < progress_.size(); ++i) {
+    Progress& p = progress_[i];
+    const int64_t m = MtimeNs(p.file);
+    if (m == 0 && p.mtime_ns > 0 && !p.finishing && i < running_->workers().size()) {
+      // ddprun created the file; the worker removed it: it is finishing (its
+      // interpreter exiting, say), and no beat is due any more.
+      p.finishing = true;
+      const WorkerRecord& w = running_->workers()[i];
+      spdlog::debug(
+          "rank {} removed its heartbeat file: finishing, no longer held to "
+          "--hang_timeout",
+          w.rank);
+    }
     if (m <= p.mtime_ns) continue;
     p.mtime_ns = m;
     p.beaten = true;

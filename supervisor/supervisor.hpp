@@ -112,7 +112,8 @@ class Supervisor {
   struct Progress {
     std::chrono::steady_clock::time_point last;  // last beat, or the start
     bool beaten = false;
-    int64_t mtime_ns = 0;  // heartbeat file mtime last seen
+    int64_t mtime_ns = 0;    // heartbeat file mtime last seen
+    bool finishing = false;  // removed its heartbeat file: no beat is due any more
     std::string file;
     std::string tail;       // the last lines the worker wrote, both streams (bounded)
     std::string log_error;  // why its log files are incomplete, "" when they are not

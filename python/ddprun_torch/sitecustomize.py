@@ -3,9 +3,13 @@ PYTHONPATH. It changes nothing in the user's program: a daemon thread reads PyTo
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
 $DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>"; after destroy_process_group it
-touches the heartbeat at every look (no collective is due while the rank finishes). On ddprun's request
+touches the heartbeat at every look (no collective is due while the rank finishes). When the
+interpreter exits (after the program's own exit handlers) it removes the heartbeat file: the thread
+stops with the interpreter, and tearing PyTorch down may take longer than --hang_timeout on a busy
+host, so it tells ddprun that no beat is due any more. On ddprun's request
 ($DDPRUN_TORCH_DIR/dump_request) it writes the flight recorder to TORCH_FR_DUMP_TEMP_FILE<RANK>
 where PyTorch has no dump pipe of its own (Gloo). Then it imports the user's own sitecustomize."""
+import atexit
 import os
 import pickle
 import sys
@@ -91,12 +95,22 @@ def _watch(torch_dir, heartbeat, rank):
             return
 
 
+def _finishing(heartbeat):
+    try:
+        os.unlink(heartbeat)
+    except OSError:
+        pass  # gone already: nothing to say
+
+
 def _start():
     torch_dir = os.environ.get("DDPRUN_TORCH_DIR", "")
     if not torch_dir:
         return
     os.makedirs(torch_dir, exist_ok=True)
-    args = (torch_dir, os.environ.get("DDPRUN_HEARTBEAT_FILE", ""), os.environ.get("RANK", "0"))
+    heartbeat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
+    if heartbeat:
+        atexit.register(_finishing, heartbeat)  # registered first: runs after the program's own
+    args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
     threading.Thread(target=_watch, args=args, name="ddprun-torch-hook", daemon=True).start()
 
 

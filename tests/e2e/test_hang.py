@@ -103,6 +103,21 @@ def test_heartbeats_keep_a_slow_job_alive():
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.parametrize("removes", [True, False])
+def test_a_worker_that_removed_its_heartbeat_file_is_finishing_not_hung(removes):
+    # A slow exit (PyTorch's teardown on a busy host): the hook removes the file at exit.
+    finish = 'rm "$DDPRUN_HEARTBEAT_FILE"; ' if removes else ""
+    r, elapsed = run(["--nproc_per_node=2", "--hang_timeout=2", "--shutdown_timeout=1",
+                      "--no_python", "/bin/sh", "-c",
+                      f'touch "$DDPRUN_HEARTBEAT_FILE"; {finish}sleep 5'])
+    if removes:
+        assert r.returncode == 0, r.stderr
+        assert elapsed >= 5
+    else:
+        assert r.returncode == 124, r.stderr
+        assert "no heartbeat for" in r.stderr
+
+
 def test_dump_on_request_does_not_stop_the_job(tmp_path):
     p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", f"--log_dir={tmp_path}", TRAIN,
                           "--device", "cpu", *STEPS], env=env(), stdout=subprocess.PIPE,

@@ -90,6 +90,9 @@ def test_a_slow_finish_after_the_last_collective_is_not_hung(tmp_path):
     r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", JOB,
                "--steps", "3", "--exit-sleep", str(HANG_TIMEOUT + 3))
     assert r.returncode == 0, r.stderr
+    # At the interpreter's exit the hook removed the heartbeat files: no beat was due any more.
+    assert len(list(Path(tmp_path).glob("*/attempt_0/*"))) >= 2
+    assert not list(Path(tmp_path).glob("*/attempt_0/*/heartbeat"))
 
 
 def test_hook_off_by_default(tmp_path):
