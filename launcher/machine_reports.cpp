@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "launcher/raw_options.hpp"
 #include "supervisor/exit_status.hpp"
 
 namespace ddprun::launcher {
@@ -96,11 +97,8 @@ std::string UtcTimestamp() {
 
 StatusOr<EventLog> EventLog::Open(const std::string& handler, const std::string& path) {
   EventLog log;
-  if (handler != "null" && handler != "json" && handler != "console") {
-    return InvalidArgument("--event_log_handler=" + handler +
-                           ": not a handler (null, json or console; json and console write one "
-                           "JSON object per event, to DDPRUN_EVENT_LOG or else to stderr)");
-  }
+  // The handlers are the option table's words for --event_log_handler.
+  if (auto word = ParseWord("event_log_handler", handler); !word.ok()) return word.status();
   if (handler == "null" && path.empty()) return log;
   if (path.empty()) {
     log.fd_ = STDERR_FILENO;

@@ -33,7 +33,10 @@ std::vector<json> Lines(const std::string& path) {
 }
 
 TEST_CASE("EventLog: handlers, paths, and one object per line with the common fields") {
-  CHECK_FALSE(EventLog::Open("dynamic_rendezvous", "").ok());
+  auto unknown = EventLog::Open("dynamic_rendezvous", "");
+  REQUIRE_FALSE(unknown.ok());
+  CHECK(unknown.status().message().find("--event_log_handler") != std::string::npos);
+  CHECK(unknown.status().message().find("console") != std::string::npos);  // names the choices
   CHECK_FALSE(EventLog().enabled());
   auto none = EventLog::Open("null", "");
   REQUIRE(none.ok());
