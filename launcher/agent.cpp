@@ -126,9 +126,7 @@ Status Agent::Setup() {
   options_.hang_timeout = supervisor::Duration(c_.hang_timeout);
   options_.startup_timeout = supervisor::Duration(c_.startup_timeout);
   options_.progress_from_output = c_.hang_detect_output;
-  for (int sig : {SIGUSR1, SIGUSR2}) {
-    if (c_.handled_signals.count(sig) != 0) options_.forward_only.insert(sig);
-  }
+  options_.forward_only = sup_->forward_only();
   if (auto filter = SlurmSignalFilter(c_, sup_->OwnCgroup())) sup_->SetSignalFilter(filter);
   sup_->SetHangHandler([this](const supervisor::HangReport& report) {
     for (const auto& w : report.hung) {

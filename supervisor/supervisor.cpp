@@ -161,16 +161,16 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
   if (async_rc != 0) return ErrnoStatus("uv_async_init", -async_rc);
   s->stop_async_.data = s.get();
   // SIGUSR1/SIGUSR2 through the tap: passing them on may depend on their sender.
-  std::set<int> tapped;
   for (int sig : {SIGUSR1, SIGUSR2}) {
-    if (handled_signals.count(sig) != 0) tapped.insert(sig);
+    if (handled_signals.count(sig) != 0) s->forward_only_.insert(sig);
   }
-  auto tap = SignalTap::Start(
-      &s->loop_, tapped, [self = s.get()](int sig, pid_t sender) { self->OnSignal(sig, sender); });
+  auto tap = SignalTap::Start(&s->loop_, s->forward_only_, [self = s.get()](int sig, pid_t sender) {
+    self->OnSignal(sig, sender);
+  });
   if (!tap.ok()) return tap.status();
   s->tap_ = std::move(*tap);
   for (int sig : handled_signals) {
-    if (tapped.count(sig) != 0) continue;
+    if (s->forward_only_.count(sig) != 0) continue;
     s->signals_.push_back(std::make_unique<uv_signal_t>());
     uv_signal_t* h = s->signals_.back().get();
     uv_signal_init(&s->loop_, h);  // the loop's signal pipe is open: cannot fail
@@ -262,7 +262,7 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
     // died of this very signal; otherwise the signal is for what comes next.
     if (!was_done || running_->received_signal() == sig) return;
   }
-  if (pending_signal_ == 0 && sig != SIGUSR1 && sig != SIGUSR2) pending_signal_ = sig;
+  if (pending_signal_ == 0 && forward_only_.count(sig) == 0) pending_signal_ = sig;
 }
 
 // Exits are read without reaping (WNOWAIT): a worker stays a zombie until

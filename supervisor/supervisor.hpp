@@ -55,6 +55,9 @@ class Supervisor {
   // was abandoned after SIGKILL) and their output is drained.
   GroupResult RunGroup(const std::vector<WorkerSpec>& specs, const GroupOptions& options);
 
+  // The handled signals that are passed on to the workers without a
+  // teardown (SIGUSR1, SIGUSR2): the agent's GroupOptions::forward_only.
+  const std::set<int>& forward_only() const { return forward_only_; }
   // A terminating signal received while no group ran, or 0.
   int pending_signal() const { return pending_signal_; }
   // Between groups: handles the signals that arrived since the last call (the
@@ -134,7 +137,8 @@ class Supervisor {
   uv_async_t stop_async_{};
   std::atomic<bool> stop_requested_{false};
   std::vector<std::unique_ptr<uv_signal_t>> signals_;
-  std::unique_ptr<SignalTap> tap_;  // SIGUSR1/SIGUSR2, with their sender
+  std::set<int> forward_only_;
+  std::unique_ptr<SignalTap> tap_;  // the forward-only signals, with their sender
   SignalFilter signal_filter_;
   std::unique_ptr<LoopTimer> timer_;
   PosixProcessControl control_;
