@@ -239,16 +239,25 @@ StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
   sigemptyset(&none);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK);
-  std::string cgroup_arg = c->cgroup_dir_.empty() ? "-" : c->cgroup_dir_;
-  std::string exe = "ddprun-guardian";
+  // Neither its name nor its command line says "ddprun", so that `pkill -9
+  // ddprun`, `pkill -9 -f ddprun` and `killall -9 ddprun`, the usual ways to
+  // kill a job, leave it to clean up; the cgroup's path (ddprun-...) goes in
+  // the environment.
+  std::string exe = kGuardianName;
   std::vector<char*> argv = {exe.data(), const_cast<char*>(kGuardianArg), c->token_.data(),
-                             cgroup_arg.data(), nullptr};
+                             nullptr};
   // The guardian itself does not carry the mark: a sweep must not kill it.
   std::vector<char*> envp;
   const std::string prefix = std::string(env::kProcessTree) + "=";
+  const std::string cgroup_prefix = std::string(kGuardianCgroupEnv) + "=";
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0) envp.push_back(*e);
+    if (std::strncmp(*e, prefix.c_str(), prefix.size()) != 0 &&
+        std::strncmp(*e, cgroup_prefix.c_str(), cgroup_prefix.size()) != 0) {
+      envp.push_back(*e);
+    }
   }
+  std::string cgroup_entry = cgroup_prefix + c->cgroup_dir_;
+  envp.push_back(cgroup_entry.data());
   envp.push_back(nullptr);
   pid_t pid = -1;
   int rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attr, argv.data(), envp.data());
@@ -311,9 +320,9 @@ int Containment::KillAll(std::chrono::milliseconds wait) {
 }
 
 int RunGuardian(int argc, char** argv) {
-  if (argc != 4) return 2;
+  if (argc != 3) return 2;
   setsid();  // out of the launcher's process group and terminal: a group kill spares us
-  prctl(PR_SET_NAME, "ddprun-guardian");
+  prctl(PR_SET_NAME, kGuardianName);
   for (int sig :
        {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU, SIGPIPE, SIGUSR1, SIGUSR2}) {
     signal(sig, SIG_IGN);
@@ -338,9 +347,10 @@ int RunGuardian(int argc, char** argv) {
     }
   }
   const std::string entry = std::string(env::kProcessTree) + "=" + argv[2];
-  const std::string dir = argv[3];
+  const char* cgroup = std::getenv(kGuardianCgroupEnv);
+  const std::string dir = cgroup != nullptr ? cgroup : "";
   int killed = 0;
-  if (dir != "-") {
+  if (!dir.empty()) {
     killed += std::max(0, KillCgroup(dir, kGuardianWait));
     rmdir(dir.c_str());
   }

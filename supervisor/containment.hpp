@@ -13,7 +13,8 @@
 //  - a mark in the environment (DDPRUN_PROCESS_TREE=<token>, unique per
 //    run) that descendants inherit: a sweep of /proc kills every process
 //    carrying it.
-// A guardian process (ddprun re-executed, in a session of its own) waits on a
+// A guardian process (ddprun re-executed as job-guardian, in a session of its
+// own, named so that `pkill -9 [-f] ddprun` spares it) waits on a
 // pipe the launcher holds and on which it names every worker it starts: when
 // the launcher dies without saying goodbye, the guardian kills what is left
 // (the cgroup, the marked processes, and every process in a worker's
@@ -102,9 +103,13 @@ int ReapOrphans(const std::vector<pid_t>& keep);
 // how many processes it held before, or -1 when cgroup.kill failed.
 int KillCgroup(const std::string& dir, std::chrono::milliseconds wait);
 
-// The guardian's main: argv is {exe, kGuardianArg, token, cgroup dir or "-"},
-// the launcher's pipe on fd 3. ddprun's main calls it when argv[1] is kGuardianArg.
-inline constexpr const char* kGuardianArg = "__ddprun_guardian__";
+// The guardian's main: argv is {kGuardianName, kGuardianArg, token}, the
+// job's cgroup (if any) in kGuardianCgroupEnv, the launcher's pipe on fd 3.
+// ddprun's main calls it when argv[1] is kGuardianArg. No name of the
+// guardian's holds "ddprun": the usual ways to kill a job by name spare it.
+inline constexpr const char* kGuardianName = "job-guardian";
+inline constexpr const char* kGuardianArg = "__job_guardian__";
+inline constexpr const char* kGuardianCgroupEnv = "DDPRUN_GUARDIAN_CGROUP";
 int RunGuardian(int argc, char** argv);
 
 }  // namespace ddprun::supervisor

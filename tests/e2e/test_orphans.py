@@ -141,6 +141,80 @@ def uses_cgroup(cgroup):
     return "contained by cgroup" in r.stderr
 
 
+def start_job(pid_dir, worker, cgroup, early=False, nproc=2):
+    """ddprun running `nproc` detaching workers, once every descendant is up (or, `early`, once
+    the first is)."""
+    env = base_env(PID_DIR=str(pid_dir), DDPRUN_CGROUP=cgroup)
+    proc = subprocess.Popen([str(DDPRUN), f"--nproc_per_node={nproc}", "--no_python", PYTHON,
+                             str(worker)], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.monotonic() + 30
+    while len([n for n in os.listdir(pid_dir) if not n.endswith(".tmp")]) < nproc * len(TAGS):
+        if early and os.listdir(pid_dir):
+            break
+        if time.monotonic() > deadline or proc.poll() is not None:
+            proc.kill()
+            err = proc.communicate()[1].decode(errors="replace")
+            kill_leftovers(pid_dir)
+            pytest.fail(f"{pid_dir.name}: not all started: {sorted(os.listdir(pid_dir))}; "
+                        f"ddprun rc {proc.returncode}\n{err}")
+        time.sleep(0.005)
+    return proc
+
+
+def process_tree(root):
+    """`root` and every process below it."""
+    children = {}
+    for d in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, []))
+    return tree
+
+
+def named(pid, word, full):
+    """Whether pkill [-f] `word` would pick `pid`: its name, or (full) its command line."""
+    try:
+        with open(f"/proc/{pid}/" + ("cmdline" if full else "comm"), "rb") as f:
+            return word.encode() in f.read()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("full", [False, True], ids=["pkill", "pkill-f"])
+@pytest.mark.parametrize("cgroup", ["1", "0"])
+def test_pkill_9_of_the_job_by_name_leaves_no_process_behind(tmp_path, worker, cgroup, full):
+    """`pkill -9 ddprun` and `pkill -9 -f ddprun`, as users kill a job, kept to this job's
+    processes: every one whose name (command line) says ddprun is SIGKILLed at once, the
+    launcher among them. The guardian's names do not say ddprun: it cleans up."""
+    spare = None if uses_cgroup(cgroup) else ESCAPES_GUARDIAN_WITHOUT_CGROUP
+    for i in range(5):
+        pid_dir = tmp_path / f"round{i}"
+        pid_dir.mkdir()
+        proc = start_job(pid_dir, worker, cgroup)
+        victims = [pid for pid in process_tree(proc.pid) if named(pid, "ddprun", full)]
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)
+        proc.wait()
+        left = wait_gone(pid_dir, spare=spare)
+        kill_leftovers(pid_dir)
+        err = proc.stderr.read().decode(errors="replace")
+        proc.stderr.close()
+        assert proc.pid in victims
+        assert not left, f"round {i}: left alive after pkill -9 killed {victims}: {left}\n{err}"
+        if not full:  # (-f may pick every process of the job: a python of a venv named ddprun)
+            assert "the launcher died without cleaning up: killed" in err, err
+
+
 @pytest.mark.parametrize("cgroup", ["1", "0"])
 def test_sigkilled_launcher_leaves_no_process_behind(tmp_path, worker, cgroup):
     """ROUNDS times: two workers each start six detaching descendants; ddprun is SIGKILLed at
@@ -148,30 +222,13 @@ def test_sigkilled_launcher_leaves_no_process_behind(tmp_path, worker, cgroup):
     every one of them must be gone within seconds (without a cgroup, all but the one that
     cleared its environment and started a session of its own: nothing can name it then)."""
     spare = None if uses_cgroup(cgroup) else ESCAPES_GUARDIAN_WITHOUT_CGROUP
-    nproc = 2
     failures = []
     rng = __import__("random").Random(9)
     for i in range(ROUNDS):
         pid_dir = tmp_path / f"round{i}"
         pid_dir.mkdir()
-        env = base_env(PID_DIR=str(pid_dir), DDPRUN_CGROUP=cgroup)
-        proc = subprocess.Popen([str(DDPRUN), f"--nproc_per_node={nproc}", "--no_python", PYTHON,
-                                 str(worker)], env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=True)
         early = i % 5 == 4
-        deadline = time.monotonic() + 30
-        want = nproc * len(TAGS)
-        while len([n for n in os.listdir(pid_dir) if not n.endswith(".tmp")]) < want:
-            if early and os.listdir(pid_dir):
-                break
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                err = proc.communicate()[1].decode(errors="replace")
-                kill_leftovers(pid_dir)
-                pytest.fail(f"round {i}: not all started: {sorted(os.listdir(pid_dir))}; "
-                            f"ddprun rc {proc.returncode}\n{err}")
-            time.sleep(0.005)
+        proc = start_job(pid_dir, worker, cgroup, early)
         time.sleep(rng.uniform(0, 0.05))
         proc.kill()
         proc.wait()
