@@ -330,11 +330,11 @@ StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
   Status read = r->pipe.Open(
       &loop_, read_end.Release(), kReadBufferSize, [r](std::string_view d) { r->Consume(d); },
       [r](int) { r->owner->CloseReader(*r); });
-  if (!read.ok()) {
-    uv_run(&loop_, UV_RUN_NOWAIT);  // its close callback, while it exists
-    return read;
-  }
+  // Kept also when it failed: its handle is closing, and Drain() runs the loop
+  // until it has closed (running the loop here would run other callbacks in
+  // the middle of a worker's start).
   readers_.push_back(std::move(reader));
+  if (!read.ok()) return read;
   return parent_side.back().get();
 }
 
