@@ -165,4 +165,9 @@ void Heartbeat() {
   futimens(fd, now);  // utimensat(fd, NULL, ...): a failed beat is only a missed beat
 }
 
+void Finishing() {
+  const char* path = std::getenv(env::kHeartbeatFile);
+  if (path != nullptr && *path != '\0') unlink(path);  // gone already: nothing was due
+}
+
 }  // namespace ddprun::ddp

@@ -49,4 +49,10 @@ class FlightRecorder {
 // every step. A no-op without the variable.
 void Heartbeat();
 
+// Says the worker is finishing (its last step done, its teardown to come):
+// removes DDPRUN_HEARTBEAT_FILE, so ddprun awaits its exit for --exit_timeout
+// instead of a beat within --hang_timeout. Beats after it are lost. A no-op
+// without the variable.
+void Finishing();
+
 }  // namespace ddprun::ddp

@@ -125,11 +125,19 @@ Status Agent::Setup() {
   options_.shutdown_timeout = supervisor::Duration(c_.shutdown_timeout);
   options_.hang_timeout = supervisor::Duration(c_.hang_timeout);
   options_.startup_timeout = supervisor::Duration(c_.startup_timeout);
+  options_.exit_timeout = supervisor::Duration(c_.exit_timeout);
   options_.progress_from_output = c_.hang_detect_output;
   options_.forward_only = sup_->forward_only();
   if (auto filter = SlurmSignalFilter(c_, sup_->OwnCgroup())) sup_->SetSignalFilter(filter);
   sup_->SetHangHandler([this](const supervisor::HangReport& report) {
     for (const auto& w : report.hung) {
+      if (w.finishing) {
+        spdlog::error(
+            "rank {} (local_rank {}, pid {}) hung at exit: removed its heartbeat file {:.1f} s "
+            "ago and has not exited",
+            w.rank, w.local_rank, w.pid, w.silent_seconds);
+        continue;
+      }
       spdlog::error("rank {} (local_rank {}, pid {}) hung: {} for {:.1f} s", w.rank, w.local_rank,
                     w.pid, w.ever_beat ? "no heartbeat" : "no first heartbeat", w.silent_seconds);
     }
@@ -254,11 +262,16 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
   for (const auto& w : report.hung) {
     auto silent = std::chrono::duration_cast<std::chrono::system_clock::duration>(
         std::chrono::duration<double>(w.silent_seconds));
-    request.hung.push_back({w.rank, now - silent});
+    request.hung.push_back({w.rank, now - silent, w.finishing});
   }
   request.beating = report.beating_ranks;
   std::string verdict;
-  if (c_.hang_detect_torch) {
+  // Ranks hung at exit are past their collectives, and the hook's thread is gone with their
+  // interpreter: PyTorch's records and their analysis would say nothing of where they wait.
+  const bool at_exit_only =
+      !report.hung.empty() && std::all_of(report.hung.begin(), report.hung.end(),
+                                          [](const auto& w) { return w.finishing; });
+  if (c_.hang_detect_torch && !at_exit_only) {
     request.torch_dir = layout_->DumpDir(round_ ? round_->restart_count : 0) + "/torch";
     request.python = program_.interpreter;
     request.nccl_ras_addr = nccl_ras_addr_;
@@ -369,8 +382,13 @@ int Agent::Finish(const rendezvous::Action& exit) {
       }
     }
     spdlog::error("{}", exit.message);
-    if (cause.cls != rendezvous::FailureClass::kRendezvous &&
-        cause.cls != rendezvous::FailureClass::kSignal) {
+    if (cause.cls == rendezvous::FailureClass::kExitHang) {
+      spdlog::error(
+          "not restarted: the hung worker's program had finished (it removed its heartbeat "
+          "file); exit code {}",
+          exit.exit_code);
+    } else if (cause.cls != rendezvous::FailureClass::kRendezvous &&
+               cause.cls != rendezvous::FailureClass::kSignal) {
       spdlog::error("no restarts left (--max_restarts={}): exit code {} (the root cause's)",
                     c_.max_restarts, exit.exit_code);
     }
@@ -441,7 +459,12 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   local_failures_ = supervisor::CollectFailures(result, ErrorFiles(round.restart_count));
   const auto& root = local_failures_.front();
   o.kind = Kind::kFailed;
-  o.cause.cls = root.hung          ? rendezvous::FailureClass::kHang
+  // Only hangs at exit: every hung worker's program had finished (no restart runs it again).
+  const bool at_exit =
+      root.hung_at_exit && std::all_of(local_failures_.begin(), local_failures_.end(),
+                                       [](const auto& f) { return !f.hung || f.hung_at_exit; });
+  o.cause.cls = at_exit            ? rendezvous::FailureClass::kExitHang
+                : root.hung        ? rendezvous::FailureClass::kHang
                 : DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
                                    : rendezvous::FailureClass::kWorker;
   o.cause.exit_code = root.hung ? exit_code::kHang : root.exit.ShellCode();

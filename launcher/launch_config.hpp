@@ -59,6 +59,7 @@ struct LaunchConfig {
   bool virtual_local_rank = false;
   double hang_timeout = 0;     // seconds; 0 = off
   double startup_timeout = 0;  // seconds; 0 = off
+  double exit_timeout = 0;     // seconds after removing the heartbeat file; 0 = none
   bool hang_detect_output = false;
   // --hang_detect=torch: the PyTorch progress hook (python/ddprun_torch) in every worker's
   // PYTHONPATH.

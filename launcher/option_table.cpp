@@ -82,6 +82,10 @@ const std::vector<OptionDef>& OptionTable() {
        "rank, stop, restart or fail (exit 124); 300 or more is a sound start for training"},
       {"startup_timeout", 0, "SECONDS", "0 (off)", true,
        "a worker whose first beat does not come within this is hung"},
+      {"exit_timeout", 0, "SECONDS", "the --hang_timeout", true,
+       "ddprun: a worker that removed DDPRUN_HEARTBEAT_FILE (finishing; the PyTorch hook does "
+       "at exit) and has not exited this long after is hung at exit: dumped, stopped, never "
+       "restarted (exit 124); 0: wait for its exit without a bound"},
       {"hang_detect", 0, "heartbeat|output|torch", "heartbeat", true,
        "what counts as progress: touches of DDPRUN_HEARTBEAT_FILE, or also any output line, or "
        "also each PyTorch collective (a hook on PYTHONPATH reads PyTorch's flight recorder)"},

@@ -383,14 +383,17 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     if (Status s = CheckName("--role", *v, kMaxNameLength); !s.ok()) return s;
     c.role = *v;
   }
-  for (auto [name, field] :
-       {std::pair{"hang_timeout", &c.hang_timeout}, {"startup_timeout", &c.startup_timeout}}) {
+  c.exit_timeout = -1;  // not given: the --hang_timeout
+  for (auto [name, field] : {std::pair{"hang_timeout", &c.hang_timeout},
+                             {"startup_timeout", &c.startup_timeout},
+                             {"exit_timeout", &c.exit_timeout}}) {
     if (auto v = raw.Get(name)) {
       auto d = ParseSeconds(std::string("--") + name, *v, /*allow_zero=*/true);
       if (!d.ok()) return d.status();
       *field = d->count();
     }
   }
+  if (c.exit_timeout < 0) c.exit_timeout = c.hang_timeout;
   if (auto v = raw.Get("hang_detect")) {
     if (auto d = ParseWord("hang_detect", *v); !d.ok()) return d.status();
     c.hang_detect_output = *v == "output";

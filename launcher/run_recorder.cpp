@@ -123,6 +123,7 @@ ExitClass RunRecorder::Classify(const rendezvous::Action& exit, int exit_code) c
       case rendezvous::FailureClass::kPeer:
         return ExitClass::kWorkerFailure;
       case rendezvous::FailureClass::kHang:
+      case rendezvous::FailureClass::kExitHang:
         return ExitClass::kHang;
       case rendezvous::FailureClass::kRendezvous:
         return ExitClass::kRendezvous;

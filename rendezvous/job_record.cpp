@@ -59,7 +59,7 @@ void WriteCause(FieldWriter& w, const Cause& c) {
 
 bool ReadCause(FieldReader& r, Cause* c) {
   int cls = 0;
-  if (!r.Int(&cls) || cls < 0 || cls > static_cast<int>(FailureClass::kSignal)) return false;
+  if (!r.Int(&cls) || cls < 0 || cls > static_cast<int>(FailureClass::kExitHang)) return false;
   c->cls = static_cast<FailureClass>(cls);
   return r.Int(&c->exit_code) && r.Int(&c->node_rank) && r.Str(&c->node) && r.Int(&c->rank) &&
          r.Int(&c->local_rank) && r.Int(&c->pid) && r.Str(&c->what);
@@ -118,6 +118,8 @@ const char* FailureClassName(FailureClass c) {
       return "rendezvous";
     case FailureClass::kSignal:
       return "signal";
+    case FailureClass::kExitHang:
+      return "exit-hang";
   }
   return "?";
 }
@@ -214,7 +216,10 @@ StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& 
   JobRecord next = Next(rec);
   next.end = RoundEnd::kFailure;
   next.cause = cause;
-  if (++next.restarts > max_restarts) return Fail(std::move(next), cause);
+  // A restart would run again a program that had finished.
+  if (++next.restarts > max_restarts || cause.cls == FailureClass::kExitHang) {
+    return Fail(std::move(next), cause);
+  }
   return next;
 }
 

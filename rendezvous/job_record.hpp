@@ -35,6 +35,7 @@ enum class FailureClass {
   kPeer,        // a worker died because a peer went away (SIGPIPE, reset)
   kRendezvous,  // a round could not form (timeout, fewer than MIN nodes)
   kSignal,      // the agent hosting the store was stopped by a signal
+  kExitHang,    // a worker whose program had finished did not exit (exit 124, never restarted)
 };
 const char* FailureClassName(FailureClass c);
 

@@ -378,8 +378,10 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
   for (const HungRank& h : request.hung) hung.push_back(h.rank);
   text += "hung ranks: " + JoinRanks(hung) + "\n";
   for (const HungRank& h : request.hung) {
-    text += "  rank " + std::to_string(h.rank) + ": silent since " + LocalTime(h.since) + " (" +
-            SecondsSince(h.since, now) + ")\n";
+    text += "  rank " + std::to_string(h.rank) +
+            (h.at_exit ? ": hung at exit, finishing (heartbeat file removed) since "
+                       : ": silent since ") +
+            LocalTime(h.since) + " (" + SecondsSince(h.since, now) + ")\n";
   }
   text += "ranks still beating: " + JoinRanks(request.beating) + "\n\n";
   // A PyTorch job has no ddprun flight recorder: its section says nothing then.

@@ -34,10 +34,12 @@ struct DumpTarget {
   std::string trace_file;  // DDPRUN_TRACE_FILE; "" when off
 };
 
-// A rank the caller found hung: silent (no beat, no output) since `since`.
+// A rank the caller found hung: silent (no beat, no output) since `since`;
+// or, at exit, finishing (its heartbeat file removed) since then.
 struct HungRank {
   int rank = 0;
   std::chrono::system_clock::time_point since;
+  bool at_exit = false;
 };
 
 struct DumpRequest {

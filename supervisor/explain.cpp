@@ -107,6 +107,20 @@ Match InplaceModified(const std::string& text, const ExplainContext&) {
                "DDP, broadcast_buffers=False where the ranks need not share buffers");
 }
 
+// ddprun's own verdict (supervisor/hang_check.cpp) on a worker that removed
+// its heartbeat file and did not exit.
+Match HungAtExit(const std::string& text, const ExplainContext&) {
+  if (text.rfind("hung at exit: ", 0) != 0) return {};
+  return Lines(
+      "the worker's program had finished (it removed its heartbeat file) but its process "
+      "did not exit: something in its exit waits (a process group's teardown, a thread "
+      "that is not a daemon, a DataLoader worker, a CUDA or NCCL destructor)",
+      "the dump's stacks show where it waits; call "
+      "torch.distributed.destroy_process_group() on every rank before the end, join or "
+      "daemonize threads; the job is not restarted (that would run the finished program "
+      "again); --exit_timeout=0 waits for such an exit without a bound");
+}
+
 // torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, the watchdog (WorkNCCL's operator<<).
 Match CollectiveTimeout(const std::string& text, const ExplainContext&) {
   auto m = Find(text, R"(\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\()"
@@ -272,6 +286,7 @@ Match NoSpace(const std::string& text, const ExplainContext& c) {
 
 const std::vector<Entry>& Catalogue() {
   static const std::vector<Entry> kEntries = {
+      {"hung at exit", HungAtExit},
       {"module not found", ModuleNotFound},
       {"unused parameters", UnusedParameters},
       {"in-place modified tensor", InplaceModified},

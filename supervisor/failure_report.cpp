@@ -144,6 +144,7 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     f.error_file = kNotAvailable;
     f.log_error = w.log_error;
     f.hung = !w.hang.empty();
+    f.hung_at_exit = f.hung && w.hang_at_exit;
     f.timer = !w.timer.empty();
     f.output_tail = w.output_tail;
     f.after_stop = w.failed_while_stopping;

@@ -18,14 +18,15 @@ struct FailureRecord {
   int rank = 0;
   pid_t pid = 0;
   ExitStatus exit;
-  long long timestamp = 0;  // seconds since the epoch
-  std::string error_file;   // "<N/A>" when the worker wrote none
-  std::string message;      // traceback, error message, or what happened
-  bool hung = false;        // declared hung by the launcher
-  bool timer = false;       // its file timer expired (message says which and how long)
-  std::string output_tail;  // the worker's last output lines
-  std::string log_error;    // why its log files are incomplete, or ""
-  bool after_stop = false;  // found failing only once the group was stopping
+  long long timestamp = 0;    // seconds since the epoch
+  std::string error_file;     // "<N/A>" when the worker wrote none
+  std::string message;        // traceback, error message, or what happened
+  bool hung = false;          // declared hung by the launcher
+  bool hung_at_exit = false;  // hung after removing its heartbeat file: its program had finished
+  bool timer = false;         // its file timer expired (message says which and how long)
+  std::string output_tail;    // the worker's last output lines
+  std::string log_error;      // why its log files are incomplete, or ""
+  bool after_stop = false;    // found failing only once the group was stopping
 };
 
 // Reads a worker's error file (torchrun's JSON, nested or flat form). Returns

@@ -109,9 +109,13 @@ void GroupState::ExcuseDeathsBy(int sig) {
   received_signal_ = sig;
 }
 
-void GroupState::OnHang(const std::vector<std::pair<size_t, std::string>>& hung, WallTime now) {
+void GroupState::OnHang(const std::vector<HungWorker>& hung, WallTime now) {
   if (phase_ != Phase::kRunning) return;
-  for (const auto& [index, why] : hung) Declare(index, &WorkerRecord::hang, why, now);
+  for (const HungWorker& h : hung) {
+    if (Declare(h.index, &WorkerRecord::hang, h.why, now)) {
+      workers_[h.index].hang_at_exit = h.at_exit;
+    }
+  }
   BeginStop(SIGTERM);
   FinishIfAllExited();
 }

@@ -52,11 +52,12 @@ struct WorkerRecord {
   WorkerState state = WorkerState::kRunning;
   ExitStatus exit;
   WallTime exit_time;
-  std::string start_error;  // why it could not be started, if it could not
-  std::string hang;         // why it was declared hung ("" when it was not)
-  std::string timer;        // why its file timer expired and it was signalled ("" when not)
-  std::string output_tail;  // its last output lines, stdout and stderr (at most ~4 KiB)
-  std::string log_error;    // why its log files are incomplete (a failed write), or ""
+  std::string start_error;    // why it could not be started, if it could not
+  std::string hang;           // why it was declared hung ("" when it was not)
+  bool hang_at_exit = false;  // hung after removing its heartbeat file: its program had finished
+  std::string timer;          // why its file timer expired and it was signalled ("" when not)
+  std::string output_tail;    // its last output lines, stdout and stderr (at most ~4 KiB)
+  std::string log_error;      // why its log files are incomplete (a failed write), or ""
   // Counted as a failure only after the stop, having failed on its own
   // (CountOwnFailures): listed, never the root cause.
   bool failed_while_stopping = false;
@@ -65,12 +66,20 @@ struct WorkerRecord {
 enum class Phase { kRunning, kStopping, kKilling, kDone };
 enum class Outcome { kRunning, kSucceeded, kFailed, kInterrupted, kStopped };
 
+// A worker the launcher found hung: by index into GroupState::workers().
+struct HungWorker {
+  size_t index = 0;
+  std::string why;
+  bool at_exit = false;  // it had removed its heartbeat file (finishing) and did not exit
+};
+
 struct GroupOptions {
   Duration shutdown_timeout{30.0};    // SIGTERM -> SIGKILL
   Duration kill_timeout{10.0};        // SIGKILL -> give up on a process
   std::set<int> forward_only;         // signals passed on without teardown (SIGUSR1/2)
   Duration hang_timeout{0};           // silence after a first beat that is a hang (0: off)
   Duration startup_timeout{0};        // time for the first beat (0: off)
+  Duration exit_timeout{0};           // time to exit after removing the heartbeat file (0: none)
   bool progress_from_output = false;  // any output line is a beat (--hang_detect=output)
 };
 
@@ -93,9 +102,8 @@ class GroupState {
   // before the launcher saw it count as stopped, not failed. Also after the group is done (their
   // exits may be read first).
   void OnSignal(int sig);
-  // Workers the launcher found hung (by index into workers(), with why):
-  // failures like a crash, then the usual teardown.
-  void OnHang(const std::vector<std::pair<size_t, std::string>>& hung, WallTime now);
+  // Workers the launcher found hung: failures like a crash, then the usual teardown.
+  void OnHang(const std::vector<HungWorker>& hung, WallTime now);
   // Worker `index` had its file timer (supervisor/file_timer.hpp) expire
   // and was signalled: a failure like a crash, then the usual teardown. Its
   // exit, when it comes, is that failure's, not another.

@@ -25,18 +25,20 @@ struct Beat {
   int rank = 0;
   int local_rank = 0;
   pid_t pid = 0;
-  SteadyTime last;      // the last beat, or the start
-  bool beaten = false;  // beat at least once
+  SteadyTime last;         // the last beat, or the start, or when it was seen finishing
+  bool beaten = false;     // beat at least once
+  bool finishing = false;  // removed its heartbeat file: no beat is due, only its exit
 };
 
 struct HangLimits {
   Duration hang_timeout{0};     // silence after a first beat (0: off)
   Duration startup_timeout{0};  // time for the first beat (0: off)
+  Duration exit_timeout{0};     // time to exit once finishing (0: none)
 };
 
 struct HangVerdict {
-  HangReport report;                                 // running, hung and still-beating workers
-  std::vector<std::pair<size_t, std::string>> hung;  // index into beats, and why
+  HangReport report;             // running, hung and still-beating workers
+  std::vector<HungWorker> hung;  // by index into beats
 };
 
 // Ranks stuck at the same moment beat within a few file-time ticks of each
@@ -46,7 +48,9 @@ HangVerdict FindHung(const std::vector<Beat>& beats, const HangLimits& limits, S
 
 // The earliest moment some worker could be hung; nullopt when none can (no
 // limits, or nothing running). A worker without a first beat and without a
-// startup limit is looked at again one hang timeout from `now`.
+// startup limit is looked at again one hang timeout from `now`; with an exit
+// limit, a worker not yet seen finishing is looked at again within half of it
+// (its heartbeat file may be gone by then).
 std::optional<SteadyTime> NextHangCheck(const std::vector<Beat>& beats, const HangLimits& limits,
                                         SteadyTime now);
 

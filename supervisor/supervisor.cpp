@@ -445,8 +445,9 @@ HangReport Supervisor::RunningReport() const {
   return FindHung(Beats(), HangLimits{}, std::chrono::steady_clock::now()).report;
 }
 
+// A finishing worker's output is no progress: it has its --exit_timeout to exit.
 void Supervisor::NoteProgress(size_t index) {
-  if (index >= progress_.size()) return;
+  if (index >= progress_.size() || progress_[index].finishing) return;
   progress_[index].last = std::chrono::steady_clock::now();
   progress_[index].beaten = true;
 }
@@ -455,13 +456,15 @@ std::vector<Beat> Supervisor::Beats() const {
   std::vector<Beat> beats;
   for (size_t i = 0; i < progress_.size() && i < running_->workers().size(); ++i) {
     const WorkerRecord& w = running_->workers()[i];
-    beats.push_back({w.state == WorkerState::kRunning && !progress_[i].finishing, w.rank,
-                     w.local_rank, w.pid, progress_[i].last, progress_[i].beaten});
+    beats.push_back({w.state == WorkerState::kRunning, w.rank, w.local_rank, w.pid,
+                     progress_[i].last, progress_[i].beaten, progress_[i].finishing});
   }
   return beats;
 }
 
-HangLimits Supervisor::Limits() const { return {options_.hang_timeout, options_.startup_timeout}; }
+HangLimits Supervisor::Limits() const {
+  return {options_.hang_timeout, options_.startup_timeout, options_.exit_timeout};
+}
 
 // The earliest moment some worker could be hung; nothing is looked at before.
 void Supervisor::ArmHangCheck() {
@@ -489,13 +492,13 @@ void Supervisor::CheckHangs() {
     const int64_t m = MtimeNs(p.file);
     if (m == 0 && p.mtime_ns > 0 && !p.finishing && i < running_->workers().size()) {
       // ddprun created the file; the worker removed it: it is finishing (its
-      // interpreter exiting, say), and no beat is due any more.
+      // interpreter exiting, say), no beat is due any more, only its exit.
       p.finishing = true;
+      p.last = now;
       const WorkerRecord& w = running_->workers()[i];
-      spdlog::debug(
-          "rank {} removed its heartbeat file: finishing, no longer held to "
-          "--hang_timeout",
-          w.rank);
+      spdlog::debug("rank {} removed its heartbeat file: finishing, held to --exit_timeout={}",
+                    w.rank, options_.exit_timeout.count());
+      continue;
     }
     if (m <= p.mtime_ns) continue;
     p.mtime_ns = m;
@@ -511,8 +514,8 @@ void Supervisor::CheckHangs() {
   }
   if (hang_handler_) {
     std::vector<int> culprits = hang_handler_(report);
-    auto is_culprit = [&](const std::pair<size_t, std::string>& h) {
-      int rank = running_->workers()[h.first].rank;
+    auto is_culprit = [&](const HungWorker& h) {
+      int rank = running_->workers()[h.index].rank;
       return std::find(culprits.begin(), culprits.end(), rank) != culprits.end();
     };
     std::stable_partition(hung.begin(), hung.end(), is_culprit);

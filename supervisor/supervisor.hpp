@@ -113,10 +113,10 @@ class Supervisor {
   void Drain(GroupState& state);
   // Hang detection: one timer, armed for the earliest deadline of any worker.
   struct Progress {
-    std::chrono::steady_clock::time_point last;  // last beat, or the start
+    std::chrono::steady_clock::time_point last;  // last beat, or the start, or seen finishing
     bool beaten = false;
     int64_t mtime_ns = 0;    // heartbeat file mtime last seen
-    bool finishing = false;  // removed its heartbeat file: no beat is due any more
+    bool finishing = false;  // removed its heartbeat file: only its exit is due (--exit_timeout)
     std::string file;
     std::string tail;       // the last lines the worker wrote, both streams (bounded)
     std::string log_error;  // why its log files are incomplete, "" when they are not

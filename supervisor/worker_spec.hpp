@@ -46,6 +46,7 @@ struct HangReport {
     int pid = 0;
     double silent_seconds = 0;  // since the last beat, or since the start
     bool ever_beat = false;
+    bool finishing = false;  // removed its heartbeat file: silent_seconds count from then
   };
   std::vector<Worker> hung;        // empty for a dump on request
   std::vector<Worker> running;     // every worker still running

@@ -251,6 +251,14 @@ int TrainOnDevice(const TrainOptions& options, ddp::ProcessGroup& pg) {
 }
 #endif
 
+int TrainOn(const TrainOptions& options, ddp::ProcessGroup& pg) {
+#ifdef DDPRUN_HAVE_CUDA
+  if (options.device == "cuda") return TrainOnDevice(options, pg);
+#endif
+  Mlp model(ModelConfig(options));
+  return Train(options, pg, model, nullptr);
+}
+
 }  // namespace
 
 int RunDistributed(const TrainOptions& options) {
@@ -259,11 +267,11 @@ int RunDistributed(const TrainOptions& options) {
     std::fprintf(stderr, "train: %s\n", group.status().message().c_str());
     return group.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
-#ifdef DDPRUN_HAVE_CUDA
-  if (options.device == "cuda") return TrainOnDevice(options, **group);
-#endif
-  Mlp model(ModelConfig(options));
-  return Train(options, **group, model, nullptr);
+  const int rc = TrainOn(options, **group);
+  // The teardown to come (the communicators' destruction) is held to --exit_timeout.
+  ddp::Finishing();
+  MaybeHangAtExit(options, (*group)->rank());
+  return rc;
 }
 
 }  // namespace ddprun::train

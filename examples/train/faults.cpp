@@ -21,6 +21,13 @@ void MaybeHang(const TrainOptions& options, int rank, long step) {
   for (;;) pause();  // returns only after a handled signal; the hang goes on
 }
 
+void MaybeHangAtExit(const TrainOptions& options, int rank) {
+  if (!options.hang_at_exit || rank != options.hang_rank) return;
+  std::fprintf(stderr, "rank %d: hanging at exit as asked\n", rank);
+  std::fflush(nullptr);
+  for (;;) pause();
+}
+
 bool InjectsNan(const TrainOptions& options, int rank, int world, long step) {
   return step == options.nan_at_step && rank == (world > 1 ? 1 : 0);
 }

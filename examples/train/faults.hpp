@@ -1,6 +1,7 @@
 // The failures the trainer reproduces on demand, each at a chosen step:
 // a rank that dies (--crash-at-step), a rank that stops participating before
-// backward (--hang-at-step), and a NaN in one gradient (--nan-at-step).
+// backward (--hang-at-step), one that hangs in its exit (--hang-at-exit), and
+// a NaN in one gradient (--nan-at-step).
 #pragma once
 
 #include "examples/train/options.hpp"
@@ -14,6 +15,8 @@ inline constexpr const char* kNanParameter = "layers.1.weight";
 void MaybeCrash(const TrainOptions& options, int rank, long step);
 // Blocks forever (after saying so) when `rank` is asked to hang at `step`.
 void MaybeHang(const TrainOptions& options, int rank, long step);
+// Blocks forever (after saying so) when `rank` is asked to hang at its exit.
+void MaybeHangAtExit(const TrainOptions& options, int rank);
 // Whether `rank` of `world` puts the NaN into its gradient at `step`: rank 1,
 // or rank 0 when it is alone.
 bool InjectsNan(const TrainOptions& options, int rank, int world, long step);

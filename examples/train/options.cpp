@@ -37,6 +37,8 @@ po::options_description OptionTable(TrainOptions* o) {
       ("crash-at-step", po::value(&o->crash_at_step), "rank --hang-rank exits 1 at step N")
       ("hang-at-step", po::value(&o->hang_at_step),
        "rank --hang-rank stops before step N's backward, forever")
+      ("hang-at-exit", po::bool_switch(&o->hang_at_exit),
+       "rank --hang-rank stops after its last step, having said it is finishing, forever")
       ("hang-rank", po::value(&o->hang_rank)->default_value(1), "the rank that crashes or hangs")
       ("nan-at-step", po::value(&o->nan_at_step),
        "put a NaN into layers.1.weight's gradient at step N (rank 1, or 0 alone)")

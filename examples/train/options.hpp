@@ -38,7 +38,8 @@ struct TrainOptions {
 
   long crash_at_step = -1;  // -1: never
   long hang_at_step = -1;
-  int hang_rank = 1;  // the rank that crashes or hangs
+  bool hang_at_exit = false;  // --hang-rank hangs after ddp::Finishing()
+  int hang_rank = 1;          // the rank that crashes or hangs
   long nan_at_step = -1;
 
   bool reference = false;

@@ -5,8 +5,8 @@ entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and write
 $DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>"; after destroy_process_group it
 touches the heartbeat at every look (no collective is due while the rank finishes). When the
 interpreter exits (after the program's own exit handlers) it removes the heartbeat file: the thread
-stops with the interpreter, and tearing PyTorch down may take longer than --hang_timeout on a busy
-host, so it tells ddprun that no beat is due any more. On ddprun's request
+stops with the interpreter, so it tells ddprun that no beat is due any more, only the exit (within
+--exit_timeout). On ddprun's request
 ($DDPRUN_TORCH_DIR/dump_request) it writes the flight recorder to TORCH_FR_DUMP_TEMP_FILE<RANK>
 where PyTorch has no dump pipe of its own (Gloo). Then it imports the user's own sitecustomize."""
 import atexit

@@ -1,7 +1,8 @@
 """An unmodified PyTorch DDP job on CPU (Gloo) for the hang tests and bench/pytorch_hang_bench.py:
 a tiny model trained for --steps steps; with --hang-step N, rank --hang-rank sleeps forever
 before step N's all_reduce, so the other ranks wait in it. --step-sleep slows every step,
---exit-sleep the finish after destroy_process_group."""
+--exit-sleep the finish after destroy_process_group; with --hang-at-exit, rank --hang-rank hangs in
+its interpreter's teardown (a finalizer that never returns, as a stuck destructor would)."""
 import argparse
 import time
 
@@ -14,6 +15,13 @@ def stuck_before_all_reduce():
     time.sleep(100000)
 
 
+class StuckAtExit:
+    """Its finalizer runs when the interpreter tears __main__ down, after the exit handlers."""
+
+    def __del__(self, sleep=time.sleep):
+        sleep(100000)
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=1000000)
@@ -23,6 +31,7 @@ def main():
     p.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     p.add_argument("--exit-sleep", type=float, default=0.0,
                    help="seconds to sleep after destroy_process_group (a slow finish)")
+    p.add_argument("--hang-at-exit", action="store_true")
     a = p.parse_args()
     dist.init_process_group(a.backend)
     rank = dist.get_rank()
@@ -45,6 +54,9 @@ def main():
         time.sleep(a.step_sleep)
     dist.destroy_process_group()
     time.sleep(a.exit_sleep)
+    if a.hang_at_exit and rank == a.hang_rank:
+        print(f"rank {rank} will hang at exit", flush=True)
+        globals()["_stuck"] = StuckAtExit()
 
 
 if __name__ == "__main__":

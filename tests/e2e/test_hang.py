@@ -1,5 +1,6 @@
 """Hang supervision: heartbeats and output as progress, a debug dump of every rank before
 anything is killed, the straggler named from the flight recorders, restarts, exit code 124."""
+import json
 import os
 import re
 import signal
@@ -105,10 +106,11 @@ def test_heartbeats_keep_a_slow_job_alive():
 
 @pytest.mark.parametrize("removes", [True, False])
 def test_a_worker_that_removed_its_heartbeat_file_is_finishing_not_hung(removes):
-    # A slow exit (PyTorch's teardown on a busy host): the hook removes the file at exit.
+    # A slow exit (PyTorch's teardown on a busy host): the hook removes the file at exit, and the
+    # exit is held to --exit_timeout, not to the silence of --hang_timeout.
     finish = 'rm "$DDPRUN_HEARTBEAT_FILE"; ' if removes else ""
-    r, elapsed = run(["--nproc_per_node=2", "--hang_timeout=2", "--shutdown_timeout=1",
-                      "--no_python", "/bin/sh", "-c",
+    r, elapsed = run(["--nproc_per_node=2", "--hang_timeout=2", "--exit_timeout=10",
+                      "--shutdown_timeout=1", "--no_python", "/bin/sh", "-c",
                       f'touch "$DDPRUN_HEARTBEAT_FILE"; {finish}sleep 5'])
     if removes:
         assert r.returncode == 0, r.stderr
@@ -116,6 +118,42 @@ def test_a_worker_that_removed_its_heartbeat_file_is_finishing_not_hung(removes)
     else:
         assert r.returncode == 124, r.stderr
         assert "no heartbeat for" in r.stderr
+
+
+@pytest.mark.parametrize("exit_timeout", ["", "--exit_timeout=3"])
+def test_a_finishing_worker_that_never_exits_is_hung_at_exit_and_not_restarted(tmp_path,
+                                                                                exit_timeout):
+    # Rank 1 said it is finishing and then never exits; rank 0 ends normally.
+    script = ('touch "$DDPRUN_HEARTBEAT_FILE"; rm "$DDPRUN_HEARTBEAT_FILE"; '
+              '[ "$RANK" = 1 ] && exec sleep 600; exit 0')
+    args = ["--nproc_per_node=2", "--hang_timeout=2", "--shutdown_timeout=1", "--max_restarts=3",
+            f"--log_dir={tmp_path}", *([exit_timeout] if exit_timeout else []), "--no_python",
+            "/bin/sh", "-c", script]
+    r, elapsed = run(args)
+    assert r.returncode == 124, r.stderr
+    limit = 3 if exit_timeout else 2  # by default the --hang_timeout
+    assert re.search(r"rank 1 \(local_rank 1, pid \d+\) hung at exit: removed its heartbeat file "
+                     r"[\d.]+ s ago and has not exited", r.stderr), r.stderr
+    assert f"(--exit_timeout={limit})" in r.stderr, r.stderr
+    assert "not restarted: the hung worker's program had finished" in r.stderr, r.stderr
+    assert len(attempt_dirs(tmp_path)) == 1, r.stderr  # --max_restarts=3 left unused
+    # Seen gone within half the limit, then the limit, the dump and the 1 s grace.
+    assert limit <= elapsed < limit * 1.5 + 15, elapsed
+    report = json.loads(next(Path(tmp_path).glob("*/incident.json")).read_text())
+    assert report["root_cause"]["class"] == "exit-hang", report
+
+
+def test_a_cpp_worker_stuck_in_its_teardown_is_hung_at_exit(tmp_path):
+    r, _ = run(["--nproc_per_node=2", "--hang_timeout=5", "--exit_timeout=2",
+                "--shutdown_timeout=1", "--max_restarts=1", f"--log_dir={tmp_path}", TRAIN,
+                "--device", "cpu", "--width", "64", "--depth", "2", "--batch", "16", "--steps",
+                "20", "--hang-at-exit", "--hang-rank", "1"])
+    assert r.returncode == 124, r.stderr
+    assert "rank 1: hanging at exit as asked" in r.stderr
+    assert re.search(r"rank 1 \(local_rank 1, pid \d+\) hung at exit", r.stderr), r.stderr
+    assert len(attempt_dirs(tmp_path)) == 1, r.stderr
+    rank1 = (attempt_dirs(tmp_path)[0] / "dumps" / "rank_1.txt").read_text()
+    assert "MaybeHangAtExit" in rank1, rank1[:3000]  # where it waits, in its native stack
 
 
 def test_dump_on_request_does_not_stop_the_job(tmp_path):

@@ -87,12 +87,31 @@ def test_slow_but_progressing_job_is_not_hung(tmp_path):
 
 def test_a_slow_finish_after_the_last_collective_is_not_hung(tmp_path):
     # Saving a checkpoint or tearing down after destroy_process_group: no collective is due.
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", JOB,
-               "--steps", "3", "--exit-sleep", str(HANG_TIMEOUT + 3))
+    # Tearing PyTorch down took up to 3 s on this 2-core host under load: --exit_timeout above it.
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=20",
+               "--hang_detect=torch", JOB, "--steps", "3", "--exit-sleep", str(HANG_TIMEOUT + 3))
     assert r.returncode == 0, r.stderr
     # At the interpreter's exit the hook removed the heartbeat files: no beat was due any more.
     assert len(list(Path(tmp_path).glob("*/attempt_0/*"))) >= 2
     assert not list(Path(tmp_path).glob("*/attempt_0/*/heartbeat"))
+
+
+def test_a_rank_stuck_in_its_exit_is_hung_at_exit_and_not_restarted(tmp_path):
+    start = time.monotonic()
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=4", "--max_restarts=2",
+               "--hang_detect=torch", JOB, "--steps", "3", "--hang-at-exit")
+    elapsed = time.monotonic() - start
+    assert r.returncode == 124, r.stderr
+    assert "rank 1 will hang at exit" in r.stdout
+    assert re.search(r"rank 1 \(local_rank 1, pid \d+\) hung at exit: removed its heartbeat "
+                     r"file [\d.]+ s ago and has not exited", r.stderr), r.stderr
+    assert "not restarted: the hung worker's program had finished" in r.stderr
+    assert "restarting" not in r.stderr
+    assert [p.name for p in Path(tmp_path).glob("*/attempt_*")] == ["attempt_0"]
+    summary = next(Path(tmp_path).glob("*/attempt_0/dumps/summary.txt")).read_text()
+    assert "rank 1: hung at exit, finishing (heartbeat file removed) since" in summary
+    print(f"hung at exit named and stopped {elapsed:.1f} s after the start (--exit_timeout=4)")
+    assert elapsed < 60
 
 
 def test_hook_off_by_default(tmp_path):

@@ -250,8 +250,8 @@ TEST_CASE("duplicate filters treat ,, as a literal comma") {
 }
 
 TEST_CASE("every duration option refuses nan, infinity and anything but a decimal number") {
-  for (const char* option :
-       {"monitor_interval", "shutdown_timeout", "hang_timeout", "startup_timeout"}) {
+  for (const char* option : {"monitor_interval", "shutdown_timeout", "hang_timeout",
+                             "startup_timeout", "exit_timeout"}) {
     for (const char* v : {"nan", "NaN", "inf", "-inf", "1e400", "0x10", " 3", "3s", "+3", "-1"}) {
       const std::string arg = std::string("--") + option + "=" + v;
       CAPTURE(arg);
@@ -261,6 +261,15 @@ TEST_CASE("every duration option refuses nan, infinity and anything but a decima
   }
   CHECK(Parse({"--shutdown_timeout=0.5", "t"})->config.shutdown_timeout == doctest::Approx(0.5));
   CHECK(Parse({"--hang_timeout=1e3", "t"})->config.hang_timeout == doctest::Approx(1000));
+}
+
+TEST_CASE("--exit_timeout is the --hang_timeout unless given; 0 waits for an exit unbounded") {
+  CHECK(Parse({"t"})->config.exit_timeout == 0);
+  CHECK(Parse({"--hang_timeout=300", "t"})->config.exit_timeout == doctest::Approx(300));
+  CHECK(Parse({"--hang_timeout=300", "--exit_timeout=60", "t"})->config.exit_timeout ==
+        doctest::Approx(60));
+  CHECK(Parse({"--hang_timeout=300", "--exit_timeout=0", "t"})->config.exit_timeout == 0);
+  CHECK(Parse({"--exit-timeout=7", "t"})->config.exit_timeout == doctest::Approx(7));
 }
 
 TEST_CASE("every rdzv_conf duration refuses nan; keep_alive_max_attempt is a whole number") {

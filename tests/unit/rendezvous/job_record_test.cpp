@@ -38,6 +38,25 @@ JobRecord Closed(int members) {
   return *rec;
 }
 
+TEST_CASE("a worker hung at exit fails the job with restarts left: its program had finished") {
+  JobRecord rec = Closed(2);
+  Cause c = WorkerCause(124);
+  c.cls = FailureClass::kExitHang;
+  auto ended = EndRoundByFailure(rec, 0, c, 3);
+  REQUIRE(ended.ok());
+  CHECK(ended->final());
+  CHECK(ended->exit_code() == 124);
+  auto back = JobRecord::Decode(ended->Encode());
+  REQUIRE(back.ok());
+  CHECK(back->final_cause.cls == FailureClass::kExitHang);
+  CHECK(std::string(FailureClassName(back->final_cause.cls)) == "exit-hang");
+  // A hang while training is restarted as any failure.
+  c.cls = FailureClass::kHang;
+  auto restarted = EndRoundByFailure(rec, 0, c, 3);
+  REQUIRE(restarted.ok());
+  CHECK_FALSE(restarted->final());
+}
+
 TEST_CASE("the job record survives encoding, any text in its messages included") {
   JobRecord rec = Closed(3);
   auto ended = EndRoundByFailure(rec, 0, WorkerCause(7), 0);

@@ -190,6 +190,9 @@ TEST_CASE("the summary names hung and beating ranks, the verdict and the main st
   CHECK(
       Has(s, "rank 0 waits in allreduce #1 (1.0 MiB); rank 1 completed #0 and has not entered #1"));
   CHECK(Has(s, "rank 1 (pid 101), rank_1.txt:\n  #0  0x1 nanosleep\n  #1  0x2 main\n"));
+  request.hung[0].at_exit = true;  // finishing, and never exited
+  CHECK(Has(FormatSummary(request, dumps, analysis, now),
+            "hung ranks: 1\n  rank 1: hung at exit, finishing (heartbeat file removed) since "));
 }
 
 TEST_CASE("a dump of live processes holds their threads, /proc state and flight recorders") {

@@ -118,6 +118,19 @@ TEST_CASE("explain: a collective timeout names the rank, the collective and the 
   CHECK(e->fix.find("--hang_timeout") != std::string::npos);
 }
 
+TEST_CASE("explain: a worker hung at exit is told apart from what its output says") {
+  auto e = Explain(Failed("hung at exit: removed its heartbeat file 5.0 s ago and has not exited "
+                          "(--exit_timeout=5)",
+                          "RuntimeError: CUDA out of memory\n"),
+                   {});
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "hung at exit");
+  CHECK(e->cause.find("program had finished") != std::string::npos);
+  CHECK(e->fix.find("destroy_process_group") != std::string::npos);
+  CHECK(e->fix.find("not restarted") != std::string::npos);
+  CHECK_FALSE(Explain(Failed("hung: no heartbeat for 5.0 s (--hang_timeout=5)"), {}));
+}
+
 // c10/cuda/CUDACachingAllocator.cpp, the OutOfMemoryError message.
 TEST_CASE("explain: CUDA out of memory names the GPU, the sizes and the other processes") {
   auto e = Explain(Failed("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "

@@ -195,6 +195,14 @@ TEST_CASE_FIXTURE(Fixture, "hung workers fail the group like a crash and are tor
   CHECK(s.workers()[1].exit_time == now);  // when it was declared hung, not when it died
 }
 
+TEST_CASE_FIXTURE(Fixture, "a worker hung at exit is recorded so") {
+  GroupState s = Make(2);
+  s.OnHang({{1, "hung at exit: removed its heartbeat file 3.0 s ago", true}}, now);
+  REQUIRE(s.failures().size() == 1);
+  CHECK(s.workers()[1].hang_at_exit);
+  CHECK_FALSE(s.workers()[0].hang_at_exit);
+}
+
 TEST_CASE_FIXTURE(Fixture, "a hang found after a crash changes nothing: the crash is the cause") {
   GroupState s = Make(2);
   s.OnExits({{100, ExitStatus::Exited(1)}}, now);

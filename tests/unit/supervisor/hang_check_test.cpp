@@ -20,8 +20,8 @@ TEST_CASE("a worker silent past --hang_timeout is hung; one that beat since is n
   CHECK(v.report.beating_ranks == std::vector<int>{0, 1});
   v = FindHung(beats, limits, kT0 + milliseconds(10000));
   REQUIRE(v.hung.size() == 1);
-  CHECK(v.hung[0].first == 0);
-  CHECK(v.hung[0].second == "hung: no heartbeat for 10.0 s (--hang_timeout=10)");
+  CHECK(v.hung[0].index == 0);
+  CHECK(v.hung[0].why == "hung: no heartbeat for 10.0 s (--hang_timeout=10)");
   CHECK(v.report.beating_ranks == std::vector<int>{1});
   CHECK(v.report.running.size() == 2);
 }
@@ -33,7 +33,7 @@ TEST_CASE("once one rank is hung, a rank silent for nine tenths of the limit is 
                              Running(2, milliseconds(1500))};
   auto v = FindHung(beats, limits, kT0 + milliseconds(2000));
   REQUIRE(v.hung.size() == 2);
-  CHECK(v.hung[1].first == 1);
+  CHECK(v.hung[1].index == 1);
   CHECK(v.report.beating_ranks == std::vector<int>{2});
   // Without a rank past its limit there is no slack.
   v = FindHung(beats, limits, kT0 + milliseconds(1990));
@@ -44,7 +44,7 @@ TEST_CASE("the first beat has its own limit, and limits of 0 turn the checks off
   std::vector<Beat> beats = {Running(0, milliseconds(0), false), Running(1, milliseconds(0))};
   auto v = FindHung(beats, {Duration(10), Duration(3)}, kT0 + milliseconds(3000));
   REQUIRE(v.hung.size() == 1);
-  CHECK(v.hung[0].second == "hung: no first heartbeat 3.0 s after start (--startup_timeout=3)");
+  CHECK(v.hung[0].why == "hung: no first heartbeat 3.0 s after start (--startup_timeout=3)");
   CHECK(FindHung(beats, {Duration(0), Duration(0)}, kT0 + milliseconds(999999)).hung.empty());
   beats[1].running = false;  // exited workers are never hung
   beats[1].last = kT0;
@@ -63,6 +63,59 @@ TEST_CASE("the next check is the earliest deadline of a running worker") {
   REQUIRE(next);
   CHECK(*next == kT0 + milliseconds(15000));
   CHECK_FALSE(NextHangCheck(beats, {Duration(0), Duration(0)}, kT0));
+}
+
+Beat Finishing(int rank, milliseconds seen) {
+  Beat b = Running(rank, seen);
+  b.finishing = true;
+  return b;
+}
+
+TEST_CASE(
+    "a finishing worker has --exit_timeout from when it was seen finishing, then is hung at exit") {
+  HangLimits limits{Duration(10), Duration(0), Duration(4)};
+  // Rank 1 removed its heartbeat file, seen at 20 s: no beat is due, only its exit by 24 s.
+  std::vector<Beat> beats = {Running(0, milliseconds(19000)), Finishing(1, milliseconds(20000))};
+  auto v = FindHung(beats, limits, kT0 + milliseconds(23999));
+  CHECK(v.hung.empty());
+  CHECK(v.report.beating_ranks == std::vector<int>{0});  // finishing is not beating
+  v = FindHung(beats, limits, kT0 + milliseconds(24000));
+  REQUIRE(v.hung.size() == 1);
+  CHECK(v.hung[0].index == 1);
+  CHECK(v.hung[0].at_exit);
+  CHECK(v.hung[0].why ==
+        "hung at exit: removed its heartbeat file 4.0 s ago and has not exited "
+        "(--exit_timeout=4)");
+  REQUIRE(v.report.hung.size() == 1);
+  CHECK(v.report.hung[0].finishing);
+  // A silent rank past --hang_timeout is hung, not at exit.
+  v = FindHung(beats, limits, kT0 + milliseconds(29000));
+  REQUIRE(v.hung.size() == 2);
+  CHECK_FALSE(v.hung[0].at_exit);
+  // --exit_timeout=0: a finishing worker is awaited without a bound.
+  limits.exit_timeout = Duration(0);
+  v = FindHung({Finishing(1, milliseconds(0))}, limits, kT0 + milliseconds(999999));
+  CHECK(v.hung.empty());
+  CHECK_FALSE(NextHangCheck({Finishing(1, milliseconds(0))}, limits, kT0));
+}
+
+TEST_CASE("with an exit limit, workers are looked at within half of it for a removed file") {
+  HangLimits limits{Duration(300), Duration(0), Duration(10)};
+  std::vector<Beat> beats = {Running(0, milliseconds(0))};
+  auto next = NextHangCheck(beats, limits, kT0 + milliseconds(1000));
+  REQUIRE(next);
+  CHECK(*next == kT0 + milliseconds(6000));
+  beats.push_back(Finishing(1, milliseconds(0)));
+  next = NextHangCheck(beats, limits, kT0 + milliseconds(1000));
+  REQUIRE(next);
+  CHECK(*next == kT0 + milliseconds(6000));
+  next = NextHangCheck({Finishing(1, milliseconds(0))}, limits, kT0 + milliseconds(1000));
+  REQUIRE(next);
+  CHECK(*next == kT0 + milliseconds(10000));
+  // Without --hang_timeout, an exit limit alone still holds finishing workers.
+  next = NextHangCheck(beats, {Duration(0), Duration(0), Duration(10)}, kT0);
+  REQUIRE(next);
+  CHECK(*next == kT0 + milliseconds(5000));
 }
 
 }  // namespace
