@@ -94,7 +94,10 @@ void RunRecorder::HangDetected(const supervisor::HangReport& report, const std::
   json hung = json::array();
   for (const auto& w : report.hung) {
     h.hung.push_back(w.rank);
-    hung.push_back({{"rank", w.rank}, {"pid", w.pid}, {"silent_seconds", w.silent_seconds}});
+    hung.push_back({{"rank", w.rank},
+                    {"pid", w.pid},
+                    {"silent_seconds", w.silent_seconds},
+                    {"at_exit", w.finishing}});
   }
   h.verdict = verdict;
   hang_ = h;

@@ -111,6 +111,26 @@ def test_a_restart_and_a_hang_are_events_and_the_hang_is_in_the_incident(tmp_pat
     assert doc["root_cause"]["class"] == "hang"
 
 
+def test_a_hang_at_exit_is_an_event_and_an_incident_of_its_own_class(tmp_path):
+    log = tmp_path / "events.jsonl"
+    r = run_ddprun(["--nproc_per_node=2", "--hang_timeout=5", "--exit_timeout=2",
+                    "--shutdown_timeout=1", "--max_restarts=1", f"--log_dir={tmp_path}", TRAIN,
+                    "--device", "cpu", "--width", "64", "--depth", "2", "--batch", "16",
+                    "--steps", "10", "--hang-at-exit", "--hang-rank", "1"],
+                   env=base_env(DDPRUN_EVENT_LOG=str(log)), timeout=120)
+    assert r.rc == 124, r
+    evs = events(log)
+    seq = names(evs)
+    assert "restart" not in seq and seq[-1] == "exit" and evs[-1]["class"] == "hang", seq
+    hang = next(e for e in evs if e["event"] == "hang_detected")
+    assert [(h["rank"], h["at_exit"]) for h in hang["hung"]] == [(1, True)], hang
+    failure = next(e for e in evs if e["event"] == "failure")
+    assert failure["class"] == "exit-hang", failure
+    doc = incident(tmp_path)
+    assert doc["class"] == "hang" and doc["attempt"] == 0
+    assert doc["root_cause"]["class"] == "exit-hang" and doc["root_cause"]["rank"] == 1
+
+
 @pytest.mark.parametrize("slurm_job, cls", [(None, "signalled"), ("4242", "preempted")])
 def test_a_stopped_run_is_signalled_or_preempted_in_a_slurm_job(tmp_path, slurm_job, cls):
     log = tmp_path / "events.jsonl"
