@@ -111,6 +111,17 @@ Match InplaceModified(const std::string& text, const ExplainContext&) {
 // its heartbeat file and did not exit.
 Match HungAtExit(const std::string& text, const ExplainContext&) {
   if (text.rfind("hung at exit: ", 0) != 0) return {};
+  // ProcessGroupNCCL's destructor, when the group was never destroyed: 2.3-2.6, then 2.7 on.
+  if (Has(text, "process group has NOT been destroyed before") ||
+      Has(text, "destroy_process_group() was not called before program exit")) {
+    return Lines(
+        "the worker's program had finished but never destroyed its process group (PyTorch "
+        "warned so): the group's teardown at exit waits, which NCCL needs every rank to do "
+        "together",
+        "call torch.distributed.destroy_process_group() on every rank at the end of the "
+        "program; the dump's stacks show where it waits; the job is not restarted (that would "
+        "run the finished program again)");
+  }
   return Lines(
       "the worker's program had finished (it removed its heartbeat file) but its process "
       "did not exit: something in its exit waits (a process group's teardown, a thread "

@@ -73,7 +73,7 @@ std::optional<SteadyTime> NextHangCheck(const std::vector<Beat>& beats, const Ha
     // Not beaten yet and no startup limit: look again later for its first beat.
     if (!b.beaten && startup.count() == 0 && hang.count() > 0) earliest(now + hang);
     // It may remove its heartbeat file at any moment: its exit limit counts from when that is seen.
-    if (exit_limit.count() > 0) earliest(now + exit_limit / 2);
+    if (exit_limit.count() > 0) earliest(now + exit_limit / 4);
   }
   return next;
 }

@@ -49,7 +49,7 @@ HangVerdict FindHung(const std::vector<Beat>& beats, const HangLimits& limits, S
 // The earliest moment some worker could be hung; nullopt when none can (no
 // limits, or nothing running). A worker without a first beat and without a
 // startup limit is looked at again one hang timeout from `now`; with an exit
-// limit, a worker not yet seen finishing is looked at again within half of it
+// limit, a worker not yet seen finishing is looked at again within a quarter of it
 // (its heartbeat file may be gone by then).
 std::optional<SteadyTime> NextHangCheck(const std::vector<Beat>& beats, const HangLimits& limits,
                                         SteadyTime now);

@@ -501,6 +501,12 @@ void Supervisor::CheckHangs() {
       continue;
     }
     if (m <= p.mtime_ns) continue;
+    if (p.finishing) {
+      // Created again (a new process group after a destroyed one): running again.
+      p.finishing = false;
+      spdlog::debug("rank {} created its heartbeat file again: held to --hang_timeout again",
+                    i < running_->workers().size() ? running_->workers()[i].rank : -1);
+    }
     p.mtime_ns = m;
     p.beaten = true;
     p.last = now - std::chrono::nanoseconds(std::max<int64_t>(0, wall_now_ns - m));

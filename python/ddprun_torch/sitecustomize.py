@@ -2,13 +2,13 @@
 PYTHONPATH. It changes nothing in the user's program: a daemon thread reads PyTorch's own flight
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
-$DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>"; after destroy_process_group it
-touches the heartbeat at every look (no collective is due while the rank finishes). When the
-interpreter exits (after the program's own exit handlers) it removes the heartbeat file: the thread
-stops with the interpreter, so it tells ddprun that no beat is due any more, only the exit (within
---exit_timeout). On ddprun's request
-($DDPRUN_TORCH_DIR/dump_request) it writes the flight recorder to TORCH_FR_DUMP_TEMP_FILE<RANK>
-where PyTorch has no dump pipe of its own (Gloo). Then it imports the user's own sitecustomize."""
+$DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>". After destroy_process_group, and
+when the interpreter exits (after the program's own exit handlers; the thread stops with the
+interpreter), it removes the heartbeat file: the rank is finishing, no beat is due any more, only
+its exit (ddprun's --exit_timeout); a process group made again after that creates the file again.
+On ddprun's request ($DDPRUN_TORCH_DIR/dump_request) it writes the flight recorder to
+TORCH_FR_DUMP_TEMP_FILE<RANK> where PyTorch has no dump pipe of its own (Gloo). Then it imports the
+user's own sitecustomize."""
 import atexit
 import os
 import pickle
@@ -62,17 +62,37 @@ def _initialized(dist):
         return False
 
 
+_lock = threading.Lock()  # a beat never recreates the file the exit handler removed
+_exiting = False
+
+
+def _beat(heartbeat):
+    """Touches the heartbeat file, creating it again if the rank had said it was finishing."""
+    with _lock:
+        if not heartbeat or _exiting:
+            return
+        try:
+            os.close(os.open(heartbeat, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+            os.utime(heartbeat)
+        except OSError:
+            pass  # a missed beat; never disturb the job
+
+
 def _watch(torch_dir, heartbeat, rank):
-    seen, dumped, was_initialized = None, False, False
+    seen, dumped, was_initialized, finished = None, False, False, False
     request = os.path.join(torch_dir, "dump_request")
     while True:
         time.sleep(_PERIOD)
         if not _initialized(sys.modules.get("torch.distributed")):
             # After destroy_process_group no collective is due: the rank is finishing (saving,
-            # tearing down), which is no distributed hang. Beat while it does.
-            if was_initialized and heartbeat:
-                os.utime(heartbeat)
+            # tearing down). It says so once; ddprun then awaits its exit (--exit_timeout).
+            if was_initialized:
+                was_initialized, finished = False, True
+                _finishing(heartbeat)
             continue
+        if finished:  # a process group again after a destroyed one: running again
+            finished = False
+            _beat(heartbeat)
         was_initialized = True
         import torch._C._distributed_c10d as c10d
         try:
@@ -82,8 +102,7 @@ def _watch(torch_dir, heartbeat, rank):
                 now = (last.get("record_id"), state)
                 if now != seen:
                     seen = now
-                    if heartbeat:
-                        os.utime(heartbeat)
+                    _beat(heartbeat)
                     _write(os.path.join(torch_dir, "progress_" + rank),
                            "%d %s %s\n" % (last.get("collective_seq_id", 0),
                                            last.get("profiling_name", "?"), state))
@@ -96,10 +115,20 @@ def _watch(torch_dir, heartbeat, rank):
 
 
 def _finishing(heartbeat):
-    try:
-        os.unlink(heartbeat)
-    except OSError:
-        pass  # gone already: nothing to say
+    with _lock:
+        if not heartbeat:
+            return
+        try:
+            os.unlink(heartbeat)
+        except OSError:
+            pass  # gone already: nothing to say
+
+
+def _at_exit(heartbeat):
+    global _exiting
+    with _lock:
+        _exiting = True
+    _finishing(heartbeat)
 
 
 def _start():
@@ -109,7 +138,7 @@ def _start():
     os.makedirs(torch_dir, exist_ok=True)
     heartbeat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
     if heartbeat:
-        atexit.register(_finishing, heartbeat)  # registered first: runs after the program's own
+        atexit.register(_at_exit, heartbeat)  # registered first: runs after the program's own
     args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
     threading.Thread(target=_watch, args=args, name="ddprun-torch-hook", daemon=True).start()
 

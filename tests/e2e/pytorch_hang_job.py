@@ -1,9 +1,12 @@
 """An unmodified PyTorch DDP job on CPU (Gloo) for the hang tests and bench/pytorch_hang_bench.py:
 a tiny model trained for --steps steps; with --hang-step N, rank --hang-rank sleeps forever
 before step N's all_reduce, so the other ranks wait in it. --step-sleep slows every step,
---exit-sleep the finish after destroy_process_group; with --hang-at-exit, rank --hang-rank hangs in
-its interpreter's teardown (a finalizer that never returns, as a stuck destructor would)."""
+--exit-sleep the finish after destroy_process_group; --again N trains N more steps in a process group
+made again after that. With --hang-after-destroy rank --hang-rank sleeps forever after its last
+destroy_process_group; with --hang-at-exit it hangs in its interpreter's teardown (a finalizer that
+never returns, as a stuck destructor would)."""
 import argparse
+import os
 import time
 
 import torch
@@ -12,6 +15,10 @@ from torch.nn.parallel import DistributedDataParallel
 
 
 def stuck_before_all_reduce():
+    time.sleep(100000)
+
+
+def stuck_after_destroy():
     time.sleep(100000)
 
 
@@ -32,14 +39,40 @@ def main():
     p.add_argument("--exit-sleep", type=float, default=0.0,
                    help="seconds to sleep after destroy_process_group (a slow finish)")
     p.add_argument("--hang-at-exit", action="store_true")
+    p.add_argument("--hang-after-destroy", action="store_true",
+                   help="rank --hang-rank sleeps forever after destroy_process_group")
+    p.add_argument("--again", type=int, default=0,
+                   help="then a process group again for this many more steps")
     a = p.parse_args()
-    dist.init_process_group(a.backend)
+    train(a, a.steps, dist.init_process_group)
+    if a.again:
+        train(a, a.again, init_again)
+    rank = int(os.environ["RANK"])
+    if a.hang_after_destroy and rank == a.hang_rank:
+        print(f"rank {rank} hangs after destroy_process_group", flush=True)
+        stuck_after_destroy()
+    if a.hang_at_exit and rank == a.hang_rank:
+        print(f"rank {rank} will hang at exit", flush=True)
+        globals()["_stuck"] = StuckAtExit()
+
+
+def init_again(backend):
+    """A process group again, its keys under a prefix of their own: the first group's are still in
+    the job's store, and Gloo's rendezvous would read them (stale addresses) for the new one."""
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                          is_master=False)
+    dist.init_process_group(backend, store=dist.PrefixStore("again/", store),
+                            rank=int(os.environ["RANK"]), world_size=int(os.environ["WORLD_SIZE"]))
+
+
+def train(a, steps, init):
+    init(a.backend)
     rank = dist.get_rank()
     dev = torch.device("cuda", rank % torch.cuda.device_count()) if a.backend == "nccl" else "cpu"
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(8, 2).to(dev))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    for step in range(a.steps):
+    for step in range(steps):
         loss = model(torch.randn(4, 8, device=dev)).sum()
         opt.zero_grad()
         loss.backward()
@@ -54,9 +87,6 @@ def main():
         time.sleep(a.step_sleep)
     dist.destroy_process_group()
     time.sleep(a.exit_sleep)
-    if a.hang_at_exit and rank == a.hang_rank:
-        print(f"rank {rank} will hang at exit", flush=True)
-        globals()["_stuck"] = StuckAtExit()
 
 
 if __name__ == "__main__":

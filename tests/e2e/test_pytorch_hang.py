@@ -114,6 +114,35 @@ def test_a_rank_stuck_in_its_exit_is_hung_at_exit_and_not_restarted(tmp_path):
     assert elapsed < 60
 
 
+def test_a_rank_stuck_after_destroy_process_group_is_hung_at_exit(tmp_path):
+    # Before, the hook beat at every look once the group was destroyed: this was never caught.
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3",
+               "--hang_detect=torch", JOB, "--steps", "3", "--hang-after-destroy")
+    assert r.returncode == 124, r.stderr
+    assert "rank 1 hangs after destroy_process_group" in r.stdout
+    assert re.search(r"rank 1 \(local_rank 1, pid \d+\) hung at exit", r.stderr), r.stderr
+    assert "not restarted" in r.stderr
+    if (Path(sys.executable).parent / "py-spy").exists():
+        summary = next(Path(tmp_path).glob("*/attempt_0/dumps/summary.txt")).read_text()
+        assert "stuck_after_destroy" in summary, summary
+
+
+def test_a_process_group_made_again_after_destroy_runs_on(tmp_path):
+    # Seen finishing during the sleep after the first group (ddprun looks every 3 s); the second
+    # group's collectives create the heartbeat file again well before the 12 s are up, and it
+    # trains for 18 s more: were it still taken for finishing, it would be hung at exit.
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=2",
+                        f"--log_dir={tmp_path}", f"--hang_timeout={HANG_TIMEOUT}",
+                        "--exit_timeout=12", "--hang_detect=torch",
+                        JOB, "--steps", "3", "--exit-sleep", "4.5", "--again", "36",
+                        "--step-sleep", "0.5"], env={**env(), "LOGLEVEL": "DEBUG"},
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    for rank in (0, 1):
+        assert f"rank {rank} removed its heartbeat file: finishing" in r.stderr, r.stderr
+        assert f"rank {rank} created its heartbeat file again" in r.stderr, r.stderr
+
+
 def test_hook_off_by_default(tmp_path):
     script = tmp_path / "show.py"
     script.write_text("import os\nprint('PP=' + os.environ.get('PYTHONPATH', ''), "

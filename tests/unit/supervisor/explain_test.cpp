@@ -129,6 +129,19 @@ TEST_CASE("explain: a worker hung at exit is told apart from what its output say
   CHECK(e->fix.find("destroy_process_group") != std::string::npos);
   CHECK(e->fix.find("not restarted") != std::string::npos);
   CHECK_FALSE(Explain(Failed("hung: no heartbeat for 5.0 s (--hang_timeout=5)"), {}));
+  // PyTorch's warnings of a group never destroyed (2.4, then 2.7 on) name the cause.
+  for (const char* warning :
+       {"[rank1]:[W227 10:54:51.986111855 ProcessGroupNCCL.cpp:1374] Warning: WARNING: process "
+        "group has NOT been destroyed before we destruct ProcessGroupNCCL. On normal program "
+        "exit, the application should call destroy_process_group",
+        "[rank1]:[W730 15:32:14.298860965 ProcessGroupNCCL.cpp:1479] Warning: WARNING: "
+        "destroy_process_group() was not called before program exit, which can leak "
+        "resources."}) {
+    e = Explain(Failed("hung at exit: removed its heartbeat file 5.0 s ago", warning), {});
+    REQUIRE(e.has_value());
+    CHECK(e->signature == "hung at exit");
+    CHECK(e->cause.find("never destroyed its process group") != std::string::npos);
+  }
 }
 
 // c10/cuda/CUDACachingAllocator.cpp, the OutOfMemoryError message.

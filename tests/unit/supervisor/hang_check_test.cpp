@@ -99,23 +99,23 @@ TEST_CASE(
   CHECK_FALSE(NextHangCheck({Finishing(1, milliseconds(0))}, limits, kT0));
 }
 
-TEST_CASE("with an exit limit, workers are looked at within half of it for a removed file") {
+TEST_CASE("with an exit limit, workers are looked at within a quarter of it for a removed file") {
   HangLimits limits{Duration(300), Duration(0), Duration(10)};
   std::vector<Beat> beats = {Running(0, milliseconds(0))};
   auto next = NextHangCheck(beats, limits, kT0 + milliseconds(1000));
   REQUIRE(next);
-  CHECK(*next == kT0 + milliseconds(6000));
+  CHECK(*next == kT0 + milliseconds(3500));
   beats.push_back(Finishing(1, milliseconds(0)));
   next = NextHangCheck(beats, limits, kT0 + milliseconds(1000));
   REQUIRE(next);
-  CHECK(*next == kT0 + milliseconds(6000));
+  CHECK(*next == kT0 + milliseconds(3500));
   next = NextHangCheck({Finishing(1, milliseconds(0))}, limits, kT0 + milliseconds(1000));
   REQUIRE(next);
   CHECK(*next == kT0 + milliseconds(10000));
   // Without --hang_timeout, an exit limit alone still holds finishing workers.
   next = NextHangCheck(beats, {Duration(0), Duration(0), Duration(10)}, kT0);
   REQUIRE(next);
-  CHECK(*next == kT0 + milliseconds(5000));
+  CHECK(*next == kT0 + milliseconds(2500));
 }
 
 }  // namespace
