@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,12 +34,6 @@ constexpr size_t kReadBufferSize = 64 * 1024;
 // After the last worker exited, how long output still held open by its
 // leftover children may take to drain before the pipes are closed.
 constexpr uint64_t kDrainMillis = 2000;
-
-int64_t MtimeNs(const std::string& path) {
-  struct stat st {};
-  if (path.empty() || ::stat(path.c_str(), &st) != 0) return 0;
-  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
-}
 
 uint64_t ToMillis(Duration d) {
   const double ms = d.count() * 1000.0;
@@ -86,7 +79,8 @@ struct Supervisor::PipeReader {
   }
 
   void Consume(std::string_view data) {
-    if (spec.track_progress) owner->NoteProgress(worker);
+    if (spec.track_progress)
+      owner->heartbeats_.NoteProgress(worker, std::chrono::steady_clock::now());
     // The log file is the complete record: written synchronously (a regular
     // file does not block on a reader); after a failed write it is given up.
     if (file.valid() && !WriteAll(file.get(), data.data(), data.size())) {
@@ -227,8 +221,8 @@ void Supervisor::ClearStopRequest() { stop_requested_ = false; }
 void Supervisor::NoteLine(size_t worker, std::string_view line) {
   // What a failure report needs: the last few KiB, cut at a line start.
   constexpr size_t kKeep = 4096;
-  if (worker >= progress_.size()) return;
-  std::string& tail = progress_[worker].tail;
+  if (worker >= outputs_.size()) return;
+  std::string& tail = outputs_[worker].tail;
   tail.append(line.substr(line.size() > kKeep ? line.size() - kKeep : 0));
   if (tail.size() <= 2 * kKeep) return;
   size_t cut = tail.find('\n', tail.size() - kKeep);
@@ -236,8 +230,8 @@ void Supervisor::NoteLine(size_t worker, std::string_view line) {
 }
 
 void Supervisor::NoteLogLost(size_t worker, const std::string& path, int err) {
-  if (worker >= progress_.size()) return;
-  std::string& lost = progress_[worker].log_error;
+  if (worker >= outputs_.size()) return;
+  std::string& lost = outputs_[worker].log_error;
   if (!lost.empty()) lost += "; ";
   lost += path + ": write failed: " + std::strerror(err) + "; later output is not in it";
   spdlog::error(
@@ -313,7 +307,7 @@ StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
   parent_side.emplace_back(fds[1]);
   auto reader = std::make_unique<PipeReader>();
   reader->owner = this;
-  reader->worker = progress_.size();  // the worker being started
+  reader->worker = outputs_.size();  // the worker being started
   reader->spec = stream;
   reader->console = &ConsoleWriter::For(console_fd);
   if (!stream.file.empty()) {
@@ -366,14 +360,13 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);
     containment_->Track(*pid);
-    Progress p;
-    p.last = std::chrono::steady_clock::now();
-    p.file = spec.heartbeat_file;
-    p.mtime_ns = MtimeNs(p.file);
-    progress_.push_back(std::move(p));
+    heartbeats_.Add(spec.heartbeat_file, std::chrono::steady_clock::now());
+    outputs_.emplace_back();
     return;
   }
-  progress_.emplace_back();  // keeps indices aligned with the group's workers
+  // Keeps indices aligned with the group's workers.
+  heartbeats_.Add("", std::chrono::steady_clock::now());
+  outputs_.emplace_back();
   const int code = exit_code::ForStatus(pid.status()) == exit_code::kUsage
                        ? exit_code::kFailure
                        : exit_code::ForStatus(pid.status());
@@ -445,22 +438,7 @@ HangReport Supervisor::RunningReport() const {
   return FindHung(Beats(), HangLimits{}, std::chrono::steady_clock::now()).report;
 }
 
-// A finishing worker's output is no progress: it has its --exit_timeout to exit.
-void Supervisor::NoteProgress(size_t index) {
-  if (index >= progress_.size() || progress_[index].finishing) return;
-  progress_[index].last = std::chrono::steady_clock::now();
-  progress_[index].beaten = true;
-}
-
-std::vector<Beat> Supervisor::Beats() const {
-  std::vector<Beat> beats;
-  for (size_t i = 0; i < progress_.size() && i < running_->workers().size(); ++i) {
-    const WorkerRecord& w = running_->workers()[i];
-    beats.push_back({w.state == WorkerState::kRunning, w.rank, w.local_rank, w.pid,
-                     progress_[i].last, progress_[i].beaten, progress_[i].finishing});
-  }
-  return beats;
-}
+std::vector<Beat> Supervisor::Beats() const { return heartbeats_.Beats(running_->workers()); }
 
 HangLimits Supervisor::Limits() const {
   return {options_.hang_timeout, options_.startup_timeout, options_.exit_timeout};
@@ -483,34 +461,11 @@ void Supervisor::CheckHangs() {
   using std::chrono::steady_clock;
   if (running_ == nullptr || running_->phase() != Phase::kRunning) return;
   const auto now = steady_clock::now();
-  // A newer heartbeat mtime is a beat; place it in steady time by its age.
+  // The system clock's now dates the heartbeat files' times.
   const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
-  for (size_t i = 0; i < progress_.size(); ++i) {
-    Progress& p = progress_[i];
-    const int64_t m = MtimeNs(p.file);
-    if (m == 0 && p.mtime_ns > 0 && !p.finishing && i < running_->workers().size()) {
-      // ddprun created the file; the worker removed it: it is finishing (its
-      // interpreter exiting, say), no beat is due any more, only its exit.
-      p.finishing = true;
-      p.last = now;
-      const WorkerRecord& w = running_->workers()[i];
-      spdlog::debug("rank {} removed its heartbeat file: finishing, held to --exit_timeout={}",
-                    w.rank, options_.exit_timeout.count());
-      continue;
-    }
-    if (m <= p.mtime_ns) continue;
-    if (p.finishing) {
-      // Created again (a new process group after a destroyed one): running again.
-      p.finishing = false;
-      spdlog::debug("rank {} created its heartbeat file again: held to --hang_timeout again",
-                    i < running_->workers().size() ? running_->workers()[i].rank : -1);
-    }
-    p.mtime_ns = m;
-    p.beaten = true;
-    p.last = now - std::chrono::nanoseconds(std::max<int64_t>(0, wall_now_ns - m));
-  }
+  heartbeats_.Look(now, wall_now_ns, running_->workers());
   HangVerdict verdict = FindHung(Beats(), Limits(), now);
   auto& hung = verdict.hung;
   const HangReport& report = verdict.report;
@@ -579,7 +534,8 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   GroupState state(options, &control_, timer_.get());
   if (file_timer_) file_timer_->Clear();  // the last group's workers are gone
   options_ = options;
-  progress_.clear();
+  heartbeats_.Clear();
+  outputs_.clear();
   running_ = &state;
   timer_->Target(&state);
   if (pending_signal_ != 0) state.OnSignal(pending_signal_);
@@ -598,9 +554,9 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   if (file_timer_) file_timer_->Clear();
   running_ = nullptr;
   GroupResult result{state.outcome(), state.received_signal(), state.workers(), state.failures()};
-  for (size_t i = 0; i < result.workers.size() && i < progress_.size(); ++i) {
-    result.workers[i].output_tail = std::move(progress_[i].tail);
-    result.workers[i].log_error = std::move(progress_[i].log_error);
+  for (size_t i = 0; i < result.workers.size() && i < outputs_.size(); ++i) {
+    result.workers[i].output_tail = std::move(outputs_[i].tail);
+    result.workers[i].log_error = std::move(outputs_[i].log_error);
   }
   return result;
 }

@@ -22,6 +22,7 @@
 #include "supervisor/file_timer_server.hpp"
 #include "supervisor/group_state.hpp"
 #include "supervisor/hang_check.hpp"
+#include "supervisor/heartbeat_watch.hpp"
 #include "supervisor/signal_tap.hpp"
 #include "supervisor/spawn.hpp"
 #include "supervisor/worker_spec.hpp"
@@ -111,22 +112,17 @@ class Supervisor {
   void ReapChildren();
   void OnSignal(int sig, pid_t sender = 0);
   void Drain(GroupState& state);
-  // Hang detection: one timer, armed for the earliest deadline of any worker.
-  struct Progress {
-    std::chrono::steady_clock::time_point last;  // last beat, or the start, or seen finishing
-    bool beaten = false;
-    int64_t mtime_ns = 0;    // heartbeat file mtime last seen
-    bool finishing = false;  // removed its heartbeat file: only its exit is due (--exit_timeout)
-    std::string file;
+  // What a worker's output left for its failure report.
+  struct WorkerOutput {
     std::string tail;       // the last lines the worker wrote, both streams (bounded)
     std::string log_error;  // why its log files are incomplete, "" when they are not
   };
-  void NoteProgress(size_t index);
   void NoteLine(size_t worker, std::string_view line);
   void NoteLogLost(size_t worker, const std::string& path, int err);
+  // Hang detection: one timer, armed for the earliest deadline of any worker.
   void ArmHangCheck();
   void CheckHangs();
-  std::vector<Beat> Beats() const;  // hang_check.hpp's view of progress_
+  std::vector<Beat> Beats() const;  // hang_check.hpp's view of the running workers
   HangLimits Limits() const;
   void CloseReader(PipeReader& reader);
   void OnTimerExpired(const ExpiredTimer& timer);
@@ -150,7 +146,8 @@ class Supervisor {
   std::vector<std::unique_ptr<PipeReader>> readers_;
   std::map<std::string, UniqueFd> filter_files_;
   uv_timer_t hang_timer_{};
-  std::vector<Progress> progress_;
+  HeartbeatWatch heartbeats_;          // the running group's workers, by index
+  std::vector<WorkerOutput> outputs_;  // the same
   GroupOptions options_;
   HangHandler hang_handler_;
   HangHandler dump_handler_;

@@ -1,0 +1,48 @@
+// Each worker's progress as the supervisor sees it: the modification time of
+// its heartbeat file (DDPRUN_HEARTBEAT_FILE, created by ddprun: a newer one is
+// a beat), progress noted otherwise (an output line, a PyTorch collective),
+// and the file's removal (the worker is finishing: only its exit is due) or
+// creation again (running again). Looked at only when the supervisor asks, so
+// a beat costs the worker one touch and ddprun nothing; hang_check.hpp turns
+// what it saw into a verdict.
+//
+// Not thread-safe: use from the supervisor's loop thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "supervisor/group_state.hpp"
+#include "supervisor/hang_check.hpp"
+
+namespace ddprun::supervisor {
+
+class HeartbeatWatch {
+ public:
+  // Forgets every worker (a new group).
+  void Clear() { workers_.clear(); }
+  // The next worker, started at `now`; `file` is "" when it has none (or
+  // could not be started). Indices follow the group's workers.
+  void Add(const std::string& file, SteadyTime now);
+  // Worker `index` made progress at `now` (a line of output, a collective);
+  // a finishing worker's is no progress: it has its --exit_timeout to exit.
+  void NoteProgress(size_t index, SteadyTime now);
+  // Reads every heartbeat file; `workers` names them in the log. `wall_now_ns`
+  // (the system clock) places a file time in steady time by its age.
+  void Look(SteadyTime now, int64_t wall_now_ns, const std::vector<WorkerRecord>& workers);
+  // hang_check.hpp's view: one Beat per worker of `workers`.
+  std::vector<Beat> Beats(const std::vector<WorkerRecord>& workers) const;
+
+ private:
+  struct Progress {
+    SteadyTime last;         // last beat, or the start, or when seen finishing
+    bool beaten = false;     // beat at least once
+    int64_t mtime_ns = 0;    // heartbeat file mtime last seen (0: none yet)
+    bool finishing = false;  // removed its heartbeat file: only its exit is due
+    std::string file;
+  };
+  std::vector<Progress> workers_;
+};
+
+}  // namespace ddprun::supervisor

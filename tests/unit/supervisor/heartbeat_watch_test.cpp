@@ -1,0 +1,104 @@
+#include "supervisor/heartbeat_watch.hpp"
+
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace ddprun::supervisor {
+namespace {
+
+using std::chrono::seconds;
+
+struct Files {
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("ddprun_heartbeat_" + std::to_string(getpid()));
+  Files() {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  ~Files() { std::filesystem::remove_all(dir); }
+  std::string Make(const std::string& name, int64_t mtime_s) const {
+    std::string path = (dir / name).string();
+    std::ofstream(path).flush();
+    SetTime(path, mtime_s);
+    return path;
+  }
+  static void SetTime(const std::string& path, int64_t mtime_s) {
+    const timespec t[2] = {{mtime_s, 0}, {mtime_s, 0}};
+    REQUIRE(utimensat(AT_FDCWD, path.c_str(), t, 0) == 0);
+  }
+};
+
+std::vector<WorkerRecord> Running(int n) {
+  std::vector<WorkerRecord> w(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    w[i].rank = w[i].local_rank = i;
+    w[i].pid = 100 + i;
+  }
+  return w;
+}
+
+constexpr int64_t kNs = 1000000000;
+
+TEST_CASE("a newer file time is a beat dated by its age; a removed file is finishing") {
+  Files files;
+  const SteadyTime t0{};
+  HeartbeatWatch watch;
+  watch.Add(files.Make("0", 1000), t0);
+  watch.Add(files.Make("1", 1000), t0);
+  watch.Add("", t0);  // a worker that could not be started
+  const auto workers = Running(3);
+  Files::SetTime((files.dir / "0").string(), 1004);
+  watch.Look(t0 + seconds(10), 1005 * kNs, workers);  // rank 0 beat 1 s before this look
+  auto beats = watch.Beats(workers);
+  REQUIRE(beats.size() == 3);
+  CHECK(beats[0].beaten);
+  CHECK(beats[0].last == t0 + seconds(9));
+  CHECK_FALSE(beats[1].beaten);
+  CHECK(beats[1].last == t0);
+  CHECK_FALSE(beats[2].beaten);
+  std::filesystem::remove(files.dir / "1");
+  watch.Look(t0 + seconds(12), 1007 * kNs, workers);
+  beats = watch.Beats(workers);
+  CHECK(beats[1].finishing);
+  CHECK(beats[1].last == t0 + seconds(12));  // its exit limit counts from now
+  CHECK_FALSE(beats[2].finishing);           // no file: never finishing
+  // Progress noted otherwise does not move a finishing worker's clock.
+  watch.NoteProgress(1, t0 + seconds(13));
+  watch.NoteProgress(0, t0 + seconds(13));
+  beats = watch.Beats(workers);
+  CHECK(beats[1].last == t0 + seconds(12));
+  CHECK(beats[0].last == t0 + seconds(13));
+}
+
+TEST_CASE("a heartbeat file created again after its removal is running again") {
+  Files files;
+  const SteadyTime t0{};
+  HeartbeatWatch watch;
+  const std::string path = files.Make("0", 1000);
+  watch.Add(path, t0);
+  const auto workers = Running(1);
+  std::filesystem::remove(path);
+  watch.Look(t0 + seconds(5), 1005 * kNs, workers);
+  REQUIRE(watch.Beats(workers)[0].finishing);
+  watch.Look(t0 + seconds(6), 1006 * kNs, workers);  // still gone: still finishing, same clock
+  CHECK(watch.Beats(workers)[0].last == t0 + seconds(5));
+  files.Make("0", 1007);  // a new process group's first collective
+  watch.Look(t0 + seconds(8), 1008 * kNs, workers);
+  const Beat b = watch.Beats(workers)[0];
+  CHECK_FALSE(b.finishing);
+  CHECK(b.beaten);
+  CHECK(b.last == t0 + seconds(7));
+  watch.Clear();
+  CHECK(watch.Beats(workers).empty());
+}
+
+}  // namespace
+}  // namespace ddprun::supervisor
