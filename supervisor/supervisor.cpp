@@ -103,10 +103,11 @@ struct Supervisor::PipeReader {
   }
 };
 
-// Adapts the group's one deadline to a libuv timer.
+// Adapts the group's one deadline to a libuv timer; `before` runs first at
+// each expiry (reading exits the loop has not seen yet).
 class Supervisor::LoopTimer : public Timer {
  public:
-  explicit LoopTimer(uv_loop_t* loop) {
+  LoopTimer(uv_loop_t* loop, std::function<void()> before) : before_(std::move(before)) {
     uv_timer_init(loop, &timer_);
     timer_.data = this;
   }
@@ -115,6 +116,7 @@ class Supervisor::LoopTimer : public Timer {
         &timer_,
         [](uv_timer_t* t) {
           auto* self = static_cast<LoopTimer*>(t->data);
+          self->before_();
           if (self->target_ != nullptr) self->target_->OnTimer();
         },
         ToMillis(after), 0);
@@ -125,6 +127,7 @@ class Supervisor::LoopTimer : public Timer {
 
  private:
   uv_timer_t timer_{};
+  std::function<void()> before_;
   GroupState* target_ = nullptr;
 };
 
@@ -181,7 +184,9 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
       return ErrnoStatus("keep signal " + std::to_string(sig) + " caught at exit", -keep);
     }
   }
-  s->timer_ = std::make_unique<LoopTimer>(&s->loop_);
+  // libuv runs timers before it reads SIGCHLD: exits that came while the launcher was stopped
+  // (SIGSTOP, a starved host) are read before a deadline acts on the workers.
+  s->timer_ = std::make_unique<LoopTimer>(&s->loop_, [sup = s.get()] { sup->ReapChildren(); });
   uv_timer_init(&s->loop_, &s->hang_timer_);
   s->hang_timer_.data = s.get();
   s->dev_null_in_ = UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC));
@@ -459,6 +464,7 @@ void Supervisor::ArmHangCheck() {
 
 void Supervisor::CheckHangs() {
   using std::chrono::steady_clock;
+  ReapChildren();  // as at the teardown deadline: exits first (see Create)
   if (running_ == nullptr || running_->phase() != Phase::kRunning) return;
   const auto now = steady_clock::now();
   // The system clock's now dates the heartbeat files' times.
@@ -495,6 +501,7 @@ Status Supervisor::EnableFileTimer(const std::string& path) {
 // The pidfd is opened before the pid is looked up among the workers' trees:
 // a pid reused in between is never signalled.
 void Supervisor::OnTimerExpired(const ExpiredTimer& t) {
+  ReapChildren();  // a worker that already exited is not failed by its timer (see Create)
   if (running_ == nullptr || running_->phase() != Phase::kRunning) return;
   const auto& workers = running_->workers();
   std::vector<pid_t> pids;

@@ -143,6 +143,30 @@ def test_a_finishing_worker_that_never_exits_is_hung_at_exit_and_not_restarted(t
     assert report["root_cause"]["class"] == "exit-hang", report
 
 
+@pytest.mark.parametrize("finish", ["", 'rm "$DDPRUN_HEARTBEAT_FILE"; '],
+                         ids=["running", "finishing"])
+def test_workers_that_exited_while_the_launcher_was_stopped_are_not_hung(tmp_path, finish):
+    # libuv runs its timers before it reads SIGCHLD: resumed past the deadline, ddprun took the
+    # workers that had exited 0 meanwhile for hung (exit 124) before it saw their exits.
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", "--hang_timeout=2", "--exit_timeout=2",
+                          "--shutdown_timeout=1", f"--log_dir={tmp_path}", "--no_python",
+                          "/bin/sh", "-c", f'touch "$DDPRUN_HEARTBEAT_FILE"; {finish}sleep 1.5'],
+                         env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not list(Path(tmp_path).glob("*/attempt_0/1")):
+            time.sleep(0.02)
+        time.sleep(0.5)  # both started (and rank 1 removed its file), neither exited yet
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(5)  # the workers exit 0 meanwhile; the hang deadline passes
+        p.send_signal(signal.SIGCONT)
+        _, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert "hung" not in err
+
+
 def test_a_cpp_worker_stuck_in_its_teardown_is_hung_at_exit(tmp_path):
     r, _ = run(["--nproc_per_node=2", "--hang_timeout=5", "--exit_timeout=2",
                 "--shutdown_timeout=1", "--max_restarts=1", f"--log_dir={tmp_path}", TRAIN,
