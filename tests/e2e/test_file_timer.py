@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import base_env, pid_alive, run_ddprun, write_script
+from conftest import DDPRUN, base_env, pid_alive, run_ddprun, write_script
 
 torch = pytest.importorskip("torch")
 
@@ -40,6 +40,12 @@ if mode == "ok":
         time.sleep(0.3)
     time.sleep(0.5)  # the foreign timer expired on arrival: it is handled by now
     say(f"rank {rank} done")
+elif mode == "released":
+    with timer.expires(after=2, scope="step"):
+        say(f"rank {rank} acquired")
+        time.sleep(0.8)
+    say(f"rank {rank} released")
+    time.sleep(0.5)
 elif mode == "overrun":
     if rank == 1:
         say(f"acquire at {time.time()}")
@@ -99,6 +105,30 @@ def test_an_overrun_block_kills_its_worker_and_names_the_scope(tmp_path):
                      r"TORCHELASTIC_ENABLE_FILE_TIMER\): SIGKILL sent to it", root), r
     assert "<NO_OTHER_FAILURES>" in r.stderr, r  # rank 0 was stopped, not failed
     assert re.search(r"rank 0 \(local_rank 0, pid \d+\) stopped by ddprun", r.stderr), r
+
+
+def test_a_timer_released_while_the_launcher_was_stopped_does_not_expire(tmp_path):
+    # ddprun stopped across the workers' releases (in the pipe), the 2 s expiry and their exits:
+    # resumed, it must read the releases before it acts on the expired timers.
+    p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--shutdown_timeout=2",
+                          worker(tmp_path), "released"],
+                         env=env(tmp_path, TORCHELASTIC_ENABLE_FILE_TIMER="1"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        acquired = 0
+        for line in p.stdout:
+            acquired += "acquired" in line
+            if acquired == 2:
+                break
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(3.5)  # both release at 0.8 s; the timers' 2 s pass
+        p.send_signal(signal.SIGCONT)
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert out.count("released") == 2, out
+    assert "expired" not in err, err
 
 
 def test_a_path_that_is_not_a_pipe_is_refused(tmp_path):
