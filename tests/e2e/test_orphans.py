@@ -277,9 +277,12 @@ PID_REUSE = textwrap.dedent("""\
     env = dict(os.environ, D=d)
     job = subprocess.Popen([ddprun, "--nproc_per_node=2", "--no_python", python, "-c", worker],
                            env=env)
-    while not os.path.exists(d + "/0"):
-        time.sleep(0.005)
-    first = int(open(d + "/0").read())
+    first = None
+    while first is None:  # the file exists a moment before the pid is in it
+        try:
+            first = int(open(d + "/0").read())
+        except (OSError, ValueError):
+            time.sleep(0.005)
     while True:  # until worker 0 has exited (a zombie or gone)
         try:
             state = open(f"/proc/{first}/stat").read().rsplit(")", 1)[1].split()[0]
