@@ -362,16 +362,14 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
     pid = SpawnWorker(SpawnRequest{spec.argv, envp, inherit ? STDIN_FILENO : dev_null_in_.get(),
                                    *out, *err, containment_->cgroup_procs_fd(), spec.cpus});
   }
+  // One entry per worker of the group, started or not: indices follow its workers.
+  heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now());
+  outputs_.emplace_back();
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);
     containment_->Track(*pid);
-    heartbeats_.Add(spec.heartbeat_file, std::chrono::steady_clock::now());
-    outputs_.emplace_back();
     return;
   }
-  // Keeps indices aligned with the group's workers.
-  heartbeats_.Add("", std::chrono::steady_clock::now());
-  outputs_.emplace_back();
   const int code = exit_code::ForStatus(pid.status()) == exit_code::kUsage
                        ? exit_code::kFailure
                        : exit_code::ForStatus(pid.status());
