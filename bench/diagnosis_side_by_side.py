@@ -28,7 +28,10 @@ import benchlib
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAMS = os.path.join(REPO, "tests", "e2e", "programs", "diagnosis")
 SCRIPTS = ["unused_parameter.py", "inplace_buffer.py", "port_in_use.py", "no_init.py",
-           "bus_error.py", "nan_loss.py"]
+           "bus_error.py", "nan_loss.py", "gloo_interface.py", "model_mismatch.py",
+           "group_again.py"]
+# Each script's environment beyond the common one.
+SCRIPT_ENV = {"gloo_interface.py": {"GLOO_SOCKET_IFNAME": "lo,ddp-nosuch0"}}
 EXCEPTION = re.compile(r"^[\w.]*(Error|Exception): ")
 FAILURE = re.compile(r"(Error|error:|Exception|nan|killed by signal)")
 
@@ -86,7 +89,7 @@ def main():
     for script in SCRIPTS:
         path = os.path.join(PROGRAMS, script)
         held = None
-        env = dict(base)
+        env = dict(base, **SCRIPT_ENV.get(script, {}))
         if script == "port_in_use.py":
             held = socket.socket()
             held.bind(("127.0.0.1", 0))

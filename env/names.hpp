@@ -56,6 +56,11 @@ inline constexpr char kNcclRasAddr[] = "NCCL_RAS_ADDR";
 // Read by ddprun: where its event log goes (launcher/machine_reports.hpp).
 inline constexpr char kEventLog[] = "DDPRUN_EVENT_LOG";
 inline constexpr char kNcclRasEnable[] = "NCCL_RAS_ENABLE";
+// Read by ddprun to check them before the workers start (env/interfaces.hpp):
+// the network interfaces Gloo and NCCL are told to use.
+inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
+inline constexpr char kNcclSocketIfname[] = "NCCL_SOCKET_IFNAME";
+inline constexpr char kNcclSocketFamily[] = "NCCL_SOCKET_FAMILY";
 // Marks every process of one ddprun run (inherited by the workers'
 // descendants); supervisor/containment.hpp kills by it where no cgroup does.
 inline constexpr char kProcessTree[] = "DDPRUN_PROCESS_TREE";

@@ -11,6 +11,7 @@
 #include "base/exit_codes.hpp"
 #include "env/cpus.hpp"
 #include "env/host.hpp"
+#include "env/interfaces.hpp"
 #include "env/limits.hpp"
 #include "env/log_layout.hpp"
 #include "env/names.hpp"
@@ -88,6 +89,9 @@ class Agent {
   supervisor::GroupOptions options_;
   // This node's failures in its last failed round, root cause first.
   std::vector<supervisor::FailureRecord> local_failures_;
+  // The job is this host's workers only, and every other one was still
+  // running when the root cause failed (ddprun stopped them).
+  bool peers_running_ = false;
   // Log files a failed write left incomplete, over all rounds.
   std::vector<std::string> lost_logs_;
   std::string timer_file_;     // the file timer's pipe, "" when not served
@@ -345,6 +349,11 @@ supervisor::ExplainContext Agent::ExplainFacts() const {
     c.log_free_bytes = uint64_t{logs.f_bavail} * logs.f_frsize;
   }
   c.port_holder = [](int port) { return env::PortHolder(port); };
+  c.interfaces = env::ListInterfaces();
+  c.peers_running = peers_running_;
+  c.gloo_socket_ifname = env::Lookup(environ_, env::kGlooSocketIfname).value_or("");
+  c.nccl_socket_ifname = env::Lookup(environ_, env::kNcclSocketIfname).value_or("");
+  c.nccl_socket_family = env::Lookup(environ_, env::kNcclSocketFamily).value_or("");
   return c;
 }
 
@@ -458,6 +467,11 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   }
   local_failures_ = supervisor::CollectFailures(result, ErrorFiles(round.restart_count));
   const auto& root = local_failures_.front();
+  peers_running_ = round.world_size == static_cast<int>(result.workers.size()) &&
+                   std::all_of(result.workers.begin(), result.workers.end(), [&](const auto& w) {
+                     return w.pid == root.pid || w.state == supervisor::WorkerState::kStopped ||
+                            w.failed_while_stopping;
+                   });
   o.kind = Kind::kFailed;
   // Only hangs at exit: every hung worker's program had finished (no restart runs it again).
   const bool at_exit =

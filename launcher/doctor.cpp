@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
-#include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -18,6 +17,7 @@
 
 #include "base/command.hpp"
 #include "env/host.hpp"
+#include "env/interfaces.hpp"
 #include "env/names.hpp"
 #include "env/slurm.hpp"
 #include "env/worker_env.hpp"
@@ -124,42 +124,19 @@ std::vector<LimitCheck> CudaChecks(bool have_gpus) {
 // ---------------------------------------------------------------------------
 // Network interfaces and ports.
 
-struct Interface {
-  unsigned flags = 0;
-  std::vector<std::string> addresses;
-};
-
-std::map<std::string, Interface> Interfaces() {
-  std::map<std::string, Interface> out;
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
-  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> guard(list, freeifaddrs);
-  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    Interface& iface = out[a->ifa_name];
-    iface.flags = a->ifa_flags;
-    if (a->ifa_addr == nullptr) continue;
-    const int family = a->ifa_addr->sa_family;
-    if (family != AF_INET && family != AF_INET6) continue;
-    const void* addr =
-        family == AF_INET
-            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr)
-            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr);
-    char text[INET6_ADDRSTRLEN] = {};
-    if (inet_ntop(family, addr, text, sizeof(text)) != nullptr) iface.addresses.push_back(text);
-  }
-  return out;
-}
-
-std::vector<LimitCheck> InterfaceChecks() {
+// Every interface, then the socket-interface variables (GLOO_SOCKET_IFNAME,
+// NCCL_SOCKET_IFNAME) checked against them.
+std::vector<LimitCheck> InterfaceChecks(const env::Environ& environ) {
   std::vector<LimitCheck> out;
+  const std::vector<env::NetInterface> interfaces = env::ListInterfaces();
   bool reachable = false;
-  for (const auto& [name, iface] : Interfaces()) {
+  for (const auto& iface : interfaces) {
     const bool up = (iface.flags & IFF_UP) != 0 && (iface.flags & IFF_RUNNING) != 0;
     if (up && (iface.flags & IFF_LOOPBACK) == 0 && !iface.addresses.empty()) reachable = true;
     std::string addresses;
-    for (const auto& a : iface.addresses) addresses += ", " + a;
+    for (const auto& a : iface.addresses) addresses += ", " + a.text;
     out.push_back(
-        {"interface " + name, CheckStatus::kOk,
+        {"interface " + iface.name, CheckStatus::kOk,
          std::string(up ? "up" : "down") + (addresses.empty() ? ", no address" : addresses), ""});
   }
   if (!reachable) {
@@ -168,6 +145,7 @@ std::vector<LimitCheck> InterfaceChecks() {
                    "this one",
                    "single-node jobs only; for multi-node bring up an interface"});
   }
+  for (auto& check : env::SocketInterfaceChecks(environ, interfaces)) out.push_back(check);
   return out;
 }
 
@@ -346,7 +324,7 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   report.checks.push_back(NcclCheck());
   for (auto& check : CudaChecks(!host.gpus.devices.empty()))
     report.checks.push_back(std::move(check));
-  for (auto& check : InterfaceChecks()) report.checks.push_back(std::move(check));
+  for (auto& check : InterfaceChecks(environ)) report.checks.push_back(std::move(check));
   for (auto& check : PortChecks(c)) report.checks.push_back(std::move(check));
   for (auto& check : SlurmChecks(c, environ)) report.checks.push_back(std::move(check));
   if (auto endpoint = EndpointCheck(c)) report.checks.push_back(std::move(*endpoint));

@@ -15,6 +15,7 @@
 #include "env/environ.hpp"
 #include "env/gpus.hpp"
 #include "env/host.hpp"
+#include "env/interfaces.hpp"
 #include "env/limits.hpp"
 #include "env/names.hpp"
 #include "env/slurm.hpp"
@@ -51,6 +52,13 @@ ddprun::Status SetUpLogging(const ddprun::env::Environ& environ) {
   return ddprun::Status::Ok();
 }
 
+void WarnFailedChecks(const std::vector<ddprun::env::LimitCheck>& checks) {
+  for (const auto& check : checks) {
+    if (check.status == ddprun::env::CheckStatus::kOk) continue;
+    spdlog::warn("{}: {}; fix: {}", check.check, check.measured, check.fix);
+  }
+}
+
 // Raises the soft limits the job needs and logs what changed and what looks
 // short; fails (before any worker starts) when RLIMIT_NPROC cannot be raised enough.
 ddprun::Status PrepareLimits(const ddprun::launcher::LaunchConfig& c,
@@ -59,11 +67,16 @@ ddprun::Status PrepareLimits(const ddprun::launcher::LaunchConfig& c,
   if (!plan.ok()) return plan.status();
   for (const auto& note : plan->debug_notes) spdlog::debug("{}", note);
   for (const auto& notice : plan->notices) spdlog::info("{}", notice);
-  for (const auto& check : plan->checks) {
-    if (check.status == ddprun::env::CheckStatus::kOk) continue;
-    spdlog::warn("{}: {}; fix: {}", check.check, check.measured, check.fix);
-  }
+  WarnFailedChecks(plan->checks);
   return ddprun::Status::Ok();
+}
+
+// GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME, as the workers get them, against
+// this host's interfaces: a wrong one fails every worker's init_process_group,
+// only after the program's own start-up. A warning, not a refusal: the
+// program may set its own before it starts a process group.
+void CheckSocketInterfaces(const ddprun::env::Environ& environ) {
+  WarnFailedChecks(ddprun::env::SocketInterfaceChecks(environ, ddprun::env::ListInterfaces()));
 }
 
 // In a step, what the cluster's configuration tells: the proctrack plugin
@@ -201,6 +214,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return exit_code::ForStatus(s);
   }
+  CheckSocketInterfaces(environ);
   ReadSlurmConfig(parsed->config);
   if (Status s = ResolveSlurmStoreHost(parsed->config); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());

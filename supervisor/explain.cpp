@@ -92,6 +92,29 @@ Match UnusedParameters(const std::string& text, const ExplainContext&) {
           std::string(names ? "" : "; TORCH_DISTRIBUTED_DEBUG=INFO names the parameters"));
 }
 
+// DDP's constructor compares the parameters' number and shapes across ranks
+// (torch/csrc/distributed/c10d/reducer.cpp, verify_params_across_processes).
+Match ModelMismatch(const std::string& text, const ExplainContext&) {
+  const char* fix =
+      "build the model the same way on every rank before DistributedDataParallel(model): the "
+      "same configuration and code path, no layers that depend on the rank; DDP broadcasts "
+      "rank 0's values, never its shapes";
+  if (auto m = Find(text, R"(DDP expects same model across all ranks, but Rank (\d+) has (\d+) )"
+                          R"(params, while rank (\d+) has inconsistent (\d+) params)")) {
+    return Lines("the ranks built different models: rank " + (*m)[1].str() + " has " +
+                     (*m)[2].str() + " parameters, rank " + (*m)[3].str() + " has " + (*m)[4].str(),
+                 fix);
+  }
+  if (auto m = Find(text, R"(\[(\d+)\]: params\[(\d+)\] in this process with sizes (\[[^\]]*\]) )"
+                          R"(appears not to match sizes of the same param in process (\d+))")) {
+    return Lines("the ranks built different models: parameter " + (*m)[2].str() + " is " +
+                     (*m)[3].str() + " on rank " + (*m)[1].str() + " and another shape on rank " +
+                     (*m)[4].str(),
+                 fix);
+  }
+  return {};
+}
+
 // torch/csrc/autograd/saved_variable.cpp, SavedVariable::unpack.
 Match InplaceModified(const std::string& text, const ExplainContext&) {
   auto m =
@@ -224,6 +247,25 @@ Match DataLoaderBusError(const std::string& text, const ExplainContext& c) {
       "smaller batches");
 }
 
+// NCCL's shared-memory transport (misc/shmutils.cc) between ranks of one
+// host: "Error while creating shared memory segment /dev/shm/nccl-X (size N)",
+// with ", error: <strerror> (<errno>)" in its last error.
+Match NcclSharedMemory(const std::string& text, const ExplainContext& c) {
+  auto m = Find(text, R"((?:Error while creating shared memory segment|failed to extend) )"
+                      R"((/dev/shm/nccl-[^ \n]+?)(?: \(size (\d+)\)| to (\d+) bytes))"
+                      R"((?:, error: ([^\n(]+?) \(\d+\))?)");
+  if (!m) return {};
+  const std::string size = (*m)[2].matched ? (*m)[2].str() : (*m)[3].str();
+  std::string cause = "NCCL could not create its shared-memory segment " + (*m)[1].str() + " (" +
+                      FormatBytes(std::stoull(size)) + ")";
+  if ((*m)[4].matched) cause += ": " + (*m)[4].str();
+  if (c.shm_size_bytes) cause += "; /dev/shm is " + FormatBytes(*c.shm_size_bytes);
+  return Lines(cause,
+               "enlarge /dev/shm: docker run --shm-size=8g (or --ipc=host), Kubernetes an emptyDir "
+               "with medium Memory on /dev/shm; remove /dev/shm/nccl-* files left by dead jobs; "
+               "or NCCL_SHM_DISABLE=1 (slower transfers between this host's GPUs)");
+}
+
 // torch/distributed/distributed_c10d.py, _get_default_group.
 Match NoProcessGroup(const std::string& text, const ExplainContext&) {
   if (!Has(text, "Default process group has not been initialized")) return {};
@@ -295,18 +337,72 @@ Match NoSpace(const std::string& text, const ExplainContext& c) {
                "with room");
 }
 
+// Gloo's TCP device (gloo/transport/tcp/device.cc) names the interface, or
+// the host name, it found no local address for; NCCL's bootstrap says "no
+// socket interface found" (its last error, in PyTorch's DistBackendError).
+// Both fail init_process_group on every rank of the host.
+Match NetworkInterface(const std::string& text, const ExplainContext& c) {
+  const std::string have = env::DescribeInterfaces(c.interfaces);
+  if (auto m = Find(text, R"(Unable to find address for: ([^\n]*))")) {
+    const std::string name = (*m)[1].str();
+    auto problem = env::GlooIfnameProblem(name, c.interfaces);
+    return Lines(
+        "Gloo found no address on this host for " +
+            (c.gloo_socket_ifname.empty() ? name : "GLOO_SOCKET_IFNAME=" + c.gloo_socket_ifname) +
+            (problem ? ": " + *problem : ""),
+        "set GLOO_SOCKET_IFNAME to interfaces of this host with an address (" + have +
+            "), the ones other nodes reach it by, or unset it");
+  }
+  if (!Has(text, "no socket interface found")) return {};
+  std::string cause = "NCCL found no network interface for its bootstrap";
+  if (!c.nccl_socket_ifname.empty()) {
+    cause += ": NCCL_SOCKET_IFNAME=" + c.nccl_socket_ifname;
+    if (auto problem =
+            env::NcclIfnameProblem(c.nccl_socket_ifname, c.nccl_socket_family, c.interfaces)) {
+      cause += " selects none here: " + *problem;
+    }
+  }
+  return Lines(cause,
+               "set NCCL_SOCKET_IFNAME to a prefix of an interface of this host with an address (" +
+                   have + "; =NAME for exactly NAME, ^NAME,... to exclude), or unset it");
+}
+
+// Gloo's full-mesh connect refused at the address a peer published in the
+// store (gloo/transport/tcp/pair.cc). With every peer running, that address
+// listens no more: it was the peer's in an earlier process group of the same
+// name, whose keys PyTorch leaves in the store (pytorch/pytorch#55967).
+Match StaleGroupAddress(const std::string& text, const ExplainContext& c) {
+  auto m = Find(text, R"(Gloo connectFullMesh failed with [^\n]*?Connection refused, )"
+                      R"(remote=\[([^\]]+)\]:(\d+))");
+  if (!m || !c.peers_running) return {};
+  return Lines(
+      "Gloo was refused at " + (*m)[1].str() + ":" + (*m)[2].str() +
+          ", the address another rank published in the job's store, while every rank was "
+          "running: it is an earlier process group's. A process group made again (init_process_"
+          "group after destroy_process_group, or a group name used before) reads the earlier "
+          "group's addresses, which PyTorch leaves in the store (pytorch/pytorch#55967)",
+      "give each new process group keys of its own: init_process_group(backend, "
+      "store=PrefixStore(f\"pg{n}/\", TCPStore(MASTER_ADDR, MASTER_PORT, is_master=False)), "
+      "rank=RANK, world_size=WORLD_SIZE) with n counted alike on every rank; or keep one "
+      "process group for the program's life");
+}
+
 const std::vector<Entry>& Catalogue() {
   static const std::vector<Entry> kEntries = {
       {"hung at exit", HungAtExit},
       {"module not found", ModuleNotFound},
       {"unused parameters", UnusedParameters},
+      {"model differs across ranks", ModelMismatch},
       {"in-place modified tensor", InplaceModified},
       {"collective timeout", CollectiveTimeout},
       {"CUDA out of memory", CudaOutOfMemory},
       {"duplicate GPU", DuplicateGpu},
       {"invalid device ordinal", InvalidDeviceOrdinal},
       {"address in use", AddressInUse},
+      {"network interface", NetworkInterface},
+      {"process group made again", StaleGroupAddress},
       {"DataLoader bus error", DataLoaderBusError},
+      {"NCCL shared memory", NcclSharedMemory},
       {"process group not initialized", NoProcessGroup},
       {"thread limit", ThreadLimit},
       {"non-finite loss", NonFiniteLoss},

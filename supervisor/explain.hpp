@@ -11,7 +11,9 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "env/interfaces.hpp"
 #include "env/limits.hpp"
 #include "supervisor/failure_report.hpp"
 
@@ -35,6 +37,15 @@ struct ExplainContext {
   // What listens on a TCP port of this host ("python3 (pid 12)"), "" when
   // unknown; may be empty (not asked).
   std::function<std::string(int port)> port_holder;
+  // This host's network interfaces, and the socket-interface variables as the
+  // workers got them ("" when unset).
+  std::vector<env::NetInterface> interfaces;
+  std::string gloo_socket_ifname;
+  std::string nccl_socket_ifname;
+  std::string nccl_socket_family;
+  // The job is this host's workers only, and every other one was still
+  // running when the failed one ended.
+  bool peers_running = false;
 };
 
 struct Explanation {

@@ -1,12 +1,14 @@
 """The classic DDP failures, reproduced on Gloo with 2 ranks: the report's cause and fix lines
 (supervisor/explain.cpp) name what the failure names."""
 import os
+import re
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from conftest import base_env, run_ddprun
+from conftest import PYTHON, base_env, run_ddprun
 import test_limits
 from test_limits import run_as_user
 
@@ -18,7 +20,7 @@ PROGRAMS = Path(__file__).parent / "programs" / "diagnosis"
 
 def diagnose(script, timeout=40, **env):
     r = run_ddprun(["--nproc_per_node=2", PROGRAMS / script],
-                   env=base_env(GLOO_SOCKET_IFNAME="lo", **env), timeout=timeout)
+                   env=base_env(**{"GLOO_SOCKET_IFNAME": "lo", **env}), timeout=timeout)
     assert r.rc == 1, r
     return r
 
@@ -78,6 +80,41 @@ def test_a_dataloader_worker_dead_of_sigbus_names_dev_shm():
     cause, fix = lines(diagnose("bus_error.py"))
     assert "died of SIGBUS: batches pass through /dev/shm, which ran out (/dev/shm is " in cause
     assert "--shm-size" in fix and "--ipc=host" in fix, fix
+
+
+def test_a_socket_interface_this_host_lacks_is_named_at_start_and_in_the_report():
+    r = diagnose("gloo_interface.py", GLOO_SOCKET_IFNAME="lo,ddp-nosuch0",
+                 NCCL_SOCKET_IFNAME="=ddp-nosuch0")
+    start = r.stderr.index("rendezvous round 0 complete")
+    for warning in ("GLOO_SOCKET_IFNAME=lo,ddp-nosuch0: ddp-nosuch0 is no interface of this host",
+                    "NCCL_SOCKET_IFNAME==ddp-nosuch0: no interface with an address is named "
+                    "ddp-nosuch0"):
+        assert 0 <= r.stderr.find(warning) < start, r  # said before any worker started
+    cause, fix = lines(r)
+    assert cause == ("Gloo found no address on this host for GLOO_SOCKET_IFNAME=lo,ddp-nosuch0: "
+                     "ddp-nosuch0 is no interface of this host"), cause
+    assert "lo 127.0.0.1" in fix and fix.endswith("or unset it"), fix
+
+
+def test_ranks_that_built_different_models_are_named():
+    cause, fix = lines(diagnose("model_mismatch.py"))
+    assert cause == ("the ranks built different models: parameter 0 is [5, 4] on rank 1 and "
+                     "another shape on rank 0"), cause
+    assert "no layers that depend on the rank" in fix, fix
+
+
+def test_a_process_group_made_again_that_reads_the_old_addresses_is_explained():
+    pair = subprocess.run([PYTHON, PROGRAMS / "group_again.py", "--interfaces"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    if not pair:
+        pytest.skip("no interface with an IPv4 address above 127.0.0.1: group_again.py needs one "
+                    "to make Gloo's rank 1 connect")
+    r = diagnose("group_again.py")
+    cause, fix = lines(r)
+    assert re.match(r"Gloo was refused at 127\.0\.0\.1:\d+, the address another rank "
+                    r"published in the job's store, while every rank was running", cause), cause
+    assert "pytorch/pytorch#55967" in cause, cause
+    assert 'store=PrefixStore(f"pg{n}/"' in fix, fix
 
 
 def test_threads_refused_by_rlimit_nproc_are_explained_with_the_numbers(test_user, user_dir):

@@ -50,6 +50,21 @@ def test_doctor_rejects_a_bad_option_with_usage_exit():
     assert "--threads_per_worker=none" in r.stderr, r
 
 
+def test_doctor_checks_the_socket_interface_variables_against_the_interfaces():
+    r = run_ddprun(["doctor"], env=base_env(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="=lo"))
+    assert r.rc == 0, r
+    assert re.search(r"^  ok\s+GLOO_SOCKET_IFNAME=lo\s", r.stdout, re.M), r
+    assert re.search(r"^  ok\s+NCCL_SOCKET_IFNAME==lo\s", r.stdout, re.M), r
+    r = run_ddprun(["doctor"], env=base_env(GLOO_SOCKET_IFNAME="^lo",
+                                            NCCL_SOCKET_IFNAME="ddp-nosuch"))
+    assert r.rc == 1, r
+    assert re.search(r"^  fail\s+GLOO_SOCKET_IFNAME=\^lo\s+\^lo is no interface name \(\^ and = "
+                     r"are NCCL_SOCKET_IFNAME's syntax", r.stdout, re.M), r
+    assert re.search(r"^  fail\s+NCCL_SOCKET_IFNAME=ddp-nosuch\s+no interface with an address "
+                     r"starts with ddp-nosuch", r.stdout, re.M), r
+    assert "fix: set it to interfaces of this host with an address (lo 127.0.0.1" in r.stdout, r
+
+
 def test_doctor_warns_about_omp_oversubscription():
     env = base_env(OMP_NUM_THREADS=str(os.cpu_count() * 4))
     r = run_ddprun(["doctor", "--nproc_per_node=2"], env=env)

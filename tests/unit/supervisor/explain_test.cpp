@@ -1,6 +1,8 @@
 #include "supervisor/explain.hpp"
 
 #include <doctest/doctest.h>
+#include <net/if.h>
+#include <sys/socket.h>
 
 namespace ddprun::supervisor {
 namespace {
@@ -201,6 +203,88 @@ TEST_CASE("explain: a port in use is named with what holds it") {
   CHECK(e->cause == "a port of this host is already in use (EADDRINUSE)");
 }
 
+// torch 2.12's Gloo, init_process_group after destroy_process_group.
+TEST_CASE("explain: Gloo refused at a running peer's published address: a group made again") {
+  const std::string text =
+      "RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/gloo/gloo/transport/"
+      "tcp/pair.cc:152] timed out connecting: SO_ERROR: Connection refused, remote=[127.0.0.1]:"
+      "55732$1";
+  CHECK_FALSE(Explain(Failed("", text), {}).has_value());  // a peer may have died: no guess
+  ExplainContext c;
+  c.peers_running = true;
+  auto e = Explain(Failed("", text), c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "process group made again");
+  CHECK(e->cause.rfind("Gloo was refused at 127.0.0.1:55732, the address another rank published "
+                       "in the job's store, while every rank was running: it is an earlier "
+                       "process group's.",
+                       0) == 0);
+  CHECK(e->fix.find("store=PrefixStore(f\"pg{n}/\"") != std::string::npos);
+}
+
+// As torch 2.12 raises them from DistributedDataParallel's constructor.
+TEST_CASE("explain: ranks that built different models are named with the counts or the shape") {
+  auto e = Explain(Failed("[rank1]: RuntimeError: DDP expects same model across all ranks, but "
+                          "Rank 1 has 6 params, while rank 0 has inconsistent 4 params."),
+                   {});
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "model differs across ranks");
+  CHECK(e->cause == "the ranks built different models: rank 1 has 6 parameters, rank 0 has 4");
+  CHECK(e->fix.find("no layers that depend on the rank") != std::string::npos);
+  e = Explain(Failed("RuntimeError: [1]: params[0] in this process with sizes [5, 4] appears not "
+                     "to match sizes of the same param in process 0."),
+              {});
+  REQUIRE(e.has_value());
+  CHECK(e->cause ==
+        "the ranks built different models: parameter 0 is [5, 4] on rank 1 and another shape on "
+        "rank 0");
+}
+
+// Gloo's tcp device and NCCL's bootstrap, as torch 2.12 and NCCL 2.28 print them.
+TEST_CASE("explain: a socket interface variable naming no usable interface") {
+  ExplainContext c;
+  c.interfaces = {{"lo", IFF_UP | IFF_LOOPBACK, {{AF_INET, "127.0.0.1"}}},
+                  {"eth0", IFF_UP, {{AF_INET, "192.0.2.2"}}},
+                  {"ifb0", 0, {}}};
+  const std::string gloo =
+      "RuntimeError: [enforce fail at /pytorch/third_party/gloo/gloo/transport/tcp/device.cc:84] "
+      "ifa != nullptr. Unable to find address for: eth9";
+  c.gloo_socket_ifname = "lo,eth9";
+  auto e = Explain(Failed("", gloo), c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "network interface");
+  CHECK(e->cause ==
+        "Gloo found no address on this host for GLOO_SOCKET_IFNAME=lo,eth9: eth9 is no "
+        "interface of this host");
+  CHECK(e->fix ==
+        "set GLOO_SOCKET_IFNAME to interfaces of this host with an address (lo 127.0.0.1, eth0 "
+        "192.0.2.2), the ones other nodes reach it by, or unset it");
+  c.gloo_socket_ifname = "";  // the program set it itself
+  e = Explain(Failed("",
+                     "RuntimeError: [enforce fail at device.cc:84] ifa != nullptr. Unable to "
+                     "find address for: ifb0"),
+              c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause == "Gloo found no address on this host for ifb0: ifb0 has no IP address");
+
+  const std::string nccl =
+      "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:3690, internal "
+      "error - please report this issue to the NCCL developers, NCCL version 2.28.9\n"
+      "ncclInternalError: Internal check failed.\nLast error:\nBootstrap : no socket interface "
+      "found";
+  c.nccl_socket_ifname = "ens";
+  e = Explain(Failed(nccl), c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause ==
+        "NCCL found no network interface for its bootstrap: NCCL_SOCKET_IFNAME=ens selects none "
+        "here: no interface with an address starts with ens");
+  CHECK(e->fix.find("(lo 127.0.0.1, eth0 192.0.2.2; =NAME for exactly NAME") != std::string::npos);
+  c.nccl_socket_ifname = "";
+  e = Explain(Failed(nccl), c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause == "NCCL found no network interface for its bootstrap");
+}
+
 // torch/utils/data/dataloader.py, _MultiProcessingDataLoaderIter._try_get_data.
 TEST_CASE("explain: a DataLoader worker's bus error names /dev/shm's size") {
   ExplainContext c;
@@ -214,6 +298,31 @@ TEST_CASE("explain: a DataLoader worker's bus error names /dev/shm's size") {
         "DataLoader worker pid 14614 died of SIGBUS: batches pass through /dev/shm, which ran "
         "out (/dev/shm is 64.0 MiB)");
   CHECK(e->fix.find("--shm-size") != std::string::npos);
+}
+
+// As PyTorch's DistBackendError carries NCCL's last error, and as NCCL_DEBUG=WARN prints it.
+TEST_CASE("explain: NCCL's shared memory segment refused names /dev/shm's size") {
+  ExplainContext c;
+  c.shm_size_bytes = 64ull << 20;
+  auto e = Explain(
+      Failed("torch.distributed.DistBackendError: NCCL error in: NCCLUtils.cpp:94\n"
+             "ncclSystemError: System call (e.g. socket, malloc) or external library call "
+             "failed or device error.\nLast error:\nError while creating shared memory segment "
+             "/dev/shm/nccl-cjY8K5 (size 10617216), error: No space left on device (28)"),
+      c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "NCCL shared memory");
+  CHECK(e->cause ==
+        "NCCL could not create its shared-memory segment /dev/shm/nccl-cjY8K5 (10.1 MiB): No "
+        "space left on device; /dev/shm is 64.0 MiB");
+  CHECK(e->fix.find("NCCL_SHM_DISABLE=1") != std::string::npos);
+  e = Explain(Failed("",
+                     "3d3e22c3066f:168:168 [0] misc/shmutils.cc:72 NCCL WARN Error: failed to "
+                     "extend /dev/shm/nccl-UbzKZ9 to 9637892 bytes\n"),
+              {});
+  REQUIRE(e.has_value());
+  CHECK(e->cause ==
+        "NCCL could not create its shared-memory segment /dev/shm/nccl-UbzKZ9 (9.2 MiB)");
 }
 
 // torch/distributed/distributed_c10d.py, _get_default_group.

@@ -1,0 +1,201 @@
+#include "env/interfaces.hpp"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cctype>
+#include <memory>
+
+#include "env/names.hpp"
+
+namespace ddprun::env {
+
+namespace {
+
+bool HasAddress(const NetInterface& i, int family) {
+  return std::any_of(i.addresses.begin(), i.addresses.end(),
+                     [&](const NetAddress& a) { return family == 0 || a.family == family; });
+}
+
+// Split at commas as std::getline does: a trailing empty piece is dropped.
+std::vector<std::string> Pieces(const std::string& value) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start < value.size()) {
+    size_t comma = value.find(',', start);
+    if (comma == std::string::npos) comma = value.size();
+    out.push_back(value.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+const NetInterface* Named(const std::vector<NetInterface>& interfaces, const std::string& name) {
+  for (const auto& i : interfaces) {
+    if (i.name == name) return &i;
+  }
+  return nullptr;
+}
+
+// The interface that has `address`, for a value that gives an address where a
+// name is wanted; "" when none has it.
+std::string OwnerOf(const std::vector<NetInterface>& interfaces, const std::string& address) {
+  for (const auto& i : interfaces) {
+    for (const auto& a : i.addresses) {
+      if (a.text == address || (address.back() == '.' && a.text.rfind(address, 0) == 0)) {
+        return i.name;
+      }
+    }
+  }
+  return "";
+}
+
+bool LooksLikeAddress(const std::string& s) {
+  return !s.empty() && (std::isdigit(static_cast<unsigned char>(s[0])) != 0) &&
+         s.find_first_not_of("0123456789.") == std::string::npos;
+}
+
+// NCCL's usable addresses: IPv4 and IPv6 but ::1, of the family asked for.
+bool NcclUsable(const NetInterface& i, int family) {
+  return std::any_of(i.addresses.begin(), i.addresses.end(), [&](const NetAddress& a) {
+    return (family == 0 || a.family == family) && a.text != "::1";
+  });
+}
+
+std::string Joined(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+std::vector<NetInterface> ListInterfaces() {
+  std::vector<NetInterface> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  std::unique_ptr<ifaddrs, void (*)(ifaddrs*)> guard(list, freeifaddrs);
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    auto it = std::find_if(out.begin(), out.end(),
+                           [&](const NetInterface& i) { return i.name == a->ifa_name; });
+    if (it == out.end()) it = out.insert(out.end(), NetInterface{a->ifa_name, a->ifa_flags, {}});
+    if (a->ifa_addr == nullptr) continue;
+    const int family = a->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    const void* addr =
+        family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr)
+            : static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr);
+    char text[INET6_ADDRSTRLEN] = {};
+    if (inet_ntop(family, addr, text, sizeof(text)) != nullptr) {
+      it->addresses.push_back({family, text});
+    }
+  }
+  return out;
+}
+
+std::string DescribeInterfaces(const std::vector<NetInterface>& interfaces) {
+  std::string out;
+  for (const auto& i : interfaces) {
+    if (i.addresses.empty()) continue;
+    out += (out.empty() ? "" : ", ") + i.name + " " + i.addresses.front().text;
+    if ((i.flags & IFF_UP) == 0) out += " (down)";
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::optional<std::string> GlooIfnameProblem(const std::string& value,
+                                             const std::vector<NetInterface>& interfaces) {
+  if (value.size() <= 1) return std::nullopt;  // PyTorch ignores it
+  std::vector<std::string> problems;
+  for (const auto& name : Pieces(value)) {
+    if (name.empty()) {
+      problems.push_back("an empty entry (two commas)");
+      continue;
+    }
+    const NetInterface* found = Named(interfaces, name);
+    if (found != nullptr && HasAddress(*found, 0)) continue;
+    if (found != nullptr) {
+      problems.push_back(name + " has no IP address");
+    } else if (name[0] == '^' || name[0] == '=') {
+      problems.push_back(name +
+                         " is no interface name (^ and = are NCCL_SOCKET_IFNAME's "
+                         "syntax; Gloo takes exact names)");
+    } else if (LooksLikeAddress(name)) {
+      const std::string owner = OwnerOf(interfaces, name);
+      problems.push_back(name + " is an address, not an interface name" +
+                         (owner.empty() ? "" : " (" + owner + " has it)"));
+    } else {
+      problems.push_back(name + " is no interface of this host");
+    }
+  }
+  if (problems.empty()) return std::nullopt;
+  return Joined(problems);
+}
+
+std::optional<std::string> NcclIfnameProblem(const std::string& value, const std::string& family,
+                                             const std::vector<NetInterface>& interfaces) {
+  if (value.size() <= 1) return std::nullopt;  // NCCL ignores it
+  std::string list = value;
+  const bool exclude = !list.empty() && list[0] == '^';
+  if (exclude) list.erase(0, 1);
+  const bool exact = !list.empty() && list[0] == '=';
+  if (exact) list.erase(0, 1);
+  std::vector<std::string> prefixes;
+  for (auto& p : Pieces(list)) prefixes.push_back(p.substr(0, p.find(':')));  // NAME:PORT
+  const int want = family == "AF_INET" ? AF_INET : family == "AF_INET6" ? AF_INET6 : 0;
+  for (const auto& i : interfaces) {
+    if (!NcclUsable(i, want)) continue;
+    bool listed = prefixes.empty();  // NCCL: an empty list matches every interface
+    for (const auto& p : prefixes) {
+      listed = listed || (exact ? i.name == p : i.name.rfind(p, 0) == 0);
+    }
+    if (listed != exclude) return std::nullopt;  // NCCL: match XOR exclude
+  }
+  std::string why = exclude ? "it excludes every interface with an address"
+                            : std::string("no interface with an address ") +
+                                  (exact ? "is named " : "starts with ") + Joined(prefixes);
+  if (want != 0) why += " (of family " + family + ": NCCL_SOCKET_FAMILY)";
+  if (!exact && !exclude && std::any_of(prefixes.begin(), prefixes.end(), LooksLikeAddress)) {
+    why += "; it takes interface names, not addresses";
+  }
+  return why;
+}
+
+std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
+                                              const std::vector<NetInterface>& interfaces) {
+  std::vector<LimitCheck> out;
+  const std::string have = DescribeInterfaces(interfaces);
+  if (auto gloo = Lookup(environ, kGlooSocketIfname); gloo && gloo->size() > 1) {
+    auto problem = GlooIfnameProblem(*gloo, interfaces);
+    out.push_back({std::string(kGlooSocketIfname) + "=" + *gloo,
+                   problem ? CheckStatus::kFail : CheckStatus::kOk,
+                   problem ? *problem + ": Gloo's init_process_group will fail (\"Unable to find "
+                                        "address for\")"
+                           : "selects interfaces with an address",
+                   problem ? "set it to interfaces of this host with an address (" + have +
+                                 "), the ones other nodes reach it by, or unset it"
+                           : ""});
+  }
+  if (auto nccl = Lookup(environ, kNcclSocketIfname); nccl && nccl->size() > 1) {
+    const std::string family = Lookup(environ, kNcclSocketFamily).value_or("");
+    auto problem = NcclIfnameProblem(*nccl, family, interfaces);
+    out.push_back({std::string(kNcclSocketIfname) + "=" + *nccl,
+                   problem ? CheckStatus::kFail : CheckStatus::kOk,
+                   problem ? *problem + ": NCCL's bootstrap will fail (\"no socket interface "
+                                        "found\")"
+                           : "selects an interface with an address",
+                   problem ? "set it to a prefix of an interface of this host with an address (" +
+                                 have +
+                                 "; =NAME for exactly NAME, ^NAME,... to exclude), or "
+                                 "unset it"
+                           : ""});
+  }
+  return out;
+}
+
+}  // namespace ddprun::env
