@@ -210,6 +210,28 @@ Match DuplicateGpu(const std::string& text, const ExplainContext& c) {
                "init_process_group(device_id=...); LOCAL_RANK i uses the i-th visible GPU");
 }
 
+// torch/distributed/distributed_c10d.py, _new_process_group_helper: NCCL
+// asked for where PyTorch sees no GPU (a CPU host, a login node, CPU CI).
+Match NcclWithoutGpu(const std::string& text, const ExplainContext& c) {
+  if (!Has(text, "ProcessGroupNCCL is only supported with GPUs, no GPUs found")) return {};
+  std::string why;
+  if (c.visible_devices && c.visible_devices->empty()) {
+    why = "CUDA_VISIBLE_DEVICES is empty, which hides every GPU";
+  } else if (c.visible_gpus > 0) {
+    why = "PyTorch's CUDA found none of the " + std::to_string(c.visible_gpus) +
+          " GPU(s) visible to them: a CPU-only PyTorch, or a driver older than PyTorch's CUDA "
+          "(python -c 'import torch; print(torch.version.cuda, torch.cuda.is_available())')";
+  } else if (c.visible_gpus == 0) {
+    why = "none is visible (" + VisibleDevices(c) + ")";
+  } else {
+    why = "ddprun found no NVIDIA driver (NVML) on this host either";
+  }
+  return Lines("the workers made an NCCL process group, which needs GPUs, and saw none: " + why,
+               "on a host without GPUs use Gloo: init_process_group(\"gloo\"), or "
+               "backend=\"cpu:gloo,cuda:nccl\" to use each where it fits; on a GPU host make its "
+               "GPUs visible (CUDA_VISIBLE_DEVICES, --gpus)");
+}
+
 // The CUDA runtime's cudaErrorInvalidDevice text, as torch raises it.
 Match InvalidDeviceOrdinal(const std::string& text, const ExplainContext& c) {
   if (!Has(text, "CUDA error: invalid device ordinal")) return {};
@@ -398,6 +420,7 @@ const std::vector<Entry>& Catalogue() {
       {"CUDA out of memory", CudaOutOfMemory},
       {"duplicate GPU", DuplicateGpu},
       {"invalid device ordinal", InvalidDeviceOrdinal},
+      {"NCCL without a GPU", NcclWithoutGpu},
       {"address in use", AddressInUse},
       {"network interface", NetworkInterface},
       {"process group made again", StaleGroupAddress},

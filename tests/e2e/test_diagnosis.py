@@ -82,6 +82,13 @@ def test_a_dataloader_worker_dead_of_sigbus_names_dev_shm():
     assert "--shm-size" in fix and "--ipc=host" in fix, fix
 
 
+def test_nccl_where_no_gpu_is_visible_says_why():
+    cause, fix = lines(diagnose("nccl_without_gpu.py"))  # base_env: CUDA_VISIBLE_DEVICES=""
+    assert cause == ("the workers made an NCCL process group, which needs GPUs, and saw none: "
+                     "CUDA_VISIBLE_DEVICES is empty, which hides every GPU"), cause
+    assert 'init_process_group("gloo")' in fix, fix
+
+
 def test_a_socket_interface_this_host_lacks_is_named_at_start_and_in_the_report():
     r = diagnose("gloo_interface.py", GLOO_SOCKET_IFNAME="lo,ddp-nosuch0",
                  NCCL_SOCKET_IFNAME="=ddp-nosuch0")

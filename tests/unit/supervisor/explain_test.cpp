@@ -222,6 +222,32 @@ TEST_CASE("explain: Gloo refused at a running peer's published address: a group 
   CHECK(e->fix.find("store=PrefixStore(f\"pg{n}/\"") != std::string::npos);
 }
 
+// torch 2.12, init_process_group("nccl") where PyTorch sees no GPU.
+TEST_CASE("explain: NCCL without a GPU says why none was seen") {
+  const std::string text =
+      "ValueError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!";
+  ExplainContext c;
+  c.visible_devices = "";
+  auto e = Explain(Failed(text), c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "NCCL without a GPU");
+  CHECK(e->cause ==
+        "the workers made an NCCL process group, which needs GPUs, and saw none: "
+        "CUDA_VISIBLE_DEVICES is empty, which hides every GPU");
+  CHECK(e->fix.find("init_process_group(\"gloo\")") != std::string::npos);
+  c.visible_devices = std::nullopt;
+  c.visible_gpus = 8;
+  e = Explain(Failed(text), c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause.find("PyTorch's CUDA found none of the 8 GPU(s) visible to them: a CPU-only "
+                      "PyTorch, or a driver older") != std::string::npos);
+  c.visible_gpus = -1;
+  e = Explain(Failed(text), c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause.find("ddprun found no NVIDIA driver (NVML) on this host either") !=
+        std::string::npos);
+}
+
 // As torch 2.12 raises them from DistributedDataParallel's constructor.
 TEST_CASE("explain: ranks that built different models are named with the counts or the shape") {
   auto e = Explain(Failed("[rank1]: RuntimeError: DDP expects same model across all ranks, but "
