@@ -17,4 +17,14 @@ struct CgroupV2 {
 // nullopt without a cgroup v2 this process can name.
 std::optional<CgroupV2> OwnCgroupV2(const std::string& proc_root = "/proc");
 
+// The cgroup that accounts this process's memory: a cgroup v1 memory
+// hierarchy's where one is mounted (hybrid hosts), else the v2 one when its
+// memory controller is enabled there (memory.events exists).
+struct MemoryCgroup {
+  std::string mount;  // the hierarchy's mount point
+  std::string dir;    // the cgroup's directory, under `mount`
+  int version = 2;    // 1 or 2
+};
+std::optional<MemoryCgroup> OwnMemoryCgroup(const std::string& proc_root = "/proc");
+
 }  // namespace ddprun::env

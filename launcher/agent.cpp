@@ -14,6 +14,7 @@
 #include "env/interfaces.hpp"
 #include "env/limits.hpp"
 #include "env/log_layout.hpp"
+#include "env/memory.hpp"
 #include "env/names.hpp"
 #include "env/port_holder.hpp"
 #include "env/worker_env.hpp"
@@ -92,6 +93,8 @@ class Agent {
   // The job is this host's workers only, and every other one was still
   // running when the root cause failed (ddprun stopped them).
   bool peers_running_ = false;
+  // The OOM kill counts and memory when the group last started (env/memory.hpp).
+  env::MemoryFacts memory_at_start_;
   // Log files a failed write left incomplete, over all rounds.
   std::vector<std::string> lost_logs_;
   std::string timer_file_;     // the file timer's pipe, "" when not served
@@ -351,6 +354,11 @@ supervisor::ExplainContext Agent::ExplainFacts() const {
   c.port_holder = [](int port) { return env::PortHolder(port); };
   c.interfaces = env::ListInterfaces();
   c.peers_running = peers_running_;
+  if (!local_failures_.empty()) {
+    const auto& root = local_failures_.front();
+    c.killed_unasked = root.exit.signal == SIGKILL && !root.hung && !root.timer;
+  }
+  c.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
   c.gloo_socket_ifname = env::Lookup(environ_, env::kGlooSocketIfname).value_or("");
   c.nccl_socket_ifname = env::Lookup(environ_, env::kNcclSocketIfname).value_or("");
   c.nccl_socket_family = env::Lookup(environ_, env::kNcclSocketFamily).value_or("");
@@ -528,6 +536,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
     sup_->RequestStop();
   });
   if (!watching.ok()) return FinishLocally(1, watching.message());
+  memory_at_start_ = env::ReadMemoryFacts();
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);
   driver_->StopWatching();
   supervisor::CountOwnFailures(result, ErrorFiles(round.restart_count));

@@ -49,6 +49,40 @@ struct Entry {
   std::function<Match(const std::string&, const ExplainContext&)> match;
 };
 
+// The kernel's OOM killer (env/memory.hpp): a worker, or a DataLoader worker
+// of it, killed by a SIGKILL nobody in the job sent while the OOM kill count
+// rose: it ran out of memory, its cgroup's or the host's.
+Match OomKilled(const std::string& text, const ExplainContext& c) {
+  const bool loader = Has(text, "is killed by signal: Killed");
+  if (!c.memory || (!c.killed_unasked && !loader)) return {};
+  const env::MemoryFacts& m = *c.memory;
+  const uint64_t in_cgroup = m.cgroup_oom_kills.value_or(0);
+  const uint64_t on_host = m.host_oom_kills.value_or(0);
+  if (in_cgroup == 0 && on_host == 0) return {};
+  std::string cause = std::string(loader ? "a DataLoader worker of it" : "the worker") +
+                      " died of SIGKILL, which ddprun did not send, and the kernel's OOM killer "
+                      "killed ";
+  if (in_cgroup > 0) {
+    cause += std::to_string(in_cgroup) + " process(es) of the job's memory cgroup meanwhile";
+  } else {
+    cause += std::to_string(on_host) + " process(es) on this host meanwhile (/proc/vmstat)";
+  }
+  if (m.cgroup_limit) {
+    cause += "; the memory cgroup " + m.cgroup + " has a limit of " + FormatBytes(*m.cgroup_limit);
+    if (m.cgroup_peak) cause += " (peak use " + FormatBytes(*m.cgroup_peak) + ")";
+  }
+  if (m.mem_total && m.mem_available) {
+    cause += "; the host has " + FormatBytes(*m.mem_total) + ", " + FormatBytes(*m.mem_available) +
+             " available now";
+  }
+  return Lines(cause,
+               "give each worker less host memory (DataLoader num_workers and prefetch_factor; "
+               "a dataset loaded once per host and memory-mapped, not copied by every rank and "
+               "DataLoader worker), run fewer workers per node, or get more memory (a higher "
+               "limit: Slurm --mem, docker --memory); the kernel log (dmesg) names what was "
+               "killed and its size");
+}
+
 Match ModuleNotFound(const std::string& text, const ExplainContext& c) {
   auto module = QuotedAfter(text, "ModuleNotFoundError: No module named ");
   if (!module) return std::nullopt;
@@ -412,6 +446,7 @@ Match StaleGroupAddress(const std::string& text, const ExplainContext& c) {
 const std::vector<Entry>& Catalogue() {
   static const std::vector<Entry> kEntries = {
       {"hung at exit", HungAtExit},
+      {"out of memory (OOM killer)", OomKilled},
       {"module not found", ModuleNotFound},
       {"unused parameters", UnusedParameters},
       {"model differs across ranks", ModelMismatch},

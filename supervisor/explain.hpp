@@ -15,6 +15,7 @@
 
 #include "env/interfaces.hpp"
 #include "env/limits.hpp"
+#include "env/memory.hpp"
 #include "supervisor/failure_report.hpp"
 
 namespace ddprun::supervisor {
@@ -46,6 +47,11 @@ struct ExplainContext {
   // The job is this host's workers only, and every other one was still
   // running when the failed one ended.
   bool peers_running = false;
+  // The failed worker died of a SIGKILL that ddprun did not send.
+  bool killed_unasked = false;
+  // The OOM kills since the failed worker's group started (env::OomKillsSince)
+  // and the memory facts now; nullopt: not read.
+  std::optional<env::MemoryFacts> memory;
 };
 
 struct Explanation {

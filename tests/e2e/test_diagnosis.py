@@ -4,11 +4,12 @@ import os
 import re
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import PYTHON, base_env, run_ddprun
+from conftest import DDPRUN, PYTHON, base_env, run_ddprun
 import test_limits
 from test_limits import run_as_user
 
@@ -122,6 +123,65 @@ def test_a_process_group_made_again_that_reads_the_old_addresses_is_explained():
                     r"published in the job's store, while every rank was running", cause), cause
     assert "pytorch/pytorch#55967" in cause, cause
     assert 'store=PrefixStore(f"pg{n}/"' in fix, fix
+
+
+def own_memory_cgroup():
+    """This process's memory cgroup directory and its limit file: a v1 memory hierarchy's, else
+    cgroup v2's where its memory controller is enabled; None otherwise."""
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if "memory" in controllers.split(","):
+            return Path("/sys/fs/cgroup/memory" + path), "memory.limit_in_bytes"
+    for line in lines:
+        if line.startswith("0::"):
+            d = Path("/sys/fs/cgroup" + line[3:])
+            if (d / "memory.events").exists() or (d / "cgroup.subtree_control").exists():
+                return d, "memory.max"
+    return None
+
+
+@pytest.fixture
+def memory_limited():
+    """A child memory cgroup of this process's, limited to 200 MiB, swap included; removed at the
+    end. Skips where none can be made (not root, no memory controller)."""
+    found = own_memory_cgroup()
+    if os.geteuid() != 0 or found is None:
+        pytest.skip("a memory cgroup needs root and a memory controller")
+    parent, limit_file = found
+    cg = parent / f"ddprun-oom-{os.getpid()}"
+    try:
+        cg.mkdir()
+        (cg / limit_file).write_text(str(200 << 20))
+        for swap in ("memory.memsw.limit_in_bytes", "memory.swap.max"):
+            if (cg / swap).exists():
+                (cg / swap).write_text(str(200 << 20) if swap.startswith("memory.memsw") else "0")
+    except OSError as e:
+        if cg.exists():
+            cg.rmdir()
+        pytest.skip(f"cannot make a limited memory cgroup under {parent}: {e}")
+    yield cg
+    for _ in range(50):  # the workers' exit empties it
+        try:
+            cg.rmdir()
+            break
+        except OSError:
+            time.sleep(0.1)
+
+
+def test_a_worker_killed_by_the_oom_killer_is_named_with_the_cgroup_limit(memory_limited):
+    script = PROGRAMS / "out_of_memory.py"
+    env = base_env(GLOO_SOCKET_IFNAME="lo", FILL_MIB="1024")
+    r = subprocess.run(["sh", "-c", f'echo $$ > "{memory_limited}/cgroup.procs" && exec "$0" "$@"',
+                        str(DDPRUN), "--nproc_per_node=2", str(script)],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 137, r.stderr  # 128 + SIGKILL, the root cause's
+    cause = [ln[14:] for ln in r.stderr.splitlines() if ln.startswith("  cause     : ")]
+    assert cause and cause[0].startswith(
+        "the worker died of SIGKILL, which ddprun did not send, and the kernel's OOM killer "
+        "killed 1 process(es) of the job's memory cgroup meanwhile; the memory cgroup "
+        f"{memory_limited} has a limit of 200.0 MiB"), r.stderr
+    assert "Slurm --mem" in r.stderr, r.stderr
 
 
 def test_threads_refused_by_rlimit_nproc_are_explained_with_the_numbers(test_user, user_dir):

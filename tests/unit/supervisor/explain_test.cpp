@@ -222,6 +222,44 @@ TEST_CASE("explain: Gloo refused at a running peer's published address: a group 
   CHECK(e->fix.find("store=PrefixStore(f\"pg{n}/\"") != std::string::npos);
 }
 
+TEST_CASE("explain: a SIGKILL nobody in the job sent, while the OOM killer killed, is named") {
+  env::MemoryFacts m;
+  m.host_oom_kills = 1;
+  m.cgroup = "/sys/fs/cgroup/memory/job";
+  m.cgroup_oom_kills = 1;
+  m.cgroup_limit = 256ull << 20;
+  m.cgroup_peak = 255ull << 20;
+  m.mem_total = 24ull << 30;
+  m.mem_available = 20ull << 30;
+  ExplainContext c;
+  c.memory = m;
+  CHECK_FALSE(Explain(Failed("Signal 9 (SIGKILL)"), c).has_value());  // not a kill of the worker
+  c.killed_unasked = true;
+  auto e = Explain(Failed("Signal 9 (SIGKILL)"), c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "out of memory (OOM killer)");
+  CHECK(e->cause ==
+        "the worker died of SIGKILL, which ddprun did not send, and the kernel's OOM killer "
+        "killed 1 process(es) of the job's memory cgroup meanwhile; the memory cgroup "
+        "/sys/fs/cgroup/memory/job has a limit of 256.0 MiB (peak use 255.0 MiB); the host has "
+        "24.0 GiB, 20.0 GiB available now");
+  CHECK(e->fix.find("DataLoader num_workers") != std::string::npos);
+  m.cgroup_oom_kills = 0;
+  m.cgroup_limit.reset();
+  c.memory = m;
+  c.killed_unasked = false;  // the worker raised; its DataLoader worker was killed
+  e = Explain(Failed("RuntimeError: DataLoader worker (pid 77) is killed by signal: Killed."), c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause.rfind("a DataLoader worker of it died of SIGKILL, which ddprun did not send, and "
+                       "the kernel's OOM killer killed 1 process(es) on this host meanwhile "
+                       "(/proc/vmstat); the host has",
+                       0) == 0);
+  m.host_oom_kills = 0;  // a SIGKILL without OOM kills: someone else's, no guess
+  c.memory = m;
+  c.killed_unasked = true;
+  CHECK_FALSE(Explain(Failed(""), c).has_value());
+}
+
 // torch 2.12, init_process_group("nccl") where PyTorch sees no GPU.
 TEST_CASE("explain: NCCL without a GPU says why none was seen") {
   const std::string text =
