@@ -356,7 +356,7 @@ supervisor::ExplainContext Agent::ExplainFacts() const {
   c.peers_running = peers_running_;
   if (!local_failures_.empty()) {
     const auto& root = local_failures_.front();
-    c.killed_unasked = root.exit.signal == SIGKILL && !root.hung && !root.timer;
+    c.unasked_signal = root.hung || root.timer ? 0 : root.exit.signal;
   }
   c.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
   c.gloo_socket_ifname = env::Lookup(environ_, env::kGlooSocketIfname).value_or("");

@@ -1,9 +1,11 @@
 #include "supervisor/explain.hpp"
 
+#include <csignal>
 #include <regex>
 #include <vector>
 
 #include "base/format.hpp"
+#include "supervisor/exit_status.hpp"
 
 namespace ddprun::supervisor {
 
@@ -54,7 +56,7 @@ struct Entry {
 // rose: it ran out of memory, its cgroup's or the host's.
 Match OomKilled(const std::string& text, const ExplainContext& c) {
   const bool loader = Has(text, "is killed by signal: Killed");
-  if (!c.memory || (!c.killed_unasked && !loader)) return {};
+  if (!c.memory || (c.unasked_signal != SIGKILL && !loader)) return {};
   const env::MemoryFacts& m = *c.memory;
   const uint64_t in_cgroup = m.cgroup_oom_kills.value_or(0);
   const uint64_t on_host = m.host_oom_kills.value_or(0);
@@ -81,6 +83,60 @@ Match OomKilled(const std::string& text, const ExplainContext& c) {
                "DataLoader worker), run fewer workers per node, or get more memory (a higher "
                "limit: Slurm --mem, docker --memory); the kernel log (dmesg) names what was "
                "killed and its size");
+}
+
+// faulthandler's "File "PATH", line N in FUNC" lines: a library's (the
+// standard library, site-packages) or the program's own.
+bool LibraryFrame(const std::string& path) {
+  return path.find("/site-packages/") != std::string::npos ||
+         path.find("/dist-packages/") != std::string::npos ||
+         std::regex_search(path, std::regex(R"(/lib/python\d)"));
+}
+
+// A worker that died of a crash signal nobody in the job sent: native code
+// (an extension, CUDA, NCCL, a library built for another version) crashed, or
+// C++ terminated on an uncaught exception. Python's faulthandler
+// (PYTHONFAULTHANDLER=1) prints the stack, which names where.
+Match NativeCrash(const std::string& text, const ExplainContext& c) {
+  const int sig = c.unasked_signal;
+  if (sig != SIGSEGV && sig != SIGBUS && sig != SIGILL && sig != SIGFPE && sig != SIGABRT) {
+    return {};
+  }
+  const std::string name = SignalName(sig);
+  if (auto m = Find(text, R"(terminate called after throwing an instance of '([^']+)'\s*\n\s*)"
+                          R"(what\(\):\s*([^\n]*))")) {
+    return Lines("the worker aborted (" + name +
+                     ") on a C++ exception nothing caught: " + (*m)[1].str() + ": " + (*m)[2].str(),
+                 "the exception's message says what failed; catch it where it is thrown or fix "
+                 "its cause; gdb's 'catch throw' stops where it is thrown");
+  }
+  std::string cause = "the worker crashed in native code (" + name + ")";
+  const size_t stack = text.rfind("(most recent call first):");
+  if (stack != std::string::npos) {
+    static const std::regex kFrame(R"rx(\n\s+File "([^"]+)", line (\d+) in ([^\n]+))rx");
+    std::string innermost, own;
+    for (std::sregex_iterator it(text.begin() + static_cast<long>(stack), text.end(), kFrame), end;
+         it != end && own.empty(); ++it) {
+      const std::string frame =
+          (*it)[3].str() + " (" + (*it)[1].str() + ", line " + (*it)[2].str() + ")";
+      if (innermost.empty()) innermost = frame;
+      if (!LibraryFrame((*it)[1].str())) own = frame;
+    }
+    if (!innermost.empty()) cause += " under the Python call " + innermost;
+    if (!own.empty() && own != innermost) cause += ", called from " + own;
+  }
+  if (sig == SIGBUS) {
+    cause += "; a SIGBUS is often a mapped file or /dev/shm that ran out of space";
+    if (c.shm_size_bytes) cause += " (/dev/shm is " + FormatBytes(*c.shm_size_bytes) + ")";
+  }
+  const bool traced = stack != std::string::npos;
+  return Lines(cause,
+               std::string(traced ? ""
+                                  : "PYTHONFAULTHANDLER=1 prints each worker's Python stack "
+                                    "at such a crash; ") +
+                   "a C/C++/CUDA extension or a library built for another version of PyTorch, "
+                   "CUDA or Python is the usual culprit; ulimit -c unlimited keeps a core dump "
+                   "for gdb (bt)");
 }
 
 Match ModuleNotFound(const std::string& text, const ExplainContext& c) {
@@ -465,6 +521,7 @@ const std::vector<Entry>& Catalogue() {
       {"thread limit", ThreadLimit},
       {"non-finite loss", NonFiniteLoss},
       {"no space left", NoSpace},
+      {"native crash", NativeCrash},  // last: what the text names says more
   };
   return kEntries;
 }

@@ -47,8 +47,9 @@ struct ExplainContext {
   // The job is this host's workers only, and every other one was still
   // running when the failed one ended.
   bool peers_running = false;
-  // The failed worker died of a SIGKILL that ddprun did not send.
-  bool killed_unasked = false;
+  // The signal the failed worker died of, when ddprun did not send it; 0
+  // when it exited, or ddprun stopped it (a hang, an expired file timer).
+  int unasked_signal = 0;
   // The OOM kills since the failed worker's group started (env::OomKillsSince)
   // and the memory facts now; nullopt: not read.
   std::optional<env::MemoryFacts> memory;

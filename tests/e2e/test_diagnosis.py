@@ -125,6 +125,22 @@ def test_a_process_group_made_again_that_reads_the_old_addresses_is_explained():
     assert 'store=PrefixStore(f"pg{n}/"' in fix, fix
 
 
+@pytest.mark.parametrize("faulthandler", [True, False])
+def test_a_native_crash_is_named_with_the_python_call_under_it(faulthandler):
+    env = base_env(GLOO_SOCKET_IFNAME="lo", PYTHONFAULTHANDLER="1" if faulthandler else None)
+    r = run_ddprun(["--nproc_per_node=2", PROGRAMS / "native_crash.py"], env=env)
+    assert r.rc == 139, r  # 128 + SIGSEGV, the root cause's
+    cause, fix = lines(r)
+    if faulthandler:
+        assert re.fullmatch(r"the worker crashed in native code \(SIGSEGV\) under the Python call "
+                            r"string_at \(\S+/ctypes/__init__\.py, line \d+\), called from crash "
+                            r"\(\S+/native_crash\.py, line 8\)", cause), cause
+        assert "PYTHONFAULTHANDLER" not in fix, fix
+    else:
+        assert cause == "the worker crashed in native code (SIGSEGV)", cause
+        assert fix.startswith("PYTHONFAULTHANDLER=1 prints each worker's Python stack"), fix
+
+
 def own_memory_cgroup():
     """This process's memory cgroup directory and its limit file: a v1 memory hierarchy's, else
     cgroup v2's where its memory controller is enabled; None otherwise."""

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <net/if.h>
 #include <sys/socket.h>
+#include <csignal>
 
 namespace ddprun::supervisor {
 namespace {
@@ -234,7 +235,7 @@ TEST_CASE("explain: a SIGKILL nobody in the job sent, while the OOM killer kille
   ExplainContext c;
   c.memory = m;
   CHECK_FALSE(Explain(Failed("Signal 9 (SIGKILL)"), c).has_value());  // not a kill of the worker
-  c.killed_unasked = true;
+  c.unasked_signal = SIGKILL;
   auto e = Explain(Failed("Signal 9 (SIGKILL)"), c);
   REQUIRE(e.has_value());
   CHECK(e->signature == "out of memory (OOM killer)");
@@ -247,7 +248,7 @@ TEST_CASE("explain: a SIGKILL nobody in the job sent, while the OOM killer kille
   m.cgroup_oom_kills = 0;
   m.cgroup_limit.reset();
   c.memory = m;
-  c.killed_unasked = false;  // the worker raised; its DataLoader worker was killed
+  c.unasked_signal = 0;  // the worker raised; its DataLoader worker was killed
   e = Explain(Failed("RuntimeError: DataLoader worker (pid 77) is killed by signal: Killed."), c);
   REQUIRE(e.has_value());
   CHECK(e->cause.rfind("a DataLoader worker of it died of SIGKILL, which ddprun did not send, and "
@@ -256,7 +257,57 @@ TEST_CASE("explain: a SIGKILL nobody in the job sent, while the OOM killer kille
                        0) == 0);
   m.host_oom_kills = 0;  // a SIGKILL without OOM kills: someone else's, no guess
   c.memory = m;
-  c.killed_unasked = true;
+  c.unasked_signal = SIGKILL;
+  CHECK_FALSE(Explain(Failed(""), c).has_value());
+}
+
+// CPython 3.11's faulthandler and libstdc++'s terminate handler, as they print.
+TEST_CASE("explain: a native crash names the Python call under it, or the C++ exception") {
+  const std::string faulthandler =
+      "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f27aeaa0b80 (most recent "
+      "call first):\n  File \"/usr/lib/python3.11/ctypes/__init__.py\", line 519 in string_at\n"
+      "  File \"/tmp/job/segv.py\", line 3 in crash\n  File \"/tmp/job/segv.py\", line 4 in "
+      "<module>\n";
+  ExplainContext c;
+  CHECK_FALSE(Explain(Failed("", faulthandler), c).has_value());  // exited, or ddprun's signal
+  c.unasked_signal = SIGSEGV;
+  auto e = Explain(Failed("Signal 11 (SIGSEGV) received by PID 9", faulthandler), c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "native crash");
+  CHECK(e->cause ==
+        "the worker crashed in native code (SIGSEGV) under the Python call string_at "
+        "(/usr/lib/python3.11/ctypes/__init__.py, line 519), called from crash (/tmp/job/segv.py, "
+        "line 3)");
+  CHECK(e->fix.find("PYTHONFAULTHANDLER") == std::string::npos);  // it printed already
+  e = Explain(Failed("Signal 11 (SIGSEGV) received by PID 9"), c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause == "the worker crashed in native code (SIGSEGV)");
+  CHECK(e->fix.rfind("PYTHONFAULTHANDLER=1 prints each worker's Python stack", 0) == 0);
+  c.unasked_signal = SIGABRT;
+  e = Explain(Failed("",
+                     "terminate called after throwing an instance of 'std::runtime_error'\n"
+                     "  what():  NCCL communicator was aborted\n"),
+              c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause ==
+        "the worker aborted (SIGABRT) on a C++ exception nothing caught: std::runtime_error: "
+        "NCCL communicator was aborted");
+  // ProcessGroupNCCL's watchdog terminates the same way; its own entry says more.
+  e = Explain(Failed("", "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+                         "  what():  [Rank 1] Watchdog caught collective operation timeout: "
+                         "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                         "Timeout(ms)=600000) ran for 600071 milliseconds before timing out.\n"),
+              c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "collective timeout");
+  c.unasked_signal = SIGBUS;
+  c.shm_size_bytes = 64ull << 20;
+  e = Explain(Failed(""), c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause ==
+        "the worker crashed in native code (SIGBUS); a SIGBUS is often a mapped file or /dev/shm "
+        "that ran out of space (/dev/shm is 64.0 MiB)");
+  c.unasked_signal = SIGTERM;
   CHECK_FALSE(Explain(Failed(""), c).has_value());
 }
 
