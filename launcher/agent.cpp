@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <sys/statvfs.h>
-
 #include <csignal>
 #include <filesystem>
 #include <optional>
@@ -11,14 +9,12 @@
 #include "base/exit_codes.hpp"
 #include "env/cpus.hpp"
 #include "env/host.hpp"
-#include "env/interfaces.hpp"
 #include "env/limits.hpp"
 #include "env/log_layout.hpp"
-#include "env/memory.hpp"
 #include "env/names.hpp"
-#include "env/port_holder.hpp"
 #include "env/worker_env.hpp"
 #include "launcher/dump_request.hpp"
+#include "launcher/failure_facts.hpp"
 #include "launcher/group_outcome.hpp"
 #include "launcher/job_stores.hpp"
 #include "launcher/run_recorder.hpp"
@@ -74,7 +70,9 @@ class Agent {
   // Slurm, the node, the job step and the requeues so far.
   std::string ReportHost() const;
   // What the catalogue may name beyond the worker's text (supervisor/explain.hpp).
-  supervisor::ExplainContext ExplainFacts() const;
+  supervisor::ExplainContext ExplainFacts() const {
+    return facts_.Context(c_, program_, environ_, layout_ ? layout_->run_dir() : "");
+  }
   // This node's failure report, with the root cause explained where the catalogue knows it.
   std::string Report() const;
 
@@ -90,11 +88,7 @@ class Agent {
   supervisor::GroupOptions options_;
   // This node's failures in its last failed round, root cause first.
   std::vector<supervisor::FailureRecord> local_failures_;
-  // The job is this host's workers only, and every other one was still
-  // running when the root cause failed (ddprun stopped them).
-  bool peers_running_ = false;
-  // The OOM kill counts and memory when the group last started (env/memory.hpp).
-  env::MemoryFacts memory_at_start_;
+  FailureFacts facts_;  // for the diagnosis of a failure (supervisor/explain.hpp)
   // Log files a failed write left incomplete, over all rounds.
   std::vector<std::string> lost_logs_;
   std::string timer_file_;     // the file timer's pipe, "" when not served
@@ -332,39 +326,6 @@ int Agent::FinishLocally(int code, const std::string& message) {
   return Finish(exit);
 }
 
-// What the launcher knows that a failed worker's text does not, read now:
-// the limits, /dev/shm and the log directory's free space as they are when
-// the failure is reported.
-supervisor::ExplainContext Agent::ExplainFacts() const {
-  supervisor::ExplainContext c;
-  c.interpreter = program_.interpreter;
-  c.interpreter_source = program_.interpreter_source;
-  c.nproc_per_node = c_.nproc_per_node;
-  c.visible_devices = c_.visible_gpus.worker_devices;
-  if (!c.visible_devices) c.visible_devices = env::Lookup(environ_, env::kCudaVisibleDevices);
-  if (c_.visible_gpus.checked) c.visible_gpus = static_cast<int>(c_.visible_gpus.gpus.size());
-  c.limits = env::ReadLimitFacts(environ_);
-  struct statvfs shm {};
-  if (statvfs("/dev/shm", &shm) == 0) c.shm_size_bytes = uint64_t{shm.f_blocks} * shm.f_frsize;
-  struct statvfs logs {};
-  if (layout_ && statvfs(layout_->run_dir().c_str(), &logs) == 0) {
-    c.log_dir = layout_->run_dir();
-    c.log_free_bytes = uint64_t{logs.f_bavail} * logs.f_frsize;
-  }
-  c.port_holder = [](int port) { return env::PortHolder(port); };
-  c.interfaces = env::ListInterfaces();
-  c.peers_running = peers_running_;
-  if (!local_failures_.empty()) {
-    const auto& root = local_failures_.front();
-    c.unasked_signal = root.hung || root.timer ? 0 : root.exit.signal;
-  }
-  c.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
-  c.gloo_socket_ifname = env::Lookup(environ_, env::kGlooSocketIfname).value_or("");
-  c.nccl_socket_ifname = env::Lookup(environ_, env::kNcclSocketIfname).value_or("");
-  c.nccl_socket_family = env::Lookup(environ_, env::kNcclSocketFamily).value_or("");
-  return c;
-}
-
 std::string Agent::Report() const {
   auto why = supervisor::Explain(local_failures_.front(), ExplainFacts());
   return supervisor::FormatReport(program_.name, ReportHost(), local_failures_,
@@ -475,11 +436,7 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   }
   local_failures_ = supervisor::CollectFailures(result, ErrorFiles(round.restart_count));
   const auto& root = local_failures_.front();
-  peers_running_ = round.world_size == static_cast<int>(result.workers.size()) &&
-                   std::all_of(result.workers.begin(), result.workers.end(), [&](const auto& w) {
-                     return w.pid == root.pid || w.state == supervisor::WorkerState::kStopped ||
-                            w.failed_while_stopping;
-                   });
+  facts_.GroupFailed(round.world_size, result, root);
   o.kind = Kind::kFailed;
   // Only hangs at exit: every hung worker's program had finished (no restart runs it again).
   const bool at_exit =
@@ -536,7 +493,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
     sup_->RequestStop();
   });
   if (!watching.ok()) return FinishLocally(1, watching.message());
-  memory_at_start_ = env::ReadMemoryFacts();
+  facts_.GroupStarting();
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);
   driver_->StopWatching();
   supervisor::CountOwnFailures(result, ErrorFiles(round.restart_count));

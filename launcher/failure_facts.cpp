@@ -1,0 +1,55 @@
+#include "launcher/failure_facts.hpp"
+
+#include <sys/statvfs.h>
+
+#include <algorithm>
+
+#include "env/interfaces.hpp"
+#include "env/limits.hpp"
+#include "env/names.hpp"
+#include "env/port_holder.hpp"
+
+namespace ddprun::launcher {
+
+void FailureFacts::GroupStarting() { memory_at_start_ = env::ReadMemoryFacts(); }
+
+void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& result,
+                               const supervisor::FailureRecord& root) {
+  peers_running_ = world_size == static_cast<int>(result.workers.size()) &&
+                   std::all_of(result.workers.begin(), result.workers.end(), [&](const auto& w) {
+                     return w.pid == root.pid || w.state == supervisor::WorkerState::kStopped ||
+                            w.failed_while_stopping;
+                   });
+  unasked_signal_ = root.hung || root.timer ? 0 : root.exit.signal;
+}
+
+supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Program& program,
+                                                 const env::Environ& environ,
+                                                 const std::string& run_dir) const {
+  supervisor::ExplainContext x;
+  x.interpreter = program.interpreter;
+  x.interpreter_source = program.interpreter_source;
+  x.nproc_per_node = c.nproc_per_node;
+  x.visible_devices = c.visible_gpus.worker_devices;
+  if (!x.visible_devices) x.visible_devices = env::Lookup(environ, env::kCudaVisibleDevices);
+  if (c.visible_gpus.checked) x.visible_gpus = static_cast<int>(c.visible_gpus.gpus.size());
+  x.limits = env::ReadLimitFacts(environ);
+  struct statvfs shm {};
+  if (statvfs("/dev/shm", &shm) == 0) x.shm_size_bytes = uint64_t{shm.f_blocks} * shm.f_frsize;
+  struct statvfs logs {};
+  if (!run_dir.empty() && statvfs(run_dir.c_str(), &logs) == 0) {
+    x.log_dir = run_dir;
+    x.log_free_bytes = uint64_t{logs.f_bavail} * logs.f_frsize;
+  }
+  x.port_holder = [](int port) { return env::PortHolder(port); };
+  x.interfaces = env::ListInterfaces();
+  x.gloo_socket_ifname = env::Lookup(environ, env::kGlooSocketIfname).value_or("");
+  x.nccl_socket_ifname = env::Lookup(environ, env::kNcclSocketIfname).value_or("");
+  x.nccl_socket_family = env::Lookup(environ, env::kNcclSocketFamily).value_or("");
+  x.peers_running = peers_running_;
+  x.unasked_signal = unasked_signal_;
+  x.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
+  return x;
+}
+
+}  // namespace ddprun::launcher

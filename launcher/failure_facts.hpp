@@ -1,0 +1,40 @@
+// What the launcher knows about a failed group that the failed worker's text
+// does not, for the failure report's diagnosis (supervisor/explain.hpp):
+// noted when the group starts and when it fails, the rest read when the
+// failure is reported (limits, /dev/shm, free space, interfaces, memory).
+//
+// Not thread-safe: the agent's thread.
+#pragma once
+
+#include <string>
+
+#include "env/environ.hpp"
+#include "env/memory.hpp"
+#include "launcher/launch_config.hpp"
+#include "launcher/program.hpp"
+#include "supervisor/explain.hpp"
+#include "supervisor/failure_report.hpp"
+#include "supervisor/supervisor.hpp"
+
+namespace ddprun::launcher {
+
+class FailureFacts {
+ public:
+  // Before a group starts: the OOM kill counts to compare with.
+  void GroupStarting();
+  // After a group failed: `root` is its root cause, `world_size` the job's.
+  void GroupFailed(int world_size, const supervisor::GroupResult& result,
+                   const supervisor::FailureRecord& root);
+  // The context as it is now; `run_dir` is the run's log directory ("" none).
+  supervisor::ExplainContext Context(const LaunchConfig& c, const Program& program,
+                                     const env::Environ& environ, const std::string& run_dir) const;
+
+ private:
+  env::MemoryFacts memory_at_start_;
+  // The job is this host's workers only, and every other one was still
+  // running when the root cause failed (ddprun stopped them).
+  bool peers_running_ = false;
+  int unasked_signal_ = 0;  // the root cause's death signal, when ddprun did not send it
+};
+
+}  // namespace ddprun::launcher
