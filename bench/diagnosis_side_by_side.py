@@ -29,9 +29,10 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROGRAMS = os.path.join(REPO, "tests", "e2e", "programs", "diagnosis")
 SCRIPTS = ["unused_parameter.py", "inplace_buffer.py", "port_in_use.py", "no_init.py",
            "bus_error.py", "nan_loss.py", "gloo_interface.py", "model_mismatch.py",
-           "nccl_without_gpu.py", "group_again.py"]
+           "nccl_without_gpu.py", "group_again.py", "native_crash.py"]
 # Each script's environment beyond the common one.
-SCRIPT_ENV = {"gloo_interface.py": {"GLOO_SOCKET_IFNAME": "lo,ddp-nosuch0"}}
+SCRIPT_ENV = {"gloo_interface.py": {"GLOO_SOCKET_IFNAME": "lo,ddp-nosuch0"},
+              "native_crash.py": {"PYTHONFAULTHANDLER": "1"}}
 EXCEPTION = re.compile(r"^[\w.]*(Error|Exception): ")
 FAILURE = re.compile(r"(Error|error:|Exception|nan|killed by signal)")
 
@@ -116,8 +117,9 @@ def main():
             wrong.append("%s under ddprun: no cause line" % script)
         sys.stdout.flush()
     print("#")
-    print("#  not run here: threads.py (needs an unprivileged user with a low RLIMIT_NPROC: "
-          "tests/e2e/test_diagnosis.py), the gpu_*.py scripts (scripts/gpu-check.sh)")
+    print("#  not run here: threads.py (needs an unprivileged user with a low RLIMIT_NPROC) and "
+          "out_of_memory.py (a memory cgroup with a limit), both in tests/e2e/test_diagnosis.py; "
+          "the gpu_*.py scripts (scripts/gpu-check.sh)")
     return benchlib.print_footer(len(SCRIPTS) - len({w.split(" ")[0] for w in wrong}),
                                  len(SCRIPTS), wrong, before=[benchlib.elapsed_line(t0, load=True)],
                                  label="WRONG")
