@@ -300,6 +300,39 @@ Match DuplicateGpu(const std::string& text, const ExplainContext& c) {
                "init_process_group(device_id=...); LOCAL_RANK i uses the i-th visible GPU");
 }
 
+// A CUDA kernel's CUDA_KERNEL_ASSERT, as the device runtime prints it ("FILE:
+// LINE: FUNC: block: [..], thread: [..] Assertion `COND` failed.") before
+// PyTorch raises "device-side assert triggered"; the common conditions are
+// an index out of range, said in plain words.
+Match DeviceAssert(const std::string& text, const ExplainContext&) {
+  if (!Has(text, "device-side assert triggered")) return {};
+  auto m = Find(text, R"((\w+): block: \[[^\]]*\], thread: \[[^\]]*\] Assertion `([^`]+)` failed)");
+  std::string cause = "a CUDA kernel's assertion failed";
+  if (m) {
+    const std::string cond = (*m)[2].str();
+    cause += " (" + (*m)[1].str() + ": " + cond + ")";
+    if (cond.find("n_classes") != std::string::npos) {
+      cause +=
+          ": a target class index is outside [0, number of classes): the loss got a label the "
+          "model has no output for";
+    } else if (cond.find("srcIndex < srcSelectDimSize") != std::string::npos) {
+      cause +=
+          ": an index is beyond the indexed tensor's size, e.g. a token id at or above an "
+          "embedding's num_embeddings";
+    } else if (cond.find("index out of bounds") != std::string::npos) {
+      cause += ": an index is out of bounds";
+    } else if (cond.find("input_val >= zero && input_val <= one") != std::string::npos) {
+      cause +=
+          ": binary_cross_entropy got an input outside [0, 1] (apply sigmoid first, or use "
+          "BCEWithLogitsLoss)";
+    }
+  }
+  return Lines(cause,
+               "check the range of the labels or indices fed to that op; CUDA_LAUNCH_BLOCKING=1 "
+               "makes the traceback name the op (CUDA reports kernel errors later, at another "
+               "call); the same batch on the CPU raises an error that names the value");
+}
+
 // torch/distributed/distributed_c10d.py, _new_process_group_helper: NCCL
 // asked for where PyTorch sees no GPU (a CPU host, a login node, CPU CI).
 Match NcclWithoutGpu(const std::string& text, const ExplainContext& c) {
@@ -509,6 +542,7 @@ const std::vector<Entry>& Catalogue() {
       {"in-place modified tensor", InplaceModified},
       {"collective timeout", CollectiveTimeout},
       {"CUDA out of memory", CudaOutOfMemory},
+      {"CUDA device-side assert", DeviceAssert},
       {"duplicate GPU", DuplicateGpu},
       {"invalid device ordinal", InvalidDeviceOrdinal},
       {"NCCL without a GPU", NcclWithoutGpu},

@@ -1,6 +1,7 @@
 """The GPU half of the diagnosis catalogue and of --hang_detect=torch, on real NCCL: two ranks on
-one GPU, an invalid device ordinal, CUDA out of memory, NCCL's watchdog timeout, and a PyTorch NCCL
-job whose rank 1 stops calling all_reduce (PyTorch's dump pipe, fr_trace and NCCL's RAS).
+one GPU, an invalid device ordinal, CUDA out of memory, a device-side assert, NCCL's watchdog
+timeout, and a PyTorch NCCL job whose rank 1 stops calling all_reduce (PyTorch's dump pipe,
+fr_trace and NCCL's RAS).
 
 Several NCCL ranks on a machine with one GPU run through tests/tools/onehost_python (a UTS
 namespace and NCCL_HOSTID per rank; needs root). Every test skips with "skipped: no CUDA device"
@@ -85,6 +86,17 @@ def test_cuda_out_of_memory_names_the_gpu_and_sizes():
     cause, fix = cause_fix(r)
     assert re.match(r"GPU \d+ had [\d.]+ \w+ free of [\d.]+ \w+ when [\d.]+ \w+ more was asked", cause), cause
     assert "expandable_segments" in fix, fix
+
+
+def test_a_device_side_assert_names_the_label_out_of_range():
+    r = run_ddprun(["--nproc_per_node=2", "--shutdown_timeout=2",
+                    PROGRAMS / "gpu_device_assert.py"], env=gpu_env(), timeout=180)
+    assert r.rc == 1, r
+    cause, fix = cause_fix(r)
+    assert cause.startswith("a CUDA kernel's assertion failed ("), cause
+    assert cause.endswith("a target class index is outside [0, number of classes): the loss got a "
+                          "label the model has no output for"), cause
+    assert "CUDA_LAUNCH_BLOCKING=1" in fix, fix
 
 
 def test_the_nccl_watchdog_timeout_names_the_collective():

@@ -293,10 +293,11 @@ TEST_CASE("explain: a native crash names the Python call under it, or the C++ ex
         "the worker aborted (SIGABRT) on a C++ exception nothing caught: std::runtime_error: "
         "NCCL communicator was aborted");
   // ProcessGroupNCCL's watchdog terminates the same way; its own entry says more.
-  e = Explain(Failed("", "terminate called after throwing an instance of 'c10::DistBackendError'\n"
-                         "  what():  [Rank 1] Watchdog caught collective operation timeout: "
-                         "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
-                         "Timeout(ms)=600000) ran for 600071 milliseconds before timing out.\n"),
+  e = Explain(Failed("",
+                     "terminate called after throwing an instance of 'c10::DistBackendError'\n"
+                     "  what():  [Rank 1] Watchdog caught collective operation timeout: "
+                     "WorkNCCL(SeqNum=5, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                     "Timeout(ms)=600000) ran for 600071 milliseconds before timing out.\n"),
               c);
   REQUIRE(e.has_value());
   CHECK(e->signature == "collective timeout");
@@ -309,6 +310,38 @@ TEST_CASE("explain: a native crash names the Python call under it, or the C++ ex
         "that ran out of space (/dev/shm is 64.0 MiB)");
   c.unasked_signal = SIGTERM;
   CHECK_FALSE(Explain(Failed(""), c).has_value());
+}
+
+// The device runtime's assertion line and PyTorch's error, as torch 2.x prints them.
+TEST_CASE("explain: a device-side assert names the kernel, the condition and, known, its meaning") {
+  const std::string error =
+      "RuntimeError: CUDA error: device-side assert triggered\nCUDA kernel errors might be "
+      "asynchronously reported at some other API call, so the stacktrace below might be "
+      "incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n";
+  auto e = Explain(Failed(error,
+                          "/pytorch/aten/src/ATen/native/cuda/Loss.cu:250: "
+                          "nll_loss_forward_reduce_cuda_kernel_2d: block: [0,0,0], thread: [5,0,0] "
+                          "Assertion `t >= 0 && t < n_classes` failed.\n"),
+                   {});
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "CUDA device-side assert");
+  CHECK(e->cause ==
+        "a CUDA kernel's assertion failed (nll_loss_forward_reduce_cuda_kernel_2d: t >= 0 && t < "
+        "n_classes): a target class index is outside [0, number of classes): the loss got a label "
+        "the model has no output for");
+  CHECK(e->fix.find("CUDA_LAUNCH_BLOCKING=1") != std::string::npos);
+  e = Explain(Failed(error,
+                     "/pytorch/aten/src/ATen/native/cuda/Indexing.cu:1369: "
+                     "indexSelectLargeIndex: block: [14,0,0], thread: [64,0,0] Assertion "
+                     "`srcIndex < srcSelectDimSize` failed.\n"),
+              {});
+  REQUIRE(e.has_value());
+  CHECK(e->cause.find(": a token id at or above") == std::string::npos);
+  CHECK(e->cause.find("e.g. a token id at or above an embedding's num_embeddings") !=
+        std::string::npos);
+  e = Explain(Failed(error), {});
+  REQUIRE(e.has_value());
+  CHECK(e->cause == "a CUDA kernel's assertion failed");
 }
 
 // torch 2.12, init_process_group("nccl") where PyTorch sees no GPU.
