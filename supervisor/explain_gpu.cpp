@@ -1,0 +1,150 @@
+#include "supervisor/explain_entries.hpp"
+
+#include <string>
+
+#include "base/format.hpp"
+
+namespace ddprun::supervisor::explain {
+
+// torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, the watchdog (WorkNCCL's operator<<).
+Match CollectiveTimeout(const std::string& text, const ExplainContext&) {
+  auto m = Find(text, R"(\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\()"
+                      R"(SeqNum=(\d+), OpType=(\w+)[^)]*Timeout\(ms\)=(\d+)\))");
+  if (!m) return {};
+  return Lines("rank " + (*m)[1].str() + " waited " + (*m)[4].str() +
+                   " ms (the process group's "
+                   "timeout) in collective number " +
+                   (*m)[2].str() + ", a " + (*m)[3].str() + ", for ranks that never joined it",
+               "look for the rank that failed or took another code path before collective " +
+                   (*m)[2].str() +
+                   "; --hang_timeout makes ddprun dump the stuck ranks' stacks "
+                   "long before the watchdog; init_process_group(timeout=...) if a step is "
+                   "legitimately that slow");
+}
+
+// c10/cuda/CUDACachingAllocator.cpp, the OutOfMemoryError message.
+Match CudaOutOfMemory(const std::string& text, const ExplainContext&) {
+  auto m =
+      Find(text, R"(CUDA out of memory\. Tried to allocate ([\d.]+ \w+)\. GPU (\d+) has a total )"
+                 R"(capacity of ([\d.]+ \w+) of which ([\d.]+ \w+) is free\.)");
+  if (!m) return {};
+  std::string others;
+  static const std::regex kProcess(R"(Process (\d+) has ([\d.]+ \w+) memory in use)");
+  for (std::sregex_iterator it(text.begin(), text.end(), kProcess), end; it != end; ++it) {
+    others += (others.empty() ? "; in use by process " : ", process ") + (*it)[1].str() + ": " +
+              (*it)[2].str();
+  }
+  return Lines("GPU " + (*m)[2].str() + " had " + (*m)[4].str() + " free of " + (*m)[3].str() +
+                   " when " + (*m)[1].str() + " more was asked for" + others,
+               "use a smaller per-rank batch, activation checkpointing or mixed precision; "
+               "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True when much is reserved but "
+               "unallocated; stop other processes on that GPU");
+}
+
+namespace {
+
+std::string VisibleDevices(const ExplainContext& c) {
+  std::string s = c.visible_devices ? "CUDA_VISIBLE_DEVICES=" + *c.visible_devices
+                                    : "CUDA_VISIBLE_DEVICES unset";
+  if (c.visible_gpus >= 0) s += ", " + std::to_string(c.visible_gpus) + " GPU(s) visible";
+  if (c.nproc_per_node > 0) s += ", --nproc_per_node=" + std::to_string(c.nproc_per_node);
+  return s;
+}
+
+}  // namespace
+
+// NCCL src/init.cc, the duplicate-device check of ncclCommInitRank.
+Match DuplicateGpu(const std::string& text, const ExplainContext& c) {
+  auto m =
+      Find(text, R"(Duplicate GPU detected : rank (\d+) and rank (\d+) both on CUDA device (\w+))");
+  if (!m) return {};
+  return Lines("ranks " + (*m)[1].str() + " and " + (*m)[2].str() + " both use CUDA device " +
+                   (*m)[3].str() + " (" + VisibleDevices(c) + ")",
+               "pick the device by LOCAL_RANK before init_process_group: "
+               "torch.cuda.set_device(int(os.environ['LOCAL_RANK'])) or "
+               "init_process_group(device_id=...); LOCAL_RANK i uses the i-th visible GPU");
+}
+
+// A CUDA kernel's CUDA_KERNEL_ASSERT, as the device runtime prints it ("FILE:
+// LINE: FUNC: block: [..], thread: [..] Assertion `COND` failed.") before
+// PyTorch raises "device-side assert triggered"; the common conditions are
+// an index out of range, said in plain words.
+Match DeviceAssert(const std::string& text, const ExplainContext&) {
+  if (!Has(text, "device-side assert triggered")) return {};
+  auto m = Find(text, R"((\w+): block: \[[^\]]*\], thread: \[[^\]]*\] Assertion `([^`]+)` failed)");
+  std::string cause = "a CUDA kernel's assertion failed";
+  if (m) {
+    const std::string cond = (*m)[2].str();
+    cause += " (" + (*m)[1].str() + ": " + cond + ")";
+    if (cond.find("n_classes") != std::string::npos) {
+      cause +=
+          ": a target class index is outside [0, number of classes): the loss got a label the "
+          "model has no output for";
+    } else if (cond.find("srcIndex < srcSelectDimSize") != std::string::npos) {
+      cause +=
+          ": an index is beyond the indexed tensor's size, e.g. a token id at or above an "
+          "embedding's num_embeddings";
+    } else if (cond.find("index out of bounds") != std::string::npos) {
+      cause += ": an index is out of bounds";
+    } else if (cond.find("input_val >= zero && input_val <= one") != std::string::npos) {
+      cause +=
+          ": binary_cross_entropy got an input outside [0, 1] (apply sigmoid first, or use "
+          "BCEWithLogitsLoss)";
+    }
+  }
+  return Lines(cause,
+               "check the range of the labels or indices fed to that op; CUDA_LAUNCH_BLOCKING=1 "
+               "makes the traceback name the op (CUDA reports kernel errors later, at another "
+               "call); the same batch on the CPU raises an error that names the value");
+}
+
+// torch/distributed/distributed_c10d.py, _new_process_group_helper: NCCL
+// asked for where PyTorch sees no GPU (a CPU host, a login node, CPU CI).
+Match NcclWithoutGpu(const std::string& text, const ExplainContext& c) {
+  if (!Has(text, "ProcessGroupNCCL is only supported with GPUs, no GPUs found")) return {};
+  std::string why;
+  if (c.visible_devices && c.visible_devices->empty()) {
+    why = "CUDA_VISIBLE_DEVICES is empty, which hides every GPU";
+  } else if (c.visible_gpus > 0) {
+    why = "PyTorch's CUDA found none of the " + std::to_string(c.visible_gpus) +
+          " GPU(s) visible to them: a CPU-only PyTorch, or a driver older than PyTorch's CUDA "
+          "(python -c 'import torch; print(torch.version.cuda, torch.cuda.is_available())')";
+  } else if (c.visible_gpus == 0) {
+    why = "none is visible (" + VisibleDevices(c) + ")";
+  } else {
+    why = "ddprun found no NVIDIA driver (NVML) on this host either";
+  }
+  return Lines("the workers made an NCCL process group, which needs GPUs, and saw none: " + why,
+               "on a host without GPUs use Gloo: init_process_group(\"gloo\"), or "
+               "backend=\"cpu:gloo,cuda:nccl\" to use each where it fits; on a GPU host make its "
+               "GPUs visible (CUDA_VISIBLE_DEVICES, --gpus)");
+}
+
+// The CUDA runtime's cudaErrorInvalidDevice text, as torch raises it.
+Match InvalidDeviceOrdinal(const std::string& text, const ExplainContext& c) {
+  if (!Has(text, "CUDA error: invalid device ordinal")) return {};
+  return Lines("a worker asked for a CUDA device index it does not see (" + VisibleDevices(c) + ")",
+               "index devices by LOCAL_RANK among the visible ones (cuda:LOCAL_RANK, not the "
+               "host's GPU number), and run no more workers per node than visible GPUs");
+}
+
+// NCCL's shared-memory transport (misc/shmutils.cc) between ranks of one
+// host: "Error while creating shared memory segment /dev/shm/nccl-X (size N)",
+// with ", error: <strerror> (<errno>)" in its last error.
+Match NcclSharedMemory(const std::string& text, const ExplainContext& c) {
+  auto m = Find(text, R"((?:Error while creating shared memory segment|failed to extend) )"
+                      R"((/dev/shm/nccl-[^ \n]+?)(?: \(size (\d+)\)| to (\d+) bytes))"
+                      R"((?:, error: ([^\n(]+?) \(\d+\))?)");
+  if (!m) return {};
+  const std::string size = (*m)[2].matched ? (*m)[2].str() : (*m)[3].str();
+  std::string cause = "NCCL could not create its shared-memory segment " + (*m)[1].str() + " (" +
+                      FormatBytes(std::stoull(size)) + ")";
+  if ((*m)[4].matched) cause += ": " + (*m)[4].str();
+  if (c.shm_size_bytes) cause += "; /dev/shm is " + FormatBytes(*c.shm_size_bytes);
+  return Lines(cause,
+               "enlarge /dev/shm: docker run --shm-size=8g (or --ipc=host), Kubernetes an emptyDir "
+               "with medium Memory on /dev/shm; remove /dev/shm/nccl-* files left by dead jobs; "
+               "or NCCL_SHM_DISABLE=1 (slower transfers between this host's GPUs)");
+}
+
+}  // namespace ddprun::supervisor::explain

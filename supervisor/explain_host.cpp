@@ -1,0 +1,237 @@
+#include "supervisor/explain_entries.hpp"
+
+#include <csignal>
+#include <string>
+
+#include "base/format.hpp"
+#include "env/interfaces.hpp"
+#include "supervisor/exit_status.hpp"
+
+namespace ddprun::supervisor::explain {
+
+// The kernel's OOM killer (env/memory.hpp): a worker, or a DataLoader worker
+// of it, killed by a SIGKILL nobody in the job sent while the OOM kill count
+// rose: it ran out of memory, its cgroup's or the host's.
+Match OomKilled(const std::string& text, const ExplainContext& c) {
+  const bool loader = Has(text, "is killed by signal: Killed");
+  if (!c.memory || (c.unasked_signal != SIGKILL && !loader)) return {};
+  const env::MemoryFacts& m = *c.memory;
+  const uint64_t in_cgroup = m.cgroup_oom_kills.value_or(0);
+  const uint64_t on_host = m.host_oom_kills.value_or(0);
+  if (in_cgroup == 0 && on_host == 0) return {};
+  std::string cause = std::string(loader ? "a DataLoader worker of it" : "the worker") +
+                      " died of SIGKILL, which ddprun did not send, and the kernel's OOM killer "
+                      "killed ";
+  if (in_cgroup > 0) {
+    cause += std::to_string(in_cgroup) + " process(es) of the job's memory cgroup meanwhile";
+  } else {
+    cause += std::to_string(on_host) + " process(es) on this host meanwhile (/proc/vmstat)";
+  }
+  if (m.cgroup_limit) {
+    cause += "; the memory cgroup " + m.cgroup + " has a limit of " + FormatBytes(*m.cgroup_limit);
+    if (m.cgroup_peak) cause += " (peak use " + FormatBytes(*m.cgroup_peak) + ")";
+  }
+  if (m.mem_total && m.mem_available) {
+    cause += "; the host has " + FormatBytes(*m.mem_total) + ", " + FormatBytes(*m.mem_available) +
+             " available now";
+  }
+  return Lines(cause,
+               "give each worker less host memory (DataLoader num_workers and prefetch_factor; "
+               "a dataset loaded once per host and memory-mapped, not copied by every rank and "
+               "DataLoader worker), run fewer workers per node, or get more memory (a higher "
+               "limit: Slurm --mem, docker --memory); the kernel log (dmesg) names what was "
+               "killed and its size");
+}
+
+namespace {
+
+// faulthandler's "File "PATH", line N in FUNC" lines: a library's (the
+// standard library, site-packages) or the program's own.
+bool LibraryFrame(const std::string& path) {
+  return path.find("/site-packages/") != std::string::npos ||
+         path.find("/dist-packages/") != std::string::npos ||
+         std::regex_search(path, std::regex(R"(/lib/python\d)"));
+}
+
+}  // namespace
+
+// A worker that died of a crash signal nobody in the job sent: native code
+// (an extension, CUDA, NCCL, a library built for another version) crashed, or
+// C++ terminated on an uncaught exception. Python's faulthandler
+// (PYTHONFAULTHANDLER=1) prints the stack, which names where.
+Match NativeCrash(const std::string& text, const ExplainContext& c) {
+  const int sig = c.unasked_signal;
+  if (sig != SIGSEGV && sig != SIGBUS && sig != SIGILL && sig != SIGFPE && sig != SIGABRT) {
+    return {};
+  }
+  const std::string name = SignalName(sig);
+  if (auto m = Find(text, R"(terminate called after throwing an instance of '([^']+)'\s*\n\s*)"
+                          R"(what\(\):\s*([^\n]*))")) {
+    return Lines("the worker aborted (" + name +
+                     ") on a C++ exception nothing caught: " + (*m)[1].str() + ": " + (*m)[2].str(),
+                 "the exception's message says what failed; catch it where it is thrown or fix "
+                 "its cause; gdb's 'catch throw' stops where it is thrown");
+  }
+  std::string cause = "the worker crashed in native code (" + name + ")";
+  const size_t stack = text.rfind("(most recent call first):");
+  if (stack != std::string::npos) {
+    static const std::regex kFrame(R"rx(\n\s+File "([^"]+)", line (\d+) in ([^\n]+))rx");
+    std::string innermost, own;
+    for (std::sregex_iterator it(text.begin() + static_cast<long>(stack), text.end(), kFrame), end;
+         it != end && own.empty(); ++it) {
+      const std::string frame =
+          (*it)[3].str() + " (" + (*it)[1].str() + ", line " + (*it)[2].str() + ")";
+      if (innermost.empty()) innermost = frame;
+      if (!LibraryFrame((*it)[1].str())) own = frame;
+    }
+    if (!innermost.empty()) cause += " under the Python call " + innermost;
+    if (!own.empty() && own != innermost) cause += ", called from " + own;
+  }
+  if (sig == SIGBUS) {
+    cause += "; a SIGBUS is often a mapped file or /dev/shm that ran out of space";
+    if (c.shm_size_bytes) cause += " (/dev/shm is " + FormatBytes(*c.shm_size_bytes) + ")";
+  }
+  const bool traced = stack != std::string::npos;
+  return Lines(cause,
+               std::string(traced ? ""
+                                  : "PYTHONFAULTHANDLER=1 prints each worker's Python stack "
+                                    "at such a crash; ") +
+                   "a C/C++/CUDA extension or a library built for another version of PyTorch, "
+                   "CUDA or Python is the usual culprit; ulimit -c unlimited keeps a core dump "
+                   "for gdb (bt)");
+}
+
+// torch/csrc/distributed/c10d/socket.cpp (TCPStore's listen); Python's OSError.
+Match AddressInUse(const std::string& text, const ExplainContext& c) {
+  auto m =
+      Find(text, R"(failed to listen on any local network address\. port: (\d+)[^\n]*EADDRINUSE)");
+  if (!m && !Has(text, "[Errno 98] Address already in use")) return {};
+  const std::string port = m ? (*m)[1].str() : "";
+  std::string holder;
+  if (m && c.port_holder) holder = c.port_holder(std::stoi(port));
+  return Lines((port.empty() ? "a port" : "port " + port) +
+                   " of this host is already in use (EADDRINUSE)" +
+                   (holder.empty() ? "" : ": " + holder + " listens on it"),
+               "give the job a free port (--master_port, or MASTER_PORT for a store the script "
+               "starts itself), or stop what holds it; a job still running from before holds "
+               "its port until it exits");
+}
+
+// torch/utils/data/dataloader.py, _MultiProcessingDataLoaderIter's worker check.
+Match DataLoaderBusError(const std::string& text, const ExplainContext& c) {
+  auto m = Find(text, R"(DataLoader worker \(pid (\d+)\) is killed by signal: Bus error)");
+  if (!m) return {};
+  return Lines(
+      "DataLoader worker pid " + (*m)[1].str() +
+          " died of SIGBUS: batches pass through /dev/shm, which ran out" +
+          (c.shm_size_bytes ? " (/dev/shm is " + FormatBytes(*c.shm_size_bytes) + ")" : ""),
+      "enlarge /dev/shm: docker run --shm-size=8g (or --ipc=host), Kubernetes an "
+      "emptyDir with medium Memory on /dev/shm; or fewer DataLoader num_workers or "
+      "smaller batches");
+}
+
+namespace {
+
+std::string NprocNumbers(const env::LimitFacts& f) {
+  uint64_t threads = 0;
+  for (const auto& p : f.user_processes) threads += p.threads;
+  auto n = [](uint64_t v) {
+    return v == env::kUnlimited ? std::string("unlimited") : std::to_string(v);
+  };
+  return "RLIMIT_NPROC of " + f.user + " is soft " + n(f.nproc.soft) + ", hard " + n(f.nproc.hard) +
+         "; " + f.user + " runs " + std::to_string(threads) + " threads now";
+}
+
+}  // namespace
+
+// CPython's _thread ("can't start new thread"), glibc's EAGAIN from
+// pthread_create and fork, as OpenBLAS, libgomp and os.fork report it.
+Match ThreadLimit(const std::string& text, const ExplainContext& c) {
+  const bool hit =
+      Has(text, "can't start new thread") ||
+      Find(text,
+           R"((pthread_create|Thread creation|fork)[^\n]*Resource temporarily unavailable)") ||
+      Has(text, "BlockingIOError: [Errno 11] Resource temporarily unavailable");
+  if (!hit) return {};
+  const std::string numbers = c.limits ? ": " + NprocNumbers(*c.limits) : "";
+  const std::string user = c.limits ? c.limits->user : "USER";
+  return Lines(
+      "a worker could not start a thread or process (EAGAIN): the user's process and "
+      "thread limit or the cgroup's pids.max is reached" +
+          numbers,
+      "raise the limit (ulimit -u N; for good, '" + user +
+          " hard nproc N' in /etc/security/limits.d/90-nproc.conf), or start fewer "
+          "threads: OMP_NUM_THREADS, DataLoader num_workers");
+}
+
+// ENOSPC as libc's strerror, Python's OSError and errno names print it; or,
+// with nothing printed (output redirected to that very filesystem), a log
+// directory with no byte left: every write of the worker's output failed.
+Match NoSpace(const std::string& text, const ExplainContext& c) {
+  const bool said =
+      Has(text, "No space left on device") || Has(text, "[Errno 28]") || Has(text, "ENOSPC");
+  const bool logs_full = c.log_free_bytes && *c.log_free_bytes == 0;
+  if (!said && !logs_full) return {};
+  std::string cause = said ? "a worker's write found its filesystem full (ENOSPC)"
+                           : "the filesystem of the job's log files is full: the workers' writes "
+                             "to their redirected output fail (ENOSPC)";
+  if (c.log_free_bytes) {
+    cause += "; " + c.log_dir + " has " + FormatBytes(*c.log_free_bytes) + " free";
+  }
+  return Lines(cause,
+               "free space there (df -h; checkpoints, caches and core files are the usual "
+               "culprits), or give --log_dir (and the script's output paths) on a filesystem "
+               "with room");
+}
+
+// Gloo's TCP device (gloo/transport/tcp/device.cc) names the interface, or
+// the host name, it found no local address for; NCCL's bootstrap says "no
+// socket interface found" (its last error, in PyTorch's DistBackendError).
+// Both fail init_process_group on every rank of the host.
+Match NetworkInterface(const std::string& text, const ExplainContext& c) {
+  const std::string have = env::DescribeInterfaces(c.interfaces);
+  if (auto m = Find(text, R"(Unable to find address for: ([^\n]*))")) {
+    const std::string name = (*m)[1].str();
+    auto problem = env::GlooIfnameProblem(name, c.interfaces);
+    return Lines(
+        "Gloo found no address on this host for " +
+            (c.gloo_socket_ifname.empty() ? name : "GLOO_SOCKET_IFNAME=" + c.gloo_socket_ifname) +
+            (problem ? ": " + *problem : ""),
+        "set GLOO_SOCKET_IFNAME to interfaces of this host with an address (" + have +
+            "), the ones other nodes reach it by, or unset it");
+  }
+  if (!Has(text, "no socket interface found")) return {};
+  std::string cause = "NCCL found no network interface for its bootstrap";
+  if (!c.nccl_socket_ifname.empty()) {
+    cause += ": NCCL_SOCKET_IFNAME=" + c.nccl_socket_ifname;
+    if (auto problem =
+            env::NcclIfnameProblem(c.nccl_socket_ifname, c.nccl_socket_family, c.interfaces)) {
+      cause += " selects none here: " + *problem;
+    }
+  }
+  return Lines(cause,
+               "set NCCL_SOCKET_IFNAME to a prefix of an interface of this host with an address (" +
+                   have + "; =NAME for exactly NAME, ^NAME,... to exclude), or unset it");
+}
+
+// Gloo's full-mesh connect refused at the address a peer published in the
+// store (gloo/transport/tcp/pair.cc). With every peer running, that address
+// listens no more: it was the peer's in an earlier process group of the same
+// name, whose keys PyTorch leaves in the store (pytorch/pytorch#55967).
+Match StaleGroupAddress(const std::string& text, const ExplainContext& c) {
+  auto m = Find(text, R"(Gloo connectFullMesh failed with [^\n]*?Connection refused, )"
+                      R"(remote=\[([^\]]+)\]:(\d+))");
+  if (!m || !c.peers_running) return {};
+  return Lines(
+      "Gloo was refused at " + (*m)[1].str() + ":" + (*m)[2].str() +
+          ", the address another rank published in the job's store, while every rank was "
+          "running: it is an earlier process group's. A process group made again (init_process_"
+          "group after destroy_process_group, or a group name used before) reads the earlier "
+          "group's addresses, which PyTorch leaves in the store (pytorch/pytorch#55967)",
+      "give each new process group keys of its own: init_process_group(backend, "
+      "store=PrefixStore(f\"pg{n}/\", TCPStore(MASTER_ADDR, MASTER_PORT, is_master=False)), "
+      "rank=RANK, world_size=WORLD_SIZE) with n counted alike on every rank; or keep one "
+      "process group for the program's life");
+}
+
+}  // namespace ddprun::supervisor::explain
