@@ -1,8 +1,10 @@
 // Known failure signatures, explained: what a failed worker's error file and
 // last output lines say, turned into one "cause" and one "fix" line under the
-// failure report's root cause. One table (explain.cpp); a signature matches on
-// the text the worker printed, and its lines name what that text names (a
-// module, a rank, a limit). No match, no explanation: never a guess.
+// failure report's root cause. One table (explain.cpp; its entries in
+// explain_entries.hpp); a signature matches on the text the worker printed,
+// or on what the launcher saw (a signal it did not send while the OOM kill
+// count rose), and its lines name what that names (a module, a rank, a
+// limit). No match, no explanation: never a guess.
 //
 // Pure functions; thread-compatible.
 #pragma once
