@@ -16,11 +16,6 @@ namespace ddprun::env {
 
 namespace {
 
-bool HasAddress(const NetInterface& i, int family) {
-  return std::any_of(i.addresses.begin(), i.addresses.end(),
-                     [&](const NetAddress& a) { return family == 0 || a.family == family; });
-}
-
 // Split at commas as std::getline does: a trailing empty piece is dropped.
 std::vector<std::string> Pieces(const std::string& value) {
   std::vector<std::string> out;
@@ -114,11 +109,11 @@ std::optional<std::string> GlooIfnameProblem(const std::string& value,
   std::vector<std::string> problems;
   for (const auto& name : Pieces(value)) {
     if (name.empty()) {
-      problems.push_back("an empty entry (two commas)");
+      problems.push_back("an empty entry (a comma too many)");
       continue;
     }
     const NetInterface* found = Named(interfaces, name);
-    if (found != nullptr && HasAddress(*found, 0)) continue;
+    if (found != nullptr && !found->addresses.empty()) continue;
     if (found != nullptr) {
       problems.push_back(name + " has no IP address");
     } else if (name[0] == '^' || name[0] == '=') {

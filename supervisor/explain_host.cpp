@@ -13,15 +13,19 @@ namespace ddprun::supervisor::explain {
 // of it, killed by a SIGKILL nobody in the job sent while the OOM kill count
 // rose: it ran out of memory, its cgroup's or the host's.
 Match OomKilled(const std::string& text, const ExplainContext& c) {
-  const bool loader = Has(text, "is killed by signal: Killed");
+  // torch/utils/data/dataloader.py: a DataLoader worker dead of SIGKILL, or of
+  // a signal it could not name ("exited unexpectedly").
+  const bool loader = Has(text, "is killed by signal: Killed") ||
+                      (Has(text, "DataLoader worker (pid") && Has(text, "exited unexpectedly"));
   if (!c.memory || (c.unasked_signal != SIGKILL && !loader)) return {};
   const env::MemoryFacts& m = *c.memory;
   const uint64_t in_cgroup = m.cgroup_oom_kills.value_or(0);
   const uint64_t on_host = m.host_oom_kills.value_or(0);
   if (in_cgroup == 0 && on_host == 0) return {};
-  std::string cause = std::string(loader ? "a DataLoader worker of it" : "the worker") +
-                      " died of SIGKILL, which ddprun did not send, and the kernel's OOM killer "
-                      "killed ";
+  std::string cause = std::string(c.unasked_signal == SIGKILL
+                                      ? "the worker died of SIGKILL, which ddprun did not send,"
+                                      : "a DataLoader worker of it died") +
+                      " and the kernel's OOM killer killed ";
   if (in_cgroup > 0) {
     cause += std::to_string(in_cgroup) + " process(es) of the job's memory cgroup meanwhile";
   } else {

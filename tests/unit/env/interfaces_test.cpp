@@ -33,7 +33,8 @@ TEST_CASE("GLOO_SOCKET_IFNAME: exact names with an address; PyTorch ignores one 
   CHECK(GlooIfnameProblem("eth0", Host()) == "eth0 is no interface of this host");
   CHECK(GlooIfnameProblem("bond", Host()) == "bond is no interface of this host");  // no prefixes
   CHECK(GlooIfnameProblem("ens35f0np0", Host()) == "ens35f0np0 has no IP address");
-  CHECK(GlooIfnameProblem("lo,,bond0", Host()) == "an empty entry (two commas)");
+  CHECK(GlooIfnameProblem("lo,,bond0", Host()) == "an empty entry (a comma too many)");
+  CHECK(GlooIfnameProblem(",bond0", Host()) == "an empty entry (a comma too many)");
   CHECK(GlooIfnameProblem("^lo,docker", Host()) ==
         "^lo is no interface name (^ and = are NCCL_SOCKET_IFNAME's syntax; Gloo takes exact "
         "names), docker is no interface of this host");

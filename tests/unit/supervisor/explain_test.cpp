@@ -251,10 +251,12 @@ TEST_CASE("explain: a SIGKILL nobody in the job sent, while the OOM killer kille
   c.unasked_signal = 0;  // the worker raised; its DataLoader worker was killed
   e = Explain(Failed("RuntimeError: DataLoader worker (pid 77) is killed by signal: Killed."), c);
   REQUIRE(e.has_value());
-  CHECK(e->cause.rfind("a DataLoader worker of it died of SIGKILL, which ddprun did not send, and "
-                       "the kernel's OOM killer killed 1 process(es) on this host meanwhile "
-                       "(/proc/vmstat); the host has",
+  CHECK(e->cause.rfind("a DataLoader worker of it died and the kernel's OOM killer killed 1 "
+                       "process(es) on this host meanwhile (/proc/vmstat); the host has",
                        0) == 0);
+  e = Explain(Failed("RuntimeError: DataLoader worker (pid(s) 77, 78) exited unexpectedly"), c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "out of memory (OOM killer)");
   m.host_oom_kills = 0;  // a SIGKILL without OOM kills: someone else's, no guess
   c.memory = m;
   c.unasked_signal = SIGKILL;
