@@ -169,7 +169,7 @@ std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
     auto problem = GlooIfnameProblem(*gloo, interfaces);
     out.push_back({std::string(kGlooSocketIfname) + "=" + *gloo,
                    problem ? CheckStatus::kFail : CheckStatus::kOk,
-                   problem ? *problem + ": Gloo's init_process_group will fail (\"Unable to find "
+                   problem ? *problem + ": Gloo's init_process_group would fail (\"Unable to find "
                                         "address for\")"
                            : "selects interfaces with an address",
                    problem ? "set it to interfaces of this host with an address (" + have +
@@ -181,7 +181,7 @@ std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
     auto problem = NcclIfnameProblem(*nccl, family, interfaces);
     out.push_back({std::string(kNcclSocketIfname) + "=" + *nccl,
                    problem ? CheckStatus::kFail : CheckStatus::kOk,
-                   problem ? *problem + ": NCCL's bootstrap will fail (\"no socket interface "
+                   problem ? *problem + ": NCCL's bootstrap would fail (\"no socket interface "
                                         "found\")"
                            : "selects an interface with an address",
                    problem ? "set it to a prefix of an interface of this host with an address (" +

@@ -77,7 +77,7 @@ TEST_CASE("the checks: one per variable set, failing with what the host has") {
   CHECK(checks[0].check == "GLOO_SOCKET_IFNAME=eth0");
   CHECK(checks[0].status == CheckStatus::kFail);
   CHECK(checks[0].measured ==
-        "eth0 is no interface of this host: Gloo's init_process_group will fail (\"Unable to find "
+        "eth0 is no interface of this host: Gloo's init_process_group would fail (\"Unable to find "
         "address for\")");
   CHECK(checks[0].fix ==
         "set it to interfaces of this host with an address (lo 127.0.0.1, bond0 192.168.66.20, "
