@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/format.hpp"
 #include "env/cgroup.hpp"
 
 namespace ddprun::env {
@@ -63,6 +64,30 @@ MemoryFacts ReadMemoryFacts(const std::string& proc_root) {
     f.cgroup_peak = Number(f.cgroup + "/memory.max_usage_in_bytes");
   }
   return f;
+}
+
+LimitCheck MemoryCheck(const MemoryFacts& f) {
+  LimitCheck check{"memory", CheckStatus::kOk, "", ""};
+  if (f.mem_total && f.mem_available) {
+    check.measured =
+        "host " + FormatBytes(*f.mem_total) + ", " + FormatBytes(*f.mem_available) + " available";
+  }
+  if (!f.cgroup.empty()) {
+    check.measured += (check.measured.empty() ? "" : "; ") + std::string("memory cgroup ") +
+                      f.cgroup + ": " +
+                      (f.cgroup_limit ? "limit " + FormatBytes(*f.cgroup_limit) : "no limit");
+    if (f.cgroup_peak) check.measured += ", peak " + FormatBytes(*f.cgroup_peak);
+  }
+  const uint64_t killed = f.cgroup_oom_kills.value_or(0);
+  if (killed > 0) {
+    check.status = CheckStatus::kWarn;
+    check.measured += "; " + std::to_string(killed) + " OOM kill(s) in it so far";
+    check.fix =
+        "a job here may be OOM-killed too: a higher memory limit, or fewer or lighter workers "
+        "(DataLoader num_workers); dmesg names the processes killed";
+  }
+  if (check.measured.empty()) check.measured = "unknown (no /proc/meminfo)";
+  return check;
 }
 
 MemoryFacts OomKillsSince(const MemoryFacts& before, const MemoryFacts& after) {

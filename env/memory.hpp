@@ -16,6 +16,8 @@
 #include <optional>
 #include <string>
 
+#include "env/limits.hpp"
+
 namespace ddprun::env {
 
 struct MemoryFacts {
@@ -30,6 +32,10 @@ struct MemoryFacts {
 
 // Now; `proc_root` and the cgroup mount found through it are the sources.
 MemoryFacts ReadMemoryFacts(const std::string& proc_root = "/proc");
+
+// The doctor's "memory" line: the host's memory, the memory cgroup's limit and
+// peak; a warning when processes of that cgroup were OOM-killed before.
+LimitCheck MemoryCheck(const MemoryFacts& f);
 
 // `after` with its OOM kill counts made the kills since `before` (0 when a
 // count went down or either is unknown: no claim).

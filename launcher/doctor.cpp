@@ -18,6 +18,7 @@
 #include "base/command.hpp"
 #include "env/host.hpp"
 #include "env/interfaces.hpp"
+#include "env/memory.hpp"
 #include "env/names.hpp"
 #include "env/slurm.hpp"
 #include "env/worker_env.hpp"
@@ -324,6 +325,7 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   report.checks.push_back(NcclCheck());
   for (auto& check : CudaChecks(!host.gpus.devices.empty()))
     report.checks.push_back(std::move(check));
+  report.checks.push_back(env::MemoryCheck(env::ReadMemoryFacts()));
   for (auto& check : InterfaceChecks(environ)) report.checks.push_back(std::move(check));
   for (auto& check : PortChecks(c)) report.checks.push_back(std::move(check));
   for (auto& check : SlurmChecks(c, environ)) report.checks.push_back(std::move(check));

@@ -29,7 +29,7 @@ def test_doctor_prints_a_marked_table_and_exits_zero():
     assert "fail" not in lines, r
     for check in ("RLIMIT_NPROC (ulimit -u)", "RLIMIT_NOFILE (ulimit -n)",
                   "RLIMIT_MEMLOCK (ulimit -l)", "/dev/shm", "OMP_NUM_THREADS", "GPUs",
-                  "visible GPUs", "NCCL", "CUDA driver", "CUDA runtime", "interface lo",
+                  "visible GPUs", "NCCL", "CUDA driver", "CUDA runtime", "memory", "interface lo",
                   "port 0", "port 29500", "port 29400"):
         assert re.search(r"^  (ok|warn|fail)\s+" + re.escape(check) + r"\s", r.stdout, re.M), \
             f"no line for {check}\n{r}"

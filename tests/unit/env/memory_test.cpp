@@ -93,6 +93,28 @@ TEST_CASE("no memory cgroup, unknown counts: no kills claimed") {
   CHECK(since.cgroup_oom_kills == 0u);
 }
 
+TEST_CASE("the doctor's memory line: the facts, and a warning after OOM kills in the cgroup") {
+  MemoryFacts f;
+  f.mem_total = 24ull << 30;
+  f.mem_available = 20ull << 30;
+  f.cgroup = "/sys/fs/cgroup/job";
+  f.cgroup_limit = 8ull << 30;
+  f.cgroup_peak = 1ull << 30;
+  f.cgroup_oom_kills = 0;
+  LimitCheck c = MemoryCheck(f);
+  CHECK(c.status == CheckStatus::kOk);
+  CHECK(c.measured ==
+        "host 24.0 GiB, 20.0 GiB available; memory cgroup /sys/fs/cgroup/job: limit 8.0 GiB, "
+        "peak 1.0 GiB");
+  f.cgroup_oom_kills = 2;
+  f.cgroup_limit.reset();
+  c = MemoryCheck(f);
+  CHECK(c.status == CheckStatus::kWarn);
+  CHECK(c.measured.find("memory cgroup /sys/fs/cgroup/job: no limit, peak 1.0 GiB; 2 OOM kill(s) "
+                        "in it so far") != std::string::npos);
+  CHECK(c.fix.find("a higher memory limit") != std::string::npos);
+}
+
 TEST_CASE("this host's memory facts read") {
   MemoryFacts f = ReadMemoryFacts();
   REQUIRE(f.mem_total.has_value());
