@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <filesystem>
 #include <memory>
 
 #include "env/names.hpp"
@@ -65,6 +66,35 @@ std::string Joined(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
   return out;
+}
+
+// NCCL's list syntax, as its findInterfaces and IB device filter read it:
+// [^][=]NAME[:PORT],... ; '^' excludes the names, '=' makes them exact, else
+// they are prefixes; an empty list matches everything.
+struct NcclList {
+  bool exclude = false;
+  bool exact = false;
+  std::vector<std::string> prefixes;
+
+  bool Selects(const std::string& name) const {
+    bool listed = prefixes.empty();
+    for (const auto& p : prefixes) listed = listed || (exact ? name == p : name.rfind(p, 0) == 0);
+    return listed != exclude;  // NCCL: match XOR exclude
+  }
+  // "starts with eth, ib" / "is named eth0"
+  std::string Wanted() const {
+    return std::string(exact ? "is named " : "starts with ") + Joined(prefixes);
+  }
+};
+
+NcclList ParseNcclList(std::string value) {
+  NcclList l;
+  l.exclude = !value.empty() && value[0] == '^';
+  if (l.exclude) value.erase(0, 1);
+  l.exact = !value.empty() && value[0] == '=';
+  if (l.exact) value.erase(0, 1);
+  for (auto& p : Pieces(value)) l.prefixes.push_back(p.substr(0, p.find(':')));  // NAME:PORT
+  return l;
 }
 
 }  // namespace
@@ -135,34 +165,46 @@ std::optional<std::string> GlooIfnameProblem(const std::string& value,
 std::optional<std::string> NcclIfnameProblem(const std::string& value, const std::string& family,
                                              const std::vector<NetInterface>& interfaces) {
   if (value.size() <= 1) return std::nullopt;  // NCCL ignores it
-  std::string list = value;
-  const bool exclude = !list.empty() && list[0] == '^';
-  if (exclude) list.erase(0, 1);
-  const bool exact = !list.empty() && list[0] == '=';
-  if (exact) list.erase(0, 1);
-  std::vector<std::string> prefixes;
-  for (auto& p : Pieces(list)) prefixes.push_back(p.substr(0, p.find(':')));  // NAME:PORT
+  const NcclList list = ParseNcclList(value);
   const int want = family == "AF_INET" ? AF_INET : family == "AF_INET6" ? AF_INET6 : 0;
   for (const auto& i : interfaces) {
-    if (!NcclUsable(i, want)) continue;
-    bool listed = prefixes.empty();  // NCCL: an empty list matches every interface
-    for (const auto& p : prefixes) {
-      listed = listed || (exact ? i.name == p : i.name.rfind(p, 0) == 0);
-    }
-    if (listed != exclude) return std::nullopt;  // NCCL: match XOR exclude
+    if (NcclUsable(i, want) && list.Selects(i.name)) return std::nullopt;
   }
-  std::string why = exclude ? "it excludes every interface with an address"
-                            : std::string("no interface with an address ") +
-                                  (exact ? "is named " : "starts with ") + Joined(prefixes);
+  std::string why = list.exclude ? "it excludes every interface with an address"
+                                 : "no interface with an address " + list.Wanted();
   if (want != 0) why += " (of family " + family + ": NCCL_SOCKET_FAMILY)";
-  if (!exact && !exclude && std::any_of(prefixes.begin(), prefixes.end(), LooksLikeAddress)) {
+  if (!list.exact && !list.exclude &&
+      std::any_of(list.prefixes.begin(), list.prefixes.end(), LooksLikeAddress)) {
     why += "; it takes interface names, not addresses";
   }
   return why;
 }
 
+std::vector<std::string> ListIbDevices(const std::string& sys_root) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(sys_root + "/class/infiniband", ec)) {
+    out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::optional<std::string> NcclHcaProblem(const std::string& value,
+                                          const std::vector<std::string>& devices) {
+  if (value.empty()) return std::nullopt;
+  if (devices.empty()) return std::string("this host has no InfiniBand device");
+  const NcclList list = ParseNcclList(value);
+  for (const auto& d : devices) {
+    if (list.Selects(d)) return std::nullopt;
+  }
+  return list.exclude ? "it excludes every InfiniBand device of this host"
+                      : "no InfiniBand device of this host " + list.Wanted();
+}
+
 std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
-                                              const std::vector<NetInterface>& interfaces) {
+                                              const std::vector<NetInterface>& interfaces,
+                                              const std::vector<std::string>& ib_devices) {
   std::vector<LimitCheck> out;
   const std::string have = DescribeInterfaces(interfaces);
   if (auto gloo = Lookup(environ, kGlooSocketIfname); gloo && gloo->size() > 1) {
@@ -188,6 +230,22 @@ std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
                                  have +
                                  "; =NAME for exactly NAME, ^NAME,... to exclude), or "
                                  "unset it"
+                           : ""});
+  }
+  if (auto hca = Lookup(environ, kNcclIbHca); hca && !hca->empty()) {
+    // No device at all (a login or CPU node sharing the cluster's environment): nothing to
+    // select, and nothing wrong with the name; said, not warned.
+    auto problem = ib_devices.empty() ? std::nullopt : NcclHcaProblem(*hca, ib_devices);
+    const std::string have = Joined(ib_devices);
+    out.push_back({std::string(kNcclIbHca) + "=" + *hca,
+                   problem ? CheckStatus::kWarn : CheckStatus::kOk,
+                   problem ? *problem + ": NCCL would not use InfiniBand (sockets instead, far "
+                                        "slower), or fail where NCCL_NET=IB"
+                   : ib_devices.empty() ? "this host has no InfiniBand device: NCCL uses sockets"
+                                        : "selects an InfiniBand device",
+                   problem ? "set it to this host's devices (" + have +
+                                 ", /sys/class/infiniband; =NAME exact, ^NAME,... to exclude), "
+                                 "or unset it"
                            : ""});
   }
   return out;

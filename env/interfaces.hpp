@@ -54,10 +54,20 @@ std::optional<std::string> GlooIfnameProblem(const std::string& value,
 std::optional<std::string> NcclIfnameProblem(const std::string& value, const std::string& family,
                                              const std::vector<NetInterface>& interfaces);
 
-// One check per socket-interface variable set in `environ` (GLOO_SOCKET_IFNAME,
-// NCCL_SOCKET_IFNAME): ok with the interfaces it selects, or fail with why
-// and what to set instead. None when neither is set.
+// The InfiniBand devices of /sys/class/infiniband under `sys_root`, sorted.
+std::vector<std::string> ListIbDevices(const std::string& sys_root = "/sys");
+
+// nullopt when `value` (NCCL_IB_HCA, NCCL's list syntax over device names)
+// selects one of `devices`; otherwise why none.
+std::optional<std::string> NcclHcaProblem(const std::string& value,
+                                          const std::vector<std::string>& devices);
+
+// One check per variable set in `environ`: GLOO_SOCKET_IFNAME and
+// NCCL_SOCKET_IFNAME against `interfaces` (fail: init_process_group would
+// fail), NCCL_IB_HCA against `ib_devices` (warn: NCCL would fall back to
+// sockets); ok with what it selects, else why and what to set instead.
 std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
-                                              const std::vector<NetInterface>& interfaces);
+                                              const std::vector<NetInterface>& interfaces,
+                                              const std::vector<std::string>& ib_devices);
 
 }  // namespace ddprun::env

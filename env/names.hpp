@@ -61,6 +61,7 @@ inline constexpr char kNcclRasEnable[] = "NCCL_RAS_ENABLE";
 inline constexpr char kGlooSocketIfname[] = "GLOO_SOCKET_IFNAME";
 inline constexpr char kNcclSocketIfname[] = "NCCL_SOCKET_IFNAME";
 inline constexpr char kNcclSocketFamily[] = "NCCL_SOCKET_FAMILY";
+inline constexpr char kNcclIbHca[] = "NCCL_IB_HCA";
 // Marks every process of one ddprun run (inherited by the workers'
 // descendants); supervisor/containment.hpp kills by it where no cgroup does.
 inline constexpr char kProcessTree[] = "DDPRUN_PROCESS_TREE";

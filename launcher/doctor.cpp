@@ -146,7 +146,8 @@ std::vector<LimitCheck> InterfaceChecks(const env::Environ& environ) {
                    "this one",
                    "single-node jobs only; for multi-node bring up an interface"});
   }
-  for (auto& check : env::SocketInterfaceChecks(environ, interfaces)) out.push_back(check);
+  for (auto& check : env::SocketInterfaceChecks(environ, interfaces, env::ListIbDevices()))
+    out.push_back(check);
   return out;
 }
 

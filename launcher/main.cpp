@@ -76,7 +76,8 @@ ddprun::Status PrepareLimits(const ddprun::launcher::LaunchConfig& c,
 // only after the program's own start-up. A warning, not a refusal: the
 // program may set its own before it starts a process group.
 void CheckSocketInterfaces(const ddprun::env::Environ& environ) {
-  WarnFailedChecks(ddprun::env::SocketInterfaceChecks(environ, ddprun::env::ListInterfaces()));
+  WarnFailedChecks(ddprun::env::SocketInterfaceChecks(environ, ddprun::env::ListInterfaces(),
+                                                      ddprun::env::ListIbDevices()));
 }
 
 // In a step, what the cluster's configuration tells: the proctrack plugin

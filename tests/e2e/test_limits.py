@@ -51,8 +51,10 @@ def test_doctor_rejects_a_bad_option_with_usage_exit():
 
 
 def test_doctor_checks_the_socket_interface_variables_against_the_interfaces():
-    r = run_ddprun(["doctor"], env=base_env(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="=lo"))
+    r = run_ddprun(["doctor"], env=base_env(GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="=lo",
+                                            NCCL_IB_HCA="mlx5_0"))
     assert r.rc == 0, r
+    assert re.search(r"^  (ok|warn)\s+NCCL_IB_HCA=mlx5_0\s", r.stdout, re.M), r
     assert re.search(r"^  ok\s+GLOO_SOCKET_IFNAME=lo\s", r.stdout, re.M), r
     assert re.search(r"^  ok\s+NCCL_SOCKET_IFNAME==lo\s", r.stdout, re.M), r
     r = run_ddprun(["doctor"], env=base_env(GLOO_SOCKET_IFNAME="^lo",

@@ -69,10 +69,10 @@ TEST_CASE("NCCL_SOCKET_IFNAME: prefixes, ^ excludes, = exact, :port, the family"
 }
 
 TEST_CASE("the checks: one per variable set, failing with what the host has") {
-  CHECK(SocketInterfaceChecks({}, Host()).empty());
-  CHECK(SocketInterfaceChecks({{"GLOO_SOCKET_IFNAME", "x"}}, Host()).empty());
+  CHECK(SocketInterfaceChecks({}, Host(), {}).empty());
+  CHECK(SocketInterfaceChecks({{"GLOO_SOCKET_IFNAME", "x"}}, Host(), {}).empty());
   auto checks = SocketInterfaceChecks(
-      {{"GLOO_SOCKET_IFNAME", "eth0"}, {"NCCL_SOCKET_IFNAME", "=bond0"}}, Host());
+      {{"GLOO_SOCKET_IFNAME", "eth0"}, {"NCCL_SOCKET_IFNAME", "=bond0"}}, Host(), {});
   REQUIRE(checks.size() == 2);
   CHECK(checks[0].check == "GLOO_SOCKET_IFNAME=eth0");
   CHECK(checks[0].status == CheckStatus::kFail);
@@ -85,10 +85,32 @@ TEST_CASE("the checks: one per variable set, failing with what the host has") {
   CHECK(checks[1].check == "NCCL_SOCKET_IFNAME==bond0");
   CHECK(checks[1].status == CheckStatus::kOk);
   auto nccl = SocketInterfaceChecks(
-      {{"NCCL_SOCKET_IFNAME", "ib"}, {"NCCL_SOCKET_FAMILY", "AF_INET"}}, Host());
+      {{"NCCL_SOCKET_IFNAME", "ib"}, {"NCCL_SOCKET_FAMILY", "AF_INET"}}, Host(), {});
   REQUIRE(nccl.size() == 1);
   CHECK(nccl[0].status == CheckStatus::kFail);
   CHECK(nccl[0].measured.find("(of family AF_INET: NCCL_SOCKET_FAMILY)") != std::string::npos);
+}
+
+TEST_CASE("NCCL_IB_HCA: NCCL's list syntax over the InfiniBand devices; a warning") {
+  const std::vector<std::string> devices = {"mlx5_0", "mlx5_1", "mlx5_bond_0"};
+  CHECK_FALSE(NcclHcaProblem("mlx5", devices));
+  CHECK_FALSE(NcclHcaProblem("mlx5_0:1,mlx5_1:1", devices));
+  CHECK_FALSE(NcclHcaProblem("=mlx5_bond_0", devices));
+  CHECK_FALSE(NcclHcaProblem("^mlx5_0", devices));
+  CHECK(NcclHcaProblem("rocep200s0f0", devices) ==
+        "no InfiniBand device of this host starts with rocep200s0f0");
+  CHECK(NcclHcaProblem("=mlx5", devices) == "no InfiniBand device of this host is named mlx5");
+  CHECK(NcclHcaProblem("^mlx5", devices) == "it excludes every InfiniBand device of this host");
+  CHECK(NcclHcaProblem("mlx5_0", {}) == "this host has no InfiniBand device");
+  auto checks = SocketInterfaceChecks({{"NCCL_IB_HCA", "rocep200s0f0:1"}}, Host(), devices);
+  REQUIRE(checks.size() == 1);
+  CHECK(checks[0].status == CheckStatus::kWarn);  // NCCL falls back to sockets: slow, not failed
+  CHECK(checks[0].fix.rfind("set it to this host's devices (mlx5_0, mlx5_1, mlx5_bond_0,", 0) == 0);
+  CHECK(ListIbDevices("/nonexistent").empty());
+  checks = SocketInterfaceChecks({{"NCCL_IB_HCA", "mlx5_0"}}, Host(), {});  // a CPU node
+  REQUIRE(checks.size() == 1);
+  CHECK(checks[0].status == CheckStatus::kOk);
+  CHECK(checks[0].measured == "this host has no InfiniBand device: NCCL uses sockets");
 }
 
 TEST_CASE("this host's interfaces: loopback with 127.0.0.1") {
