@@ -125,8 +125,8 @@ std::vector<LimitCheck> CudaChecks(bool have_gpus) {
 // ---------------------------------------------------------------------------
 // Network interfaces and ports.
 
-// Every interface, then the socket-interface variables (GLOO_SOCKET_IFNAME,
-// NCCL_SOCKET_IFNAME) checked against them.
+// Every interface, then the network variables (GLOO_SOCKET_IFNAME,
+// NCCL_SOCKET_IFNAME against them, NCCL_IB_HCA against the InfiniBand devices).
 std::vector<LimitCheck> InterfaceChecks(const env::Environ& environ) {
   std::vector<LimitCheck> out;
   const std::vector<env::NetInterface> interfaces = env::ListInterfaces();
