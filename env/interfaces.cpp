@@ -207,7 +207,9 @@ std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
                                               const std::vector<std::string>& ib_devices) {
   std::vector<LimitCheck> out;
   const std::string have = DescribeInterfaces(interfaces);
-  if (auto gloo = Lookup(environ, kGlooSocketIfname); gloo && gloo->size() > 1) {
+  // No interface listed (getifaddrs failed): nothing to judge the names by.
+  if (auto gloo = Lookup(environ, kGlooSocketIfname);
+      gloo && gloo->size() > 1 && !interfaces.empty()) {
     auto problem = GlooIfnameProblem(*gloo, interfaces);
     out.push_back({std::string(kGlooSocketIfname) + "=" + *gloo,
                    problem ? CheckStatus::kFail : CheckStatus::kOk,
@@ -218,7 +220,8 @@ std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
                                  "), the ones other nodes reach it by, or unset it"
                            : ""});
   }
-  if (auto nccl = Lookup(environ, kNcclSocketIfname); nccl && nccl->size() > 1) {
+  if (auto nccl = Lookup(environ, kNcclSocketIfname);
+      nccl && nccl->size() > 1 && !interfaces.empty()) {
     const std::string family = Lookup(environ, kNcclSocketFamily).value_or("");
     auto problem = NcclIfnameProblem(*nccl, family, interfaces);
     out.push_back({std::string(kNcclSocketIfname) + "=" + *nccl,

@@ -71,6 +71,10 @@ TEST_CASE("NCCL_SOCKET_IFNAME: prefixes, ^ excludes, = exact, :port, the family"
 TEST_CASE("the checks: one per variable set, failing with what the host has") {
   CHECK(SocketInterfaceChecks({}, Host(), {}).empty());
   CHECK(SocketInterfaceChecks({{"GLOO_SOCKET_IFNAME", "x"}}, Host(), {}).empty());
+  // No interface known (getifaddrs failed): no verdict on the names.
+  CHECK(
+      SocketInterfaceChecks({{"GLOO_SOCKET_IFNAME", "eth0"}, {"NCCL_SOCKET_IFNAME", "eth"}}, {}, {})
+          .empty());
   auto checks = SocketInterfaceChecks(
       {{"GLOO_SOCKET_IFNAME", "eth0"}, {"NCCL_SOCKET_IFNAME", "=bond0"}}, Host(), {});
   REQUIRE(checks.size() == 2);
