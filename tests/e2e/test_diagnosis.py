@@ -176,6 +176,11 @@ def memory_limited():
         if cg.exists():
             cg.rmdir()
         pytest.skip(f"cannot make a limited memory cgroup under {parent}: {e}")
+    joined = subprocess.run(["sh", "-c", f'echo $$ > "{cg}/cgroup.procs"'], capture_output=True,
+                            text=True)
+    if joined.returncode != 0:  # e.g. cgroup v2's rule against processes in inner cgroups
+        cg.rmdir()
+        pytest.skip(f"cannot move a process into {cg}: {joined.stderr.strip()}")
     yield cg
     for _ in range(50):  # the workers' exit empties it
         try:
