@@ -63,7 +63,7 @@ def test_hang_restarts_when_restarts_remain(tmp_path):
 def test_output_as_progress_for_programs_that_never_beat(tmp_path):
     script = tmp_path / "quiet.py"
     script.write_text("import time\n\ndef stuck_here():\n    time.sleep(600)\n\n"
-                      "for i in range(5):\n    print('tick', i, flush=True)\n"
+                      "for i in range(5):\n    print(f'tick {i}', flush=True)\n"
                       "    time.sleep(0.2)\nstuck_here()\n")
     log_dir = tmp_path / "logs"
     # py-spy (installed in the test venv by scripts/setup.sh) gives the Python stacks.

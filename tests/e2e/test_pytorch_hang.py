@@ -145,8 +145,10 @@ def test_a_process_group_made_again_after_destroy_runs_on(tmp_path):
 
 def test_hook_off_by_default(tmp_path):
     script = tmp_path / "show.py"
-    script.write_text("import os\nprint('PP=' + os.environ.get('PYTHONPATH', ''), "
-                      "'FR=' + os.environ.get('TORCH_FR_BUFFER_SIZE', ''), flush=True)\n")
+    # One write per rank: under python -u a print of several items is several writes, which
+    # the two ranks interleave on the shared console.
+    script.write_text("import os\nos.write(1, ('PP=' + os.environ.get('PYTHONPATH', '') + "
+                      "' FR=' + os.environ.get('TORCH_FR_BUFFER_SIZE', '') + '\\n').encode())\n")
     r = ddprun(tmp_path / "logs", str(script))
     assert r.returncode == 0, r.stderr
     assert r.stdout.count(f"PP={os.environ.get('PYTHONPATH', '')} FR=") == 2, r.stdout
