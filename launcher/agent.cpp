@@ -377,8 +377,10 @@ int Agent::Finish(const rendezvous::Action& exit) {
   }
   int code = exit.exit_code;
   if (code == 0 && !lost_logs_.empty()) {
-    spdlog::error("the workers succeeded but {} log file(s) are incomplete ({}); exit code {}",
-                  lost_logs_.size(), lost_logs_.front(), exit_code::kLogLost);
+    const std::string more =
+        lost_logs_.size() > 1 ? fmt::format("; {} more above", lost_logs_.size() - 1) : "";
+    spdlog::error("the workers succeeded but {} log file(s) are incomplete ({}{}); exit code {}",
+                  lost_logs_.size(), lost_logs_.front(), more, exit_code::kLogLost);
     code = exit_code::kLogLost;
   }
   if (exit.exit_code == 0 && layout_->base_is_temporary() && !WritesLogFiles(c_)) {
@@ -506,7 +508,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   supervisor::FillTailsFromLogs(result, stderr_logs);
   LogStopped(result);
   for (const auto& w : result.workers) {
-    if (!w.log_error.empty()) lost_logs_.push_back(w.log_error);
+    lost_logs_.insert(lost_logs_.end(), w.lost_logs.begin(), w.lost_logs.end());
   }
   driver_->WorkersExited(Outcome(round, result));
   return std::nullopt;

@@ -45,7 +45,7 @@ std::string FormatOne(size_t idx, const std::string& host, const FailureRecord& 
     << (f.exit.signal != 0 ? " (" + SignalName(f.exit.signal) + ")" : "") << "\n"
     << "  error_file: " << f.error_file << "\n"
     << "  traceback : " << Indent(f.message);
-  if (!f.log_error.empty()) o << "\n  log lost  : " << f.log_error;
+  for (const auto& lost : f.lost_logs) o << "\n  log lost  : " << lost;
   return o.str();
 }
 
@@ -142,7 +142,7 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     f.exit = w.exit;
     f.timestamp = std::chrono::system_clock::to_time_t(w.exit_time);
     f.error_file = kNotAvailable;
-    f.log_error = w.log_error;
+    f.lost_logs = w.lost_logs;
     f.hung = !w.hang.empty();
     f.hung_at_exit = f.hung && w.hang_at_exit;
     f.timer = !w.timer.empty();

@@ -25,8 +25,8 @@ struct FailureRecord {
   bool hung_at_exit = false;  // hung after removing its heartbeat file: its program had finished
   bool timer = false;         // its file timer expired (message says which and how long)
   std::string output_tail;    // the worker's last output lines
-  std::string log_error;      // why its log files are incomplete, or ""
-  bool after_stop = false;    // found failing only once the group was stopping
+  std::vector<std::string> lost_logs;  // each incomplete log file: which and why
+  bool after_stop = false;             // found failing only once the group was stopping
 };
 
 // Reads a worker's error file (torchrun's JSON, nested or flat form). Returns

@@ -57,7 +57,7 @@ struct WorkerRecord {
   bool hang_at_exit = false;  // hung after removing its heartbeat file: its program had finished
   std::string timer;          // why its file timer expired and it was signalled ("" when not)
   std::string output_tail;    // its last output lines, stdout and stderr (at most ~4 KiB)
-  std::string log_error;      // why its log files are incomplete (a failed write), or ""
+  std::vector<std::string> lost_logs;  // each incomplete log file (a failed write): which, why
   // Counted as a failure only after the stop, having failed on its own
   // (CountOwnFailures): listed, never the root cause.
   bool failed_while_stopping = false;

@@ -236,9 +236,8 @@ void Supervisor::NoteLine(size_t worker, std::string_view line) {
 
 void Supervisor::NoteLogLost(size_t worker, const std::string& path, int err) {
   if (worker >= outputs_.size()) return;
-  std::string& lost = outputs_[worker].log_error;
-  if (!lost.empty()) lost += "; ";
-  lost += path + ": write failed: " + std::strerror(err) + "; later output is not in it";
+  outputs_[worker].lost_logs.push_back(path + ": write failed: " + std::strerror(err) +
+                                       "; later output is not in it");
   spdlog::error(
       "log file {} is incomplete: write failed: {}; its later output is only on the "
       "console",
@@ -561,7 +560,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   GroupResult result{state.outcome(), state.received_signal(), state.workers(), state.failures()};
   for (size_t i = 0; i < result.workers.size() && i < outputs_.size(); ++i) {
     result.workers[i].output_tail = std::move(outputs_[i].tail);
-    result.workers[i].log_error = std::move(outputs_[i].log_error);
+    result.workers[i].lost_logs = std::move(outputs_[i].lost_logs);
   }
   return result;
 }

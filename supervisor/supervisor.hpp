@@ -114,8 +114,8 @@ class Supervisor {
   void Drain(GroupState& state);
   // What a worker's output left for its failure report.
   struct WorkerOutput {
-    std::string tail;       // the last lines the worker wrote, both streams (bounded)
-    std::string log_error;  // why its log files are incomplete, "" when they are not
+    std::string tail;                    // the last lines the worker wrote, both streams (bounded)
+    std::vector<std::string> lost_logs;  // each incomplete log file: which and why
   };
   void NoteLine(size_t worker, std::string_view line);
   void NoteLogLost(size_t worker, const std::string& path, int err);

@@ -146,3 +146,27 @@ def test_full_disk_is_reported_and_in_the_exit_code(tmp_path):
     assert r.stderr.count("No space left on device") >= 1, r.stderr
     assert "stdout.log is incomplete" in r.stderr, r.stderr
     assert r.stderr.count("is incomplete: write failed") == 1, r.stderr
+
+
+def test_full_disk_counts_every_incomplete_log_file(tmp_path):
+    """Two workers each fill both logs on a full file system: the closing line counts four
+    incomplete files (one per file, not per worker) and every worker's output reached the
+    console."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) to mount a small tmpfs in a private namespace")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    script = tmp_path / "both.py"
+    script.write_text("import sys\nfor i in range(20000):\n    print('y' * 100)\n"
+                      "    print('z' * 100, file=sys.stderr)\nprint('last line', flush=True)\n")
+    cmd = (f"mount -t tmpfs -o size=256k ddprun-full {logs} && exec {DDPRUN} --nproc_per_node=2 "
+           f"--tee=3 --log_dir {logs} --no_python {PYTHON} {script}")
+    r = subprocess.run(["unshare", "--mount", "sh", "-c", cmd], env=base_env(),
+                       capture_output=True, text=True, timeout=60)
+    if "mount:" in r.stderr or "unshare:" in r.stderr:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    assert r.returncode == 74, r.stderr[-3000:]
+    assert r.stderr.count("is incomplete: write failed") == 4, r.stderr[-3000:]
+    assert "but 4 log file(s) are incomplete" in r.stderr, r.stderr[-3000:]
+    assert "3 more above" in r.stderr, r.stderr[-3000:]
+    assert r.stdout.count("last line") == 2, r.stdout[-500:]
