@@ -8,22 +8,17 @@
 
 namespace ddprun::supervisor {
 
-namespace {
-
-// 0 when the file is gone (or there is none).
-int64_t MtimeNs(const std::string& path) {
+int64_t HeartbeatWatch::FileTime(const std::string& path) {
   struct stat st {};
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-}  // namespace
-
-void HeartbeatWatch::Add(const std::string& file, SteadyTime now) {
+void HeartbeatWatch::Add(const std::string& file, SteadyTime now, int64_t file_time) {
   Progress p;
   p.last = now;
   p.file = file;
-  p.mtime_ns = MtimeNs(file);
+  p.mtime_ns = file.empty() ? 0 : file_time;
   workers_.push_back(std::move(p));
 }
 
@@ -37,7 +32,7 @@ void HeartbeatWatch::Look(SteadyTime now, int64_t wall_now_ns,
                           const std::vector<WorkerRecord>& workers) {
   for (size_t i = 0; i < workers_.size() && i < workers.size(); ++i) {
     Progress& p = workers_[i];
-    const int64_t m = MtimeNs(p.file);
+    const int64_t m = FileTime(p.file);
     if (m == 0 && p.mtime_ns > 0 && !p.finishing) {
       // ddprun created the file; the worker removed it: it is finishing (its
       // interpreter exiting, say), no beat is due any more, only its exit.

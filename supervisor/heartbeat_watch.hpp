@@ -23,8 +23,12 @@ class HeartbeatWatch {
   // Forgets every worker (a new group).
   void Clear() { workers_.clear(); }
   // The next worker, started at `now`; `file` is "" when it has none (or
-  // could not be started). Indices follow the group's workers.
-  void Add(const std::string& file, SteadyTime now);
+  // could not be started). `file_time` is FileTime(file) read before the
+  // worker started: one quick to remove its file may have done so already.
+  // Indices follow the group's workers.
+  void Add(const std::string& file, SteadyTime now, int64_t file_time);
+  // A file's modification time in ns since the epoch; 0 when it is gone (or "").
+  static int64_t FileTime(const std::string& path);
   // Worker `index` made progress at `now` (a line of output, a collective);
   // a finishing worker's is no progress: it has its --exit_timeout to exit.
   void NoteProgress(size_t index, SteadyTime now);

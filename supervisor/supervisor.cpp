@@ -343,6 +343,9 @@ void Supervisor::CloseReader(PipeReader& r) {
 }
 
 void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
+  // Read before the start: a worker may remove its heartbeat file (finishing)
+  // before the spawn returns, and must then be seen finishing, not unbeaten.
+  const int64_t beat_time = HeartbeatWatch::FileTime(spec.heartbeat_file);
   std::vector<UniqueFd> child_side;  // closed here once the child has its copies
   auto out = ChildFd(spec.out, STDOUT_FILENO, child_side);
   auto err = out.ok() ? ChildFd(spec.err, STDERR_FILENO, child_side) : out;
@@ -362,7 +365,8 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
                                    *out, *err, containment_->cgroup_procs_fd(), spec.cpus});
   }
   // One entry per worker of the group, started or not: indices follow its workers.
-  heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now());
+  heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now(),
+                  beat_time);
   outputs_.emplace_back();
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);

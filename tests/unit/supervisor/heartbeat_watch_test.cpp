@@ -51,9 +51,11 @@ TEST_CASE("a newer file time is a beat dated by its age; a removed file is finis
   Files files;
   const SteadyTime t0{};
   HeartbeatWatch watch;
-  watch.Add(files.Make("0", 1000), t0);
-  watch.Add(files.Make("1", 1000), t0);
-  watch.Add("", t0);  // a worker that could not be started
+  for (const char* name : {"0", "1"}) {
+    const std::string path = files.Make(name, 1000);
+    watch.Add(path, t0, HeartbeatWatch::FileTime(path));
+  }
+  watch.Add("", t0, 0);  // a worker that could not be started
   const auto workers = Running(3);
   Files::SetTime((files.dir / "0").string(), 1004);
   watch.Look(t0 + seconds(10), 1005 * kNs, workers);  // rank 0 beat 1 s before this look
@@ -83,7 +85,7 @@ TEST_CASE("a heartbeat file created again after its removal is running again") {
   const SteadyTime t0{};
   HeartbeatWatch watch;
   const std::string path = files.Make("0", 1000);
-  watch.Add(path, t0);
+  watch.Add(path, t0, HeartbeatWatch::FileTime(path));
   const auto workers = Running(1);
   std::filesystem::remove(path);
   watch.Look(t0 + seconds(5), 1005 * kNs, workers);
@@ -98,6 +100,22 @@ TEST_CASE("a heartbeat file created again after its removal is running again") {
   CHECK(b.last == t0 + seconds(7));
   watch.Clear();
   CHECK(watch.Beats(workers).empty());
+}
+
+TEST_CASE("a file removed before the worker was added is finishing, by its time read before") {
+  Files files;
+  const SteadyTime t0{};
+  HeartbeatWatch watch;
+  const std::string path = files.Make("0", 1000);
+  const int64_t before_start = HeartbeatWatch::FileTime(path);
+  CHECK(before_start == 1000 * kNs);
+  std::filesystem::remove(path);  // the worker touched and removed it at once
+  watch.Add(path, t0, before_start);
+  const auto workers = Running(1);
+  watch.Look(t0 + seconds(1), 1001 * kNs, workers);
+  CHECK(watch.Beats(workers)[0].finishing);
+  CHECK(HeartbeatWatch::FileTime(path) == 0);
+  CHECK(HeartbeatWatch::FileTime("") == 0);
 }
 
 }  // namespace
