@@ -115,19 +115,23 @@ def test_a_timer_released_while_the_launcher_was_stopped_does_not_expire(tmp_pat
                          env=env(tmp_path, TORCHELASTIC_ENABLE_FILE_TIMER="1"),
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        acquired = 0
-        for line in p.stdout:
-            acquired += "acquired" in line
-            if acquired == 2:
-                break
+        # Read from the descriptor, not the buffered file: communicate() below reads the
+        # descriptor too, and would miss lines a buffered read had taken ahead (a slow test
+        # process reads "released" with the "acquired" lines).
+        seen = ""
+        while seen.count("acquired") < 2:
+            chunk = os.read(p.stdout.fileno(), 65536).decode()
+            assert chunk, f"ddprun ended before both ranks acquired: {seen}"
+            seen += chunk
         p.send_signal(signal.SIGSTOP)
         time.sleep(3.5)  # both release at 0.8 s; the timers' 2 s pass
         p.send_signal(signal.SIGCONT)
         out, err = p.communicate(timeout=30)
+        out = seen + out
     finally:
         p.kill()
     assert p.returncode == 0, err
-    assert out.count("released") == 2, out
+    assert sorted(re.findall(r"^rank (\d) released$", out, re.M)) == ["0", "1"], out
     assert "expired" not in err, err
 
 
