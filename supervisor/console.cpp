@@ -40,6 +40,7 @@ struct ConsoleWriter::State {
   bool broken = false;  // write failed (closed console): nothing more is written
   bool started = false;
   bool threadless = false;  // no thread could be made: writes are synchronous
+  bool mid_line = false;    // what was queued last did not end a line
   uint64_t dropped_total = 0;
   uint64_t dropped_pending = 0;  // not yet told in a notice
   std::string where_kept;
@@ -50,6 +51,8 @@ struct ConsoleWriter::State {
         "[ddprun: " + std::to_string(dropped_pending) + " lines not shown: console not reading; " +
         (where_kept.empty() ? std::string("no log file keeps them") : "see " + where_kept) + "]\n";
     dropped_pending = 0;
+    if (mid_line) notice.insert(0, "\n");
+    mid_line = false;
     bytes += notice.size();
     queue.push_back(std::move(notice));
   }
@@ -87,6 +90,12 @@ ConsoleWriter& ConsoleWriter::For(int fd) {
 }
 
 void ConsoleWriter::Write(std::string_view data, std::string_view where_kept) {
+  Put(data, where_kept, false);
+}
+
+void ConsoleWriter::WriteOwnLine(std::string_view line) { Put(line, {}, true); }
+
+void ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool own_line) {
   if (data.empty()) return;
   State& s = *state_;
   std::unique_lock lock(s.mu);
@@ -103,8 +112,14 @@ void ConsoleWriter::Write(std::string_view data, std::string_view where_kept) {
     }
     pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   }
+  std::string ended;  // the line before `data`, ended first
+  if (own_line && s.mid_line) {
+    ended = "\n" + std::string(data);
+    data = ended;
+  }
   if (s.threadless) {
     if (!WriteAll(s.fd, data.data(), data.size())) s.broken = true;
+    s.mid_line = data.back() != '\n';
     return;
   }
   if (!s.queue.empty() && s.bytes + data.size() > s.capacity) {
@@ -117,6 +132,7 @@ void ConsoleWriter::Write(std::string_view data, std::string_view where_kept) {
   s.QueueNotice();
   s.bytes += data.size();
   s.queue.emplace_back(data);
+  s.mid_line = data.back() != '\n';
   s.work.notify_one();
 }
 
@@ -159,7 +175,7 @@ class ConsoleSink : public spdlog::sinks::base_sink<std::mutex> {
       line.insert(msg.color_range_end, "\033[m");
       line.insert(msg.color_range_start, Color(msg.level));
     }
-    ConsoleWriter::For(STDERR_FILENO).Write(line);
+    ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(line);
   }
   void flush_() override {}
 

@@ -31,6 +31,9 @@ class ConsoleWriter {
   // `where_kept` names where dropped lines can be read instead (a log file or
   // directory), "" when nowhere.
   void Write(std::string_view data, std::string_view where_kept = {});
+  // Queues `line` on a line of its own: a worker's unfinished line shown just
+  // before it (a progress bar) is ended first. For the launcher's messages.
+  void WriteOwnLine(std::string_view line);
   // Waits up to `timeout` until everything queued is written; false if not.
   bool Flush(std::chrono::milliseconds timeout);
 
@@ -43,6 +46,7 @@ class ConsoleWriter {
 
  private:
   explicit ConsoleWriter(int fd);
+  void Put(std::string_view data, std::string_view where_kept, bool own_line);
   State* state_;
 };
 

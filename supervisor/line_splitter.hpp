@@ -21,6 +21,8 @@ class LineSplitter {
   void Feed(std::string_view data, const LineFn& emit);
   // Emits what is left (a last line without newline) with a '\n' added.
   void Finish(const LineFn& emit);
+  // The incomplete line kept so far.
+  std::string_view pending() const { return partial_; }
 
  private:
   size_t max_line_;

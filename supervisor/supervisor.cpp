@@ -22,8 +22,7 @@
 #include "supervisor/console.hpp"
 #include "supervisor/hang_check.hpp"
 #include "supervisor/late_signals.hpp"
-#include "supervisor/line_splitter.hpp"
-#include "supervisor/pipe_stream.hpp"
+#include "supervisor/pipe_reader.hpp"
 #include "supervisor/uv_globals.hpp"
 
 namespace ddprun::supervisor {
@@ -34,6 +33,9 @@ constexpr size_t kReadBufferSize = 64 * 1024;
 // After the last worker exited, how long output still held open by its
 // leftover children may take to drain before the pipes are closed.
 constexpr uint64_t kDrainMillis = 2000;
+// How long an incomplete line (a prompt, a progress bar redrawn with '\r')
+// waits for its end before it is shown as far as it has come.
+constexpr std::chrono::milliseconds kPartialLineWait{100};
 
 uint64_t ToMillis(Duration d) {
   const double ms = d.count() * 1000.0;
@@ -47,61 +49,6 @@ void CloseIfOpen(void* handle) {
 }
 
 }  // namespace
-
-// Reads one worker stream through a pipe and routes it by line.
-struct Supervisor::PipeReader {
-  PipeStream pipe;
-  Supervisor* owner = nullptr;
-  size_t worker = 0;  // index into the group's workers
-  StreamSpec spec;
-  ConsoleWriter* console = nullptr;
-  UniqueFd file;
-  int filter_fd = -1;
-  LineSplitter splitter;
-  std::string out;  // console bytes of one read, queued at once
-
-  void Line(std::string_view line) {
-    owner->NoteLine(worker, line);
-    if (spec.console) {
-      out.append(spec.prefix);
-      out.append(line);
-    }
-    if (filter_fd < 0) return;
-    for (const auto& f : spec.duplicate_filters) {
-      if (line.find(f) == std::string_view::npos) continue;
-      std::string copy = spec.prefix + std::string(line);
-      if (!WriteAll(filter_fd, copy.data(), copy.size())) {
-        owner->NoteLogLost(worker, spec.filter_file, errno);
-        filter_fd = -1;
-      }
-      break;
-    }
-  }
-
-  void Consume(std::string_view data) {
-    if (spec.track_progress)
-      owner->heartbeats_.NoteProgress(worker, std::chrono::steady_clock::now());
-    // The log file is the complete record: written synchronously (a regular
-    // file does not block on a reader); after a failed write it is given up.
-    if (file.valid() && !WriteAll(file.get(), data.data(), data.size())) {
-      owner->NoteLogLost(worker, spec.file, errno);
-      file.Reset();
-    }
-    splitter.Feed(data, [this](std::string_view l) { Line(l); });
-    Flush();
-  }
-
-  void Finish() {
-    splitter.Finish([this](std::string_view l) { Line(l); });
-    Flush();
-  }
-
-  void Flush() {
-    if (out.empty()) return;
-    console->Write(out, spec.file);  // never blocks: an unread console drops lines, counted
-    out.clear();
-  }
-};
 
 // Adapts the group's one deadline to a libuv timer; `before` runs first at
 // each expiry (reading exits the loop has not seen yet).
@@ -189,6 +136,8 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
   s->timer_ = std::make_unique<LoopTimer>(&s->loop_, [sup = s.get()] { sup->ReapChildren(); });
   uv_timer_init(&s->loop_, &s->hang_timer_);
   s->hang_timer_.data = s.get();
+  uv_timer_init(&s->loop_, &s->partial_timer_);
+  s->partial_timer_.data = s.get();
   s->dev_null_in_ = UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC));
   s->dev_null_out_ = UniqueFd(open("/dev/null", O_WRONLY | O_CLOEXEC));
   if (!s->dev_null_in_.valid() || !s->dev_null_out_.valid()) {
@@ -207,6 +156,7 @@ Supervisor::~Supervisor() {
   CloseIfOpen(&sigchld_);
   CloseIfOpen(&stop_async_);
   CloseIfOpen(&hang_timer_);
+  CloseIfOpen(&partial_timer_);
   if (dump_signal_started_) CloseIfOpen(&dump_signal_);
   for (auto& h : signals_) CloseIfOpen(h.get());
   if (tap_) tap_->Close();
@@ -309,11 +259,9 @@ StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
   if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
   UniqueFd read_end(fds[0]);
   parent_side.emplace_back(fds[1]);
-  auto reader = std::make_unique<PipeReader>();
-  reader->owner = this;
-  reader->worker = outputs_.size();  // the worker being started
-  reader->spec = stream;
-  reader->console = &ConsoleWriter::For(console_fd);
+  ConsoleWriter* console = &ConsoleWriter::For(console_fd);
+  auto reader = std::make_unique<PipeReader>(this, outputs_.size(),  // the worker being started
+                                             stream, console, &turns_[console]);
   if (!stream.file.empty()) {
     reader->file =
         UniqueFd(open(stream.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
@@ -365,8 +313,7 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
                                    *out, *err, containment_->cgroup_procs_fd(), spec.cpus});
   }
   // One entry per worker of the group, started or not: indices follow its workers.
-  heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now(),
-                  beat_time);
+  heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now(), beat_time);
   outputs_.emplace_back();
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);
@@ -416,8 +363,28 @@ void Supervisor::Drain(GroupState& state) {
   while (any_open()) uv_run(&loop_, UV_RUN_ONCE);
   uv_close(reinterpret_cast<uv_handle_t*>(&drain), nullptr);
   uv_run(&loop_, UV_RUN_NOWAIT);
+  uv_timer_stop(&partial_timer_);
   readers_.clear();
   filter_files_.clear();
+}
+
+void Supervisor::ArmPartialLines() {
+  if (uv_is_active(reinterpret_cast<uv_handle_t*>(&partial_timer_)) != 0) return;
+  uv_timer_start(
+      &partial_timer_, [](uv_timer_t* t) { static_cast<Supervisor*>(t->data)->ShowPartialLines(); },
+      static_cast<uint64_t>(kPartialLineWait.count()), 0);
+}
+
+void Supervisor::ShowPartialLines() {
+  const auto now = std::chrono::steady_clock::now();
+  auto next = std::chrono::steady_clock::time_point::max();
+  for (auto& r : readers_) next = std::min(next, r->ShowWaiting(now - kPartialLineWait));
+  if (next == std::chrono::steady_clock::time_point::max()) return;
+  const auto due =
+      std::chrono::duration_cast<std::chrono::milliseconds>(next + kPartialLineWait - now);
+  uv_timer_start(
+      &partial_timer_, [](uv_timer_t* t) { static_cast<Supervisor*>(t->data)->ShowPartialLines(); },
+      static_cast<uint64_t>(std::max<int64_t>(1, due.count())), 0);
 }
 
 void Supervisor::SetDumpHandler(int dump_signal, HangHandler handler) {

@@ -23,11 +23,14 @@
 #include "supervisor/group_state.hpp"
 #include "supervisor/hang_check.hpp"
 #include "supervisor/heartbeat_watch.hpp"
+#include "supervisor/shown_stream.hpp"
 #include "supervisor/signal_tap.hpp"
 #include "supervisor/spawn.hpp"
 #include "supervisor/worker_spec.hpp"
 
 namespace ddprun::supervisor {
+
+class ConsoleWriter;
 
 struct GroupResult {
   Outcome outcome = Outcome::kSucceeded;
@@ -125,6 +128,9 @@ class Supervisor {
   std::vector<Beat> Beats() const;  // hang_check.hpp's view of the running workers
   HangLimits Limits() const;
   void CloseReader(PipeReader& reader);
+  // Incomplete lines: shown once they have waited kPartialLineWait (one timer).
+  void ArmPartialLines();
+  void ShowPartialLines();
   void OnTimerExpired(const ExpiredTimer& timer);
 
   uv_loop_t loop_{};
@@ -143,7 +149,9 @@ class Supervisor {
   int pending_signal_ = 0;
   UniqueFd dev_null_in_;
   UniqueFd dev_null_out_;
+  std::map<const ConsoleWriter*, ConsoleTurn> turns_;  // outlives the readers sharing each
   std::vector<std::unique_ptr<PipeReader>> readers_;
+  uv_timer_t partial_timer_{};
   std::map<std::string, UniqueFd> filter_files_;
   uv_timer_t hang_timer_{};
   HeartbeatWatch heartbeats_;          // the running group's workers, by index

@@ -4,11 +4,13 @@ import json
 import os
 import re
 import socket
+import select
 import subprocess
+import time
 
 import pytest
 
-from conftest import base_env, run_ddprun, run_dir, sh, write_script
+from conftest import DDPRUN, base_env, run_ddprun, run_dir, sh, write_script
 
 LINES = 2000
 PAD = "x" * 60
@@ -247,3 +249,61 @@ def test_a_full_log_filesystem_is_named_as_the_cause(tmp_path):
         assert "--log_dir" in r.stderr
     finally:
         subprocess.run(["umount", "-l", str(tiny)], capture_output=True)
+
+
+# Rank 0 draws a progress bar on stderr and waits, its line unfinished, until the test has
+# seen the bar; then rank 1 writes a whole line, and rank 0 redraws and ends its line.
+PROGRESS = """
+import os, sys, time
+from pathlib import Path
+rank, d = os.environ["LOCAL_RANK"], Path(sys.argv[1])
+def wait(name):
+    while not (d / name).exists():
+        time.sleep(0.02)
+if rank == "0":
+    sys.stderr.write("\\r 10%|#   |")
+    wait("seen")
+    (d / "bar").touch()
+    wait("other")
+    sys.stderr.write("\\r100%|####|")
+    sys.stderr.write("\\n")
+else:
+    wait("bar")
+    sys.stderr.write("rank 1 says hello\\n")
+    (d / "other").touch()
+"""
+
+
+@pytest.mark.parametrize("tee", [False, True])
+def test_unfinished_line_is_shown_before_its_end(tmp_path, tee):
+    """A progress bar (no newline, redrawn with '\\r') shows while the line is unfinished, as on
+    the worker's own terminal; another rank's line then starts on a line of its own and the
+    bar's own end adds no empty line. With --tee the prefix comes again after each '\\r'."""
+    script = write_script(tmp_path, "progress.py", PROGRESS, executable=False)
+    args = [str(DDPRUN), "--nproc_per_node=2", str(script), str(tmp_path)]
+    if tee:
+        args[1:1] = ["--tee=3", f"--log_dir={tmp_path / 'logs'}"]
+    proc = subprocess.Popen(args, env=base_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    got = b""
+    try:
+        os.set_blocking(proc.stderr.fileno(), False)
+        deadline = time.monotonic() + 10
+        while b"10%|#   |" not in got and time.monotonic() < deadline:
+            got += os.read(proc.stderr.fileno(), 65536) if select.select(
+                [proc.stderr], [], [], 0.1)[0] else b""
+        assert b"10%|#   |" in got, got
+        assert proc.poll() is None  # shown while the worker still runs, its line unfinished
+        (tmp_path / "seen").touch()
+        os.set_blocking(proc.stderr.fileno(), True)
+        got += proc.stderr.read()
+        assert proc.wait(timeout=20) == 0, got
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = got.decode()
+    p0, p1 = ("[default0]:", "[default1]:") if tee else ("", "")
+    bar = f"\r{p0} 10%|#   |\n{p1}rank 1 says hello\n\r{p0}100%|####|\n"
+    assert bar in text, repr(text)

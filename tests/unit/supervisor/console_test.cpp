@@ -63,5 +63,24 @@ TEST_CASE("a closed console is given up without blocking or failing the caller")
   close(fds[1]);
 }
 
+TEST_CASE("the launcher's message starts on a line of its own after a worker's unfinished line") {
+  int fds[2];
+  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+  // A descriptor number no other test's writer has (writers are kept by number).
+  const int fd = fcntl(fds[1], F_DUPFD_CLOEXEC, 700);
+  REQUIRE(fd >= 700);
+  close(fds[1]);
+  ConsoleWriter& w = ConsoleWriter::For(fd);
+  w.Write("\r 10%");
+  w.WriteOwnLine("[ddprun] restarting\n");
+  w.Write("\r 20%");
+  w.Write("\n");
+  w.WriteOwnLine("[ddprun] done\n");
+  REQUIRE(w.Flush(std::chrono::milliseconds(2000)));
+  close(fd);
+  CHECK(ReadAll(fds[0]) == "\r 10%\n[ddprun] restarting\n\r 20%\n[ddprun] done\n");
+  close(fds[0]);
+}
+
 }  // namespace
 }  // namespace ddprun::supervisor

@@ -1,0 +1,64 @@
+#include "supervisor/pipe_reader.hpp"
+
+#include <cerrno>
+
+namespace ddprun::supervisor {
+
+void Supervisor::PipeReader::Line(std::string_view line) {
+  owner->NoteLine(worker, line);
+  if (spec.console) shown.Line(line, out);
+  if (filter_fd < 0) return;
+  for (const auto& f : spec.duplicate_filters) {
+    if (line.find(f) == std::string_view::npos) continue;
+    std::string copy = spec.prefix + std::string(line);
+    if (!WriteAll(filter_fd, copy.data(), copy.size())) {
+      owner->NoteLogLost(worker, spec.filter_file, errno);
+      filter_fd = -1;
+    }
+    break;
+  }
+}
+
+void Supervisor::PipeReader::Consume(std::string_view data) {
+  const auto now = std::chrono::steady_clock::now();
+  if (spec.track_progress) owner->heartbeats_.NoteProgress(worker, now);
+  // The log file is the complete record: written synchronously (a regular
+  // file does not block on a reader); after a failed write it is given up.
+  if (file.valid() && !WriteAll(file.get(), data.data(), data.size())) {
+    owner->NoteLogLost(worker, spec.file, errno);
+    file.Reset();
+  }
+  splitter.Feed(data, [this](std::string_view l) { Line(l); });
+  Flush();
+  if (!spec.console || !shown.Unshown(splitter.pending())) {
+    unshown_since = std::chrono::steady_clock::time_point::max();
+  } else if (unshown_since == std::chrono::steady_clock::time_point::max()) {
+    unshown_since = now;
+    owner->ArmPartialLines();
+  }
+}
+
+void Supervisor::PipeReader::Finish() {
+  splitter.Finish([this](std::string_view l) { Line(l); });
+  Flush();
+  unshown_since = std::chrono::steady_clock::time_point::max();
+}
+
+std::chrono::steady_clock::time_point Supervisor::PipeReader::ShowWaiting(
+    std::chrono::steady_clock::time_point before) {
+  if (unshown_since == std::chrono::steady_clock::time_point::max() || unshown_since > before) {
+    return unshown_since;  // nothing waiting, or not long enough yet
+  }
+  shown.Partial(splitter.pending(), out);
+  Flush();
+  unshown_since = std::chrono::steady_clock::time_point::max();
+  return unshown_since;
+}
+
+void Supervisor::PipeReader::Flush() {
+  if (out.empty()) return;
+  console->Write(out, spec.file);  // never blocks: an unread console drops lines, counted
+  out.clear();
+}
+
+}  // namespace ddprun::supervisor
