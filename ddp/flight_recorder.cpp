@@ -6,6 +6,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -152,22 +153,44 @@ StatusOr<std::vector<TraceEntry>> FlightRecorder::Read(const std::string& path, 
   return env::ReadTraceFile(path, rank);
 }
 
+namespace {
+
+// Set by Finishing(): the file is gone, and the next beat creates it again.
+std::atomic<bool> heartbeat_removed{false};
+
+int OpenHeartbeat() {
+  const char* path = std::getenv(env::kHeartbeatFile);
+  if (path == nullptr || *path == '\0') return -1;
+  return open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+}
+
+}  // namespace
+
 void Heartbeat() {
   // Opened once: a beat is then one system call, no allocation. The fd lives
   // as long as the process; O_CLOEXEC keeps it out of any child.
-  static const int fd = [] {
-    const char* path = std::getenv(env::kHeartbeatFile);
-    if (path == nullptr || *path == '\0') return -1;
-    return open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  }();
+  static const int fd = OpenHeartbeat();
   if (fd < 0) return;
+  if (heartbeat_removed.exchange(false)) {
+    // Beating again after Finishing() (a new process group, more steps): the
+    // file is created again, ddprun holds the rank to --hang_timeout again.
+    // dup3 puts the new file behind the same number, so a beat of another
+    // thread meanwhile touches the old file or the new one, never another.
+    const int created = OpenHeartbeat();
+    if (created >= 0) {
+      dup3(created, fd, O_CLOEXEC);
+      close(created);
+    }
+  }
   const timespec now[2] = {{0, UTIME_NOW}, {0, UTIME_NOW}};
   futimens(fd, now);  // utimensat(fd, NULL, ...): a failed beat is only a missed beat
 }
 
 void Finishing() {
   const char* path = std::getenv(env::kHeartbeatFile);
-  if (path != nullptr && *path != '\0') unlink(path);  // gone already: nothing was due
+  if (path == nullptr || *path == '\0') return;
+  heartbeat_removed.store(true);
+  unlink(path);  // gone already: nothing was due
 }
 
 }  // namespace ddprun::ddp

@@ -51,8 +51,8 @@ void Heartbeat();
 
 // Says the worker is finishing (its last step done, its teardown to come):
 // removes DDPRUN_HEARTBEAT_FILE, so ddprun awaits its exit for --exit_timeout
-// instead of a beat within --hang_timeout. Beats after it are lost. A no-op
-// without the variable.
+// instead of a beat within --hang_timeout. A beat after it creates the file
+// again: the worker is running again. A no-op without the variable.
 void Finishing();
 
 }  // namespace ddprun::ddp

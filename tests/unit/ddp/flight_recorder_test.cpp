@@ -180,7 +180,9 @@ TEST_CASE("a concurrent reader only ever sees consistent entries") {
   std::filesystem::remove(path);
 }
 
-TEST_CASE("Heartbeat creates DDPRUN_HEARTBEAT_FILE and moves its mtime to now") {
+TEST_CASE(
+    "Heartbeat creates DDPRUN_HEARTBEAT_FILE, moves its mtime to now, and after Finishing creates "
+    "it again") {
   // Heartbeat() reads the variable once per process: this is its only test.
   const std::string path = TempPath("heartbeat");
   std::filesystem::remove(path);
@@ -191,6 +193,15 @@ TEST_CASE("Heartbeat creates DDPRUN_HEARTBEAT_FILE and moves its mtime to now") 
   REQUIRE(utimensat(AT_FDCWD, path.c_str(), old, 0) == 0);
   Heartbeat();
   struct stat st;
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  CHECK(st.st_mtim.tv_sec > 1000);
+  // Finishing removes it; a beat after it creates it again, and later beats move that one.
+  Finishing();
+  CHECK_FALSE(std::filesystem::exists(path));
+  Heartbeat();
+  REQUIRE(std::filesystem::exists(path));
+  REQUIRE(utimensat(AT_FDCWD, path.c_str(), old, 0) == 0);
+  Heartbeat();
   REQUIRE(stat(path.c_str(), &st) == 0);
   CHECK(st.st_mtim.tv_sec > 1000);
   unsetenv("DDPRUN_HEARTBEAT_FILE");
