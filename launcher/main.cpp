@@ -2,9 +2,12 @@
 //
 // main reads as the launcher's lifecycle: parse the command line, resolve
 // the program, run the agent, map the outcome to an exit code.
+#include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -37,6 +40,25 @@
 #endif
 
 namespace {
+
+// Opens /dev/null on each of fds 0-2 that is closed (`ddprun ... >&-`): else
+// the next file ddprun opens takes the number, its console writes go there,
+// and libuv refuses to close it (an abort). Returns the names of those closed.
+std::vector<std::string> OpenClosedStandardFds() {
+  std::vector<std::string> closed;
+  const char* names[] = {"stdin", "stdout", "stderr"};
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+    // The lowest free number: fd itself, as those below it are open.
+    const int opened = open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+    if (opened != fd && opened >= 0) {
+      dup2(opened, fd);
+      close(opened);
+    }
+    closed.emplace_back(names[fd]);
+  }
+  return closed;
+}
 
 // At exit, how long a console that does not read may hold back the launcher.
 constexpr std::chrono::milliseconds kConsoleFlushWait{5000};
@@ -168,6 +190,7 @@ int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ
 
 int main(int argc, char** argv) {
   using namespace ddprun;  // NOLINT: main only
+  const std::vector<std::string> closed_fds = OpenClosedStandardFds();
   launcher::InstallUncaughtHandler();
   if (argc >= 2 && std::string(argv[1]) == supervisor::kGuardianArg) {
     return supervisor::RunGuardian(argc, argv);
@@ -198,6 +221,10 @@ int main(int argc, char** argv) {
   if (parsed->action == launcher::Action::kPrintCompletion) {
     std::fputs(launcher::CompletionScript(parsed->completion_shell).c_str(), stdout);
     return 0;
+  }
+  for (const auto& name : closed_fds) {
+    spdlog::warn("ddprun's {} was closed: /dev/null stands in for it, for ddprun and the workers",
+                 name);
   }
   for (const auto& notice : parsed->notices) spdlog::info("{}", notice);
   for (const auto& warning : parsed->warnings) spdlog::warn("{}", warning);

@@ -2,9 +2,11 @@
 option or variable and says what is accepted, before any worker starts."""
 
 import re
+import shlex
+import subprocess
 import pytest
 
-from conftest import base_env, run_ddprun, sh
+from conftest import DDPRUN, base_env, run_ddprun, sh
 
 SECONDS = "a number of seconds"
 NAME_CHARS = "characters from A-Z, a-z, 0-9, '.', '_' and '-'"
@@ -96,3 +98,22 @@ def test_good_values_still_run(tmp_path):
     # id is then a random UUID, whatever --rdzv_id said.
     runs = [p.name for p in (tmp_path / "logs").iterdir()]
     assert len(runs) == 1 and re.match(r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-", runs[0]), runs
+
+
+@pytest.mark.parametrize("closed", [">&-", "<&-", "2>&-", "<&- >&- 2>&-"])
+def test_closed_standard_streams_do_not_crash_the_launcher(tmp_path, closed):
+    """ddprun started with stdin, stdout or stderr closed (it aborted in libuv when a file it
+    opened took the number): /dev/null stands in, the job runs, and it says so where it can."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    args = " ".join(shlex.quote(str(a)) for a in [DDPRUN, "--nproc_per_node=2", *sh(
+        f'echo "rank $RANK"; touch {marks}/$RANK')])
+    r = subprocess.run(["/bin/sh", "-c", f"exec {args} {closed}"], env=base_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.name for p in marks.iterdir()) == ["0", "1"]
+    for name, redirect in (("stdin", "<&-"), ("stdout", ">&-")):
+        if redirect in closed and "2>&-" not in closed:
+            assert f"ddprun's {name} was closed: /dev/null stands in for it" in r.stderr, r.stderr
+    if ">&-" not in closed:
+        assert "rank 0" in r.stdout and "rank 1" in r.stdout, r.stdout
