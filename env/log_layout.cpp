@@ -38,8 +38,15 @@ StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::str
     return layout;
   }
   if (log_dir.empty()) {
+    const char* tmpdir = getenv("TMPDIR");
     auto base = MakeTempDir(TempRoot() + "/ddprun_XXXXXX");
-    if (!base.ok()) return base.status();
+    if (!base.ok()) {
+      const bool from_env = tmpdir != nullptr && *tmpdir != '\0';
+      return Status(base.status().code(),
+                    "the logs' temporary directory: " + base.status().message() + ": make " +
+                        (from_env ? "TMPDIR" : "/tmp") +
+                        " an existing writable directory, or give --log_dir");
+    }
     layout.base_ = *base;
     layout.temporary_ = true;
   } else {

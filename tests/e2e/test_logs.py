@@ -307,3 +307,12 @@ def test_unfinished_line_is_shown_before_its_end(tmp_path, tee):
     p0, p1 = ("[default0]:", "[default1]:") if tee else ("", "")
     bar = f"\r{p0} 10%|#   |\n{p1}rank 1 says hello\n\r{p0}100%|####|\n"
     assert bar in text, repr(text)
+
+
+def test_a_missing_tmpdir_is_named_with_the_fix(tmp_path):
+    r = run_ddprun(["--nproc_per_node=1", *sh("true")],
+                   env=base_env(TMPDIR=str(tmp_path / "missing")))
+    assert r.rc != 0, r
+    assert (f"the logs' temporary directory: create {tmp_path / 'missing'}/ddprun_XXXXXX: "
+            "No such file or directory: make TMPDIR an existing writable directory, "
+            "or give --log_dir") in r.stderr, r.stderr
