@@ -298,7 +298,7 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     spdlog::error("debug dump: {}", dump.status().message());
     return {};
   }
-  supervisor::ConsoleWriter::For(STDERR_FILENO).Write(dump->summary);
+  supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(dump->summary);
   spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
   record_.DumpWritten(dir, dump->stragglers);
   return dump->stragglers;
@@ -354,7 +354,7 @@ int Agent::Finish(const rendezvous::Action& exit) {
                       local_failures_.front().pid == cause.pid;
     if (ours) {
       why = supervisor::Explain(local_failures_.front(), ExplainFacts());
-      supervisor::ConsoleWriter::For(STDERR_FILENO).Write(Report());
+      supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(Report());
       if (auto own = env::Lookup(environ_, env::kErrorFile); own && !own->empty()) {
         supervisor::DumpRootCause(local_failures_.front(), *own);
       }

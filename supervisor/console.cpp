@@ -93,7 +93,7 @@ void ConsoleWriter::Write(std::string_view data, std::string_view where_kept) {
   Put(data, where_kept, false);
 }
 
-void ConsoleWriter::WriteOwnLine(std::string_view line) { Put(line, {}, true); }
+void ConsoleWriter::WriteOwnLine(std::string_view text) { Put(text, {}, true); }
 
 void ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool own_line) {
   if (data.empty()) return;

@@ -31,9 +31,10 @@ class ConsoleWriter {
   // `where_kept` names where dropped lines can be read instead (a log file or
   // directory), "" when nowhere.
   void Write(std::string_view data, std::string_view where_kept = {});
-  // Queues `line` on a line of its own: a worker's unfinished line shown just
-  // before it (a progress bar) is ended first. For the launcher's messages.
-  void WriteOwnLine(std::string_view line);
+  // Queues `text` (whole lines) from a line start: a worker's unfinished line
+  // shown just before it (a progress bar) is ended first. For the launcher's
+  // own messages and reports.
+  void WriteOwnLine(std::string_view text);
   // Waits up to `timeout` until everything queued is written; false if not.
   bool Flush(std::chrono::milliseconds timeout);
 

@@ -316,3 +316,15 @@ def test_a_missing_tmpdir_is_named_with_the_fix(tmp_path):
     assert (f"the logs' temporary directory: create {tmp_path / 'missing'}/ddprun_XXXXXX: "
             "No such file or directory: make TMPDIR an existing writable directory, "
             "or give --log_dir") in r.stderr, r.stderr
+
+
+def test_a_progress_bar_left_unfinished_by_a_failed_worker_is_ended_before_the_report(tmp_path):
+    script = write_script(tmp_path, "bar_then_fail.py", (
+        "import sys, time\nsys.stderr.write('\\r 50%|##  |')\nsys.stderr.flush()\n"
+        "time.sleep(0.5)\nsys.exit(3)\n"), executable=False)
+    r = run_ddprun(["--nproc_per_node=1", script])
+    assert r.rc == 3, r
+    # (text mode reads the '\r' as a line end)
+    assert "\n 50%|##  |\n[ddprun " in r.stderr, repr(r.stderr)
+    border = next(line for line in r.stderr.split("\n") if "=====" in line)
+    assert border == "=" * len(border), repr(r.stderr)
