@@ -127,21 +127,28 @@ def test_sigterm_is_acted_on_while_the_console_is_stalled(tmp_path):
     assert rc == 128 + signal.SIGTERM, rc
 
 
-def test_full_disk_is_reported_and_in_the_exit_code(tmp_path):
-    """--log_dir on a 256 KiB file system; the worker writes 2 MiB and succeeds: the log's
-    failed write is named once, in the failure report, and the exit code is 74 (EX_IOERR)."""
+def run_on_full_disk(tmp_path, nproc, program):
+    """ddprun --tee=3 with --log_dir on a 256 KiB tmpfs of its own (a private mount namespace),
+    running the Python `program` in nproc workers."""
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare(1) to mount a small tmpfs in a private namespace")
     logs = tmp_path / "logs"
     logs.mkdir()
-    script = tmp_path / "big.py"
-    script.write_text("import sys\nfor i in range(20000):\n    print('y' * 100)\n")
-    cmd = (f"mount -t tmpfs -o size=256k ddprun-full {logs} && exec {DDPRUN} --nproc_per_node=1 "
-           f"--tee=3 --log_dir {logs} --no_python {PYTHON} {script}")
+    script = tmp_path / "worker.py"
+    script.write_text(program)
+    cmd = (f"mount -t tmpfs -o size=256k ddprun-full {logs} && exec {DDPRUN} "
+           f"--nproc_per_node={nproc} --tee=3 --log_dir {logs} --no_python {PYTHON} {script}")
     r = subprocess.run(["unshare", "--mount", "sh", "-c", cmd], env=base_env(),
                        capture_output=True, text=True, timeout=60)
     if "mount:" in r.stderr or "unshare:" in r.stderr:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    return r
+
+
+def test_full_disk_is_reported_and_in_the_exit_code(tmp_path):
+    """--log_dir on a 256 KiB file system; the worker writes 2 MiB and succeeds: the log's
+    failed write is named once, in the failure report, and the exit code is 74 (EX_IOERR)."""
+    r = run_on_full_disk(tmp_path, 1, "import sys\nfor i in range(20000):\n    print('y' * 100)\n")
     assert r.returncode == 74, r.stderr
     assert r.stderr.count("No space left on device") >= 1, r.stderr
     assert "stdout.log is incomplete" in r.stderr, r.stderr
@@ -152,19 +159,8 @@ def test_full_disk_counts_every_incomplete_log_file(tmp_path):
     """Two workers each fill both logs on a full file system: the closing line counts four
     incomplete files (one per file, not per worker) and every worker's output reached the
     console."""
-    if os.geteuid() != 0 or shutil.which("unshare") is None:
-        pytest.skip("needs root and unshare(1) to mount a small tmpfs in a private namespace")
-    logs = tmp_path / "logs"
-    logs.mkdir()
-    script = tmp_path / "both.py"
-    script.write_text("import sys\nfor i in range(20000):\n    print('y' * 100)\n"
-                      "    print('z' * 100, file=sys.stderr)\nprint('last line', flush=True)\n")
-    cmd = (f"mount -t tmpfs -o size=256k ddprun-full {logs} && exec {DDPRUN} --nproc_per_node=2 "
-           f"--tee=3 --log_dir {logs} --no_python {PYTHON} {script}")
-    r = subprocess.run(["unshare", "--mount", "sh", "-c", cmd], env=base_env(),
-                       capture_output=True, text=True, timeout=60)
-    if "mount:" in r.stderr or "unshare:" in r.stderr:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    r = run_on_full_disk(tmp_path, 2, "import sys\nfor i in range(20000):\n    print('y' * 100)\n"
+                         "    print('z' * 100, file=sys.stderr)\nprint('last line', flush=True)\n")
     assert r.returncode == 74, r.stderr[-3000:]
     assert r.stderr.count("is incomplete: write failed") == 4, r.stderr[-3000:]
     assert "but 4 log file(s) are incomplete" in r.stderr, r.stderr[-3000:]
