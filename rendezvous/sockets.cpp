@@ -130,10 +130,17 @@ Status SplitHostPort(const std::string& endpoint, int default_port, std::string*
     *host = endpoint.substr(1, close - 1);
     rest = endpoint.substr(close + 1);
   } else {
-    auto colon = endpoint.rfind(':');
-    bool bare_v6 = colon != std::string::npos && endpoint.find(':') != colon;
-    *host = (colon == std::string::npos || bare_v6) ? endpoint : endpoint.substr(0, colon);
-    rest = (colon == std::string::npos || bare_v6) ? "" : endpoint.substr(colon);
+    const auto colon = endpoint.rfind(':');
+    const bool bare_v6 = colon != std::string::npos && endpoint.find(':') != colon;
+    // An IPv6 address without brackets: torchrun takes what follows the last
+    // colon for the port (::1:29400), so does ddprun when what precedes it is
+    // an address; else the whole is the address (::1, fe80::1), default port.
+    const bool v6_port = bare_v6 && IsHost(endpoint.substr(0, colon)) &&
+                         colon + 1 < endpoint.size() &&
+                         endpoint.find_first_not_of("0123456789", colon + 1) == std::string::npos;
+    const bool whole = colon == std::string::npos || (bare_v6 && !v6_port);
+    *host = whole ? endpoint : endpoint.substr(0, colon);
+    rest = whole ? "" : endpoint.substr(colon);
   }
   if (host->empty()) return InvalidArgument("no host");
   if (!IsHost(*host)) {

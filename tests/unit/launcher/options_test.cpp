@@ -7,6 +7,7 @@
 #include "env/slurm.hpp"
 #include "launcher/job_stores.hpp"
 #include "launcher/option_table.hpp"
+#include "rendezvous/sockets.hpp"
 
 namespace ddprun::launcher {
 namespace {
@@ -353,6 +354,25 @@ TEST_CASE("a rendezvous endpoint that names no host is a usage error") {
                                "fe80::1%eth0", "my_host.example.com"}) {
     CAPTURE(endpoint);
     CHECK(Parse({"--rdzv_backend=c10d", std::string("--rdzv_endpoint=") + endpoint, "t"}).ok());
+  }
+}
+
+TEST_CASE("an IPv6 endpoint without brackets takes its port after the last colon, as torchrun") {
+  struct Case {
+    const char* endpoint;
+    const char* host;
+    int port;
+  };
+  for (const Case& c :
+       {Case{"::1:29561", "::1", 29561}, Case{"fe80::2:80", "fe80::2", 80},
+        Case{"::1", "::1", 29400}, Case{"fe80::1", "fe80::1", 29400},
+        Case{"fe80::1%eth0", "fe80::1%eth0", 29400}, Case{"[::1]:29561", "::1", 29561}}) {
+    CAPTURE(c.endpoint);
+    std::string host;
+    int port = 0;
+    REQUIRE(rendezvous::SplitHostPort(c.endpoint, 29400, &host, &port).ok());
+    CHECK(host == c.host);
+    CHECK(port == c.port);
   }
 }
 
