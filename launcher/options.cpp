@@ -255,7 +255,7 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
                          " is not supported yet: use static or c10d");
   }
   if (auto b = ParseWord("rdzv_backend", c.rdzv_backend); !b.ok()) return b.status();
-  if (auto v = raw.Get("rdzv_endpoint")) {
+  if (auto v = raw.Get("rdzv_endpoint"); v && !v->empty()) {  // "": none, as in torchrun
     if (Status s = CheckEndpoint(*v); !s.ok()) return s;
     c.rdzv_endpoint = *v;
   }
@@ -303,11 +303,8 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
     return Bad("nnodes", raw.Get("nnodes").value_or(""),
                "a fixed N with the static backend; an elastic MIN:MAX needs --rdzv_backend=c10d");
   }
-  if (c.rdzv_backend == "c10d" && c.rdzv_endpoint.empty()) {
-    return InvalidArgument(
-        "--rdzv_backend=c10d needs --rdzv_endpoint=HOST[:PORT] (the host that "
-        "keeps the rendezvous store; port 29400 by default)");
-  }
+  // torchrun's c10d without an endpoint: the store on localhost (port 29400).
+  if (c.rdzv_backend == "c10d" && c.rdzv_endpoint.empty()) c.rdzv_endpoint = "localhost";
   c.node_rank_set = raw.Get("node_rank").has_value();
   if (c.node_rank >= c.nnodes_max) {
     return Bad("node_rank", std::to_string(c.node_rank),
@@ -502,6 +499,13 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
   LaunchConfig& c = parsed.config;
   if (Status s = ApplyFlags(raw, c); !s.ok()) return s;
   if (Status s = ApplyRendezvous(raw, c); !s.ok()) return s;
+  if (c.rdzv_backend == "c10d" && c.nnodes_max > 1 &&
+      raw.Get("rdzv_endpoint").value_or("").empty()) {
+    parsed.warnings.push_back(
+        "no --rdzv_endpoint: the rendezvous store is on localhost:29400, as in torchrun, which "
+        "only agents on this host reach; give every node --rdzv_endpoint=HOST[:PORT] of one of "
+        "them");
+  }
   if (Status s = ApplyUnsupported(raw); !s.ok()) return s;
   if (Status s = ApplyEventLog(raw, c); !s.ok()) return s;
   if (Status s = ApplyGpus(raw, environ, host, parsed); !s.ok()) return s;

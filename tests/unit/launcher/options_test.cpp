@@ -204,7 +204,23 @@ TEST_CASE("later work is refused with not supported yet") {
   CHECK(Parse({"t"}, {{"PET_EVENT_LOG_HANDLER", "console"}})->config.event_log_handler ==
         "console");
   CHECK(Contains(Error({"--nnodes=1:4", "t"}), "needs --rdzv_backend=c10d"));
-  CHECK(Contains(Error({"--rdzv_backend=c10d", "--nnodes=2", "t"}), "needs --rdzv_endpoint"));
+  // c10d without an endpoint (or an empty one): localhost, as torchrun; a warning on several nodes.
+  for (const char* endpoint : {"", "--rdzv_endpoint="}) {
+    CAPTURE(endpoint);
+    std::vector<std::string> args = {"--rdzv_backend=c10d", "t"};
+    if (*endpoint != '\0') args.insert(args.begin(), endpoint);
+    auto single = Parse(args);
+    REQUIRE(single.ok());
+    CHECK(single->config.rdzv_endpoint == "localhost");
+    CHECK(single->warnings.empty());
+    args.insert(args.begin(), "--nnodes=2");
+    auto several = Parse(args);
+    REQUIRE(several.ok());
+    CHECK(several->config.rdzv_endpoint == "localhost");
+    REQUIRE(several->warnings.size() == 1);
+    CHECK(
+        Contains(several->warnings[0], "no --rdzv_endpoint: the rendezvous store is on localhost"));
+  }
   CHECK(Contains(Error({"--standalone", "--nnodes=2", "t"}), "single-node job"));
 }
 
