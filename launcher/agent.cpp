@@ -547,7 +547,8 @@ int Agent::Run() {
         c_.allowed_cpus);
   }
   while (true) {
-    rendezvous::Action action = driver_->Next(PendingSignal());
+    rendezvous::Action action = driver_->Next(
+        PendingSignal(), [](const std::string& progress) { spdlog::info("{}", progress); });
     switch (action.kind) {
       case rendezvous::ActionKind::kClearWorkerStore:
         if (Status s = driver_->ClearWorkerStore(); !s.ok()) return FinishLocally(1, s.message());

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "rendezvous/coordinator.hpp"
+#include "rendezvous/sockets.hpp"
 
 namespace ddprun::rendezvous {
 
@@ -31,7 +32,7 @@ Status AgentDriver::CheckHostedJob() {
                          "--rdzv_endpoint");
 }
 
-Action AgentDriver::Next(const SignalQuery& pending_signal) {
+Action AgentDriver::Next(const SignalQuery& pending_signal, const ProgressFn& on_progress) {
   ClientKv kv(client_);
   while (true) {
     Action action;
@@ -45,6 +46,9 @@ Action AgentDriver::Next(const SignalQuery& pending_signal) {
       wake = machine_.next_wake();
     }
     if (action.kind != ActionKind::kWait) return action;
+    if (!action.message.empty() && on_progress) {
+      on_progress("rendezvous at " + HostPort(host_, port_) + ": " + action.message);
+    }
     // A store failure shows at the next step.
     (void)WaitForKey(client_, key, wake);
   }

@@ -33,9 +33,11 @@ class AgentDriver {
 
   // Steps until the machine asks for something other than waiting.
   // `pending_signal` is asked between steps: a terminating signal ddprun
-  // received (0: none) makes the agent leave the job.
+  // received (0: none) makes the agent leave the job. `on_progress` gets what
+  // the wait is worth telling (which nodes joined a forming round, now and then).
   using SignalQuery = std::function<std::pair<int, std::string>()>;
-  Action Next(const SignalQuery& pending_signal);
+  using ProgressFn = std::function<void(const std::string&)>;
+  Action Next(const SignalQuery& pending_signal, const ProgressFn& on_progress = {});
   // After kClearWorkerStore: empties the workers' key space of the store
   // (closing an earlier round's worker connections) and tells the machine.
   Status ClearWorkerStore();

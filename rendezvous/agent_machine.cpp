@@ -29,13 +29,13 @@ std::string WhyEnded(const JobRecord& rec, int r) {
 
 }  // namespace
 
-std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
-                              int round) {
+// "N of at least MIN nodes joined; seen: ...; missing node ranks: ..." for a
+// round still forming.
+std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s, int round) {
   auto joined = kv.Add(keys.Join(round), 0);
   const int n = joined.ok() ? static_cast<int>(*joined) : 0;
   std::ostringstream why;
-  why << "rendezvous round " << round << " timed out after " << Seconds(s.join_timeout)
-      << " (join_timeout): " << n << " of at least " << s.min_nodes << " nodes joined";
+  why << n << " of at least " << s.min_nodes << " nodes joined";
   std::vector<bool> rank_seen(s.max_nodes, false);
   bool ranked = false;
   std::string seen;
@@ -58,6 +58,12 @@ std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const Rendezvo
     why << "; missing node ranks: " << missing;
   }
   return why.str();
+}
+
+std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
+                              int round) {
+  return "rendezvous round " + std::to_string(round) + " timed out after " +
+         Seconds(s.join_timeout) + " (join_timeout): " + Joined(kv, keys, s, round);
 }
 
 AgentMachine::AgentMachine(AgentSettings settings)
@@ -236,6 +242,7 @@ Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {
   if (!first_join_) {
     first_join_ = now;
     deadline_ = now + s_.rdzv.join_timeout;
+    next_progress_ = now + kFirstProgress;
   }
   phase_ = Phase::kWaitRound;
   return Wait(now, deadline_);
@@ -252,7 +259,22 @@ Action AgentMachine::WaitRound(Kv& kv, const JobRecord& rec, Time now) {
     phase_ = Phase::kClearing;
     return Clearing(kv, rec, now);
   }
-  if (now < deadline_) return Wait(now, deadline_);
+  if (now < deadline_) {
+    Action wait = Wait(now, std::min(deadline_, next_progress_));
+    if (now >= next_progress_) {
+      next_progress_ = now + kProgressEvery;
+      const auto left = std::chrono::round<std::chrono::seconds>(deadline_ - now);
+      wait.message =
+          (rec.round >= 0 && rec.end == RoundEnd::kNone
+               ? "waiting for a place in the job, which runs round " + std::to_string(rec.round) +
+                     " with " + std::to_string(rec.members.size()) + " of at most " +
+                     std::to_string(s_.rdzv.max_nodes) + " nodes"
+               : "waiting for round " + std::to_string(round_) + ": " +
+                     Joined(kv, keys_, s_.rdzv, round_)) +
+          "; join_timeout ends the wait in " + Seconds(left);
+    }
+    return wait;
+  }
   if (rec.round >= 0 && rec.end == RoundEnd::kNone) {
     // The job runs at its maximum size: no place for this node, but nothing
     // wrong with the job.

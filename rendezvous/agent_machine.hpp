@@ -59,8 +59,10 @@ enum class ActionKind { kWait, kClearWorkerStore, kStartWorkers, kStopWorkers, k
 
 struct Action {
   ActionKind kind = ActionKind::kWait;
-  RoundResult round;    // kClearWorkerStore, kStartWorkers
-  std::string message;  // kStopWorkers: why; kExit: what to print ("" on success)
+  RoundResult round;  // kClearWorkerStore, kStartWorkers
+  // kStopWorkers: why; kExit: what to print ("" on success); kWait: progress
+  // to tell ("" mostly; while a round forms, which nodes joined, now and then)
+  std::string message;
   int exit_code = 0;    // kExit
   bool failed = false;  // kExit: the record says the job failed (root_cause is set)
   Cause root_cause;     // kExit with `failed`: the one recorded root cause
@@ -130,11 +132,14 @@ class AgentMachine {
   AgentSettings s_;
   RendezvousKeys keys_;
   Phase phase_ = Phase::kJoin;
-  Action done_;         // in kDone: the exit action, repeated
-  int round_ = -1;      // the round joined or running
-  int node_rank_ = -1;  // in the running round
-  int min_round_ = 0;   // do not join a round before this one
-  Time deadline_{};     // kWaitRound: join_timeout
+  Action done_;           // in kDone: the exit action, repeated
+  int round_ = -1;        // the round joined or running
+  int node_rank_ = -1;    // in the running round
+  int min_round_ = 0;     // do not join a round before this one
+  Time deadline_{};       // kWaitRound: join_timeout
+  Time next_progress_{};  // kWaitRound: when the wait is next told (kWait's message)
+  static constexpr std::chrono::seconds kFirstProgress{5};
+  static constexpr std::chrono::seconds kProgressEvery{30};
   std::optional<Time> first_join_;
   bool cleared_ = false;
   bool rank_claimed_ = false;  // exclusive_rank: the claim key holds our NodeInfo

@@ -559,3 +559,19 @@ def test_restart_round_sees_no_key_of_the_earlier_round(launch, tmp_path):
             if attempt == 1:
                 assert r["seen"] == [], f"attempt 1 saw attempt 0's keys: {r}"
                 assert r["total"] == 10.0, r
+
+
+def test_c10d_an_agent_waiting_for_the_others_says_who_joined(launch, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    first = launch(c10d_args(2, 0, port, nproc=1, extra=sh(LOOP)), env=node_env(out, 0))
+    said = wait_for(lambda: re.search(
+        rf"rendezvous at 127\.0\.0\.1:{port}: waiting for round 0: 1 of at least 2 nodes joined; "
+        rf"seen: \S+ \(127\.0\.0\.1\); join_timeout ends the wait in \d+ s", first.stderr()),
+        timeout=15, what="the waiting agent's message")
+    assert said
+    second = launch(c10d_args(2, 1, port, nproc=1, extra=sh(LOOP)), env=node_env(out, 1))
+    wait_world(out, [0, 1], 1, 2)
+    assert stop_and_wait(out, [first, second]) == [0, 0], outputs([first, second])
+    assert "waiting for round" not in second.stderr(), second.stderr()

@@ -364,5 +364,46 @@ TEST_CASE("machines: an agent's own claim is no conflict when it joins again") {
   CHECK(again.Step(kv, now).kind == ActionKind::kWait);
 }
 
+TEST_CASE("machines: a forming round tells who joined after 5 s, then every 30 s, until it forms") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kv1 = store.Connect(), kvc = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = rdzv.max_nodes = 2;
+  AgentSettings s;
+  s.rdzv = rdzv;
+  s.self = Member("0");
+  s.self.name = "host-a";
+  s.hosts_store = true;
+  AgentMachine a0(s);
+  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
+  const auto start = Clock::time_point(std::chrono::hours(1));
+  std::vector<std::string> told;
+  for (int ms = 0; ms <= 40000; ms += 100) {
+    const auto now = start + std::chrono::milliseconds(ms);
+    (void)coordinator.Step(kvc, now);
+    Action a = a0.Step(kv0, now);
+    REQUIRE(a.kind == ActionKind::kWait);
+    if (!a.message.empty()) told.push_back(std::to_string(ms) + " " + a.message);
+  }
+  REQUIRE(told.size() == 2);
+  CHECK(told[0].rfind("5000 waiting for round 0: 1 of at least 2 nodes joined; seen: host-a", 0) ==
+        0);
+  CHECK(told[0].find("join_timeout ends the wait in 595 s") != std::string::npos);
+  CHECK(told[1].rfind("35000 ", 0) == 0);
+  // The second node comes: the round forms, and nothing more is told.
+  s.self = Member("1");
+  s.hosts_store = false;
+  AgentMachine a1(s);
+  auto now = start + std::chrono::seconds(41);
+  for (int i = 0; i < 50 && a0.phase() == AgentMachine::Phase::kWaitRound; ++i) {
+    now += std::chrono::milliseconds(100);
+    (void)coordinator.Step(kvc, now);
+    (void)a1.Step(kv1, now);
+    CHECK(a0.Step(kv0, now).message.empty());
+  }
+  CHECK(a0.phase() != AgentMachine::Phase::kWaitRound);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
