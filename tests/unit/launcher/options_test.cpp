@@ -8,41 +8,15 @@
 #include "launcher/job_stores.hpp"
 #include "launcher/option_table.hpp"
 #include "rendezvous/sockets.hpp"
+#include "tests/unit/launcher/options_test_util.hpp"
 
 namespace ddprun::launcher {
 namespace {
 
-const HostCounts kHost{16, {}};
-
-// `cpus` CPUs and `gpus` GPUs that NVML lists (GPU-<i>, bus 0000:<10+i>:00.0).
-HostCounts Host(int cpus, int gpus) {
-  HostCounts host{cpus, {}};
-  host.gpus.source = env::GpuSource::kNvml;
-  for (int i = 0; i < gpus; ++i) {
-    env::GpuDevice g;
-    g.index = i;
-    g.uuid = "GPU-" + std::to_string(i);
-    g.pci_bus_id = "0000:" + std::to_string(10 + i) + ":00.0";
-    host.gpus.devices.push_back(g);
-  }
-  return host;
-}
-
-StatusOr<ParsedCommandLine> Parse(const std::vector<std::string>& args,
-                                  const env::Environ& environ = {},
-                                  const HostCounts& host = kHost) {
-  return ParseCommandLine(args, environ, host);
-}
-
-std::string Error(const std::vector<std::string>& args, const env::Environ& environ = {}) {
-  auto p = Parse(args, environ);
-  REQUIRE_FALSE(p.ok());
-  return p.status().message();
-}
-
-bool Contains(const std::string& s, const std::string& part) {
-  return s.find(part) != std::string::npos;
-}
+using test::Contains;
+using test::Error;
+using test::Host;
+using test::Parse;
 
 TEST_CASE("both spellings and unique prefixes reach the same option") {
   for (auto arg : {"--nproc_per_node=3", "--nproc-per-node=3", "--nproc=3"}) {
@@ -458,98 +432,6 @@ TEST_CASE("an empty value reaches the option's own check") {
   CHECK(Contains(Error({"--shutdown_timeout", "", "t"}), "invalid --shutdown_timeout=: a number"));
 }
 
-// Task `node` of `srun -N<nodes> --ntasks-per-node=<per_node> ddprun ...`.
-env::Environ SlurmStep(int nodes, int node, int per_node = 1) {
-  return {{"SLURM_STEP_ID", "0"},
-          {"SLURM_JOB_ID", "57"},
-          {"SLURM_STEP_NUM_NODES", std::to_string(nodes)},
-          {"SLURM_STEP_NUM_TASKS", std::to_string(nodes * per_node)},
-          {"SLURM_STEP_TASKS_PER_NODE",
-           std::to_string(per_node) + (nodes > 1 ? "(x" + std::to_string(nodes) + ")" : "")},
-          {"SLURM_STEP_NODELIST", "n[07-" + std::to_string(6 + nodes) + "]"},
-          {"SLURM_NODEID", std::to_string(node)},
-          {"SLURMD_NODENAME", "n0" + std::to_string(7 + node)}};
-}
-
-TEST_CASE("slurm: inside a step the rendezvous comes from the step") {
-  auto p = Parse({"--nproc_per_node=2", "./train"}, SlurmStep(2, 1));
-  REQUIRE(p.ok());
-  const LaunchConfig& c = p->config;
-  CHECK(c.nnodes_min == 2);
-  CHECK(c.nnodes_max == 2);
-  CHECK(c.node_rank == 1);
-  CHECK(c.rdzv_backend == "static");
-  CHECK(c.master_addr == "n07");
-  REQUIRE(c.master_port.has_value());
-  CHECK(*c.master_port == env::SlurmStepPort(*c.slurm));
-  CHECK(c.rdzv_id == "57.0");
-  REQUIRE(c.slurm.has_value());
-  bool said = false;
-  for (const auto& n : p->notices) said |= Contains(n, "Slurm step 57.0, node 1 of 2");
-  CHECK(said);
-}
-
-TEST_CASE("slurm: explicit options and PET_* win over the step") {
-  auto p = Parse({"--master_port=29999", "--rdzv_id=mine", "./train"}, SlurmStep(2, 1));
-  REQUIRE(p.ok());
-  CHECK(*p->config.master_port == 29999);
-  CHECK(p->config.rdzv_id == "mine");
-  CHECK(p->config.master_addr == "n07");
-  auto env = SlurmStep(2, 1);
-  env["PET_NODE_RANK"] = "0";
-  auto pet = Parse({"./train"}, env);
-  REQUIRE(pet.ok());
-  CHECK(pet->config.node_rank == 0);
-}
-
-TEST_CASE("slurm: c10d gets the endpoint and honours the node id") {
-  auto p = Parse({"--rdzv_backend=c10d", "--nnodes=1:4", "./train"}, SlurmStep(2, 1));
-  REQUIRE(p.ok());
-  CHECK(p->config.rdzv_endpoint == "n07:" + std::to_string(env::SlurmStepPort(*p->config.slurm)));
-  CHECK(p->config.node_rank == 1);
-  CHECK(p->config.node_rank_set);
-  CHECK(p->config.nnodes_max == 4);
-}
-
-TEST_CASE("slurm: a one-node step stays a standalone job named by the step") {
-  auto p = Parse({"./train"}, SlurmStep(1, 0));
-  REQUIRE(p.ok());
-  CHECK(p->config.rdzv_backend == "c10d");
-  CHECK(p->config.rdzv_endpoint == "localhost:0");
-  CHECK(p->config.rdzv_id == "57.0");
-}
-
-TEST_CASE("slurm: the classic mistakes are refused at start") {
-  auto env4 = SlurmStep(2, 0, 4);
-  auto per_node = Error({"--nproc_per_node=2", "./train"}, env4);
-  CHECK(Contains(per_node, "--ntasks-per-node=1"));
-  CHECK(Contains(per_node, "8 ddprun agents on 2 node(s)"));
-  auto one = Error({"--nnodes=1", "./train"}, SlurmStep(2, 0));
-  CHECK(Contains(one, "every node would run a 1-node job of its own"));
-  auto three = Error({"--nnodes=3", "./train"}, SlurmStep(2, 0));
-  CHECK(Contains(three, "wait for nodes that never come"));
-  CHECK(Contains(Error({"--slurm=node", "./train"}), "not a Slurm job step"));
-  CHECK(Contains(Error({"--slurm=maybe", "./train"}, SlurmStep(2, 0)), "--slurm"));
-}
-
-TEST_CASE("slurm: off ignores the step entirely") {
-  auto p = Parse({"--slurm=off", "--nproc_per_node=2", "./train"}, SlurmStep(2, 0, 4));
-  REQUIRE(p.ok());
-  CHECK_FALSE(p->config.slurm.has_value());
-  CHECK(p->config.nnodes_max == 1);
-  auto env = SlurmStep(2, 0, 4);
-  env["PET_SLURM"] = "off";
-  CHECK(Parse({"./train"}, env).ok());
-}
-
-TEST_CASE("slurm: a multi-node job outside a step is noted") {
-  auto p = Parse({"./train"}, {{"SLURM_JOB_ID", "5"}, {"SLURM_NNODES", "4"}});
-  REQUIRE(p.ok());
-  bool said = false;
-  for (const auto& n : p->notices) said |= Contains(n, "srun --ntasks-per-node=1 -n 4");
-  CHECK(said);
-}
-
 TEST_CASE("rdzv_conf: quotes around the value and blanks go, as PyTorch's own tests pass it") {
   auto p = Parse({"--rdzv-conf='join_timeout=5, last_call_timeout = 1,timeout=5'", "./train"});
   REQUIRE(p.ok());
@@ -585,22 +467,6 @@ TEST_CASE("--run_path takes a relative script, as torchrun") {
   REQUIRE(p.ok());
   CHECK(p->config.run_path);
   CHECK(p->config.program == "sub/rp.py");
-}
-
-TEST_CASE("slurm: in a job step or a batch script SIGUSR1/SIGUSR2 are forwarded by default") {
-  for (const env::Environ& e : {SlurmStep(2, 0), env::Environ{{"SLURM_JOB_ID", "9"}}}) {
-    auto p = Parse({"./train"}, e);
-    REQUIRE(p.ok());
-    CHECK(p->config.handled_signals.count(SIGUSR1) == 1);
-    CHECK(p->config.handled_signals.count(SIGUSR2) == 1);
-  }
-  auto plain = Parse({"./train"});
-  REQUIRE(plain.ok());
-  CHECK(plain->config.handled_signals.count(SIGUSR1) == 0);
-  // Given explicitly, the list rules.
-  auto given = Parse({"--signals_to_handle=SIGTERM", "./train"}, SlurmStep(2, 0));
-  REQUIRE(given.ok());
-  CHECK(given->config.handled_signals == std::set<int>{SIGTERM});
 }
 
 TEST_CASE("--logs_specs=default is the layout ddprun writes; others are not supported yet") {
