@@ -27,8 +27,6 @@ std::string WhyEnded(const JobRecord& rec, int r) {
   return "the job is over";
 }
 
-}  // namespace
-
 // "N of at least MIN nodes joined; seen: ...; missing node ranks: ..." for a
 // round still forming.
 std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s, int round) {
@@ -59,6 +57,8 @@ std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings&
   }
   return why.str();
 }
+
+}  // namespace
 
 std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
                               int round) {
