@@ -87,7 +87,7 @@ USAGE_ERRORS = [
     (["-m", "--no_python"], ["--no_python", "-m"]),
     (["--nproc_per_nod3=2"], ["--nproc_per_nod3", "--nproc-per-node"]),
     (["--nnodes=1:2"], ["--nnodes=1:2", "c10d"]),
-    (["--rdzv_backend=c10d"], ["--rdzv_endpoint"]),
+    (["--rdzv_backend=c10d", "--rdzv_endpoint=:29400"], ["--rdzv_endpoint=:29400", "no host"]),
     (["--rdzv_backend=etcd"], ["--rdzv_backend=etcd", "not supported yet"]),
     (["--numa_binding=nodes"], ["--numa_binding=nodes", "core-complex"]),
     (["--numa_binding=node", "--cpu_binding=compact"], ["--cpu_binding=compact", "give one"]),
