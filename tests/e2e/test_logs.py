@@ -319,6 +319,10 @@ def test_a_missing_tmpdir_is_named_with_the_fix(tmp_path):
 
 
 def test_a_progress_bar_left_unfinished_by_a_failed_worker_is_ended_before_the_report(tmp_path):
+    """The dead worker's unfinished bar is shown and ended, and the report's border starts its
+    own line. (The line end comes from the stream's close, as it did before; that ddprun's own
+    lines break a still-open worker line is console_test's "the launcher's message starts on a
+    line of its own"; here every ddprun line after the bar comes once the stream closed.)"""
     script = write_script(tmp_path, "bar_then_fail.py", (
         "import sys, time\nsys.stderr.write('\\r 50%|##  |')\nsys.stderr.flush()\n"
         "time.sleep(0.5)\nsys.exit(3)\n"), executable=False)
