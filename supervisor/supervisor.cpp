@@ -33,9 +33,6 @@ constexpr size_t kReadBufferSize = 64 * 1024;
 // After the last worker exited, how long output still held open by its
 // leftover children may take to drain before the pipes are closed.
 constexpr uint64_t kDrainMillis = 2000;
-// How long an incomplete line (a prompt, a progress bar redrawn with '\r')
-// waits for its end before it is shown as far as it has come.
-constexpr std::chrono::milliseconds kPartialLineWait{100};
 
 uint64_t ToMillis(Duration d) {
   const double ms = d.count() * 1000.0;
@@ -368,11 +365,11 @@ void Supervisor::Drain(GroupState& state) {
   filter_files_.clear();
 }
 
-void Supervisor::ArmPartialLines() {
+void Supervisor::ArmPartialLines(std::chrono::milliseconds after) {
   if (uv_is_active(reinterpret_cast<uv_handle_t*>(&partial_timer_)) != 0) return;
   uv_timer_start(
       &partial_timer_, [](uv_timer_t* t) { static_cast<Supervisor*>(t->data)->ShowPartialLines(); },
-      static_cast<uint64_t>(kPartialLineWait.count()), 0);
+      static_cast<uint64_t>(std::max<int64_t>(1, after.count())), 0);
 }
 
 void Supervisor::ShowPartialLines() {
@@ -380,11 +377,8 @@ void Supervisor::ShowPartialLines() {
   auto next = std::chrono::steady_clock::time_point::max();
   for (auto& r : readers_) next = std::min(next, r->ShowWaiting(now - kPartialLineWait));
   if (next == std::chrono::steady_clock::time_point::max()) return;
-  const auto due =
-      std::chrono::duration_cast<std::chrono::milliseconds>(next + kPartialLineWait - now);
-  uv_timer_start(
-      &partial_timer_, [](uv_timer_t* t) { static_cast<Supervisor*>(t->data)->ShowPartialLines(); },
-      static_cast<uint64_t>(std::max<int64_t>(1, due.count())), 0);
+  ArmPartialLines(
+      std::chrono::duration_cast<std::chrono::milliseconds>(next + kPartialLineWait - now));
 }
 
 void Supervisor::SetDumpHandler(int dump_signal, HangHandler handler) {

@@ -10,6 +10,7 @@
 #include <uv.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -128,8 +129,11 @@ class Supervisor {
   std::vector<Beat> Beats() const;  // hang_check.hpp's view of the running workers
   HangLimits Limits() const;
   void CloseReader(PipeReader& reader);
-  // Incomplete lines: shown once they have waited kPartialLineWait (one timer).
-  void ArmPartialLines();
+  // How long an incomplete line (a prompt, a progress bar redrawn with '\r')
+  // waits for its end before it is shown as far as it has come (one timer).
+  static constexpr std::chrono::milliseconds kPartialLineWait{100};
+  // Runs ShowPartialLines after `after` unless it is due already.
+  void ArmPartialLines(std::chrono::milliseconds after = kPartialLineWait);
   void ShowPartialLines();
   void OnTimerExpired(const ExpiredTimer& timer);
 
