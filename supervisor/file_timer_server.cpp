@@ -140,6 +140,9 @@ void FileTimerServer::Arm() {
 }
 
 void FileTimerServer::OnTimer() {
+  // Releases already in the FIFO count first: after ddprun was stopped, the
+  // loop runs this timer before it reads them.
+  pipe_.ReadNow();
   for (const ExpiredTimer& e : table_.TakeExpired(std::chrono::system_clock::now())) {
     on_expiry_(e);
   }

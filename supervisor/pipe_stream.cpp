@@ -39,6 +39,18 @@ Status PipeStream::Open(uv_loop_t* loop, int fd, size_t chunk, DataFn on_data, E
   return Status::Ok();
 }
 
+void PipeStream::ReadNow() {
+  if (!reading()) return;
+  uv_os_fd_t fd = -1;
+  if (uv_fileno(reinterpret_cast<uv_handle_t*>(&pipe_), &fd) != 0) return;
+  buffer_.resize(chunk_);
+  for (;;) {
+    const ssize_t n = read(fd, buffer_.data(), chunk_);
+    if (n <= 0) return;  // empty (EAGAIN), or an end the loop's own read reports
+    on_data_(std::string_view(buffer_.data(), static_cast<size_t>(n)));
+  }
+}
+
 void PipeStream::Close() {
   if (!initialized_ || closing_) return;
   closing_ = true;

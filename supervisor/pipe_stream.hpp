@@ -32,6 +32,10 @@ class PipeStream {
   // `loop`, `chunk` bytes at most per call of `on_data`. On failure the
   // handle is closing: run the loop before destroying this.
   Status Open(uv_loop_t* loop, int fd, size_t chunk, DataFn on_data, EndFn on_end);
+  // Reads what the pipe holds now, through `on_data`, without waiting for the
+  // loop (which, resumed after a stop, runs its timers before it reads).
+  // Needs a non-blocking fd; does nothing unless reading.
+  void ReadNow();
   // Stops reading and closes the handle. Idempotent.
   void Close();
   // Open() was called and Close() not yet.
