@@ -80,7 +80,10 @@ def test_rank_that_stopped_calling_all_reduce_is_named(tmp_path):
 
 
 def test_slow_but_progressing_job_is_not_hung(tmp_path):
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", JOB,
+    # Slow steps are the point; PyTorch's teardown at exit took over 3 s under a loaded CI (both
+    # ranks then "hung at exit"), so the exit gets the bound the next test gives it.
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=20",
+               "--hang_detect=torch", JOB,
                "--steps", "8", "--step-sleep", "1.0")
     assert r.returncode == 0, r.stderr
 
