@@ -86,6 +86,14 @@ std::vector<ExpiredTimer> TimerTable::TakeExpired(WallTime now) {
   return out;
 }
 
+void TimerTable::Postpone(Duration by) {
+  const auto d = std::chrono::duration_cast<WallTime::duration>(by);
+  for (auto& [key, armed] : timers_) {
+    armed.expires += d;
+    armed.arrived += d;
+  }
+}
+
 std::optional<WallTime> TimerTable::NextExpiry() const {
   std::optional<WallTime> next;
   for (const auto& [key, armed] : timers_) {

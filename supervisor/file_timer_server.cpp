@@ -90,6 +90,11 @@ void FileTimerServer::Clear() {
   if (open_) uv_timer_stop(&timer_);
 }
 
+void FileTimerServer::Postpone(Duration by) {
+  table_.Postpone(by);
+  Arm();
+}
+
 void FileTimerServer::OnData(std::string_view data) {
   lines_.Feed(
       data, [this](std::string_view line) { OnLine(line); },
@@ -140,6 +145,7 @@ void FileTimerServer::Arm() {
 }
 
 void FileTimerServer::OnTimer() {
+  if (before_expiry_) before_expiry_();
   // Releases already in the FIFO count first: after ddprun was stopped, the
   // loop runs this timer before it reads them.
   pipe_.ReadNow();

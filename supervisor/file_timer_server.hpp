@@ -42,6 +42,11 @@ class FileTimerServer {
   FileTimerServer(const FileTimerServer&) = delete;
   FileTimerServer& operator=(const FileTimerServer&) = delete;
 
+  // Called on the loop before expiries are looked for: the place to
+  // Postpone() by time that did not count (pause_clock.hpp).
+  void SetBeforeExpiry(std::function<void()> before) { before_expiry_ = std::move(before); }
+  // Every timer expires `by` later (TimerTable::Postpone).
+  void Postpone(Duration by);
   // Drops every timer (a new round: the old workers are gone).
   void Clear();
   // Stops reading and timing, removes the FIFO. Idempotent.
@@ -57,6 +62,7 @@ class FileTimerServer {
 
   std::string path_;
   ExpiryFn on_expiry_;
+  std::function<void()> before_expiry_;
   UniqueFd keep_open_;  // a write end of our own: the read end never sees EOF
   PipeStream pipe_;
   uv_timer_t timer_{};

@@ -55,6 +55,10 @@ void HeartbeatWatch::Look(SteadyTime now, int64_t wall_now_ns,
   }
 }
 
+void HeartbeatWatch::Postpone(SteadyTime::duration by, SteadyTime now) {
+  for (Progress& p : workers_) p.last = std::min(p.last + by, std::max(p.last, now));
+}
+
 std::vector<Beat> HeartbeatWatch::Beats(const std::vector<WorkerRecord>& workers) const {
   std::vector<Beat> beats;
   for (size_t i = 0; i < workers_.size() && i < workers.size(); ++i) {

@@ -135,6 +135,13 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
   s->hang_timer_.data = s.get();
   uv_timer_init(&s->loop_, &s->partial_timer_);
   s->partial_timer_.data = s.get();
+  uv_timer_init(&s->loop_, &s->pause_timer_);
+  s->pause_timer_.data = s.get();
+  if (handled_signals.count(SIGTSTP) == 0) {
+    uv_signal_init(&s->loop_, &s->tstp_);
+    s->tstp_.data = s.get();
+    s->tstp_ready_ = true;
+  }
   s->dev_null_in_ = UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC));
   s->dev_null_out_ = UniqueFd(open("/dev/null", O_WRONLY | O_CLOEXEC));
   if (!s->dev_null_in_.valid() || !s->dev_null_out_.valid()) {
@@ -154,6 +161,8 @@ Supervisor::~Supervisor() {
   CloseIfOpen(&stop_async_);
   CloseIfOpen(&hang_timer_);
   CloseIfOpen(&partial_timer_);
+  CloseIfOpen(&pause_timer_);
+  if (tstp_ready_) CloseIfOpen(&tstp_);
   if (dump_signal_started_) CloseIfOpen(&dump_signal_);
   for (auto& h : signals_) CloseIfOpen(h.get());
   if (tap_) tap_->Close();
@@ -428,6 +437,7 @@ void Supervisor::CheckHangs() {
   using std::chrono::steady_clock;
   ReapChildren();  // as at the teardown deadline: exits first (see Create)
   if (running_ == nullptr || running_->phase() != Phase::kRunning) return;
+  CatchUpPauses();  // time the job could not run does not count
   const auto now = steady_clock::now();
   // The system clock's now dates the heartbeat files' times.
   const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -457,6 +467,7 @@ Status Supervisor::EnableFileTimer(const std::string& path) {
       FileTimerServer::Create(&loop_, path, [this](const ExpiredTimer& t) { OnTimerExpired(t); });
   if (!server.ok()) return server.status();
   file_timer_ = std::move(*server);
+  file_timer_->SetBeforeExpiry([this] { CatchUpPauses(); });
   return Status::Ok();
 }
 
@@ -515,8 +526,12 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   }
   ReapChildren();  // exits that raced with the start-up
   if (start_handler_) start_handler_(state.workers());
+  StartPauseWatch();
+  StartJobControl();
   ArmHangCheck();
   while (!state.done()) uv_run(&loop_, UV_RUN_ONCE);
+  StopJobControl();
+  StopPauseWatch();
   uv_timer_stop(&hang_timer_);
   timer_->Target(nullptr);
   Drain(state);

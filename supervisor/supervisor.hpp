@@ -24,6 +24,7 @@
 #include "supervisor/group_state.hpp"
 #include "supervisor/hang_check.hpp"
 #include "supervisor/heartbeat_watch.hpp"
+#include "supervisor/pause_clock.hpp"
 #include "supervisor/shown_stream.hpp"
 #include "supervisor/signal_tap.hpp"
 #include "supervisor/spawn.hpp"
@@ -128,6 +129,15 @@ class Supervisor {
   void CheckHangs();
   std::vector<Beat> Beats() const;  // hang_check.hpp's view of the running workers
   HangLimits Limits() const;
+  // Pauses (pauses.cpp): time the job could not run does not count toward
+  // its hang limits and file timers. A tick while one is armed.
+  void StartPauseWatch();
+  void StopPauseWatch();
+  void CatchUpPauses();
+  // Ctrl-Z while a group runs: the workers stop and continue with ddprun.
+  void StartJobControl();
+  void StopJobControl();
+  void StopTogether();
   void CloseReader(PipeReader& reader);
   // How long an incomplete line (a prompt, a progress bar redrawn with '\r')
   // waits for its end before it is shown as far as it has come (one timer).
@@ -158,6 +168,14 @@ class Supervisor {
   uv_timer_t partial_timer_{};
   std::map<std::string, UniqueFd> filter_files_;
   uv_timer_t hang_timer_{};
+  uv_timer_t pause_timer_{};
+  PauseClock pauses_;
+  bool pause_watch_armed_ = false;
+  pid_t stopped_pid_ = 0;  // a worker stopped at the last look
+  pid_t told_pid_ = 0;     // the stopped worker the user was told of
+  SteadyTime paused_since_{};
+  uv_signal_t tstp_{};
+  bool tstp_ready_ = false;            // SIGTSTP is job control, not a --signals_to_handle one
   HeartbeatWatch heartbeats_;          // the running group's workers, by index
   std::vector<WorkerOutput> outputs_;  // the same
   GroupOptions options_;

@@ -135,6 +135,39 @@ def test_a_timer_released_while_the_launcher_was_stopped_does_not_expire(tmp_pat
     assert "expired" not in err, err
 
 
+def test_a_timer_held_while_the_whole_job_was_frozen_does_not_expire(tmp_path):
+    # Frozen whole (scontrol suspend, a cgroup freezer) with both timers held: the 2 s pass while
+    # nobody runs. Continued, ddprun first, that time does not count, and both release in time.
+    p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--shutdown_timeout=2",
+                          worker(tmp_path), "released"],
+                         env=env(tmp_path, TORCHELASTIC_ENABLE_FILE_TIMER="1"),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = ""  # from the descriptor, as above
+        while seen.count("acquired") < 2:
+            chunk = os.read(p.stdout.fileno(), 65536).decode()
+            assert chunk, f"ddprun ended before both ranks acquired: {seen}"
+            seen += chunk
+        with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+        for pid in children:
+            os.kill(pid, signal.SIGSTOP)
+        p.send_signal(signal.SIGSTOP)
+        time.sleep(3.5)
+        p.send_signal(signal.SIGCONT)
+        time.sleep(0.3)
+        for pid in children:
+            os.kill(pid, signal.SIGCONT)
+        out, err = p.communicate(timeout=30)
+        out = seen + out
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert sorted(re.findall(r"^rank (\d) released$", out, re.M)) == ["0", "1"], out
+    assert "expired" not in err, err
+    assert "ddprun itself did not run for" in err, err
+
+
 def test_a_path_that_is_not_a_pipe_is_refused(tmp_path):
     taken = tmp_path / "taken"
     taken.write_text("keep me")

@@ -126,6 +126,18 @@ TEST_CASE("several expired timers of one pid give one expiry: the earliest with 
   CHECK(t.size() == 0);           // as torch, every timer of a reaped pid goes
 }
 
+TEST_CASE("a postponed timer expires that much later and its hold leaves the pause out") {
+  TimerTable t;
+  t.Apply(Acquire(10, "step", 105.0), At(100.0));
+  t.Postpone(Duration(20.0));  // the whole job was frozen for 20 s
+  CHECK(t.NextExpiry() == At(125.0));
+  CHECK(t.TakeExpired(At(124.0)).empty());
+  auto expired = t.TakeExpired(At(126.0));
+  REQUIRE(expired.size() == 1);
+  CHECK(expired[0].held.count() == doctest::Approx(6.0));
+  CHECK(expired[0].limit.count() == doctest::Approx(5.0));
+}
+
 TEST_CASE("clearing the table drops every timer") {
   TimerTable t;
   t.Apply(Acquire(10, "a", 105.0), At(100.0));

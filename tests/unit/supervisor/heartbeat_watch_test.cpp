@@ -118,5 +118,26 @@ TEST_CASE("a file removed before the worker was added is finishing, by its time 
   CHECK(HeartbeatWatch::FileTime("") == 0);
 }
 
+TEST_CASE("a pause places the beats from before it first, then leaves itself out") {
+  Files files;
+  const SteadyTime t0{};
+  HeartbeatWatch watch;
+  const std::string beating = files.Make("0", 1000);
+  watch.Add(beating, t0, HeartbeatWatch::FileTime(beating));
+  watch.Add("", t0, 0);
+  const auto workers = Running(2);
+  // Rank 0 beat at 1002 and the whole job froze from 1003 to 1033; nobody looked meanwhile.
+  Files::SetTime(beating, 1002);
+  watch.Look(t0 + seconds(33), 1033 * kNs, workers);
+  watch.Postpone(seconds(30), t0 + seconds(33));
+  auto beats = watch.Beats(workers);
+  CHECK(beats[0].last == t0 + seconds(32));  // 1 s of silence counts, not 31
+  CHECK(beats[1].last == t0 + seconds(30));  // from its start, less the pause
+  // Never later than now: a worker that beat during the launcher's own pause.
+  watch.NoteProgress(1, t0 + seconds(40));
+  watch.Postpone(seconds(30), t0 + seconds(41));
+  CHECK(watch.Beats(workers)[1].last == t0 + seconds(41));
+}
+
 }  // namespace
 }  // namespace ddprun::supervisor

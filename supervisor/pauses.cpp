@@ -1,0 +1,139 @@
+// The supervisor's side of pauses (pause_clock.hpp): a tick while a hang
+// limit or a file timer is armed, the workers' stopped state from /proc, and
+// Ctrl-Z (SIGTSTP), which stops the workers together with the launcher.
+#include <signal.h>
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <vector>
+
+#include "env/processes.hpp"
+#include "supervisor/supervisor.hpp"
+
+namespace ddprun::supervisor {
+
+namespace {
+
+double Seconds(SteadyTime::duration d) { return std::chrono::duration<double>(d).count(); }
+
+const char* WhyStopped(char state) {
+  return state == 't' ? "stopped by a debugger or tracer" : "stopped by a signal (SIGSTOP)";
+}
+
+}  // namespace
+
+void Supervisor::StartPauseWatch() {
+  const HangLimits l = Limits();
+  const bool armed = l.hang_timeout.count() > 0 || l.startup_timeout.count() > 0 ||
+                     l.exit_timeout.count() > 0 || file_timer_ != nullptr;
+  stopped_pid_ = 0;
+  told_pid_ = 0;
+  pauses_.Start(std::chrono::steady_clock::now());
+  pause_watch_armed_ = armed;
+  if (!armed) return;
+  const auto tick = static_cast<uint64_t>(PauseClock::kTick.count());
+  uv_timer_start(
+      &pause_timer_, [](uv_timer_t* t) { static_cast<Supervisor*>(t->data)->CatchUpPauses(); },
+      tick, tick);
+}
+
+void Supervisor::StopPauseWatch() {
+  uv_timer_stop(&pause_timer_);
+  pause_watch_armed_ = false;
+  stopped_pid_ = 0;
+  told_pid_ = 0;
+}
+
+void Supervisor::CatchUpPauses() {
+  using std::chrono::steady_clock;
+  if (!pause_watch_armed_ || running_ == nullptr || running_->phase() != Phase::kRunning) return;
+  const auto now = steady_clock::now();
+  const WorkerRecord* stopped = nullptr;
+  char state = 0;
+  for (const WorkerRecord& w : running_->workers()) {
+    if (w.state != WorkerState::kRunning) continue;
+    const auto entry = env::ReadProcEntry(w.pid);
+    if (entry && (entry->state == 'T' || entry->state == 't')) {
+      stopped = &w;
+      state = entry->state;
+      break;
+    }
+  }
+  const PauseLook look = pauses_.Look(now, stopped != nullptr);
+  // Told when seen stopped at two looks in a row: a whole job continued
+  // (SIGCONT to each process in turn) may show a worker stopped for a moment.
+  const pid_t was = stopped_pid_;
+  stopped_pid_ = stopped != nullptr ? stopped->pid : 0;
+  if (stopped != nullptr && stopped->pid == was && told_pid_ == 0) {
+    told_pid_ = stopped->pid;
+    paused_since_ = now - look.discounted;
+    spdlog::info(
+        "rank {} (local_rank {}, pid {}) is {}: the job waits for it, so the hang limits and "
+        "file timers do not count the time until it runs again",
+        stopped->rank, stopped->local_rank, stopped->pid, WhyStopped(state));
+  } else if (stopped == nullptr && told_pid_ != 0) {
+    spdlog::info("pid {} runs again after {:.1f} s stopped; the hang limits count again", told_pid_,
+                 Seconds(now - paused_since_));
+    told_pid_ = 0;
+  }
+  if (look.launcher_gap) {
+    spdlog::info(
+        "ddprun itself did not run for {:.1f} s (stopped, frozen or starved of CPU): the hang "
+        "limits and file timers do not count that time",
+        Seconds(look.discounted));
+  }
+  if (look.discounted.count() == 0) return;
+  // Beats from before the pause are placed first, then the pause is left out.
+  const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  heartbeats_.Look(now, wall_now_ns, running_->workers());
+  heartbeats_.Postpone(look.discounted, now);
+  if (file_timer_) file_timer_->Postpone(Duration(Seconds(look.discounted)));
+  ArmHangCheck();
+}
+
+void Supervisor::StartJobControl() {
+  if (tstp_ready_)
+    uv_signal_start(
+        &tstp_, [](uv_signal_t* h, int) { static_cast<Supervisor*>(h->data)->StopTogether(); },
+        SIGTSTP);
+}
+
+void Supervisor::StopJobControl() {
+  if (tstp_ready_) uv_signal_stop(&tstp_);  // SIGTSTP stops the launcher alone again
+}
+
+// Ctrl-Z: the workers (each its own session, out of the terminal's reach)
+// stop with the launcher, and continue with it.
+void Supervisor::StopTogether() {
+  std::vector<pid_t> stopped;
+  if (running_ != nullptr) {
+    for (const WorkerRecord& w : running_->workers()) {
+      if (w.state == WorkerState::kRunning && kill(-w.pid, SIGSTOP) == 0) stopped.push_back(w.pid);
+    }
+  }
+  spdlog::info("SIGTSTP: {} worker(s) stop with ddprun; SIGCONT (fg, bg) continues them all",
+               stopped.size());
+  struct sigaction dfl {};
+  struct sigaction caught {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(SIGTSTP, &dfl, &caught);
+  const auto before = std::chrono::steady_clock::now();
+  raise(SIGTSTP);  // stops here, as any program does
+  sigaction(SIGTSTP, &caught, nullptr);
+  for (pid_t pgid : stopped) kill(-pgid, SIGCONT);
+  if (std::chrono::steady_clock::now() - before < std::chrono::milliseconds(50)) {
+    // The kernel drops SIGTSTP in an orphaned process group: nobody could continue it.
+    spdlog::info(
+        "SIGTSTP did not stop ddprun (its process group has no parent that could continue it, "
+        "e.g. started with setsid): the workers continue");
+  } else if (!stopped.empty()) {
+    spdlog::info("continued: {} worker(s) continue", stopped.size());
+  }
+  CatchUpPauses();
+}
+
+}  // namespace ddprun::supervisor

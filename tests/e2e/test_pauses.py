@@ -1,0 +1,161 @@
+"""Pauses are not hangs: time in which the job could not run (the whole job stopped or frozen, as
+by Slurm's scontrol suspend or a cgroup freezer; one worker stopped, as by a debugger; Ctrl-Z in
+a shell) does not count toward --hang_timeout, and Ctrl-Z stops the workers with ddprun."""
+import os
+import pty
+import signal
+import subprocess
+import threading
+import time
+
+from conftest import DDPRUN, base_env, sh, wait_for
+
+# A worker that beats every 0.2 s for about 5 s of running, then exits 0.
+BEATING = sh('i=0; while [ $i -lt 25 ]; do touch "$DDPRUN_HEARTBEAT_FILE"; sleep 0.2; '
+             'i=$((i+1)); done; echo "rank $RANK done"')
+
+
+def state(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+def workers_of(ddprun_pid, count):
+    """The pids of ddprun's `count` worker processes (its children running /bin/sh)."""
+    def found():
+        with open(f"/proc/{ddprun_pid}/task/{ddprun_pid}/children") as f:
+            children = [int(p) for p in f.read().split()]
+        shells = []
+        for pid in children:
+            try:
+                with open(f"/proc/{pid}/comm") as f:
+                    if f.read().strip() == "sh":
+                        shells.append(pid)
+            except FileNotFoundError:
+                pass
+        return shells if len(shells) == count else None
+    return wait_for(found, timeout=20, what=f"{count} workers of ddprun {ddprun_pid}")
+
+
+def test_a_job_frozen_whole_is_not_hung_when_it_continues(launch):
+    # Frozen workers first, then ddprun; ddprun continued first, so it looks at beats from
+    # before the freeze before any worker can beat again (the worst order for it).
+    p = launch(["--nproc_per_node=2", "--hang_timeout=2", *BEATING])
+    workers = workers_of(p.pid, 2)
+    time.sleep(1)
+    for pid in workers:
+        os.kill(pid, signal.SIGSTOP)
+    p.signal(signal.SIGSTOP)
+    time.sleep(5)
+    p.signal(signal.SIGCONT)
+    time.sleep(0.3)
+    for pid in workers:
+        os.kill(pid, signal.SIGCONT)
+    assert p.wait(timeout=60) == 0, p.output()
+    err = p.stderr()
+    assert "hung" not in err, p.output()
+    assert "ddprun itself did not run for" in err, p.output()
+    assert sorted(p.stdout().split("\n"))[-2:] == ["rank 0 done", "rank 1 done"], p.output()
+
+
+def test_a_stopped_worker_pauses_the_hang_limits_of_the_job(launch):
+    p = launch(["--nproc_per_node=2", "--hang_timeout=2", *BEATING])
+    workers = workers_of(p.pid, 2)
+    time.sleep(1)
+    os.kill(workers[1], signal.SIGSTOP)  # a debugger's stop, or a user's
+    time.sleep(5)
+    os.kill(workers[1], signal.SIGCONT)
+    assert p.wait(timeout=60) == 0, p.output()
+    err = p.stderr()
+    assert "hung" not in err, p.output()
+    assert f"pid {workers[1]}) is stopped by a signal (SIGSTOP): the job waits for it" in err, \
+        p.output()
+    assert f"pid {workers[1]} runs again after" in err, p.output()
+
+
+def test_a_worker_that_hangs_after_a_pause_is_still_hung(launch):
+    # The pause is left out, not the silence after it: rank 1 stops beating once continued.
+    script = sh('i=0; while [ $i -lt 5 ]; do touch "$DDPRUN_HEARTBEAT_FILE"; sleep 0.2; '
+                'i=$((i+1)); done; if [ "$RANK" = 1 ]; then sleep 300; fi')
+    p = launch(["--nproc_per_node=2", "--hang_timeout=2", "--shutdown_timeout=1", *script])
+    workers = workers_of(p.pid, 2)
+    os.kill(workers[1], signal.SIGSTOP)
+    time.sleep(3)
+    os.kill(workers[1], signal.SIGCONT)
+    continued = time.monotonic()
+    assert p.wait(timeout=60) == 124, p.output()
+    assert time.monotonic() - continued < 2 + 20, p.output()
+    assert "rank 1 (local_rank 1" in p.stderr() and "hung: no heartbeat" in p.stderr(), \
+        p.output()
+
+
+class Terminal:
+    """An interactive bash on a pseudo-terminal, with job control, as a user types into it."""
+
+    def __init__(self, env):
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:
+            os.execvpe("bash", ["bash", "--norc", "--noprofile", "-i"], env)
+        self.text = ""
+        self.lock = threading.Lock()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        while True:
+            try:
+                chunk = os.read(self.fd, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            with self.lock:
+                self.text += chunk.decode(errors="replace")
+
+    def type(self, keys):
+        os.write(self.fd, keys.encode())
+
+    def seen(self, needle):
+        with self.lock:
+            return needle in self.text
+
+    def close(self):
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(self.pid, 0)
+        os.close(self.fd)
+
+
+def test_ctrl_z_stops_the_workers_with_ddprun_and_fg_continues_them(tmp_path):
+    env = base_env(PS1="$ ", TERM="dumb")
+    term = Terminal(env)
+    try:
+        command = " ".join(f"'{a}'" for a in [str(DDPRUN), "--nproc_per_node=2",
+                                               "--hang_timeout=2", f"--log_dir={tmp_path}",
+                                               *BEATING])
+        term.type(command + "\n")
+        ddprun = wait_for(lambda: subprocess.run(["pgrep", "-f", f"log_dir={tmp_path}"],
+                                                 capture_output=True, text=True).stdout.split(),
+                          timeout=20, what="ddprun started")
+        pid = int(ddprun[0])
+        workers = workers_of(pid, 2)
+        time.sleep(1)
+        term.type("\x1a")  # Ctrl-Z
+        wait_for(lambda: term.seen("Stopped"), timeout=20, what=f"bash's 'Stopped'\n{term.text}")
+        assert state(pid) == "T", term.text
+        assert [state(w) for w in workers] == ["T", "T"], term.text
+        time.sleep(3)  # past --hang_timeout, stopped
+        assert [state(w) for w in workers] == ["T", "T"], term.text
+        term.type("fg\n")
+        term.type("echo ddprun-rc=$?\n")
+        wait_for(lambda: term.seen("ddprun-rc="), timeout=60, what=f"ddprun's end\n{term.text}")
+        wait_for(lambda: "\n" in term.text.split("ddprun-rc=", 1)[1], timeout=5, what="its rc")
+    finally:
+        term.close()
+    text = term.text.replace("\r", "")
+    assert "ddprun-rc=0" in text, text
+    assert "SIGTSTP: 2 worker(s) stop with ddprun" in text, text
+    assert "continued: 2 worker(s) continue" in text, text
+    assert "hung" not in text, text
+    assert "rank 0 done" in text and "rank 1 done" in text, text
