@@ -228,6 +228,10 @@ int main(int argc, char** argv) {
   }
   for (const auto& notice : parsed->notices) spdlog::info("{}", notice);
   for (const auto& warning : parsed->warnings) spdlog::warn("{}", warning);
+  if (Status s = launcher::CheckWorkingDirectory(environ); !s.ok()) {
+    std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
+    return exit_code::ForStatus(s);
+  }
   auto program = launcher::ResolveProgram(parsed->config, environ);
   if (!program.ok()) {
     std::fprintf(stderr, "ddprun: cannot run %s: %s\n", parsed->config.program.c_str(),

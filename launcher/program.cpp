@@ -1,5 +1,6 @@
 #include "launcher/program.hpp"
 
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -139,6 +140,20 @@ StatusOr<std::string> FindExecutable(const std::string& name, const std::string&
     last = s;
   }
   return last;
+}
+
+Status CheckWorkingDirectory(const env::Environ& environ) {
+  std::string cwd(PATH_MAX, '\0');
+  if (getcwd(cwd.data(), cwd.size()) != nullptr || errno != ENOENT) return Status::Ok();
+  const std::string pwd = env::Lookup(environ, "PWD").value_or("");
+  struct stat st {};
+  const bool again = !pwd.empty() && stat(pwd.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  return Unavailable(
+      "the working directory" + (pwd.empty() ? std::string() : " " + pwd) +
+      " was removed after this shell entered it; the "
+      "workers would start in it, where relative paths and Python's os.getcwd() fail: " +
+      (again ? "`cd " + pwd + "` enters the directory of that name that exists now"
+             : std::string("cd to an existing directory")));
 }
 
 StatusOr<Program> ResolveProgram(const LaunchConfig& c, const env::Environ& environ,

@@ -31,6 +31,12 @@ struct Program {
 StatusOr<Program> ResolveProgram(const LaunchConfig& config, const env::Environ& environ,
                                  const std::string& self_exe = "/proc/self/exe");
 
+// Fails (kUnavailable) when the working directory was removed (a checkout
+// cleaned or cloned again under the shell): workers would start in it, where
+// relative paths and Python's os.getcwd() fail. The message names $PWD and,
+// when a directory of that name exists again, how to enter it.
+Status CheckWorkingDirectory(const env::Environ& environ);
+
 // Looks `name` up on `path_var` (PATH) unless it contains a '/'.
 StatusOr<std::string> FindExecutable(const std::string& name, const std::string& path_var);
 

@@ -117,3 +117,24 @@ def test_closed_standard_streams_do_not_crash_the_launcher(tmp_path, closed):
             assert f"ddprun's {name} was closed: /dev/null stands in for it" in r.stderr, r.stderr
     if ">&-" not in closed:
         assert "rank 0" in r.stdout and "rank 1" in r.stdout, r.stdout
+
+
+@pytest.mark.parametrize("made_again", [False, True], ids=["gone", "made-again"])
+def test_a_removed_working_directory_is_refused_naming_the_fix(tmp_path, made_again):
+    """Started from a directory removed under the shell (a checkout cleaned or cloned again),
+    workers failed in their own ways (torchrun: 'oneMKL FATAL ERROR: Cannot load
+    libtorch_cpu.so'). ddprun names the directory and the way back into it."""
+    work = tmp_path / "work"
+    work.mkdir()
+    marker = tmp_path / "started"
+    args = " ".join(shlex.quote(str(a)) for a in [DDPRUN, *sh(f"touch {marker}")])
+    again = f"mkdir {work}; " if made_again else ""
+    r = subprocess.run(["/bin/sh", "-c", f"cd {work} && rmdir {work} && {again}exec {args}"],
+                       env=base_env(PWD=str(work)), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert f"the working directory {work} was removed after this shell entered it" in r.stderr, \
+        r.stderr
+    fix = f"`cd {work}` enters the directory of that name" if made_again else \
+        "cd to an existing directory"
+    assert fix in r.stderr, r.stderr
+    assert not marker.exists(), "a worker started in the removed directory"
