@@ -3,12 +3,14 @@
 #include <pthread.h>
 #include <signal.h>
 #include <spdlog/sinks/base_sink.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <system_error>
 #include <thread>
@@ -28,6 +30,16 @@ uint64_t CountLines(std::string_view data) {
 
 }  // namespace
 
+// Where what was queued last on one file did not end a line. Shared by the
+// writers of descriptors that are one file (stdout and stderr on one
+// terminal, or `> log 2>&1`), so that the launcher's line on stderr starts
+// a line of its own after a worker's progress bar on stdout. Locked after a
+// writer's own mutex, never before.
+struct ConsoleWriter::LineEnd {
+  std::mutex mu;
+  State* mid_line = nullptr;  // whose last bytes did not end a line
+};
+
 struct ConsoleWriter::State {
   int fd = -1;
   std::mutex mu;
@@ -39,8 +51,28 @@ struct ConsoleWriter::State {
   bool in_flight = false;
   bool broken = false;  // write failed (closed console): nothing more is written
   bool started = false;
-  bool threadless = false;  // no thread could be made: writes are synchronous
-  bool mid_line = false;    // what was queued last did not end a line
+  bool threadless = false;            // no thread could be made: writes are synchronous
+  std::shared_ptr<LineEnd> line_end;  // this file's, with the other writers of it
+  std::atomic<uint64_t> own_line_breaks{0};
+
+  // Ends another's unfinished line on this file (for an own line or a notice):
+  // whether a '\n' is due first. That writer's stream is told by its count.
+  bool EndLineOfAny() {
+    std::lock_guard l(line_end->mu);
+    State* other = line_end->mid_line;
+    line_end->mid_line = nullptr;
+    if (other == nullptr) return false;
+    other->own_line_breaks.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
+  void Queued(std::string_view data) {
+    std::lock_guard l(line_end->mu);
+    if (data.back() != '\n') {
+      line_end->mid_line = this;
+    } else if (line_end->mid_line == this) {
+      line_end->mid_line = nullptr;
+    }
+  }
   uint64_t dropped_total = 0;
   uint64_t dropped_pending = 0;  // not yet told in a notice
   std::string where_kept;
@@ -51,8 +83,7 @@ struct ConsoleWriter::State {
         "[ddprun: " + std::to_string(dropped_pending) + " lines not shown: console not reading; " +
         (where_kept.empty() ? std::string("no log file keeps them") : "see " + where_kept) + "]\n";
     dropped_pending = 0;
-    if (mid_line) notice.insert(0, "\n");
-    mid_line = false;
+    if (EndLineOfAny()) notice.insert(0, "\n");
     bytes += notice.size();
     queue.push_back(std::move(notice));
   }
@@ -83,9 +114,21 @@ ConsoleWriter::ConsoleWriter(int fd) : state_(new State) { state_->fd = fd; }
 ConsoleWriter& ConsoleWriter::For(int fd) {
   static std::mutex mu;
   static auto* writers = new std::map<int, ConsoleWriter*>();  // never destroyed
+  // Each file's line end, by (device, inode): one per file, whatever the descriptor.
+  static auto* line_ends = new std::map<std::pair<dev_t, ino_t>, std::shared_ptr<LineEnd>>();
   std::lock_guard lock(mu);
   auto& w = (*writers)[fd];
-  if (w == nullptr) w = new ConsoleWriter(fd);
+  if (w == nullptr) {
+    w = new ConsoleWriter(fd);
+    struct stat st {};
+    if (fstat(fd, &st) == 0) {
+      auto& shared = (*line_ends)[{st.st_dev, st.st_ino}];
+      if (!shared) shared = std::make_shared<LineEnd>();
+      w->state_->line_end = shared;
+    } else {
+      w->state_->line_end = std::make_shared<LineEnd>();
+    }
+  }
   return *w;
 }
 
@@ -113,13 +156,13 @@ void ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool
     pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   }
   std::string ended;  // the line before `data`, ended first
-  if (own_line && s.mid_line) {
+  if (own_line && s.EndLineOfAny()) {
     ended = "\n" + std::string(data);
     data = ended;
   }
   if (s.threadless) {
     if (!WriteAll(s.fd, data.data(), data.size())) s.broken = true;
-    s.mid_line = data.back() != '\n';
+    s.Queued(data);
     return;
   }
   if (!s.queue.empty() && s.bytes + data.size() > s.capacity) {
@@ -132,8 +175,12 @@ void ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool
   s.QueueNotice();
   s.bytes += data.size();
   s.queue.emplace_back(data);
-  s.mid_line = data.back() != '\n';
+  s.Queued(data);
   s.work.notify_one();
+}
+
+const std::atomic<uint64_t>& ConsoleWriter::own_line_breaks() const {
+  return state_->own_line_breaks;
 }
 
 bool ConsoleWriter::Flush(std::chrono::milliseconds timeout) {

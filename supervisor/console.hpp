@@ -14,6 +14,7 @@
 
 #include <spdlog/sinks/sink.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -40,10 +41,14 @@ class ConsoleWriter {
 
   // Lines dropped since the start.
   uint64_t dropped_lines() const;
+  // How many times a line of the launcher's own (WriteOwnLine, a dropped-lines
+  // notice) ended an unfinished line: the worker's rest then starts a line.
+  const std::atomic<uint64_t>& own_line_breaks() const;
   // The queue bound in bytes (tests and benchmarks set a small one).
   void set_capacity(size_t bytes);
 
   struct State;
+  struct LineEnd;
 
  private:
   explicit ConsoleWriter(int fd);

@@ -26,6 +26,14 @@ void ShownStream::Show(std::string_view text, std::string& out) {
   if (text.empty()) return;
   if (turn_ != nullptr) {
     ShownStream* other = turn_->mid_line;
+    if (turn_->launcher_breaks != nullptr) {
+      const uint64_t breaks = turn_->launcher_breaks->load(std::memory_order_relaxed);
+      if (breaks != turn_->breaks_seen && other != nullptr) {
+        other->at_ = At::kBroken;  // a line of the launcher's ended it
+        other = turn_->mid_line = nullptr;
+      }
+      turn_->breaks_seen = breaks;
+    }
     if (other != nullptr && other != this) {
       out.push_back('\n');  // the other stream's unfinished line ends here, on the console
       other->at_ = At::kBroken;

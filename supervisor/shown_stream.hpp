@@ -10,7 +10,9 @@
 // Not thread-safe: the streams of one console share a ConsoleTurn.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -18,9 +20,13 @@ namespace ddprun::supervisor {
 
 class ShownStream;
 
-// Which stream, if any, left a line unfinished on one console.
+// Which stream, if any, left a line unfinished on one console; and how often
+// the launcher's own lines (from any thread) ended such a line there
+// (ConsoleWriter::own_line_breaks), so that the stream's rest starts a line.
 struct ConsoleTurn {
   ShownStream* mid_line = nullptr;
+  const std::atomic<uint64_t>* launcher_breaks = nullptr;
+  uint64_t breaks_seen = 0;
 };
 
 class ShownStream {

@@ -266,8 +266,10 @@ StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
   UniqueFd read_end(fds[0]);
   parent_side.emplace_back(fds[1]);
   ConsoleWriter* console = &ConsoleWriter::For(console_fd);
+  ConsoleTurn& turn = turns_[console];
+  turn.launcher_breaks = &console->own_line_breaks();
   auto reader = std::make_unique<PipeReader>(this, outputs_.size(),  // the worker being started
-                                             stream, console, &turns_[console]);
+                                             stream, console, &turn);
   if (!stream.file.empty()) {
     reader->file =
         UniqueFd(open(stream.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));

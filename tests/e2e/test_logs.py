@@ -5,6 +5,7 @@ import os
 import re
 import socket
 import select
+import signal
 import subprocess
 import time
 
@@ -307,6 +308,51 @@ def test_unfinished_line_is_shown_before_its_end(tmp_path, tee):
     p0, p1 = ("[default0]:", "[default1]:") if tee else ("", "")
     bar = f"\r{p0} 10%|#   |\n{p1}rank 1 says hello\n\r{p0}100%|####|\n"
     assert bar in text, repr(text)
+
+
+def test_a_line_of_ddprun_on_stderr_ends_a_bar_on_stdout_whose_rest_keeps_its_prefix(tmp_path):
+    """stdout and stderr into one pipe (as one terminal): ddprun's message on stderr ended the
+    bar on stdout's line ("[default0]: 10%[ddprun ... info] ..."), and the bar's rest came
+    without its prefix. Now the message starts a line and the rest starts one with its prefix."""
+    seen = tmp_path / "seen"
+    pid1 = tmp_path / "pid1"
+    script = (f'if [ "$RANK" = 0 ]; then printf "\\r 10%%"; while [ ! -e {seen} ]; do sleep 0.05; '
+              f'done; printf "\\r 20%%\\n"; else echo $$ > {pid1}.tmp; mv {pid1}.tmp {pid1}; '
+              f'while [ ! -e {seen} ]; do sleep 0.05; done; fi')
+    proc = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--tee=3", "--hang_timeout=60",
+                             f"--log_dir={tmp_path / 'logs'}", *sh(script)], env=base_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True)
+    got = b""
+
+    def read_until(needle):
+        nonlocal got
+        deadline = time.monotonic() + 20
+        while needle not in got and time.monotonic() < deadline:
+            if select.select([proc.stdout], [], [], 0.1)[0]:
+                got += os.read(proc.stdout.fileno(), 65536)
+        assert needle in got, got
+
+    try:
+        read_until(b"[default0]: 10%")
+        while not pid1.exists():
+            time.sleep(0.05)
+        worker = int(pid1.read_text())
+        os.kill(worker, signal.SIGSTOP)  # ddprun says so on stderr, the bar still open
+        read_until(b"is stopped by a signal (SIGSTOP)")
+        os.kill(worker, signal.SIGCONT)
+        seen.touch()
+        got += proc.stdout.read()
+        assert proc.wait(timeout=20) == 0, got
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = got.decode()
+    assert re.search(r"\r\[default0\]: 10%\n\[ddprun [0-9:]+ info\] rank 1 \(local_rank 1, "
+                     r"pid \d+\) is stopped", text), repr(text)
+    assert "\r[default0]: 20%\n" in text, repr(text)
+    assert "20%\n\n" not in text, repr(text)
 
 
 def test_a_missing_tmpdir_is_named_with_the_fix(tmp_path):

@@ -73,12 +73,42 @@ TEST_CASE("the launcher's message starts on a line of its own after a worker's u
   ConsoleWriter& w = ConsoleWriter::For(fd);
   w.Write("\r 10%");
   w.WriteOwnLine("[ddprun] restarting\n");
+  CHECK(w.own_line_breaks() == 1);  // the worker's stream learns its line was ended
   w.Write("\r 20%");
   w.Write("\n");
   w.WriteOwnLine("[ddprun] done\n");
+  CHECK(w.own_line_breaks() == 1);  // ended nothing
   REQUIRE(w.Flush(std::chrono::milliseconds(2000)));
   close(fd);
   CHECK(ReadAll(fds[0]) == "\r 10%\n[ddprun] restarting\n\r 20%\n[ddprun] done\n");
+  close(fds[0]);
+}
+
+TEST_CASE("stdout and stderr on one file share where its line ends") {
+  int fds[2];
+  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+  // Two descriptors of one pipe, as `2>&1` or one terminal makes them.
+  const int out = fcntl(fds[1], F_DUPFD_CLOEXEC, 710);
+  const int err = fcntl(fds[1], F_DUPFD_CLOEXEC, 720);
+  REQUIRE(out >= 710);
+  REQUIRE(err >= 720);
+  close(fds[1]);
+  ConsoleWriter& o = ConsoleWriter::For(out);
+  ConsoleWriter& e = ConsoleWriter::For(err);
+  o.Write("\r 10%");  // a worker's bar on stdout
+  REQUIRE(o.Flush(std::chrono::milliseconds(2000)));
+  e.WriteOwnLine("[ddprun] message\n");  // the launcher's log on stderr
+  REQUIRE(e.Flush(std::chrono::milliseconds(2000)));
+  CHECK(o.own_line_breaks() == 1);  // stdout's stream learns that its line was ended
+  CHECK(e.own_line_breaks() == 0);
+  o.Write("\r 20%\n");
+  REQUIRE(o.Flush(std::chrono::milliseconds(2000)));
+  e.WriteOwnLine("[ddprun] done\n");  // after a whole line: nothing to end
+  REQUIRE(e.Flush(std::chrono::milliseconds(2000)));
+  close(out);
+  close(err);
+  CHECK(ReadAll(fds[0]) == "\r 10%\n[ddprun] message\n\r 20%\n[ddprun] done\n");
+  CHECK(o.own_line_breaks() == 1);
   close(fds[0]);
 }
 

@@ -2,6 +2,8 @@
 
 #include <doctest/doctest.h>
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 
 #include "supervisor/line_splitter.hpp"
@@ -94,6 +96,34 @@ TEST_CASE("another stream's line ends an unfinished line first, which then is no
   d.Feed("line\n");
   c.Feed("\nnext\n");
   CHECK(console == "partial\nline\nnext\n");
+}
+
+TEST_CASE("a line of the launcher's that ended an unfinished line: its rest starts a line") {
+  std::atomic<uint64_t> breaks{0};
+  ConsoleTurn turn;
+  turn.launcher_breaks = &breaks;
+  std::string console;
+  Stream a("[r0]:", &turn, &console);
+  a.Feed("\r 10%");
+  a.ShowPending();
+  // The console writer ended the line before its own message ("\n[ddprun ...]\n").
+  console += "\n[ddprun] message\n";
+  breaks = 1;
+  a.Feed("\r 20%\n");
+  CHECK(console == "\r[r0]: 10%\n[ddprun] message\n\r[r0]: 20%\n");
+  console.clear();
+  // Ended by its own newline right after the message: not a second, empty line.
+  a.Feed("x");
+  a.ShowPending();
+  console += "\n[ddprun] again\n";
+  breaks = 2;
+  a.Feed("\nnext\n");
+  CHECK(console == "[r0]:x\n[ddprun] again\n[r0]:next\n");
+  // A break counted while no line was unfinished changes nothing.
+  console.clear();
+  breaks = 3;
+  a.Feed("y\n");
+  CHECK(console == "[r0]:y\n");
 }
 
 TEST_CASE("a stream gone while its line was unfinished leaves no turn behind") {
