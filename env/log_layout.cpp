@@ -63,7 +63,10 @@ StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::str
     if (ch == '/' || ch == '\0') ch = '_';
   }
   auto run = MakeTempDir(layout.base_ + "/" + run_id + (tag.empty() ? "" : "_" + tag) + "_XXXXXX");
-  if (!run.ok()) return run.status().Annotate("--log_dir " + layout.base_);
+  if (!run.ok()) {
+    return Status(run.status().code(), "--log_dir " + layout.base_ + ": " + run.status().message() +
+                                           ": choose a writable directory");
+  }
   layout.run_ = *run;
   return layout;
 }

@@ -129,6 +129,15 @@ TEST_CASE("an attempt gets per-worker heartbeat files, trace paths and a dump di
   CHECK(off->DumpDir(0).empty());
 }
 
+TEST_CASE("a log directory that exists but takes no run directory says what to do") {
+  // /proc exists, and nobody (root included) makes a directory in it.
+  auto layout = LogLayout::Create("/proc", "job");
+  REQUIRE_FALSE(layout.ok());
+  const std::string m = layout.status().message();
+  CHECK(m.rfind("--log_dir /proc: create /proc/job_", 0) == 0);
+  CHECK(m.find(": choose a writable directory") != std::string::npos);
+}
+
 TEST_CASE("an unset OMP_NUM_THREADS shares the allowed CPUs out among the workers") {
   GroupInfo g = Group();  // 4 workers
   g.allowed_cpus = 8;
