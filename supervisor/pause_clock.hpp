@@ -34,6 +34,9 @@ class PauseClock {
   // The time since the last look is discounted when the launcher did not run
   // for it, or when a worker was stopped at either look.
   PauseLook Look(SteadyTime now, bool worker_stopped);
+  // The launcher was busy on purpose until `now` (a debug dump on request):
+  // its caller leaves that time out itself; the next look counts from `now`.
+  void Skip(SteadyTime now) { last_ = now; }
 
  private:
   SteadyTime last_{};

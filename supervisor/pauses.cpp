@@ -83,15 +83,32 @@ void Supervisor::CatchUpPauses() {
         "limits and file timers do not count that time",
         Seconds(look.discounted));
   }
-  if (look.discounted.count() == 0) return;
+  LeaveOut(look.discounted, now);
+}
+
+void Supervisor::LeaveOut(SteadyTime::duration paused, SteadyTime now) {
+  if (paused.count() <= 0) return;
   // Beats from before the pause are placed first, then the pause is left out.
   const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
   heartbeats_.Look(now, wall_now_ns, running_->workers());
-  heartbeats_.Postpone(look.discounted, now);
-  if (file_timer_) file_timer_->Postpone(Duration(Seconds(look.discounted)));
+  heartbeats_.Postpone(paused, now);
+  if (file_timer_) file_timer_->Postpone(Duration(Seconds(paused)));
   ArmHangCheck();
+}
+
+// A dump on request stops each worker in turn to read its stacks, and its
+// peers wait for it meanwhile: its time is left out, as a pause's.
+void Supervisor::DumpOnRequest() {
+  if (running_ == nullptr || !dump_handler_) return;
+  CatchUpPauses();
+  const auto start = std::chrono::steady_clock::now();
+  dump_handler_(RunningReport());
+  if (!pause_watch_armed_ || running_ == nullptr || running_->phase() != Phase::kRunning) return;
+  const auto now = std::chrono::steady_clock::now();
+  pauses_.Skip(now);
+  LeaveOut(now - start, now);
 }
 
 void Supervisor::StartJobControl() {

@@ -401,13 +401,7 @@ void Supervisor::SetDumpHandler(int dump_signal, HangHandler handler) {
   dump_signal_.data = this;
   uv_signal_start(
       &dump_signal_,
-      [](uv_signal_t* h, int) {
-        auto* self = static_cast<Supervisor*>(h->data);
-        if (self->running_ != nullptr && self->dump_handler_) {
-          self->dump_handler_(self->RunningReport());
-        }
-      },
-      dump_signal);
+      [](uv_signal_t* h, int) { static_cast<Supervisor*>(h->data)->DumpOnRequest(); }, dump_signal);
   dump_signal_started_ = true;
 }
 

@@ -134,6 +134,9 @@ class Supervisor {
   void StartPauseWatch();
   void StopPauseWatch();
   void CatchUpPauses();
+  // Leaves `paused` out of the hang limits and file timers.
+  void LeaveOut(SteadyTime::duration paused, SteadyTime now);
+  void DumpOnRequest();  // the dump signal's handler
   // Ctrl-Z while a group runs: the workers stop and continue with ddprun.
   void StartJobControl();
   void StopJobControl();

@@ -52,6 +52,16 @@ TEST_CASE(
   CHECK(c.Look(t0 + milliseconds(2000), false).discounted.count() == 0);
 }
 
+TEST_CASE("time the launcher was busy on purpose is skipped, not taken for a gap") {
+  PauseClock c;
+  const SteadyTime t0{};
+  c.Start(t0);
+  c.Skip(t0 + seconds(5));  // a debug dump on request; its caller leaves the 5 s out itself
+  const PauseLook look = c.Look(t0 + seconds(5) + milliseconds(500), false);
+  CHECK_FALSE(look.launcher_gap);
+  CHECK(look.discounted.count() == 0);
+}
+
 TEST_CASE("a new group starts with nothing paused and no gap since the last one") {
   PauseClock c;
   c.Start(SteadyTime{});
