@@ -13,6 +13,7 @@ state, and that no process of the job survives it.
 4. scancel -s USR1: workers get it exactly once (from slurmstepd; ddprun sees the sender and
    does not forward a copy), ddprun does not die of it, the job ends 0; and scancel -b -s USR1
    to a batch script that execs ddprun (no job step there): ddprun forwards it, once.
+4b. scontrol suspend for longer than --hang_timeout, then resume: no hang, the job ends 0.
 5. a worker exits 7 on one node: srun and both agents end with 7; with --kill-on-bad-exit,
    Slurm stops node 0 first (143) and its agent exits before KillWait.
 6. sbatch --requeue + scontrol requeue: the second run works and sees SLURM_RESTART_COUNT=1.
@@ -293,6 +294,34 @@ def test_usr1_to_the_batch_shell_running_ddprun_reaches_the_workers(cluster, tmp
     # Exactly once, from ddprun (Slurm signalled the batch shell only).
     for r in range(NPROC):
         assert (out / f"sig_{r}").read_text().count("SIGUSR1") == 1, msg
+
+
+# --------------------------------------------------------------------------- 4b. suspend
+
+def test_scontrol_suspend_and_resume_is_no_hang(cluster, tmp_path):
+    """scontrol suspend stops every process of the job (SIGTSTP, then SIGSTOP) for longer than
+    --hang_timeout; resumed, ddprun left that time out (it took the workers for hung, 124)."""
+    out = out_dir(tmp_path)
+    beat = sh('echo $$ > {out}/pid_$RANK.tmp; mv {out}/pid_$RANK.tmp {out}/pid_$RANK; i=0; '
+              'while [ $i -lt 30 ]; do touch "$DDPRUN_HEARTBEAT_FILE"; sleep 0.2; '
+              'i=$((i+1)); done; echo "rank $RANK done"'.format(out=out))
+    task = node_rank_task([*static_flags(free_port()), "--hang_timeout=2"], beat)
+    proc, log = launch_step(cluster, tmp_path, "suspend", task)
+    job = job_id_of(cluster, "suspend")
+    wait_pids(out, range(WORLD))
+    cluster.scontrol(["suspend", str(job)])
+    cluster.wait_job_state(job, ["SUSPENDED"], 15)
+    time.sleep(5)
+    cluster.scontrol(["resume", str(job)])
+    rc = wait_srun(cluster, proc, log)
+    text = log.read_text()
+    msg = report(f"srun rc={rc}", cluster, text)
+    assert rc == 0, msg
+    assert "hung" not in text, msg
+    for r in range(WORLD):
+        assert f"rank {r} done" in text, msg
+    for node in range(NODES):
+        assert "ddprun itself did not run for" in node_output(text, node), msg
 
 
 # --------------------------------------------------------------------------- 5. exit 7
