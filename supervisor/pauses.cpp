@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "env/processes.hpp"
+#include "supervisor/console.hpp"
 #include "supervisor/supervisor.hpp"
 
 namespace ddprun::supervisor {
@@ -138,6 +139,7 @@ void Supervisor::StopTogether() {
   dfl.sa_handler = SIG_DFL;
   sigemptyset(&dfl.sa_mask);
   sigaction(SIGTSTP, &dfl, &caught);
+  FlushConsole(std::chrono::milliseconds(200));  // its writer thread stops with us
   const auto before = std::chrono::steady_clock::now();
   raise(SIGTSTP);  // stops here, as any program does
   sigaction(SIGTSTP, &caught, nullptr);
