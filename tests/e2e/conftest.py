@@ -169,6 +169,22 @@ def wait_for_files(paths, timeout=10.0):
     return [p.read_text().strip() for p in paths]
 
 
+def freeze_job(launcher_pid, seconds):
+    """Stops the launcher's children (its workers and job guardian), then the launcher, for
+    `seconds`, as scontrol suspend or a cgroup freezer would; continues the launcher first, then
+    the children: the order in which the launcher sees only beats from before the freeze."""
+    with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as f:
+        children = [int(c) for c in f.read().split()]
+    for pid in children:
+        os.kill(pid, signal.SIGSTOP)
+    os.kill(launcher_pid, signal.SIGSTOP)
+    time.sleep(seconds)
+    os.kill(launcher_pid, signal.SIGCONT)
+    time.sleep(0.3)
+    for pid in children:
+        os.kill(pid, signal.SIGCONT)
+
+
 def pid_alive(pid):
     """True if pid exists and is not a zombie."""
     try:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import DDPRUN, base_env, pid_alive, run_ddprun, write_script
+from conftest import DDPRUN, base_env, freeze_job, pid_alive, run_ddprun, write_script
 
 torch = pytest.importorskip("torch")
 
@@ -107,9 +107,12 @@ def test_an_overrun_block_kills_its_worker_and_names_the_scope(tmp_path):
     assert re.search(r"rank 0 \(local_rank 0, pid \d+\) stopped by ddprun", r.stderr), r
 
 
-def test_a_timer_released_while_the_launcher_was_stopped_does_not_expire(tmp_path):
-    # ddprun stopped across the workers' releases (in the pipe), the 2 s expiry and their exits:
-    # resumed, it must read the releases before it acts on the expired timers.
+@pytest.mark.parametrize("paused", ["launcher", "whole_job"])
+def test_a_timer_held_across_a_pause_does_not_expire(tmp_path, paused):
+    """launcher: ddprun stopped across the workers' releases (in the pipe), the 2 s expiry and
+    their exits; resumed, it must read the releases before it acts on the expired timers.
+    whole_job: frozen whole (scontrol suspend, a cgroup freezer) with both timers held, the 2 s
+    pass while nobody runs; continued, that time does not count and both release in time."""
     p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--shutdown_timeout=2",
                           worker(tmp_path), "released"],
                          env=env(tmp_path, TORCHELASTIC_ENABLE_FILE_TIMER="1"),
@@ -123,41 +126,12 @@ def test_a_timer_released_while_the_launcher_was_stopped_does_not_expire(tmp_pat
             chunk = os.read(p.stdout.fileno(), 65536).decode()
             assert chunk, f"ddprun ended before both ranks acquired: {seen}"
             seen += chunk
-        p.send_signal(signal.SIGSTOP)
-        time.sleep(3.5)  # both release at 0.8 s; the timers' 2 s pass
-        p.send_signal(signal.SIGCONT)
-        out, err = p.communicate(timeout=30)
-        out = seen + out
-    finally:
-        p.kill()
-    assert p.returncode == 0, err
-    assert sorted(re.findall(r"^rank (\d) released$", out, re.M)) == ["0", "1"], out
-    assert "expired" not in err, err
-
-
-def test_a_timer_held_while_the_whole_job_was_frozen_does_not_expire(tmp_path):
-    # Frozen whole (scontrol suspend, a cgroup freezer) with both timers held: the 2 s pass while
-    # nobody runs. Continued, ddprun first, that time does not count, and both release in time.
-    p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--shutdown_timeout=2",
-                          worker(tmp_path), "released"],
-                         env=env(tmp_path, TORCHELASTIC_ENABLE_FILE_TIMER="1"),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        seen = ""  # from the descriptor, as above
-        while seen.count("acquired") < 2:
-            chunk = os.read(p.stdout.fileno(), 65536).decode()
-            assert chunk, f"ddprun ended before both ranks acquired: {seen}"
-            seen += chunk
-        with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
-            children = [int(c) for c in f.read().split()]
-        for pid in children:
-            os.kill(pid, signal.SIGSTOP)
-        p.send_signal(signal.SIGSTOP)
-        time.sleep(3.5)
-        p.send_signal(signal.SIGCONT)
-        time.sleep(0.3)
-        for pid in children:
-            os.kill(pid, signal.SIGCONT)
+        if paused == "launcher":
+            p.send_signal(signal.SIGSTOP)
+            time.sleep(3.5)  # both release at 0.8 s; the timers' 2 s pass
+            p.send_signal(signal.SIGCONT)
+        else:
+            freeze_job(p.pid, 3.5)
         out, err = p.communicate(timeout=30)
         out = seen + out
     finally:

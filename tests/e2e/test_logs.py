@@ -275,6 +275,20 @@ else:
 """
 
 
+def read_until(stream, needle, got, timeout=20):
+    """Reads the pipe `stream` (by its descriptor: a later read() of the file object then
+    misses nothing) onto `got` until `needle` is in it; returns it."""
+    deadline = time.monotonic() + timeout
+    while needle not in got and time.monotonic() < deadline:
+        if select.select([stream], [], [], 0.1)[0]:
+            chunk = os.read(stream.fileno(), 65536)
+            if not chunk:
+                break
+            got += chunk
+    assert needle in got, got
+    return got
+
+
 @pytest.mark.parametrize("tee", [False, True])
 def test_unfinished_line_is_shown_before_its_end(tmp_path, tee):
     """A progress bar (no newline, redrawn with '\\r') shows while the line is unfinished, as on
@@ -289,15 +303,9 @@ def test_unfinished_line_is_shown_before_its_end(tmp_path, tee):
                             start_new_session=True)
     got = b""
     try:
-        os.set_blocking(proc.stderr.fileno(), False)
-        deadline = time.monotonic() + 10
-        while b"10%|#   |" not in got and time.monotonic() < deadline:
-            got += os.read(proc.stderr.fileno(), 65536) if select.select(
-                [proc.stderr], [], [], 0.1)[0] else b""
-        assert b"10%|#   |" in got, got
+        got = read_until(proc.stderr, b"10%|#   |", got)
         assert proc.poll() is None  # shown while the worker still runs, its line unfinished
         (tmp_path / "seen").touch()
-        os.set_blocking(proc.stderr.fileno(), True)
         got += proc.stderr.read()
         assert proc.wait(timeout=20) == 0, got
     finally:
@@ -324,22 +332,13 @@ def test_a_line_of_ddprun_on_stderr_ends_a_bar_on_stdout_whose_rest_keeps_its_pr
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True)
     got = b""
-
-    def read_until(needle):
-        nonlocal got
-        deadline = time.monotonic() + 20
-        while needle not in got and time.monotonic() < deadline:
-            if select.select([proc.stdout], [], [], 0.1)[0]:
-                got += os.read(proc.stdout.fileno(), 65536)
-        assert needle in got, got
-
     try:
-        read_until(b"[default0]: 10%")
+        got = read_until(proc.stdout, b"[default0]: 10%", got)
         while not pid1.exists():
             time.sleep(0.05)
         worker = int(pid1.read_text())
         os.kill(worker, signal.SIGSTOP)  # ddprun says so on stderr, the bar still open
-        read_until(b"is stopped by a signal (SIGSTOP)")
+        got = read_until(proc.stdout, b"is stopped by a signal (SIGSTOP)", got)
         os.kill(worker, signal.SIGCONT)
         seen.touch()
         got += proc.stdout.read()

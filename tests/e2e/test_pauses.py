@@ -8,7 +8,7 @@ import subprocess
 import threading
 import time
 
-from conftest import DDPRUN, base_env, sh, wait_for
+from conftest import DDPRUN, base_env, freeze_job, sh, wait_for
 
 # A worker that beats every 0.2 s for about 5 s of running, then exits 0.
 BEATING = sh('i=0; while [ $i -lt 25 ]; do touch "$DDPRUN_HEARTBEAT_FILE"; sleep 0.2; '
@@ -41,16 +41,9 @@ def test_a_job_frozen_whole_is_not_hung_when_it_continues(launch):
     # Frozen workers first, then ddprun; ddprun continued first, so it looks at beats from
     # before the freeze before any worker can beat again (the worst order for it).
     p = launch(["--nproc_per_node=2", "--hang_timeout=2", *BEATING])
-    workers = workers_of(p.pid, 2)
+    workers_of(p.pid, 2)
     time.sleep(1)
-    for pid in workers:
-        os.kill(pid, signal.SIGSTOP)
-    p.signal(signal.SIGSTOP)
-    time.sleep(5)
-    p.signal(signal.SIGCONT)
-    time.sleep(0.3)
-    for pid in workers:
-        os.kill(pid, signal.SIGCONT)
+    freeze_job(p.pid, 5)
     assert p.wait(timeout=60) == 0, p.output()
     err = p.stderr()
     assert "hung" not in err, p.output()
