@@ -120,6 +120,7 @@ Status Agent::Setup() {
   auto sup = supervisor::Supervisor::Create(c_.handled_signals, cgroup == "1");
   if (!sup.ok()) return sup.status();
   sup_ = std::move(*sup);
+  sup_->SetWorkersIgnore(c_.workers_ignore);
   spdlog::debug("workers and every process they start are contained by {}",
                 sup_->DescribeContainment());
   if (Status s = ServeFileTimer(); !s.ok()) return s;

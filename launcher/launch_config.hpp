@@ -55,6 +55,10 @@ struct LaunchConfig {
   std::string local_addr;
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
   std::set<int> handled_signals;
+  bool signals_given = false;  // --signals_to_handle (or PET_SIGNALS_TO_HANDLE) named them
+  // Ignored when ddprun started and not handled: the workers start with them
+  // ignored too (inherited_signals.hpp).
+  std::set<int> workers_ignore;
   double shutdown_timeout = 30.0;
   bool virtual_local_rank = false;
   double hang_timeout = 0;     // seconds; 0 = off

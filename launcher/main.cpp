@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,7 @@
 #include "launcher/cpu_binding.hpp"
 #include "launcher/doctor.hpp"
 #include "launcher/dump_request.hpp"
+#include "launcher/inherited_signals.hpp"
 #include "launcher/machine_reports.hpp"
 #include "launcher/option_table.hpp"
 #include "launcher/options.hpp"
@@ -34,6 +36,7 @@
 #include "launcher/uncaught.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/containment.hpp"
+#include "supervisor/late_signals.hpp"
 
 #ifndef DDPRUN_VERSION
 #define DDPRUN_VERSION "0.0.0"
@@ -191,6 +194,8 @@ int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ
 int main(int argc, char** argv) {
   using namespace ddprun;  // NOLINT: main only
   const std::vector<std::string> closed_fds = OpenClosedStandardFds();
+  // Before any handler exists: what the caller left ignored (nohup: SIGHUP).
+  const std::set<int> ignored_at_start = supervisor::IgnoredSignals();
   launcher::InstallUncaughtHandler();
   if (argc >= 2 && std::string(argv[1]) == supervisor::kGuardianArg) {
     return supervisor::RunGuardian(argc, argv);
@@ -227,6 +232,9 @@ int main(int argc, char** argv) {
                  name);
   }
   for (const auto& notice : parsed->notices) spdlog::info("{}", notice);
+  for (const auto& notice : launcher::KeepSignalsIgnored(ignored_at_start, parsed->config)) {
+    spdlog::info("{}", notice);
+  }
   for (const auto& warning : parsed->warnings) spdlog::warn("{}", warning);
   if (Status s = launcher::CheckWorkingDirectory(environ); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());

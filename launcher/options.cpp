@@ -471,6 +471,7 @@ Status ApplyOutput(const RawOptions& raw, LaunchConfig& c) {
 Status ApplyShutdown(const RawOptions& raw, const env::Environ& environ, LaunchConfig& c) {
   if (auto v = raw.Get("signals_to_handle")) {
     if (Status s = ParseSignals(*v, c); !s.ok()) return s;
+    c.signals_given = true;
   } else {
     // In a Slurm job (a step, or the batch script: `sbatch --signal=B:USR1@30`,
     // `scancel -b -s USR1`), SIGUSR1/SIGUSR2 are meant for the workers (a

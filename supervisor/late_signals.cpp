@@ -23,6 +23,19 @@ void OnLateSignal(int sig) {
 
 }  // namespace
 
+std::set<int> IgnoredSignals() {
+  std::set<int> ignored;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction sa {};
+    if (sigaction(sig, nullptr, &sa) == 0 && (sa.sa_flags & SA_SIGINFO) == 0 &&
+        sa.sa_handler == SIG_IGN) {
+      ignored.insert(sig);
+    }
+  }
+  return ignored;
+}
+
 // libuv restores a signal's default disposition when the last of its handles
 // for that signal closes. Handles on a loop that never runs, never closed,
 // keep that from happening between the supervisor's handles closing and

@@ -3,7 +3,14 @@
 // ends it with 128+N (never a core dump) while SIGUSR1/2 are dropped.
 #pragma once
 
+#include <set>
+
 namespace ddprun::supervisor {
+
+// The signals this process ignores now (SIG_IGN); read at start, before any
+// handler is installed, it is what the launcher inherited: `nohup` ignores
+// SIGHUP, a script's background job SIGINT and SIGQUIT.
+std::set<int> IgnoredSignals();
 
 // Keeps `sig` caught by a libuv handle on a loop that never runs (libuv
 // restores the default disposition when a signal's last handle closes).

@@ -150,7 +150,8 @@ void Supervisor::StopTogether() {
         "SIGTSTP did not stop ddprun (its process group has no parent that could continue it, "
         "e.g. started with setsid): the workers continue");
   } else if (!stopped.empty()) {
-    spdlog::info("continued: {} worker(s) continue", stopped.size());
+    spdlog::info("continued after {:.1f} s stopped: {} worker(s) continue",
+                 Seconds(std::chrono::steady_clock::now() - before), stopped.size());
   }
   CatchUpPauses();
 }

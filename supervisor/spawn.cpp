@@ -63,7 +63,9 @@ void SetUpChild(const SpawnRequest& req, const Affinity& affinity, pid_t parent)
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(137);  // the launcher died before prctl took hold
   for (int sig = 1; sig < NSIG; ++sig) {
-    if (sig != SIGKILL && sig != SIGSTOP) signal(sig, SIG_DFL);
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    const bool ignored = req.ignored != nullptr && sigismember(req.ignored, sig) == 1;
+    signal(sig, ignored ? SIG_IGN : SIG_DFL);
   }
   sigset_t none;
   sigemptyset(&none);

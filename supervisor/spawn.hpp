@@ -8,6 +8,8 @@
 // every other descriptor (so none leaks into the worker).
 #pragma once
 
+#include <signal.h>
+
 #include <sys/types.h>
 
 #include <string>
@@ -29,6 +31,9 @@ struct SpawnRequest {
   // worker inherits them); empty: the launcher's own. A failure there (a CPU
   // gone offline since the plan) leaves the launcher's mask.
   std::vector<int> cpus;
+  // Signals the child starts with ignored (inherited by the launcher that way);
+  // every other one starts at its default. nullptr: none.
+  const sigset_t* ignored = nullptr;
 };
 
 // Starts the worker; its pid is also its process group id. An exec failure

@@ -75,7 +75,12 @@ class Supervisor::LoopTimer : public Timer {
   GroupState* target_ = nullptr;
 };
 
-Supervisor::Supervisor(Key) {}
+Supervisor::Supervisor(Key) { sigemptyset(&workers_ignore_); }
+
+void Supervisor::SetWorkersIgnore(const std::set<int>& signals) {
+  sigemptyset(&workers_ignore_);
+  for (int sig : signals) sigaddset(&workers_ignore_, sig);
+}
 
 StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& handled_signals,
                                                          bool try_cgroup) {
@@ -318,7 +323,8 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
     // The launcher's stdin when asked for and open (fd 0 may be closed).
     const bool inherit = spec.stdin_inherited && fcntl(STDIN_FILENO, F_GETFD) != -1;
     pid = SpawnWorker(SpawnRequest{spec.argv, envp, inherit ? STDIN_FILENO : dev_null_in_.get(),
-                                   *out, *err, containment_->cgroup_procs_fd(), spec.cpus});
+                                   *out, *err, containment_->cgroup_procs_fd(), spec.cpus,
+                                   &workers_ignore_});
   }
   // One entry per worker of the group, started or not: indices follow its workers.
   heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now(), beat_time);

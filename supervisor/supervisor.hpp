@@ -96,6 +96,10 @@ class Supervisor {
   // each group's start and end. Fails when the pipe cannot be made.
   Status EnableFileTimer(const std::string& path);
 
+  // Signals the workers start with ignored (ignored when the launcher started,
+  // and not handled by it); every other one starts at its default.
+  void SetWorkersIgnore(const std::set<int>& signals);
+
   // How the workers' process trees are contained, for the log.
   std::string DescribeContainment() const { return containment_->Describe(); }
   // Whether the workers are in a cgroup of the job's own.
@@ -164,6 +168,7 @@ class Supervisor {
   std::unique_ptr<Containment> containment_;
   GroupState* running_ = nullptr;
   int pending_signal_ = 0;
+  sigset_t workers_ignore_{};  // SetWorkersIgnore
   UniqueFd dev_null_in_;
   UniqueFd dev_null_out_;
   std::map<const ConsoleWriter*, ConsoleTurn> turns_;  // outlives the readers sharing each

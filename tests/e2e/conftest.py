@@ -22,6 +22,15 @@ DDPRUN = Path(os.environ.get("DDPRUN", BUILD / "ddprun"))
 FD_PROBE = BUILD / "tests" / "fd_probe"
 PYTHON = sys.executable
 
+# ddprun keeps the signals it inherited ignored (nohup: SIGHUP; a script's background job:
+# SIGINT, SIGQUIT). The tests send them to ddprun as a terminal or a scheduler would, so a suite
+# run under nohup or in the background gives ddprun (through this process) their defaults.
+for _sig in (signal.SIGHUP, signal.SIGQUIT):
+    if signal.getsignal(_sig) == signal.SIG_IGN:
+        signal.signal(_sig, signal.SIG_DFL)
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # Default deadline for one ddprun run; a hang fails the test instead of CTest's timeout.
 RUN_TIMEOUT = 30.0
 

@@ -1,6 +1,7 @@
 """Signals to ddprun and to its workers: forwarding, grace period, no orphans."""
 
 import os
+import re
 import signal
 import subprocess
 import time
@@ -29,6 +30,32 @@ def test_signal_to_ddprun_reaches_workers(sig, tmp_path, launch, pid_reaper):
     assert p.wait(timeout=10) == 128 + sig, p.output()
     for rank in (0, 1):
         assert (tmp_path / f"got_{rank}").read_text().strip() == name, p.output()
+
+
+@pytest.mark.parametrize("given", [False, True], ids=["default", "signals_to_handle"])
+def test_nohup_keeps_sighup_ignored_for_ddprun_and_the_workers(tmp_path, given):
+    """`nohup ddprun ...` and the SSH session goes (SIGHUP): torchrun and ddprun stopped the
+    job. Now SIGHUP stays ignored, in the workers too, unless --signals_to_handle names it."""
+    flags = ["--signals_to_handle=SIGTERM,SIGHUP"] if given else []
+    worker = sh(f'echo $$ > {tmp_path}/pid_$LOCAL_RANK; sleep 2; '
+                f'grep SigIgn /proc/self/status; echo "rank $RANK survived"')
+    p = subprocess.Popen(["nohup", str(DDPRUN), "--nproc_per_node=2", *flags, *worker],
+                         env=base_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])
+        p.send_signal(signal.SIGHUP)
+        out, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    if given:
+        assert p.returncode == 128 + signal.SIGHUP, err
+        return
+    assert p.returncode == 0, err
+    assert "SIGHUP was ignored when ddprun started (nohup" in err, err
+    assert sorted(re.findall(r"rank (\d) survived", out)) == ["0", "1"], out
+    for mask in re.findall(r"SigIgn:\s+([0-9a-f]+)", out):
+        assert int(mask, 16) & (1 << (signal.SIGHUP - 1)), out
 
 
 # Writes its pid, then becomes a sleep that ignores SIGTERM.
