@@ -6,6 +6,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <string>
 #include <vector>
 
 #include "env/processes.hpp"
@@ -69,10 +70,12 @@ void Supervisor::CatchUpPauses() {
   if (stopped != nullptr && stopped->pid == was && told_pid_ == 0) {
     told_pid_ = stopped->pid;
     paused_since_ = now - look.discounted;
+    const std::string how =
+        state == 't' ? "" : " (kill -CONT " + std::to_string(stopped->pid) + " continues it)";
     spdlog::info(
-        "rank {} (local_rank {}, pid {}) is {}: the job waits for it, so the hang limits and "
+        "rank {} (local_rank {}, pid {}) is {}: the job waits for it{}, so the hang limits and "
         "file timers do not count the time until it runs again",
-        stopped->rank, stopped->local_rank, stopped->pid, WhyStopped(state));
+        stopped->rank, stopped->local_rank, stopped->pid, WhyStopped(state), how);
   } else if (stopped == nullptr && told_pid_ != 0) {
     spdlog::info("pid {} runs again after {:.1f} s stopped; the hang limits count again", told_pid_,
                  Seconds(now - paused_since_));

@@ -62,8 +62,8 @@ def test_a_stopped_worker_pauses_the_hang_limits_of_the_job(launch):
     assert p.wait(timeout=60) == 0, p.output()
     err = p.stderr()
     assert "hung" not in err, p.output()
-    assert f"pid {workers[1]}) is stopped by a signal (SIGSTOP): the job waits for it" in err, \
-        p.output()
+    assert (f"pid {workers[1]}) is stopped by a signal (SIGSTOP): the job waits for it "
+            f"(kill -CONT {workers[1]} continues it)") in err, p.output()
     assert f"pid {workers[1]} runs again after" in err, p.output()
 
 
