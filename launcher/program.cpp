@@ -1,12 +1,17 @@
 #include "launcher/program.hpp"
 
+#include <elf.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <optional>
+#include <string_view>
 
+#include "base/unique_fd.hpp"
 #include "env/names.hpp"
 #include "env/worker_env.hpp"
 
@@ -19,6 +24,70 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// The program the kernel runs first for `path`: a script's #! interpreter or
+// an ELF's dynamic loader (PT_INTERP); "" when none or unreadable.
+std::string FirstRun(const std::string& path, bool& script) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  char head[512];
+  const ssize_t n = fd.valid() ? pread(fd.get(), head, sizeof(head), 0) : -1;
+  if (n < 4) return "";
+  script = head[0] == '#' && head[1] == '!';
+  if (script) {
+    const std::string_view line(head + 2, static_cast<size_t>(n) - 2);
+    const size_t start = line.find_first_not_of(" \t");
+    if (start == std::string_view::npos) return "";
+    const size_t end = line.find_first_of(" \t\n", start);
+    return std::string(line.substr(start, end == std::string_view::npos ? end : end - start));
+  }
+  Elf64_Ehdr eh{};
+  if (static_cast<size_t>(n) < sizeof(eh) || std::memcmp(head, ELFMAG, SELFMAG) != 0 ||
+      head[EI_CLASS] != ELFCLASS64) {
+    return "";
+  }
+  std::memcpy(&eh, head, sizeof(eh));
+  for (int i = 0; i < eh.e_phnum && i < 64; ++i) {
+    Elf64_Phdr ph{};
+    const auto at = static_cast<off_t>(eh.e_phoff + static_cast<uint64_t>(i) * sizeof(ph));
+    if (pread(fd.get(), &ph, sizeof(ph), at) != static_cast<ssize_t>(sizeof(ph))) return "";
+    if (ph.p_type != PT_INTERP || ph.p_filesz == 0 || ph.p_filesz > 4096) continue;
+    std::string interp(ph.p_filesz, '\0');
+    if (pread(fd.get(), interp.data(), interp.size(), static_cast<off_t>(ph.p_offset)) !=
+        static_cast<ssize_t>(interp.size())) {
+      return "";
+    }
+    return interp.substr(0, interp.find('\0'));
+  }
+  return "";
+}
+
+// What execve would fail on after the file itself: a #! line with Windows
+// line endings ('/bin/sh\r'), an interpreter or a dynamic loader that does
+// not exist. All give "No such file or directory" for a file that exists.
+Status CheckFirstRun(const std::string& path) {
+  bool script = false;
+  const std::string first = FirstRun(path, script);
+  if (first.empty()) return Status::Ok();
+  if (script && first.back() == '\r') {
+    return PermissionDenied(path +
+                            ": has Windows line endings (CRLF): its #! line names the "
+                            "interpreter '" +
+                            first.substr(0, first.size() - 1) +
+                            "\\r', which does not exist; convert the file (dos2unix " + path +
+                            ", or sed -i 's/\\r$//' " + path + ")");
+  }
+  struct stat st {};
+  if (first[0] != '/' || stat(first.c_str(), &st) == 0) return Status::Ok();
+  if (script) {
+    return PermissionDenied(path + ": its #! line names the interpreter " + first +
+                            ", which does not exist; fix the #! line, or name the interpreter "
+                            "before the script (ddprun ... --no_python INTERPRETER " +
+                            path + ")");
+  }
+  return PermissionDenied(path + ": its dynamic loader " + first +
+                          " does not exist on this host (built for another system: another "
+                          "C library or distribution); rebuild it here, or link it statically");
+}
+
 // A path that must be an executable regular file.
 Status CheckExecutable(const std::string& path) {
   struct stat st {};
@@ -29,7 +98,7 @@ Status CheckExecutable(const std::string& path) {
                             ": not executable (chmod +x it, or run a script through its "
                             "interpreter)");
   }
-  return Status::Ok();
+  return CheckFirstRun(path);
 }
 
 Status CheckReadable(const std::string& path) {

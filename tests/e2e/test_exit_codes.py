@@ -70,6 +70,31 @@ def test_non_executable_file_with_no_python_exits_126(tmp_path):
     assert "hi" not in r.stdout
 
 
+@pytest.mark.parametrize("kind", ["crlf", "interpreter", "loader"])
+def test_a_program_whose_exec_would_say_no_such_file_exits_126_saying_why(tmp_path, kind):
+    """A file that exists but cannot start: execve says "No such file or directory" (a #! line
+    with Windows line endings, an interpreter or ELF dynamic loader that does not exist)."""
+    if kind == "crlf":
+        prog = write_script(tmp_path, "prog", "#!/bin/sh\r\necho hi\r\n")
+        expected = ("has Windows line endings (CRLF): its #! line names the interpreter "
+                    "'/bin/sh\\r', which does not exist; convert the file (dos2unix")
+    elif kind == "interpreter":
+        prog = write_script(tmp_path, "prog", "#!/no/such/python3 -u\nprint('hi')\n")
+        expected = "its #! line names the interpreter /no/such/python3, which does not exist"
+    else:
+        binary = open("/bin/true", "rb").read()
+        loader = next(seg for seg in (b"/lib64/ld-linux-x86-64.so.2", b"/lib/ld-linux-aarch64.so.1")
+                      if seg in binary)
+        prog = tmp_path / "prog"
+        prog.write_bytes(binary.replace(loader, loader.replace(b"ld-", b"nx-")))
+        prog.chmod(0o755)
+        expected = f"its dynamic loader {loader.replace(b'ld-', b'nx-').decode()} does not exist"
+    r = run_ddprun(["--nproc_per_node=2", prog])
+    assert r.rc == 126, r
+    assert f"ddprun: cannot run {prog}: {prog}: {expected}" in r.stderr, r
+    assert "hi" not in r.stdout and "rendezvous" not in r.stderr, r  # before any worker
+
+
 USAGE_ERRORS = [
     (["--nproc_per_node=0"], ["--nproc_per_node=0"]),
     (["--nproc_per_node=-1"], ["--nproc_per_node=-1"]),
@@ -244,8 +269,9 @@ def test_worker_has_no_leaked_descriptors(tee, tmp_path):
 
 
 def test_exec_failure_at_spawn_exits_127(tmp_path):
-    # Passes the launcher's checks (an executable file) but execve fails: bad interpreter.
-    prog = write_script(tmp_path, "bad", "#!/nonexistent/interpreter\n")
+    # Passes the launcher's checks (an executable file) but execve fails: an interpreter named
+    # by a relative path (the kernel looks it up from the worker's working directory).
+    prog = write_script(tmp_path, "bad", "#!nonexistent-interpreter\n")
     r = run_ddprun(["--nproc_per_node=2", "--no_python", prog])
     assert r.rc == 127, r
     assert str(prog) in r.stderr, r
