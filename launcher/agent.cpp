@@ -454,8 +454,10 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   o.cause.local_rank = root.local_rank;
   o.cause.pid = root.pid;
   o.cause.what = "rank " + std::to_string(root.rank) + " (local_rank " +
-                 std::to_string(root.local_rank) + ", pid " + std::to_string(root.pid) + ") " +
-                 (root.hung || root.timer ? root.message : root.exit.Describe());
+                 std::to_string(root.local_rank) +
+                 (root.pid > 0 ? ", pid " + std::to_string(root.pid) + ") " +
+                                     (root.hung || root.timer ? root.message : root.exit.Describe())
+                               : ") could not be started: " + root.message);
   spdlog::warn("worker group failed: {} ({} failure); the job record decides what follows",
                o.cause.what, rendezvous::FailureClassName(o.cause.cls));
   record_.Failure(o.cause);

@@ -275,6 +275,9 @@ def test_exec_failure_at_spawn_exits_127(tmp_path):
     r = run_ddprun(["--nproc_per_node=2", "--no_python", prog])
     assert r.rc == 127, r
     assert str(prog) in r.stderr, r
+    # No pid to name: it never ran.
+    assert re.search(rf"the job failed: [^\n]*rank \d \(local_rank \d\) could not be started: "
+                     rf"start {re.escape(str(prog))}: No such file or directory", r.stderr), r
     assert r.elapsed < 5, r
 
 
