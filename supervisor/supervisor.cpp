@@ -522,6 +522,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   timer_->Target(&state);
   if (pending_signal_ != 0) state.OnSignal(pending_signal_);
   if (stop_requested_) state.OnStopRequest();
+  StartJobControl();  // before the first worker: a Ctrl-Z meanwhile stops them all once started
   for (const auto& spec : specs) {
     if (state.phase() != Phase::kRunning) break;
     StartWorker(spec, state);
@@ -529,7 +530,6 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   ReapChildren();  // exits that raced with the start-up
   if (start_handler_) start_handler_(state.workers());
   StartPauseWatch();
-  StartJobControl();
   ArmHangCheck();
   while (!state.done()) uv_run(&loop_, UV_RUN_ONCE);
   StopJobControl();
