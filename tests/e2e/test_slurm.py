@@ -429,6 +429,8 @@ def test_workers_see_their_own_slurm_task_variables(cluster, tmp_path):
         assert (rank_env, world) == (str(rank), str(WORLD)), fields
         assert (procid, localid, ntasks) == (str(rank), local_rank, str(WORLD)), \
             f"rank {rank}: SLURM_PROCID SLURM_LOCALID SLURM_NTASKS = {procid} {localid} {ntasks}"
+    # slurmstepd starts the task with no signal ignored: ddprun handles srun's SIGINT and scancel's.
+    assert "was ignored when ddprun started" not in r.stderr + r.stdout, msg
 
 
 # --------------------------------------------------------------------------- 7. time limit (end)
