@@ -380,6 +380,10 @@ def test_requeued_job_runs_ddprun_again(cluster, tmp_path):
     cluster.scontrol(["requeue", job])
     # A requeued job is held back 2 minutes (BeginTime); let it start now.
     cluster.wait_job_state(job, "PENDING", 20)
+    # slurmd revoked the first run's credential, and refuses one signed in that second or before
+    # ("Killing non-startable batch JobId=N: Job credential revoked": the job FAILED, once in CI).
+    # Slurm's 2-minute hold exists for this; two seconds are enough.
+    time.sleep(2)
     cluster.scontrol(["update", f"JobId={job}", "StartTime=now"])
     info = cluster.wait_job(job, lambda j: j.get("Restarts") == "1" and j["JobState"] in (
         "COMPLETED", "FAILED", "TIMEOUT", "CANCELLED"), 60, what="the second run to end")
