@@ -19,6 +19,13 @@ namespace {
 
 double Seconds(SteadyTime::duration d) { return std::chrono::duration<double>(d).count(); }
 
+// 'T' (stopped by a signal) or 't' (by a debugger or tracer) when `pid` is
+// stopped; 0 when it runs or is gone.
+char StoppedState(pid_t pid) {
+  const auto entry = env::ReadProcEntry(pid);
+  return entry && (entry->state == 'T' || entry->state == 't') ? entry->state : 0;
+}
+
 const char* WhyStopped(char state) {
   return state == 't' ? "stopped by a debugger or tracer" : "stopped by a signal (SIGSTOP)";
 }
@@ -55,10 +62,9 @@ void Supervisor::CatchUpPauses() {
   char state = 0;
   for (const WorkerRecord& w : running_->workers()) {
     if (w.state != WorkerState::kRunning) continue;
-    const auto entry = env::ReadProcEntry(w.pid);
-    if (entry && (entry->state == 'T' || entry->state == 't')) {
+    state = StoppedState(w.pid);
+    if (state != 0) {
       stopped = &w;
-      state = entry->state;
       break;
     }
   }
@@ -127,12 +133,14 @@ void Supervisor::StopJobControl() {
 }
 
 // Ctrl-Z: the workers (each its own session, out of the terminal's reach)
-// stop with the launcher, and continue with it.
+// stop with the launcher, and continue with it. One already stopped (at a
+// debugger's breakpoint, by the user) is left as it is, and stays stopped.
 void Supervisor::StopTogether() {
   std::vector<pid_t> stopped;
   if (running_ != nullptr) {
     for (const WorkerRecord& w : running_->workers()) {
-      if (w.state == WorkerState::kRunning && kill(-w.pid, SIGSTOP) == 0) stopped.push_back(w.pid);
+      if (w.state != WorkerState::kRunning || StoppedState(w.pid) != 0) continue;
+      if (kill(-w.pid, SIGSTOP) == 0) stopped.push_back(w.pid);
     }
   }
   spdlog::info("SIGTSTP: {} worker(s) stop with ddprun; SIGCONT (fg, bg) continues them all",

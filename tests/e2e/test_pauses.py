@@ -158,3 +158,33 @@ def test_ctrl_z_stops_the_workers_with_ddprun_and_fg_continues_them(tmp_path):
     assert re.search(r"continued after \d+\.\d s stopped: 2 worker\(s\) continue", text), text
     assert "hung" not in text, text
     assert "rank 0 done" in text and "rank 1 done" in text, text
+
+
+def test_a_worker_stopped_before_ctrl_z_stays_stopped_after_it(tmp_path):
+    """SIGTSTP stops the running workers and continues those alone: one the user had stopped
+    (at a breakpoint, say) is not continued by the job's SIGCONT."""
+    # A process group of its own whose parent (this test) is in the same session: not orphaned,
+    # so SIGTSTP stops ddprun as it would in a shell.
+    p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", f"--log_dir={tmp_path}", *BEATING],
+                         env=base_env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, process_group=0)
+    try:
+        workers = workers_of(p.pid, 2)
+        os.kill(workers[1], signal.SIGSTOP)  # the user's stop
+        p.send_signal(signal.SIGTSTP)
+        wait_for(lambda: state(p.pid) == "T" and state(workers[0]) == "T", timeout=20,
+                 what="ddprun and rank 0 stopped")
+        p.send_signal(signal.SIGCONT)
+        wait_for(lambda: state(workers[0]) != "T", timeout=20, what="rank 0 continued")
+        time.sleep(1)
+        assert state(workers[1]) == "T"  # still the user's to continue
+        os.kill(workers[1], signal.SIGCONT)
+        out, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    assert "SIGTSTP: 1 worker(s) stop with ddprun" in err, err
+    assert sorted(re.findall(r"rank (\d) done", out)) == ["0", "1"], out
+
