@@ -8,10 +8,11 @@ import select
 import signal
 import subprocess
 import time
+from contextlib import contextmanager
 
 import pytest
 
-from conftest import DDPRUN, base_env, run_ddprun, run_dir, sh, write_script
+from conftest import DDPRUN, base_env, run_ddprun, run_dir, sh, wait_for, write_script
 
 LINES = 2000
 PAD = "x" * 60
@@ -275,6 +276,20 @@ else:
 """
 
 
+@contextmanager
+def reading(args, stdout, stderr):
+    """ddprun ARGS in a session of its own, its output read by the test; killed if still
+    running when the block ends."""
+    proc = subprocess.Popen(args, env=base_env(), stdin=subprocess.DEVNULL, stdout=stdout,
+                            stderr=stderr, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def read_until(stream, needle, got, timeout=20):
     """Reads the pipe `stream` (by its descriptor: a later read() of the file object then
     misses nothing) onto `got` until `needle` is in it; returns it."""
@@ -298,20 +313,12 @@ def test_unfinished_line_is_shown_before_its_end(tmp_path, tee):
     args = [str(DDPRUN), "--nproc_per_node=2", str(script), str(tmp_path)]
     if tee:
         args[1:1] = ["--tee=3", f"--log_dir={tmp_path / 'logs'}"]
-    proc = subprocess.Popen(args, env=base_env(), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    got = b""
-    try:
-        got = read_until(proc.stderr, b"10%|#   |", got)
+    with reading(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
+        got = read_until(proc.stderr, b"10%|#   |", b"")
         assert proc.poll() is None  # shown while the worker still runs, its line unfinished
         (tmp_path / "seen").touch()
         got += proc.stderr.read()
         assert proc.wait(timeout=20) == 0, got
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     text = got.decode()
     p0, p1 = ("[default0]:", "[default1]:") if tee else ("", "")
     bar = f"\r{p0} 10%|#   |\n{p1}rank 1 says hello\n\r{p0}100%|####|\n"
@@ -327,15 +334,11 @@ def test_a_line_of_ddprun_on_stderr_ends_a_bar_on_stdout_whose_rest_keeps_its_pr
     script = (f'if [ "$RANK" = 0 ]; then printf "\\r 10%%"; while [ ! -e {seen} ]; do sleep 0.05; '
               f'done; printf "\\r 20%%\\n"; else echo $$ > {pid1}.tmp; mv {pid1}.tmp {pid1}; '
               f'while [ ! -e {seen} ]; do sleep 0.05; done; fi')
-    proc = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--tee=3", "--hang_timeout=60",
-                             f"--log_dir={tmp_path / 'logs'}", *sh(script)], env=base_env(),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True)
-    got = b""
-    try:
-        got = read_until(proc.stdout, b"[default0]: 10%", got)
-        while not pid1.exists():
-            time.sleep(0.05)
+    args = [str(DDPRUN), "--nproc_per_node=2", "--tee=3", "--hang_timeout=60",
+            f"--log_dir={tmp_path / 'logs'}", *sh(script)]
+    with reading(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+        got = read_until(proc.stdout, b"[default0]: 10%", b"")
+        wait_for(pid1.exists, timeout=20, what="rank 1's pid file")
         worker = int(pid1.read_text())
         os.kill(worker, signal.SIGSTOP)  # ddprun says so on stderr, the bar still open
         got = read_until(proc.stdout, b"is stopped by a signal (SIGSTOP)", got)
@@ -343,10 +346,6 @@ def test_a_line_of_ddprun_on_stderr_ends_a_bar_on_stdout_whose_rest_keeps_its_pr
         seen.touch()
         got += proc.stdout.read()
         assert proc.wait(timeout=20) == 0, got
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     text = got.decode()
     assert re.search(r"\r\[default0\]: 10%\n\[ddprun [0-9:]+ info\] rank 1 \(local_rank 1, "
                      r"pid \d+\) is stopped", text), repr(text)
