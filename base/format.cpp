@@ -1,5 +1,6 @@
 #include "base/format.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <iterator>
 
@@ -16,6 +17,12 @@ std::string FormatBytes(uint64_t bytes) {
   }
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f %s", v, kUnits[unit]);
+  return buf;
+}
+
+std::string FormatSeconds(double seconds) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%g", std::round(seconds * 10) / 10);
   return buf;
 }
 

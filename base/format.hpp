@@ -1,4 +1,4 @@
-// Human-readable sizes for messages: "512 B", "1.5 KiB", "25.0 MiB", "2.0 GiB".
+// Human-readable quantities for messages.
 #pragma once
 
 #include <cstdint>
@@ -6,6 +6,9 @@
 
 namespace ddprun {
 
+// "512 B", "1.5 KiB", "25.0 MiB", "2.0 GiB".
 std::string FormatBytes(uint64_t bytes);
+// "600", "2.5": seconds to a tenth, without trailing zeros.
+std::string FormatSeconds(double seconds);
 
 }  // namespace ddprun

@@ -1,19 +1,8 @@
 #include "ddp/store_exchange.hpp"
 
-#include <cmath>
-#include <cstdio>
+#include "base/format.hpp"
 
 namespace ddprun::ddp {
-namespace {
-
-// "600", "2.5": seconds to a tenth, without trailing zeros.
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", std::round(s * 10) / 10);
-  return buf;
-}
-
-}  // namespace
 
 StatusOr<std::vector<std::string>> ExchangeThroughStore(rendezvous::StoreClient& store,
                                                         const std::string& base, int rank, int size,
@@ -38,7 +27,7 @@ StatusOr<std::vector<std::string>> ExchangeThroughStore(rendezvous::StoreClient&
     if (!missing.empty()) {
       return Status(StatusCode::kDeadlineExceeded,
                     "rank(s) " + ranks + " did not arrive within " +
-                        Seconds(timeout.count() / 1e3) + " s (no record under " + base +
+                        FormatSeconds(timeout.count() / 1e3) + " s (no record under " + base +
                         "): they failed, hang or run other code before this point; their logs "
                         "say which");
     }

@@ -61,7 +61,7 @@ class TimerTable {
   // one that has a signal, else the earliest. Every timer of those pids is
   // dropped (torch clears a reaped pid's timers).
   std::vector<ExpiredTimer> TakeExpired(WallTime now);
-  // Time that does not count (pause_clock.hpp): every timer expires `by`
+  // Time that does not count (base/pause_clock.hpp): every timer expires `by`
   // later, and its reported hold leaves it out.
   void Postpone(Duration by);
   // The earliest expiration time of any timer; nullopt when none is armed.

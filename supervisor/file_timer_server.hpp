@@ -43,7 +43,7 @@ class FileTimerServer {
   FileTimerServer& operator=(const FileTimerServer&) = delete;
 
   // Called on the loop before expiries are looked for: the place to
-  // Postpone() by time that did not count (pause_clock.hpp).
+  // Postpone() by time that did not count (base/pause_clock.hpp).
   void SetBeforeExpiry(std::function<void()> before) { before_expiry_ = std::move(before); }
   // Every timer expires `by` later (TimerTable::Postpone).
   void Postpone(Duration by);

@@ -35,7 +35,7 @@ class HeartbeatWatch {
   // Reads every heartbeat file; `workers` names them in the log. `wall_now_ns`
   // (the system clock) places a file time in steady time by its age.
   void Look(SteadyTime now, int64_t wall_now_ns, const std::vector<WorkerRecord>& workers);
-  // Time that does not count (pause_clock.hpp): every worker's last progress
+  // Time that does not count (base/pause_clock.hpp): every worker's last progress
   // moves `by` later, to `now` at most. Look() first, so that beats from before
   // the pause are placed before it is discounted.
   void Postpone(SteadyTime::duration by, SteadyTime now);

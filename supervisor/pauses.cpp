@@ -1,4 +1,4 @@
-// The supervisor's side of pauses (pause_clock.hpp): a tick while a hang
+// The supervisor's side of pauses (base/pause_clock.hpp): a tick while a hang
 // limit or a file timer is armed, the workers' stopped state from /proc, and
 // Ctrl-Z (SIGTSTP), which stops the workers together with the launcher.
 #include <signal.h>
@@ -87,7 +87,7 @@ void Supervisor::CatchUpPauses() {
                  Seconds(now - paused_since_));
     told_pid_ = 0;
   }
-  if (look.launcher_gap) {
+  if (look.self_gap) {
     spdlog::info(
         "ddprun itself did not run for {:.1f} s (stopped, frozen or starved of CPU): the hang "
         "limits and file timers do not count that time",

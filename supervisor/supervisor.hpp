@@ -24,7 +24,7 @@
 #include "supervisor/group_state.hpp"
 #include "supervisor/hang_check.hpp"
 #include "supervisor/heartbeat_watch.hpp"
-#include "supervisor/pause_clock.hpp"
+#include "base/pause_clock.hpp"
 #include "supervisor/shown_stream.hpp"
 #include "supervisor/signal_tap.hpp"
 #include "supervisor/spawn.hpp"

@@ -1,14 +1,15 @@
-#include "supervisor/pause_clock.hpp"
+#include "base/pause_clock.hpp"
 
 #include <doctest/doctest.h>
 
 #include <chrono>
 
-namespace ddprun::supervisor {
+namespace ddprun {
 namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
+using SteadyTime = PauseClock::Time;
 
 TEST_CASE("looks at the tick's pace discount nothing while no worker is stopped") {
   PauseClock c;
@@ -17,7 +18,7 @@ TEST_CASE("looks at the tick's pace discount nothing while no worker is stopped"
   for (int i = 1; i <= 10; ++i) {
     const PauseLook look = c.Look(t0 + i * PauseClock::kTick, false);
     CHECK(look.discounted.count() == 0);
-    CHECK_FALSE(look.launcher_gap);
+    CHECK_FALSE(look.self_gap);
   }
   // A look between ticks (a hang check) is no gap either.
   CHECK(c.Look(t0 + 10 * PauseClock::kTick + milliseconds(100), false).discounted.count() == 0);
@@ -29,12 +30,12 @@ TEST_CASE("a look far later than the tick means the launcher did not run: all of
   c.Start(t0);
   c.Look(t0 + milliseconds(500), false);
   const PauseLook look = c.Look(t0 + seconds(30), false);  // SIGSTOPped, frozen, suspended
-  CHECK(look.launcher_gap);
+  CHECK(look.self_gap);
   CHECK(look.discounted == seconds(30) - milliseconds(500));
   // Just under the bound: a late tick on a busy host, counted as usual.
   const PauseLook late =
       c.Look(t0 + seconds(30) + PauseClock::kTick + PauseClock::kLate - milliseconds(1), false);
-  CHECK_FALSE(late.launcher_gap);
+  CHECK_FALSE(late.self_gap);
   CHECK(late.discounted.count() == 0);
 }
 
@@ -48,7 +49,7 @@ TEST_CASE(
   CHECK(c.Look(t0 + milliseconds(1000), true).discounted == milliseconds(500));
   const PauseLook resumed = c.Look(t0 + milliseconds(1500), false);  // it ran again meanwhile
   CHECK(resumed.discounted == milliseconds(500));
-  CHECK_FALSE(resumed.launcher_gap);
+  CHECK_FALSE(resumed.self_gap);
   CHECK(c.Look(t0 + milliseconds(2000), false).discounted.count() == 0);
 }
 
@@ -58,7 +59,7 @@ TEST_CASE("time the launcher was busy on purpose is skipped, not taken for a gap
   c.Start(t0);
   c.Skip(t0 + seconds(5));  // a debug dump on request; its caller leaves the 5 s out itself
   const PauseLook look = c.Look(t0 + seconds(5) + milliseconds(500), false);
-  CHECK_FALSE(look.launcher_gap);
+  CHECK_FALSE(look.self_gap);
   CHECK(look.discounted.count() == 0);
 }
 
@@ -72,4 +73,4 @@ TEST_CASE("a new group starts with nothing paused and no gap since the last one"
 }
 
 }  // namespace
-}  // namespace ddprun::supervisor
+}  // namespace ddprun
