@@ -16,11 +16,16 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <optional>
 #include <thread>
+#include <utility>
 
+#include "base/format.hpp"
+#include "base/pause_clock.hpp"
 #include "base/unique_fd.hpp"
 #include "ddp/flight_recorder.hpp"
 #include "ddp/gloo_reduce.hpp"
+#include "ddp/new_sockets.hpp"
 #include "rendezvous/store_client.hpp"
 
 namespace ddprun::ddp {
@@ -28,6 +33,12 @@ namespace ddprun::ddp {
 namespace {
 
 using Ms = std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// Gloo's own timeout counts the time this process did not run (a job
+// suspended whole, Ctrl-Z, a freezer): the group's watchdog keeps the
+// collective timeout instead, and Gloo's is only a backstop.
+constexpr Ms kGlooBackstop = std::chrono::hours(24 * 7);
 
 // Gloo's Store on ddprun's store client. Gloo's get() must block until the
 // key exists (its full-mesh set-up reads peers' keys without waiting).
@@ -105,14 +116,16 @@ class GlooProcessGroup : public ProcessGroup {
  public:
   GlooProcessGroup(const LaunchEnv& env, std::shared_ptr<GlooStore> store, std::string prefix,
                    std::shared_ptr<gloo::rendezvous::Context> ctx,
-                   std::unique_ptr<FlightRecorder> recorder)
+                   std::unique_ptr<FlightRecorder> recorder, NewSockets sockets)
       : ProcessGroup(env.rank, env.world_size, "gloo"),
         store_(std::move(store)),
         prefix_(std::move(prefix)),
         ctx_(std::move(ctx)),
-        recorder_(std::move(recorder)) {
+        recorder_(std::move(recorder)),
+        sockets_(std::move(sockets)) {
     timeout_ = env.timeout;
     thread_ = std::thread([this] { Loop(); });
+    watchdog_ = std::thread([this] { Watch(); });
   }
 
   ~GlooProcessGroup() override {
@@ -122,6 +135,12 @@ class GlooProcessGroup : public ProcessGroup {
     }
     cv_.notify_all();
     thread_.join();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      watch_stop_ = true;
+    }
+    cv_.notify_all();
+    watchdog_.join();
   }
 
   // A dtype Gloo cannot reduce fails at once, on every rank alike, and
@@ -136,7 +155,7 @@ class GlooProcessGroup : public ProcessGroup {
     return Enqueue("allreduce", t, [this, t, reduce = *reduce](uint32_t tag) {
       gloo::AllreduceOptions o(ctx_);
       o.setTag(tag);
-      o.setTimeout(timeout_);
+      o.setTimeout(kGlooBackstop);
       SetOutput(o, t);
       o.setReduceFunction(reduce);
       gloo::allreduce(o);
@@ -147,7 +166,7 @@ class GlooProcessGroup : public ProcessGroup {
     return Enqueue("broadcast", t, [this, t, root](uint32_t tag) {
       gloo::BroadcastOptions o(ctx_);
       o.setTag(tag);
-      o.setTimeout(timeout_);
+      o.setTimeout(kGlooBackstop);
       o.setRoot(root);
       o.setOutput(static_cast<uint8_t*>(t.data), t.bytes());
       gloo::broadcast(o);
@@ -200,30 +219,75 @@ class GlooProcessGroup : public ProcessGroup {
       return;
     }
     if (recorder_) recorder_->Started(op.seq);
-    const auto start = std::chrono::steady_clock::now();
+    const auto start = Clock::now();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      running_ = Running{start + timeout_, Clock::duration{0}, false};
+      pauses_.Start(start);
+    }
+    cv_.notify_all();
+    std::string error;
     try {
       op.run(static_cast<uint32_t>(op.seq & 0x7fffffff));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    const Running ran = [this] {
+      std::lock_guard<std::mutex> lock(mu_);
+      return *std::exchange(running_, std::nullopt);
+    }();
+    if (error.empty() && !ran.timed_out) {
       if (recorder_) recorder_->Finished(op.seq, true);
       op.work->Complete(Status::Ok());
-    } catch (const std::exception& e) {
-      auto waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::string what = e.what();
-      bool timed_out =
-          what.find("Timed out") != std::string::npos || what.find("timeout") != std::string::npos;
-      char secs[32];
-      std::snprintf(secs, sizeof(secs), "%.1f s", waited);
-      std::string msg = "ddp: rank " + std::to_string(rank_) + ": " + Describe(op) +
-                        (timed_out ? " timed out after " : " failed after ") + secs +
-                        (timed_out ? " (collective timeout " +
-                                         std::to_string(timeout_.count() / 1000.0).substr(0, 6) +
-                                         " s; a rank stopped participating)"
-                                   : "") +
-                        ": " + what;
-      broken_ = Describe(op) + " failed";
-      if (recorder_) recorder_->Finished(op.seq, false);
-      op.work->Complete(Status(StatusCode::kDeadlineExceeded, msg));
+      return;
+    }
+    const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+    const double paused = std::chrono::duration<double>(ran.paused).count();
+    std::string msg = "ddp: rank " + std::to_string(rank_) + ": " + Describe(op);
+    if (ran.timed_out) {
+      msg += " timed out after " + FormatSeconds(waited) + " s (collective timeout " +
+             FormatSeconds(timeout_.count() / 1e3) + " s" +
+             (paused > 0 ? ", not counting " + FormatSeconds(paused) +
+                               " s in which this process did not run"
+                         : "") +
+             "; a rank stopped participating): connections shut down";
+    } else {
+      msg += " failed after " + FormatSeconds(waited) + " s: " + error;
+    }
+    broken_ = Describe(op) + (ran.timed_out ? " timed out" : " failed");
+    if (recorder_) recorder_->Finished(op.seq, false);
+    op.work->Complete(
+        Status(ran.timed_out ? StatusCode::kDeadlineExceeded : StatusCode::kUnavailable, msg));
+  }
+
+  // The collective timeout, in time this process ran: looks every tick while
+  // a collective runs, moves its deadline out by every pause it sees, and at
+  // the deadline closes the group's connections, which ends the collective
+  // here with an error and at once on the ranks still connected.
+  void Watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!watch_stop_) {
+      if (!running_ || running_->timed_out) {
+        cv_.wait(lock);
+        continue;
+      }
+      cv_.wait_until(lock, std::min(running_->deadline, Clock::now() + PauseClock::kTick));
+      if (!running_ || running_->timed_out) continue;
+      const auto now = Clock::now();
+      const auto pause = pauses_.Look(now).discounted;
+      running_->deadline += pause;
+      running_->paused += pause;
+      if (now < running_->deadline) continue;
+      running_->timed_out = true;
+      lock.unlock();
+      AbortConnections();
+      lock.lock();
     }
   }
+
+  // Shuts the group's connections down: the collective fails here (Gloo's
+  // reader fails every pending operation) and on the ranks still connected.
+  void AbortConnections() { sockets_.ShutDown(); }
 
   void Loop() {
     while (true) {
@@ -243,11 +307,22 @@ class GlooProcessGroup : public ProcessGroup {
   std::string prefix_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::unique_ptr<FlightRecorder> recorder_;
+  NewSockets sockets_;  // the group's connections
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> queue_;
   bool stop_ = false;
   std::string broken_;  // only touched by the worker thread
+  // The collective the worker thread runs (under mu_), for the watchdog.
+  struct Running {
+    Clock::time_point deadline;
+    Clock::duration paused;  // this process did not run meanwhile
+    bool timed_out;          // the watchdog closed the connections
+  };
+  std::optional<Running> running_;
+  PauseClock pauses_;        // under mu_
+  bool watch_stop_ = false;  // the worker thread has ended
+  std::thread watchdog_;
   std::atomic<uint64_t> next_seq_{0};
   uint64_t gathers_ = 0;
   std::thread thread_;
@@ -280,9 +355,11 @@ StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(const LaunchEnv& 
     auto ctx = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world_size);
     ctx->setTimeout(env.timeout);
     gloo::rendezvous::PrefixStore scoped(prefix + "gloo", *store);
+    NewSockets sockets;
     ctx->connectFullMesh(scoped, device);
+    sockets.Collect();
     return std::unique_ptr<ProcessGroup>(std::make_unique<GlooProcessGroup>(
-        env, store, prefix, std::move(ctx), std::move(recorder)));
+        env, store, prefix, std::move(ctx), std::move(recorder), std::move(sockets)));
   } catch (const std::exception& e) {
     return Unavailable(std::string("ddp: gloo set-up (rank ") + std::to_string(env.rank) + " of " +
                        std::to_string(env.world_size) + ", local address " +

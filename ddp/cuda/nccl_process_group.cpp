@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +17,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "base/format.hpp"
+#include "base/pause_clock.hpp"
 #include "ddp/flight_recorder.hpp"
 #include "ddp/store_exchange.hpp"
 #include "env/names.hpp"
@@ -30,6 +31,8 @@ using Clock = std::chrono::steady_clock;
 // How often the watchdog polls ncclCommGetAsyncError while collectives are in
 // flight: NCCL reports remote and network failures only there (PyTorch: 100 ms).
 constexpr auto kAsyncErrorPoll = std::chrono::milliseconds(100);
+// The watchdog looks at least this often, as a pause clock needs (pause_clock.hpp).
+static_assert(kAsyncErrorPoll <= ddprun::PauseClock::kTick);
 
 Status CudaStatus(cudaError_t err, const std::string& what) {
   if (err == cudaSuccess) return Status::Ok();
@@ -89,13 +92,6 @@ bool FromHex(const std::string& hex, ncclUniqueId* id) {
     id->internal[i] = static_cast<char>(value);
   }
   return true;
-}
-
-// "600", "2.5": seconds to a tenth, without trailing zeros.
-std::string Seconds(double s) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", std::round(s * 10) / 10);
-  return buf;
 }
 
 // The collective's end event is shared with its Work's stream wait, which
@@ -263,32 +259,39 @@ class NcclProcessGroup final : public ProcessGroup {
   }
 
   // Wakes at the oldest collective's deadline, and every kAsyncErrorPoll
-  // while any is in flight; sleeps on the condition when none is.
+  // while any is in flight; sleeps on the condition when none is. Time in
+  // which this process did not run (the job suspended whole, Ctrl-Z) does
+  // not count: every collective in flight is moved out by it.
   void WatchdogLoop() {
     cudaSetDevice(parts_.device);
     std::unique_lock<std::mutex> lock(mu_);
+    PauseClock pauses;
+    pauses.Start(Clock::now());
     while (!(stop_ && pending_.empty())) {
       if (pending_.empty() || !broken_.ok()) {
         cv_.wait(lock);
+        pauses.Start(Clock::now());
         continue;
       }
       const InFlight& oldest = pending_.front();
       const auto deadline = oldest.issued + timeout_;
       cv_.wait_until(lock, std::min(deadline, Clock::now() + kAsyncErrorPoll));
       if (pending_.empty() || !broken_.ok()) continue;
+      const auto pause = pauses.Look(Clock::now()).discounted;
+      for (InFlight& f : pending_) f.issued += pause;
       const InFlight& head = pending_.front();
       const double waited = std::chrono::duration<double>(Clock::now() - head.issued).count();
       const std::string what = "ddp: " + Describe(head.seq, head.op, head.tensor) + " on nccl";
       if (Clock::now() >= head.issued + timeout_) {
         AbortLocked(lock, Status(StatusCode::kDeadlineExceeded, what + " timed out after " +
-                                                                    Seconds(waited) +
+                                                                    FormatSeconds(waited) +
                                                                     " s: communicator aborted"));
         continue;
       }
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(parts_.comm, &async);
       if (async != ncclSuccess && async != ncclInProgress) {
-        AbortLocked(lock, Unavailable(what + " failed after " + Seconds(waited) + " s: " +
+        AbortLocked(lock, Unavailable(what + " failed after " + FormatSeconds(waited) + " s: " +
                                       ncclGetErrorString(async) + ": communicator aborted"));
       }
     }
@@ -386,7 +389,7 @@ Status InitCommWithDeadline(const LaunchEnv& env, const ncclUniqueId& id, ncclCo
   std::unique_lock<std::mutex> lock(shared->mu);
   if (!shared->cv.wait_for(lock, env.timeout, [&] { return shared->done; })) {
     return Status(StatusCode::kDeadlineExceeded,
-                  what + " did not finish within " + Seconds(env.timeout.count() / 1e3) +
+                  what + " did not finish within " + FormatSeconds(env.timeout.count() / 1e3) +
                       " s though every rank reached it: NCCL's bootstrap or transport cannot "
                       "connect (NCCL_SOCKET_IFNAME, a firewall, or the network); NCCL_DEBUG=INFO "
                       "shows where it waits");

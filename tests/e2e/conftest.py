@@ -178,12 +178,17 @@ def wait_for_files(paths, timeout=10.0):
     return [p.read_text().strip() for p in paths]
 
 
-def freeze_job(launcher_pid, seconds):
+def freeze_job(launcher_pid, seconds, first=None):
     """Stops the launcher's children (its workers and job guardian), then the launcher, for
     `seconds`, as scontrol suspend or a cgroup freezer would; continues the launcher first, then
-    the children: the order in which the launcher sees only beats from before the freeze."""
+    the children: the order in which the launcher sees only beats from before the freeze.
+    `first`: a child's pid to stop half a second before the rest (its peers then wait for it in
+    a collective when the freeze comes)."""
     with open(f"/proc/{launcher_pid}/task/{launcher_pid}/children") as f:
         children = [int(c) for c in f.read().split()]
+    if first is not None:
+        os.kill(first, signal.SIGSTOP)
+        time.sleep(0.5)
     for pid in children:
         os.kill(pid, signal.SIGSTOP)
     os.kill(launcher_pid, signal.SIGSTOP)
