@@ -13,6 +13,7 @@
 
 #include "examples/train/cuda_plugin.hpp"
 #include "examples/train/distributed_run.hpp"
+#include "examples/train/openblas_kernels.hpp"
 #include "examples/train/options.hpp"
 #include "examples/train/reference_run.hpp"
 
@@ -54,6 +55,10 @@ int main(int argc, char** argv) {
   if (options->help) {
     std::fputs(options->help_text.c_str(), stdout);
     return 0;
+  }
+  // The host's GEMMs: the CPU path's and the reference's (before either starts).
+  if (options->reference || options->device != "cuda") {
+    ddprun::train::UseTheCpusOpenBlasKernels(argv);
   }
   if (options->reference) return ddprun::train::RunReference(*options);  // always on the host
   if (options->device == "cuda") {

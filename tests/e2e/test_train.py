@@ -119,6 +119,40 @@ def test_a_job_suspended_whole_inside_a_collective_does_not_time_it_out(launch):
     assert_matches_reference(p.stdout(), 2, args, 1e-6)
 
 
+def cpu_flags():
+    with open("/proc/cpuinfo") as f:
+        found = re.search(r"^flags\s*:(.*)$", f.read(), re.M)
+    return set(found.group(1).split()) if found else set()
+
+
+BEFORE_AVX2 = {"prescott", "core2", "penryn", "dunnington", "nehalem", "sandybridge", "atom",
+               "unknown", "katmai", "coppermine", "northwood", "banias", "athlon", "opteron",
+               "opteron_sse3", "barcelona", "nano", "bobcat", "bulldozer", "piledriver"}
+
+
+@pytest.mark.skipif(not {"avx2", "fma"} <= cpu_flags(), reason="needs a CPU with AVX2 and FMA")
+def test_openblas_runs_kernels_the_cpu_has_and_a_users_choice_stands():
+    # OPENBLAS_VERBOSE=2: OpenBLAS says "Core: NAME" each time it loads. Debian 12's OpenBLAS
+    # takes a CPU model it does not know (an Emerald Rapids Xeon) for a Prescott (SSE3).
+    r = subprocess.run([TRAIN, "--reference", *SMALL], env=env(OPENBLAS_VERBOSE="2"),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    cores = re.findall(r"Core: (\S+)", r.stdout + r.stderr)
+    assert cores and cores[-1].lower() not in BEFORE_AVX2, r.stdout + r.stderr
+    if cores[0].lower() in BEFORE_AVX2:  # taken for an older CPU: run again, and said so
+        assert len(cores) == 2, r.stdout + r.stderr
+        assert re.search(rf"train: OpenBLAS \S+ took this CPU for a {cores[0]} \(kernels without "
+                         rf"AVX2\): running with OPENBLAS_CORETYPE={cores[1]}", r.stderr), r.stderr
+    else:
+        assert len(cores) == 1 and "OPENBLAS_CORETYPE" not in r.stderr, r.stdout + r.stderr
+    chosen = subprocess.run([TRAIN, "--reference", *SMALL],
+                            env=env(OPENBLAS_VERBOSE="2", OPENBLAS_CORETYPE="Prescott"),
+                            capture_output=True, text=True, timeout=60)
+    assert chosen.returncode == 0, chosen.stderr
+    assert re.findall(r"Core: (\S+)", chosen.stdout + chosen.stderr) == ["Prescott"]
+    assert "OPENBLAS_CORETYPE" not in chosen.stderr, chosen.stderr
+
+
 def test_a_crash_is_the_root_cause():
     r = ddprun(2, *SMALL, "--crash-at-step", "4", "--hang-rank", "1")
     assert r.returncode == 1, r.stderr

@@ -1,0 +1,15 @@
+// The trainer's GEMMs are OpenBLAS's. When the OpenBLAS it loaded took the
+// CPU for an older one (env/openblas.hpp: Debian 12's takes an Emerald
+// Rapids Xeon for a Prescott, and multiplies at a third of the speed) and the
+// user chose no core (OPENBLAS_CORETYPE), the trainer runs itself again with
+// the kernels the CPU runs: the same process (exec), before anything else,
+// so ddprun's supervision does not see it. It says so once (rank 0, or a run
+// outside ddprun), on stderr.
+#pragma once
+
+namespace ddprun::train {
+
+// Call before any training starts, with main's argv.
+void UseTheCpusOpenBlasKernels(char** argv);
+
+}  // namespace ddprun::train
