@@ -20,6 +20,7 @@
 #include "env/interfaces.hpp"
 #include "env/memory.hpp"
 #include "env/names.hpp"
+#include "env/openblas.hpp"
 #include "env/slurm.hpp"
 #include "env/worker_env.hpp"
 #include "launcher/doctor_gpus.hpp"
@@ -94,6 +95,41 @@ LimitCheck NcclCheck() {
           std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(*v % 100) +
               " (" + lib + ")",
           ""};
+}
+
+// The kernels the system's OpenBLAS runs here (env/openblas.hpp): a warning
+// when they are older than the CPU (a CPU model it does not know).
+LimitCheck OpenBlasCheck() {
+  // Its thread pool starts as it loads: one thread, not one per CPU, in ddprun.
+  setenv("OPENBLAS_NUM_THREADS", "1", 0);
+  std::string lib;
+  Library blas = Open({"libopenblas.so.0", "libopenblas.so"}, lib);
+  auto corename =
+      blas ? reinterpret_cast<char* (*)()>(dlsym(blas.get(), "openblas_get_corename")) : nullptr;
+  auto config =
+      blas ? reinterpret_cast<char* (*)()>(dlsym(blas.get(), "openblas_get_config")) : nullptr;
+  if (corename == nullptr) {
+    return {"OpenBLAS", CheckStatus::kOk, "not found (libopenblas.so.0 is not on the library path)",
+            ""};
+  }
+  std::string version = config != nullptr ? config() : "OpenBLAS";
+  version = version.substr(0, version.find(' ', version.find(' ') + 1));
+  const std::string core = corename();
+  const char* chosen = std::getenv("OPENBLAS_CORETYPE");
+  const std::string by =
+      chosen != nullptr ? "OPENBLAS_CORETYPE=" + std::string(chosen) : "its choice";
+  const std::string better = env::BetterOpenBlasCore(core, env::ThisCpusVectorUnits());
+  if (better.empty()) {
+    return {"OpenBLAS", CheckStatus::kOk,
+            version + ", " + core + " kernels (" + by + "; " + lib + ")", ""};
+  }
+  return {"OpenBLAS", CheckStatus::kWarn,
+          version + ", " + core + " kernels (" + by + "; " + lib +
+              "): no AVX2 on a CPU that has it" +
+              (chosen == nullptr ? " (OpenBLAS does not know this CPU model)" : ""),
+          "export OPENBLAS_CORETYPE=" + better +
+              " for workers whose GEMMs are OpenBLAS's (C++ workers, NumPy on the system's "
+              "OpenBLAS; not PyTorch's own): GEMMs without AVX2 run 2-3x slower"};
 }
 
 std::string CudaVersionText(int v) {
@@ -324,6 +360,7 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   for (auto& check : GpuChecks(host.gpus, c.visible_gpus))
     report.checks.push_back(std::move(check));
   report.checks.push_back(NcclCheck());
+  report.checks.push_back(OpenBlasCheck());
   for (auto& check : CudaChecks(!host.gpus.devices.empty()))
     report.checks.push_back(std::move(check));
   report.checks.push_back(env::MemoryCheck(env::ReadMemoryFacts()));

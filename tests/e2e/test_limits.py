@@ -29,12 +29,29 @@ def test_doctor_prints_a_marked_table_and_exits_zero():
     assert "fail" not in lines, r
     for check in ("RLIMIT_NPROC (ulimit -u)", "RLIMIT_NOFILE (ulimit -n)",
                   "RLIMIT_MEMLOCK (ulimit -l)", "/dev/shm", "OMP_NUM_THREADS", "GPUs",
-                  "visible GPUs", "NCCL", "CUDA driver", "CUDA runtime", "memory", "interface lo",
+                  "visible GPUs", "NCCL", "OpenBLAS", "CUDA driver", "CUDA runtime", "memory", "interface lo",
                   "port 0", "port 29500", "port 29400"):
         assert re.search(r"^  (ok|warn|fail)\s+" + re.escape(check) + r"\s", r.stdout, re.M), \
             f"no line for {check}\n{r}"
     assert r.stdout.startswith("# ddprun doctor: host "), r
     assert re.search(r"^# \d+ ok, \d+ warn, 0 fail: OK$", r.stdout, re.M), r
+
+
+def test_doctor_names_openblas_kernels_older_than_the_cpu():
+    with open("/proc/cpuinfo") as f:
+        flags = set(re.search(r"^flags\s*:(.*)$", f.read(), re.M).group(1).split())
+    if not {"avx2", "fma"} <= flags:
+        pytest.skip("needs a CPU with AVX2 and FMA")
+    old = run_ddprun(["doctor"], env=base_env(OPENBLAS_CORETYPE="Prescott"))
+    if "libopenblas.so.0 is not on the library path" in old.stdout:
+        pytest.skip("no system OpenBLAS")
+    assert old.rc == 0, old
+    assert re.search(r"^  warn\s+OpenBLAS\s+OpenBLAS \S+, Prescott kernels "
+                     r"\(OPENBLAS_CORETYPE=Prescott; libopenblas\.so\.0\): no AVX2 on a CPU that "
+                     r"has it\n\s+fix: export OPENBLAS_CORETYPE=(SkylakeX|Haswell) ", old.stdout,
+                     re.M), old
+    fit = run_ddprun(["doctor"], env=base_env(OPENBLAS_CORETYPE="Haswell"))
+    assert re.search(r"^  ok\s+OpenBLAS\s+OpenBLAS \S+, Haswell kernels", fit.stdout, re.M), fit
 
 
 def test_doctor_option_form_sizes_the_checks_by_the_options():
