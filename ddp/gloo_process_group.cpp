@@ -37,7 +37,8 @@ using Clock = std::chrono::steady_clock;
 
 // Gloo's own timeout counts the time this process did not run (a job
 // suspended whole, Ctrl-Z, a freezer): the group's watchdog keeps the
-// collective timeout instead, and Gloo's is only a backstop.
+// collective timeout instead, and Gloo's is only a backstop (unless the
+// watchdog found no connections to shut down: then Gloo keeps it).
 constexpr Ms kGlooBackstop = std::chrono::hours(24 * 7);
 
 // Gloo's Store on ddprun's store client. Gloo's get() must block until the
@@ -124,6 +125,7 @@ class GlooProcessGroup : public ProcessGroup {
         recorder_(std::move(recorder)),
         sockets_(std::move(sockets)) {
     timeout_ = env.timeout;
+    watched_ = size_ == 1 || sockets_.size() > 0;
     thread_ = std::thread([this] { Loop(); });
     watchdog_ = std::thread([this] { Watch(); });
   }
@@ -155,7 +157,7 @@ class GlooProcessGroup : public ProcessGroup {
     return Enqueue("allreduce", t, [this, t, reduce = *reduce](uint32_t tag) {
       gloo::AllreduceOptions o(ctx_);
       o.setTag(tag);
-      o.setTimeout(kGlooBackstop);
+      o.setTimeout(GlooTimeout());
       SetOutput(o, t);
       o.setReduceFunction(reduce);
       gloo::allreduce(o);
@@ -166,7 +168,7 @@ class GlooProcessGroup : public ProcessGroup {
     return Enqueue("broadcast", t, [this, t, root](uint32_t tag) {
       gloo::BroadcastOptions o(ctx_);
       o.setTag(tag);
-      o.setTimeout(kGlooBackstop);
+      o.setTimeout(GlooTimeout());
       o.setRoot(root);
       o.setOutput(static_cast<uint8_t*>(t.data), t.bytes());
       gloo::broadcast(o);
@@ -206,6 +208,8 @@ class GlooProcessGroup : public ProcessGroup {
     return work;
   }
 
+  Ms GlooTimeout() const { return watched_ ? kGlooBackstop : timeout_; }
+
   std::string Describe(const Op& op) const {
     return std::string(op.name) + " #" + std::to_string(op.seq) + " (" +
            FormatBytes(op.tensor.bytes()) + " " + DTypeName(op.tensor.dtype) + ")";
@@ -243,31 +247,36 @@ class GlooProcessGroup : public ProcessGroup {
     }
     const double waited = std::chrono::duration<double>(Clock::now() - start).count();
     const double paused = std::chrono::duration<double>(ran.paused).count();
+    // Gloo's own timeout, where it keeps it (no connections found to watch).
+    const bool gloo_timed_out = !watched_ && (error.find("Timed out") != std::string::npos ||
+                                              error.find("timeout") != std::string::npos);
+    const bool timed_out = ran.timed_out || gloo_timed_out;
     std::string msg = "ddp: rank " + std::to_string(rank_) + ": " + Describe(op);
-    if (ran.timed_out) {
+    if (timed_out) {
       msg += " timed out after " + FormatSeconds(waited) + " s (collective timeout " +
              FormatSeconds(timeout_.count() / 1e3) + " s" +
              (paused > 0 ? ", not counting " + FormatSeconds(paused) +
                                " s in which this process did not run"
                          : "") +
-             "; a rank stopped participating): connections shut down";
+             "; a rank stopped participating)" +
+             (ran.timed_out ? ": connections shut down" : ": " + error);
     } else {
       msg += " failed after " + FormatSeconds(waited) + " s: " + error;
     }
-    broken_ = Describe(op) + (ran.timed_out ? " timed out" : " failed");
+    broken_ = Describe(op) + (timed_out ? " timed out" : " failed");
     if (recorder_) recorder_->Finished(op.seq, false);
     op.work->Complete(
-        Status(ran.timed_out ? StatusCode::kDeadlineExceeded : StatusCode::kUnavailable, msg));
+        Status(timed_out ? StatusCode::kDeadlineExceeded : StatusCode::kUnavailable, msg));
   }
 
   // The collective timeout, in time this process ran: looks every tick while
   // a collective runs, moves its deadline out by every pause it sees, and at
-  // the deadline closes the group's connections, which ends the collective
-  // here with an error and at once on the ranks still connected.
+  // the deadline shuts the group's connections down, which ends the
+  // collective here with an error and at once on the ranks still connected.
   void Watch() {
     std::unique_lock<std::mutex> lock(mu_);
     while (!watch_stop_) {
-      if (!running_ || running_->timed_out) {
+      if (!running_ || running_->timed_out || !watched_) {
         cv_.wait(lock);
         continue;
       }
@@ -307,7 +316,8 @@ class GlooProcessGroup : public ProcessGroup {
   std::string prefix_;
   std::shared_ptr<gloo::rendezvous::Context> ctx_;
   std::unique_ptr<FlightRecorder> recorder_;
-  NewSockets sockets_;  // the group's connections
+  NewSockets sockets_;   // the group's connections
+  bool watched_ = true;  // the watchdog keeps the timeout (else Gloo does)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Op> queue_;
@@ -317,7 +327,7 @@ class GlooProcessGroup : public ProcessGroup {
   struct Running {
     Clock::time_point deadline;
     Clock::duration paused;  // this process did not run meanwhile
-    bool timed_out;          // the watchdog closed the connections
+    bool timed_out;          // the watchdog shut the connections down
   };
   std::optional<Running> running_;
   PauseClock pauses_;        // under mu_
