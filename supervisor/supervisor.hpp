@@ -17,6 +17,7 @@
 #include <set>
 #include <vector>
 
+#include "base/pause_clock.hpp"
 #include "base/status.hpp"
 #include "base/unique_fd.hpp"
 #include "supervisor/containment.hpp"
@@ -24,7 +25,6 @@
 #include "supervisor/group_state.hpp"
 #include "supervisor/hang_check.hpp"
 #include "supervisor/heartbeat_watch.hpp"
-#include "base/pause_clock.hpp"
 #include "supervisor/shown_stream.hpp"
 #include "supervisor/signal_tap.hpp"
 #include "supervisor/spawn.hpp"
