@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 from trainlib import DDPRUN, SMALL, TRAIN, assert_matches_reference, checksums, reference
+from trainlib import freeze_inside_a_collective
 from trainlib import train_env as env
-
-from conftest import freeze_job, wait_for
 
 
 def ddprun(nproc, *args, timeout=120):
@@ -102,18 +101,7 @@ def test_a_job_suspended_whole_inside_a_collective_does_not_time_it_out(launch):
     args = ["--width", "256", "--depth", "4", "--batch", "64", "--steps", "800"]
     p = launch(["--nproc_per_node=2", TRAIN, "--device", "cpu", *args,
                 "--collective-timeout", "2"], env=env())
-    ranks = {}
-
-    def started():
-        with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
-            for pid in map(int, f.read().split()):
-                with open(f"/proc/{pid}/environ", "rb") as e:
-                    found = re.search(rb"(?:^|\0)RANK=(\d+)", e.read())
-                if found:
-                    ranks[int(found.group(1))] = pid
-        return len(ranks) == 2 and "step 0 loss" in p.stdout()
-    wait_for(started, timeout=30, what="both ranks training")
-    freeze_job(p.pid, 5, first=ranks[1])
+    freeze_inside_a_collective(p)
     assert p.wait(timeout=120) == 0, p.output()
     assert "timed out" not in p.stderr(), p.output()
     assert_matches_reference(p.stdout(), 2, args, 1e-6)

@@ -49,3 +49,22 @@ def assert_matches_reference(stdout, world, args, rel, loss_falls=True):
     if loss_falls:
         curve = losses(stdout)
         assert len(curve) >= 2 and curve[-1] < curve[0], curve
+
+
+def freeze_inside_a_collective(p, seconds=5):
+    """Once both ranks of the ddprun `p` (conftest's Launched) train, stops rank 1, then the whole
+    job (ddprun included) for `seconds`, as scontrol suspend would: rank 0 waits for rank 1 in a
+    collective all that time."""
+    from conftest import freeze_job, wait_for
+    ranks = {}
+
+    def training():
+        with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+            for pid in map(int, f.read().split()):
+                with open(f"/proc/{pid}/environ", "rb") as e:
+                    found = re.search(rb"(?:^|\0)RANK=(\d+)", e.read())
+                if found:
+                    ranks[int(found.group(1))] = pid
+        return len(ranks) == 2 and "step 0 loss" in p.stdout()
+    wait_for(training, timeout=60, what="both ranks training")
+    freeze_job(p.pid, seconds, first=ranks[1])
