@@ -33,4 +33,9 @@ std::string BetterOpenBlasCore(std::string_view chosen, VectorUnits cpu) {
   return cpu.avx512 ? "SkylakeX" : "Haswell";
 }
 
+std::string OpenBlasVersion(std::string_view config) {
+  const size_t first = config.find(' ');
+  return std::string(config.substr(0, first == config.npos ? first : config.find(' ', first + 1)));
+}
+
 }  // namespace ddprun::env

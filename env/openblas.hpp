@@ -23,4 +23,7 @@ VectorUnits ThisCpusVectorUnits();
 // choice stands (a core it knows, or a CPU without AVX2).
 std::string BetterOpenBlasCore(std::string_view chosen, VectorUnits cpu);
 
+// "OpenBLAS 0.3.21" of openblas_get_config()'s "OpenBLAS 0.3.21 DYNAMIC_ARCH ... Prescott ...".
+std::string OpenBlasVersion(std::string_view config);
+
 }  // namespace ddprun::env

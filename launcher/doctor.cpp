@@ -112,8 +112,7 @@ LimitCheck OpenBlasCheck() {
     return {"OpenBLAS", CheckStatus::kOk, "not found (libopenblas.so.0 is not on the library path)",
             ""};
   }
-  std::string version = config != nullptr ? config() : "OpenBLAS";
-  version = version.substr(0, version.find(' ', version.find(' ') + 1));
+  const std::string version = env::OpenBlasVersion(config != nullptr ? config() : "OpenBLAS");
   const std::string core = corename();
   const char* chosen = std::getenv("OPENBLAS_CORETYPE");
   const std::string by =

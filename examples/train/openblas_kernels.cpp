@@ -25,12 +25,8 @@ bool Speaks() {
   return rank == nullptr || std::strcmp(rank, "0") == 0;
 }
 
-// "OpenBLAS 0.3.21" of "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Prescott MAX_THREADS=64".
 std::string Version() {
-  std::string config = openblas_get_config != nullptr ? openblas_get_config() : "OpenBLAS";
-  const size_t first = config.find(' ');
-  const size_t second = first == std::string::npos ? first : config.find(' ', first + 1);
-  return config.substr(0, second);
+  return env::OpenBlasVersion(openblas_get_config != nullptr ? openblas_get_config() : "OpenBLAS");
 }
 
 }  // namespace

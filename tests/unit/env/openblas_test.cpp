@@ -26,5 +26,12 @@ TEST_CASE("a core OpenBLAS knows, or a CPU without AVX2, keeps OpenBLAS's choice
   CHECK(BetterOpenBlasCore("", kAvx2).empty());
 }
 
+TEST_CASE("the version is the first two words of OpenBLAS's configuration") {
+  CHECK(OpenBlasVersion("OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Prescott MAX_THREADS=64") ==
+        "OpenBLAS 0.3.21");
+  CHECK(OpenBlasVersion("OpenBLAS 0.3.26") == "OpenBLAS 0.3.26");
+  CHECK(OpenBlasVersion("OpenBLAS") == "OpenBLAS");
+}
+
 }  // namespace
 }  // namespace ddprun::env
