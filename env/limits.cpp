@@ -12,6 +12,7 @@
 #include <sstream>
 #include <system_error>
 
+#include "base/format.hpp"
 #include "base/parse.hpp"
 #include "env/cpus.hpp"
 #include "env/names.hpp"
@@ -220,6 +221,59 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   plan.checks.push_back(std::move(c));
 }
 
+// A limit on size that a worker meets partway through a run, not at its
+// start: the soft value is raised to the hard one (as Slurm's propagation of
+// the submitting shell's soft limits, a login node's "ulimit -v", leaves it
+// low); a finite hard value, which only root can raise, is a warning.
+struct SizeLimit {
+  const char* check;  // "RLIMIT_FSIZE (ulimit -f)"
+  char flag;          // ulimit's: -H<flag>
+  const char* item;   // limits.conf's
+  const char* reach;  // what a worker meets at the limit, after "no worker can ..."
+  const char* cap;    // "" or how to cap memory instead
+};
+
+constexpr SizeLimit kFsize{
+    "RLIMIT_FSIZE (ulimit -f)", 'f', "fsize",
+    "write a file larger than the hard limit: a checkpoint or log that grows past it fails "
+    "(Python: "
+    "[Errno 27] File too large; C and C++ programs die of SIGXFSZ), as do ddprun's log files",
+    ""};
+constexpr SizeLimit kAddressSpace{
+    "RLIMIT_AS (ulimit -v)", 'v', "as",
+    "map more address space than the hard limit, used or not: importing PyTorch alone maps several "
+    "GiB "
+    "(below that: failed to map segment from shared object), CUDA reserves far more than it "
+    "allocates, and every thread's stack counts (can't start new thread)",
+    "; to cap a job's memory use a cgroup (Slurm --mem, docker --memory), which counts memory "
+    "in use, not address space"};
+constexpr SizeLimit kData{"RLIMIT_DATA (ulimit -d)", 'd', "data",
+                          "hold more heap and private mappings than the hard limit: allocations "
+                          "past it fail (MemoryError, "
+                          "std::bad_alloc, Cannot allocate memory)",
+                          "; to cap a job's memory use a cgroup (Slurm --mem, docker --memory)"};
+
+std::string Size(uint64_t bytes) { return bytes == kUnlimited ? "unlimited" : FormatBytes(bytes); }
+
+void CheckSize(const LimitFacts& f, const Rlimit& r, const SizeLimit& k,
+               std::optional<uint64_t>& raise, LimitPlan& plan) {
+  LimitCheck c{k.check, CheckStatus::kOk, "soft " + Size(r.soft) + ", hard " + Size(r.hard), ""};
+  if (r.soft < r.hard) {
+    raise = r.hard;
+    c.measured += "; soft raised to " + Size(r.hard);
+    plan.notices.push_back(std::string("raised ") + k.check + " soft limit from " + Size(r.soft) +
+                           " to " + Size(r.hard) + " (hard)");
+  }
+  if (r.hard != kUnlimited) {
+    c.status = CheckStatus::kWarn;
+    c.measured += ": no worker can " + std::string(k.reach);
+    c.fix = std::string("as root raise the hard limit: ulimit -H") + k.flag +
+            " unlimited in the shell that starts ddprun, or \"" + f.user + " hard " + k.item +
+            " unlimited\" in /etc/security/limits.d/ (then log in again)" + k.cap;
+  }
+  plan.checks.push_back(std::move(c));
+}
+
 }  // namespace
 
 LimitPlan PlanLimits(const LimitFacts& facts, const JobShape& job) {
@@ -229,6 +283,9 @@ LimitPlan PlanLimits(const LimitFacts& facts, const JobShape& job) {
   CheckMemlock(facts, plan);
   CheckShm(facts, job, plan);
   CheckOmp(facts, job, plan);
+  CheckSize(facts, facts.fsize, kFsize, plan.raise_fsize_soft, plan);
+  CheckSize(facts, facts.address_space, kAddressSpace, plan.raise_address_space_soft, plan);
+  CheckSize(facts, facts.data, kData, plan.raise_data_soft, plan);
   return plan;
 }
 
@@ -396,6 +453,9 @@ LimitFacts ReadLimitFacts(const Environ& environ, const OsPaths& paths) {
   f.nofile = GetLimit(RLIMIT_NOFILE);
   f.open_fds = CountOpenFds(paths.proc_root + "/self/fd");
   f.memlock = GetLimit(RLIMIT_MEMLOCK);
+  f.fsize = GetLimit(RLIMIT_FSIZE);
+  f.address_space = GetLimit(RLIMIT_AS);
+  f.data = GetLimit(RLIMIT_DATA);
   f.user_processes = UserProcesses(f.uid, paths.proc_root);
   f.user_namespace = !InitialUserNamespace(paths.proc_root + "/self/uid_map");
   f.nr_open = ReadNumber<uint64_t>(paths.proc_root + "/sys/fs/nr_open").value_or(f.nr_open);
@@ -422,15 +482,18 @@ StatusOr<LimitPlan> PrepareLimits(const JobShape& job, const Environ& environ,
   if (std::string failure = NofileFailureMessage(facts, job); !failure.empty()) {
     return Unavailable(failure);
   }
-  if (plan.raise_nproc_soft) {
-    if (Status s = SetSoft(RLIMIT_NPROC, "RLIMIT_NPROC", *plan.raise_nproc_soft); !s.ok()) {
-      return s;
-    }
-  }
-  if (plan.raise_nofile_soft) {
-    if (Status s = SetSoft(RLIMIT_NOFILE, "RLIMIT_NOFILE", *plan.raise_nofile_soft); !s.ok()) {
-      return s;
-    }
+  const struct {
+    int resource;
+    const char* name;
+    const std::optional<uint64_t>& soft;
+  } raises[] = {{RLIMIT_NPROC, "RLIMIT_NPROC", plan.raise_nproc_soft},
+                {RLIMIT_NOFILE, "RLIMIT_NOFILE", plan.raise_nofile_soft},
+                {RLIMIT_FSIZE, "RLIMIT_FSIZE", plan.raise_fsize_soft},
+                {RLIMIT_AS, "RLIMIT_AS", plan.raise_address_space_soft},
+                {RLIMIT_DATA, "RLIMIT_DATA", plan.raise_data_soft}};
+  for (const auto& r : raises) {
+    if (!r.soft) continue;
+    if (Status s = SetSoft(r.resource, r.name, *r.soft); !s.ok()) return s;
   }
   return plan;
 }

@@ -1,6 +1,9 @@
 // Resource limits before spawning: the per-user process/thread limit
 // (RLIMIT_NPROC), open files, locked memory, /dev/shm and OpenMP threads,
-// checked against what a job of `nproc_per_node` workers needs.
+// checked against what a job of `nproc_per_node` workers needs; and the size
+// limits that fail a worker partway (file size, address space, data), whose
+// soft values are raised to the hard ones and whose finite hard values are
+// warned about.
 //
 // Two layers. PlanLimits() is pure: it takes numbers read from the OS
 // (LimitFacts) and returns the checks and the soft limits to raise, so tests
@@ -56,6 +59,7 @@ struct LimitFacts {
   bool user_namespace = false;                 // /proc/self/uid_map is not the identity
   std::string user;                            // login name, or the uid as text
   Rlimit nproc, nofile, memlock;               // getrlimit
+  Rlimit fsize, address_space, data;           // bytes
   std::vector<ProcessThreads> user_processes;  // processes whose real uid is `uid`
   uint64_t nr_open = 1048576;                  // /proc/sys/fs/nr_open: NOFILE's ceiling
   uint64_t open_fds = 0;                       // fds open in ddprun when it starts
@@ -86,6 +90,9 @@ struct LimitPlan {
   std::vector<LimitCheck> checks;
   std::optional<uint64_t> raise_nproc_soft;  // new soft limit, when one is needed
   std::optional<uint64_t> raise_nofile_soft;
+  std::optional<uint64_t> raise_fsize_soft;
+  std::optional<uint64_t> raise_address_space_soft;
+  std::optional<uint64_t> raise_data_soft;
   std::vector<std::string> notices;      // one line per raise, for the log
   std::vector<std::string> debug_notes;  // e.g. the skipped check for root
 };

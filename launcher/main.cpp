@@ -3,6 +3,7 @@
 // main reads as the launcher's lifecycle: parse the command line, resolve
 // the program, run the agent, map the outcome to an exit code.
 #include <fcntl.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -196,6 +197,10 @@ int main(int argc, char** argv) {
   const std::vector<std::string> closed_fds = OpenClosedStandardFds();
   // Before any handler exists: what the caller left ignored (nohup: SIGHUP).
   const std::set<int> ignored_at_start = supervisor::IgnoredSignals();
+  // A write past the file size limit (ulimit -f: a log file, the event log)
+  // then fails with EFBIG, which the writer reports, instead of killing
+  // ddprun and orphaning its output; workers get SIGXFSZ's default again.
+  signal(SIGXFSZ, SIG_IGN);
   launcher::InstallUncaughtHandler();
   if (argc >= 2 && std::string(argv[1]) == supervisor::kGuardianArg) {
     return supervisor::RunGuardian(argc, argv);

@@ -37,6 +37,7 @@ supervisor::StreamSpec Route(const LaunchConfig& c, int local_rank, int bit, std
   s.file = redirected ? std::move(file) : "";
   s.console = redirected ? (teed && shown) : shown;
   s.prefix = teed ? prefix : "";
+  s.fallback_prefix = prefix;
   return s;
 }
 

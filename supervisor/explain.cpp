@@ -183,6 +183,7 @@ const std::vector<Entry>& Catalogue() {
   static const std::vector<Entry> kEntries = {
       {"hung at exit", HungAtExit},
       {"out of memory (OOM killer)", OomKilled},
+      {"address space limit", AddressSpaceLimit},
       {"module not found", ModuleNotFound},
       {"unused parameters", UnusedParameters},
       {"model differs across ranks", ModelMismatch},
@@ -201,7 +202,9 @@ const std::vector<Entry>& Catalogue() {
       {"process group not initialized", NoProcessGroup},
       {"thread limit", ThreadLimit},
       {"non-finite loss", NonFiniteLoss},
+      {"checkpoint cut short", CheckpointShortWrite},
       {"no space left", NoSpace},
+      {"file too large", FileTooLarge},
       {"native crash", NativeCrash},  // last: what the text names says more
   };
   return kEntries;

@@ -188,6 +188,112 @@ Match NoSpace(const std::string& text, const ExplainContext& c) {
                "with room");
 }
 
+namespace {
+
+std::string Size(uint64_t bytes) {
+  return bytes == env::kUnlimited ? std::string("unlimited") : FormatBytes(bytes);
+}
+
+std::string SoftHard(const env::Rlimit& r) {
+  return "soft " + Size(r.soft) + ", hard " + Size(r.hard);
+}
+
+}  // namespace
+
+// EFBIG, as strerror, Python's OSError and errno names print it, or a death
+// by SIGXFSZ (what a C or C++ program gets; Python ignores the signal and
+// sees EFBIG): a write past RLIMIT_FSIZE, or past the largest file the
+// filesystem holds when no limit is set.
+Match FileTooLarge(const std::string& text, const ExplainContext& c) {
+  const bool signal = c.unasked_signal == SIGXFSZ;
+  if (!signal && !Has(text, "File too large") && !Has(text, "[Errno 27]") && !Has(text, "EFBIG")) {
+    return {};
+  }
+  const std::string what = signal ? "the worker died of SIGXFSZ: a write of it went past "
+                                  : "a worker's write went past ";
+  if (c.limits && c.limits->fsize.hard == env::kUnlimited) {
+    return Lines(what +
+                     "the largest file its filesystem holds (EFBIG; FAT32, for one, stops at 4 "
+                     "GiB), with no file size limit set",
+                 "write that file to another filesystem (df -T shows each one's type), or in "
+                 "parts");
+  }
+  const std::string user = c.limits ? c.limits->user : "USER";
+  return Lines(what + "the file size limit (RLIMIT_FSIZE, ulimit -f" +
+                   (c.limits ? ": " + SoftHard(c.limits->fsize) : std::string()) + ")",
+               "as root raise the hard limit: ulimit -Hf unlimited in the shell that starts "
+               "ddprun, or \"" +
+                   user + " hard fsize unlimited\" in /etc/security/limits.d/");
+}
+
+// torch.save's zip writer (caffe2/serialize/inline_container.cc) checks its
+// position after each write and reports a short one without the errno:
+// "unexpected pos N vs M" (PyTorch 2.x), "PytorchStreamWriter failed writing
+// file" (older ones). A full filesystem, a quota or the file size limit.
+Match CheckpointShortWrite(const std::string& text, const ExplainContext& c) {
+  if (!Find(text, R"(inline_container\.cc:\d+\] \. unexpected pos \d+ vs \d+)") &&
+      !Has(text, "PytorchStreamWriter failed writing file")) {
+    return {};
+  }
+  const std::string what =
+      "torch.save wrote less than the whole file (PyTorch's zip writer says so as \"unexpected "
+      "pos\" or \"failed writing file\", without the system's reason): ";
+  if (c.limits && c.limits->fsize.hard != env::kUnlimited) {
+    const std::string user = c.limits->user;
+    return Lines(what + "the file size limit (RLIMIT_FSIZE, ulimit -f: " +
+                     SoftHard(c.limits->fsize) + ") or a full filesystem",
+                 "raise the limit (as root: ulimit -Hf unlimited, or \"" + user +
+                     " hard fsize unlimited\" in /etc/security/limits.d/); df -h and quota -s "
+                     "show the space left where the checkpoint goes");
+  }
+  return Lines(what + "with no file size limit set, its filesystem was full or over quota",
+               "free space where the checkpoint goes (df -h, quota -s), or save it to a "
+               "filesystem with room");
+}
+
+// What a worker says when it gets no more address space: the dynamic loader
+// mapping a library (import torch), malloc, Python, C++, thread stacks, the
+// CUDA runtime. Only with a finite RLIMIT_AS or RLIMIT_DATA, and then named
+// as what it measurably is: a failure to get memory under that cap.
+Match AddressSpaceLimit(const std::string& text, const ExplainContext& c) {
+  if (!c.limits) return {};
+  const env::LimitFacts& f = *c.limits;
+  const bool as = f.address_space.hard != env::kUnlimited;
+  if (!as && f.data.hard == env::kUnlimited) return {};
+  // A pattern and the words that name it; MemoryError alone, not
+  // torch.OutOfMemoryError (a GPU's, explained by its own entry).
+  static const struct {
+    const char* pattern;
+    const char* said;
+  } kSymptoms[] = {
+      {"failed to map segment from shared object", "failed to map segment from shared object"},
+      {"Cannot allocate memory", "Cannot allocate memory"},
+      {R"(\[Errno 12\])", "[Errno 12]"},
+      {R"((^|[^\w.])MemoryError)", "MemoryError"},
+      {"std::bad_alloc", "std::bad_alloc"},
+      {"can't start new thread", "can't start new thread"},
+      {"CUDA error: out of memory", "CUDA error: out of memory"},
+      {"cudaErrorMemoryAllocation", "cudaErrorMemoryAllocation"}};
+  const char* said = nullptr;
+  for (const auto& s : kSymptoms) {
+    if (Find(text, s.pattern)) {
+      said = s.said;
+      break;
+    }
+  }
+  if (said == nullptr) return {};
+  const std::string limit = as ? "RLIMIT_AS (ulimit -v), " + SoftHard(f.address_space)
+                               : "RLIMIT_DATA (ulimit -d), " + SoftHard(f.data);
+  return Lines("a worker could not get memory (" + std::string(said) +
+                   ") under a cap on its address space: " + limit +
+                   "; PyTorch maps several GiB at import, CUDA far more than it allocates",
+               std::string("as root raise the hard limit: ulimit -H") + (as ? "v" : "d") +
+                   " unlimited in the shell that starts ddprun, or \"" + f.user + " hard " +
+                   (as ? "as" : "data") +
+                   " unlimited\" in /etc/security/limits.d/; to cap memory use a cgroup (Slurm "
+                   "--mem, docker --memory)");
+}
+
 // Gloo's TCP device (gloo/transport/tcp/device.cc) names the interface, or
 // the host name, it found no local address for; NCCL's bootstrap says "no
 // socket interface found" (its last error, in PyTorch's DistBackendError).

@@ -12,7 +12,7 @@ void Supervisor::PipeReader::Line(std::string_view line) {
     if (line.find(f) == std::string_view::npos) continue;
     std::string copy = spec.prefix + std::string(line);
     if (!WriteAll(filter_fd, copy.data(), copy.size())) {
-      owner->NoteLogLost(worker, spec.filter_file, errno);
+      owner->NoteLogLost(worker, spec.filter_file, errno, "its later matching lines are not");
       filter_fd = -1;
     }
     break;
@@ -23,9 +23,19 @@ void Supervisor::PipeReader::Consume(std::string_view data) {
   const auto now = std::chrono::steady_clock::now();
   if (spec.track_progress) owner->heartbeats_.NoteProgress(worker, now);
   // The log file is the complete record: written synchronously (a regular
-  // file does not block on a reader); after a failed write it is given up.
+  // file does not block on a reader); after a failed write it is given up,
+  // and a stream it alone kept is shown on the console from then on, with
+  // the rank's prefix, rather than lost.
   if (file.valid() && !WriteAll(file.get(), data.data(), data.size())) {
-    owner->NoteLogLost(worker, spec.file, errno);
+    const int err = errno;
+    const bool was_shown = spec.console;
+    if (!was_shown) {
+      spec.console = true;
+      shown.SetPrefix(spec.fallback_prefix);
+    }
+    owner->NoteLogLost(worker, spec.file, err,
+                       was_shown ? "its later output is only on the console"
+                                 : "its later output is shown on the console instead");
     file.Reset();
   }
   splitter.Feed(data, [this](std::string_view l) { Line(l); });

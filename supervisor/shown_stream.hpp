@@ -41,6 +41,8 @@ class ShownStream {
   void Line(std::string_view line, std::string& out);
   // Appends to `out` what is new in this stream's incomplete line `pending`.
   void Partial(std::string_view pending, std::string& out);
+  // Lines shown from now on get `prefix` instead.
+  void SetPrefix(std::string prefix) { prefix_ = std::move(prefix); }
   // Whether `pending`, the incomplete line, has bytes not shown yet.
   bool Unshown(std::string_view pending) const { return pending.size() > shown_; }
 

@@ -195,14 +195,12 @@ void Supervisor::NoteLine(size_t worker, std::string_view line) {
   tail.erase(0, cut == std::string::npos ? tail.size() - kKeep : cut + 1);
 }
 
-void Supervisor::NoteLogLost(size_t worker, const std::string& path, int err) {
+void Supervisor::NoteLogLost(size_t worker, const std::string& path, int err, const char* instead) {
   if (worker >= outputs_.size()) return;
   outputs_[worker].lost_logs.push_back(path + ": write failed: " + std::strerror(err) +
                                        "; later output is not in it");
-  spdlog::error(
-      "log file {} is incomplete: write failed: {}; its later output is only on the "
-      "console",
-      path, std::strerror(err));
+  spdlog::error("log file {} is incomplete: write failed: {}{}; {}", path, std::strerror(err),
+                err == EFBIG ? " (the file size limit, ulimit -f)" : "", instead);
 }
 
 void Supervisor::PollSignals() {

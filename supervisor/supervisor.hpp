@@ -127,7 +127,9 @@ class Supervisor {
     std::vector<std::string> lost_logs;  // each incomplete log file: which and why
   };
   void NoteLine(size_t worker, std::string_view line);
-  void NoteLogLost(size_t worker, const std::string& path, int err);
+  // A log file `path` that could not be written; `instead` says where its
+  // later output goes ("its later output is only on the console").
+  void NoteLogLost(size_t worker, const std::string& path, int err, const char* instead);
   // Hang detection: one timer, armed for the earliest deadline of any worker.
   void ArmHangCheck();
   void CheckHangs();

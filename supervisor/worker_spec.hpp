@@ -11,9 +11,10 @@ namespace ddprun::supervisor {
 // only prefixing, copying to two places, or filtering makes the launcher read
 // the stream through a pipe.
 struct StreamSpec {
-  bool console = true;                         // shown on the launcher's matching stream
-  std::string prefix;                          // put before every console line ("" = shown as is)
-  std::string file;                            // also written here ("" = no file)
+  bool console = true;          // shown on the launcher's matching stream
+  std::string prefix;           // put before every console line ("" = shown as is)
+  std::string fallback_prefix;  // the rank's, for output shown only because its file failed
+  std::string file;             // also written here ("" = no file)
   std::vector<std::string> duplicate_filters;  // lines containing one of these ...
   std::string filter_file;                     // ... are copied here, prefixed
   bool track_progress = false;                 // every line is a heartbeat (--hang_detect=output)

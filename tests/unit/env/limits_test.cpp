@@ -167,14 +167,72 @@ TEST_CASE("/dev/shm smaller than NCCL's SHM buffers for the local ranks warns") 
   CHECK(Find(PlanLimits(f, {2, 64}), "/dev/shm").status == CheckStatus::kWarn);
 }
 
+TEST_CASE("size limits: unlimited is left alone") {
+  auto plan = PlanLimits(Facts(), {2, 64});
+  for (const char* name : {"RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_DATA"}) {
+    const auto& c = Find(plan, name);
+    CHECK(c.status == CheckStatus::kOk);
+    CHECK(c.measured == "soft unlimited, hard unlimited");
+    CHECK(c.fix.empty());
+  }
+  CHECK_FALSE(plan.raise_fsize_soft);
+  CHECK_FALSE(plan.raise_address_space_soft);
+  CHECK_FALSE(plan.raise_data_soft);
+}
+
+TEST_CASE("size limits: a soft value under the hard one is raised to it, with a notice") {
+  LimitFacts f = Facts();
+  f.nofile = {524288, 524288};  // no NOFILE notice
+  f.fsize = {64 * 1024, kUnlimited};
+  f.address_space = {2048 * kMiB, kUnlimited};  // a login node's ulimit -v, propagated by Slurm
+  auto plan = PlanLimits(f, {2, 64});
+  CHECK(plan.raise_fsize_soft == kUnlimited);
+  CHECK(plan.raise_address_space_soft == kUnlimited);
+  CHECK_FALSE(plan.raise_data_soft);
+  CHECK(Find(plan, "RLIMIT_FSIZE").status == CheckStatus::kOk);
+  CHECK(Find(plan, "RLIMIT_AS").measured ==
+        "soft 2.0 GiB, hard unlimited; soft raised to unlimited");
+  REQUIRE(plan.notices.size() == 2);
+  CHECK(plan.notices[0] ==
+        "raised RLIMIT_FSIZE (ulimit -f) soft limit from 64.0 KiB to unlimited (hard)");
+  CHECK(plan.notices[1] ==
+        "raised RLIMIT_AS (ulimit -v) soft limit from 2.0 GiB to unlimited (hard)");
+}
+
+TEST_CASE("size limits: a finite hard value warns with what fails there and the fix") {
+  LimitFacts f = Facts();
+  f.fsize = {1024 * kMiB, 4096 * kMiB};
+  f.data = {8192 * kMiB, 8192 * kMiB};
+  auto plan = PlanLimits(f, {2, 64});
+  CHECK(plan.raise_fsize_soft == 4096 * kMiB);  // raised as far as it goes
+  const auto& fsize = Find(plan, "RLIMIT_FSIZE");
+  CHECK(fsize.status == CheckStatus::kWarn);
+  CHECK(fsize.measured.rfind(
+            "soft 1.0 GiB, hard 4.0 GiB; soft raised to 4.0 GiB: no worker can write a file "
+            "larger than the hard limit",
+            0) == 0);
+  CHECK(fsize.measured.find("SIGXFSZ") != std::string::npos);
+  CHECK(fsize.fix.find("ulimit -Hf unlimited") != std::string::npos);
+  CHECK(fsize.fix.find("\"alice hard fsize unlimited\"") != std::string::npos);
+  const auto& data = Find(plan, "RLIMIT_DATA");
+  CHECK(data.status == CheckStatus::kWarn);
+  CHECK_FALSE(plan.raise_data_soft);
+  CHECK(data.fix.find("ulimit -Hd unlimited") != std::string::npos);
+  CHECK(data.fix.find("Slurm --mem") != std::string::npos);
+  CHECK(Find(plan, "RLIMIT_AS").status == CheckStatus::kOk);
+}
+
 TEST_CASE("every check has a line and the names the doctor prints") {
   auto plan = PlanLimits(Facts(), {2, 64});
-  REQUIRE(plan.checks.size() == 5);
+  REQUIRE(plan.checks.size() == 8);
   CHECK(plan.checks[0].check == "RLIMIT_NPROC (ulimit -u)");
   CHECK(plan.checks[1].check == "RLIMIT_NOFILE (ulimit -n)");
   CHECK(plan.checks[2].check == "RLIMIT_MEMLOCK (ulimit -l)");
   CHECK(plan.checks[3].check == "/dev/shm");
   CHECK(plan.checks[4].check == "OMP_NUM_THREADS");
+  CHECK(plan.checks[5].check == "RLIMIT_FSIZE (ulimit -f)");
+  CHECK(plan.checks[6].check == "RLIMIT_AS (ulimit -v)");
+  CHECK(plan.checks[7].check == "RLIMIT_DATA (ulimit -d)");
   CHECK(std::string(CheckStatusName(CheckStatus::kWarn)) == "warn");
 }
 

@@ -538,5 +538,87 @@ TEST_CASE("explain: a full disk, said by the worker or found in the log director
   CHECK(said->cause.find("found its filesystem full (ENOSPC)") != std::string::npos);
 }
 
+ExplainContext WithLimits(env::Rlimit fsize, env::Rlimit address_space) {
+  ExplainContext c;
+  env::LimitFacts f;
+  f.user = "alice";
+  f.fsize = fsize;
+  f.address_space = address_space;
+  c.limits = f;
+  return c;
+}
+
+TEST_CASE("explain: a write past the file size limit, said by Python or a SIGXFSZ death") {
+  const ExplainContext c = WithLimits({64 << 10, 64 << 10}, {});
+  auto said = Explain(Failed("OSError: [Errno 27] File too large"), c);
+  REQUIRE(said.has_value());
+  CHECK(said->signature == "file too large");
+  CHECK(said->cause ==
+        "a worker's write went past the file size limit (RLIMIT_FSIZE, ulimit -f: soft 64.0 "
+        "KiB, hard 64.0 KiB)");
+  CHECK(said->fix.find("ulimit -Hf unlimited") != std::string::npos);
+  CHECK(said->fix.find("\"alice hard fsize unlimited\"") != std::string::npos);
+
+  ExplainContext signalled = c;
+  signalled.unasked_signal = SIGXFSZ;
+  auto died = Explain(Failed("exitcode -25"), signalled);
+  REQUIRE(died.has_value());
+  CHECK(died->cause.rfind("the worker died of SIGXFSZ: a write of it went past the file size "
+                          "limit",
+                          0) == 0);
+
+  // No limit set: the filesystem's own largest file.
+  auto fs = Explain(Failed("OSError: [Errno 27] File too large"), WithLimits({}, {}));
+  REQUIRE(fs.has_value());
+  CHECK(fs->cause.find("the largest file its filesystem holds") != std::string::npos);
+  CHECK(fs->fix.find("another filesystem") != std::string::npos);
+}
+
+// PyTorch 2.12's torch.save under ulimit -f 64: the short write surfaces at the end.
+TEST_CASE("explain: a checkpoint torch.save cut short names the file size limit or the space") {
+  const std::string text =
+      "    self.file_like.write_end_of_file()\nRuntimeError: [enforce fail at "
+      "inline_container.cc:672] . unexpected pos 704 vs 598";
+  auto limited = Explain(Failed(text), WithLimits({64 << 10, 64 << 10}, {}));
+  REQUIRE(limited.has_value());
+  CHECK(limited->signature == "checkpoint cut short");
+  CHECK(limited->cause.find("torch.save wrote less than the whole file") != std::string::npos);
+  CHECK(limited->cause.find("the file size limit (RLIMIT_FSIZE, ulimit -f: soft 64.0 KiB, hard "
+                            "64.0 KiB) or a full filesystem") != std::string::npos);
+  auto unlimited = Explain(Failed("RuntimeError: PytorchStreamWriter failed writing file data/3: "
+                                  "file write failed"),
+                           WithLimits({}, {}));
+  REQUIRE(unlimited.has_value());
+  CHECK(unlimited->cause.find("its filesystem was full or over quota") != std::string::npos);
+  CHECK(unlimited->fix.find("df -h") != std::string::npos);
+}
+
+TEST_CASE("explain: memory refused under an address-space cap names RLIMIT_AS") {
+  const ExplainContext c = WithLimits({}, {2048ull << 20, 2048ull << 20});
+  for (const char* text :
+       {"ImportError: libtorch_cpu.so: failed to map segment from shared object", "MemoryError",
+        "terminate called after throwing an instance of 'std::bad_alloc'",
+        "RuntimeError: can't start new thread"}) {
+    auto e = Explain(Failed(text), c);
+    REQUIRE(e.has_value());
+    CHECK(e->signature == "address space limit");
+    CHECK(e->cause.find("under a cap on its address space: RLIMIT_AS (ulimit -v), soft 2.0 GiB, "
+                        "hard 2.0 GiB") != std::string::npos);
+    CHECK(e->fix.find("ulimit -Hv unlimited") != std::string::npos);
+  }
+  // Without a cap the same words are not blamed on one.
+  auto threads = Explain(Failed("RuntimeError: can't start new thread"), WithLimits({}, {}));
+  REQUIRE(threads.has_value());
+  CHECK(threads->signature == "thread limit");
+  CHECK_FALSE(Explain(Failed("MemoryError"), WithLimits({}, {})).has_value());
+  // A GPU's own out-of-memory report is the GPU's, cap or not.
+  auto gpu = Explain(Failed("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 "
+                            "GiB. GPU 0 has a total capacity of 79.1 GiB of which 1.2 GiB is "
+                            "free."),
+                     c);
+  REQUIRE(gpu.has_value());
+  CHECK(gpu->signature == "CUDA out of memory");
+}
+
 }  // namespace
 }  // namespace ddprun::supervisor
