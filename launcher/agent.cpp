@@ -498,7 +498,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
     sup_->RequestStop();
   });
   if (!watching.ok()) return FinishLocally(1, watching.message());
-  facts_.GroupStarting();
+  facts_.GroupStarting(*specs);
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);
   driver_->StopWatching();
   supervisor::CountOwnFailures(result, ErrorFiles(round.restart_count));

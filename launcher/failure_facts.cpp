@@ -11,7 +11,14 @@
 
 namespace ddprun::launcher {
 
-void FailureFacts::GroupStarting() { memory_at_start_ = env::ReadMemoryFacts(); }
+void FailureFacts::GroupStarting(const std::vector<supervisor::WorkerSpec>& specs) {
+  memory_at_start_ = env::ReadMemoryFacts();
+  writes_own_logs_.assign(specs.size(), false);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    auto own = [](const supervisor::StreamSpec& s) { return !s.file.empty() && !s.NeedsPipe(); };
+    writes_own_logs_[i] = own(specs[i].out) || own(specs[i].err);
+  }
+}
 
 void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& result,
                                const supervisor::FailureRecord& root) {
@@ -21,6 +28,8 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
                             w.failed_while_stopping;
                    });
   unasked_signal_ = root.hung || root.timer ? 0 : root.exit.signal;
+  const auto rank = static_cast<size_t>(root.local_rank);
+  root_writes_own_logs_ = rank < writes_own_logs_.size() && writes_own_logs_[rank];
 }
 
 supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Program& program,
@@ -40,6 +49,7 @@ supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Pr
   if (!run_dir.empty() && statvfs(run_dir.c_str(), &logs) == 0) {
     x.log_dir = run_dir;
     x.log_free_bytes = uint64_t{logs.f_bavail} * logs.f_frsize;
+    x.writes_own_logs = root_writes_own_logs_;
   }
   x.port_holder = [](int port) { return env::PortHolder(port); };
   x.interfaces = env::ListInterfaces();

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "env/environ.hpp"
 #include "env/memory.hpp"
@@ -15,13 +16,15 @@
 #include "supervisor/explain.hpp"
 #include "supervisor/failure_report.hpp"
 #include "supervisor/supervisor.hpp"
+#include "supervisor/worker_spec.hpp"
 
 namespace ddprun::launcher {
 
 class FailureFacts {
  public:
-  // Before a group starts: the OOM kill counts to compare with.
-  void GroupStarting();
+  // Before a group starts: the OOM kill counts to compare with, and which
+  // workers write a stream straight into a log file (not through ddprun).
+  void GroupStarting(const std::vector<supervisor::WorkerSpec>& specs);
   // After a group failed: `root` is its root cause, `world_size` the job's.
   void GroupFailed(int world_size, const supervisor::GroupResult& result,
                    const supervisor::FailureRecord& root);
@@ -34,7 +37,9 @@ class FailureFacts {
   // The job is this host's workers only, and every other one was still
   // running when the root cause failed (ddprun stopped them).
   bool peers_running_ = false;
-  int unasked_signal_ = 0;  // the root cause's death signal, when ddprun did not send it
+  int unasked_signal_ = 0;             // the root cause's death signal, when ddprun did not send it
+  std::vector<bool> writes_own_logs_;  // by local rank, for the group running or last run
+  bool root_writes_own_logs_ = false;
 };
 
 }  // namespace ddprun::launcher

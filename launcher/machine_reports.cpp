@@ -211,11 +211,20 @@ Status WriteJsonFile(const std::string& path, const json& doc) {
     std::ofstream out(tmp, std::ios::trunc);
     out << doc.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
     out.close();
-    if (!out) return Internal("write " + tmp + ": " + std::strerror(errno));
+    if (!out) {
+      const int err = errno;
+      std::error_code ignored;
+      std::filesystem::remove(tmp, ignored);  // a half-written file is no report
+      return Internal("write " + tmp + ": " + std::strerror(err));
+    }
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return Internal("rename " + tmp + " to " + path + ": " + ec.message());
+  if (ec) {
+    std::error_code ignored;
+    std::filesystem::remove(tmp, ignored);
+    return Internal("rename " + tmp + " to " + path + ": " + ec.message());
+  }
   return Status::Ok();
 }
 

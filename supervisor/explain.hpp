@@ -37,6 +37,9 @@ struct ExplainContext {
   // (statvfs f_bavail); nullopt: unknown.
   std::string log_dir;
   std::optional<uint64_t> log_free_bytes;
+  // The failed worker wrote a stream of its own straight into a log file
+  // there (--redirects, read by nobody), so its writes met that filesystem.
+  bool writes_own_logs = false;
   // What listens on a TCP port of this host ("python3 (pid 12)"), "" when
   // unknown; may be empty (not asked).
   std::function<std::string(int port)> port_holder;

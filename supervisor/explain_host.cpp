@@ -169,12 +169,14 @@ Match ThreadLimit(const std::string& text, const ExplainContext& c) {
 }
 
 // ENOSPC as libc's strerror, Python's OSError and errno names print it; or,
-// with nothing printed (output redirected to that very filesystem), a log
-// directory with no byte left: every write of the worker's output failed.
+// with nothing printed, a worker that wrote its output straight into a log
+// directory with no byte left: every write of its output failed. (Where
+// ddprun writes the log files, a full disk fails ddprun's writes, reported
+// as such, not the worker's.)
 Match NoSpace(const std::string& text, const ExplainContext& c) {
   const bool said =
       Has(text, "No space left on device") || Has(text, "[Errno 28]") || Has(text, "ENOSPC");
-  const bool logs_full = c.log_free_bytes && *c.log_free_bytes == 0;
+  const bool logs_full = c.writes_own_logs && c.log_free_bytes && *c.log_free_bytes == 0;
   if (!said && !logs_full) return {};
   std::string cause = said ? "a worker's write found its filesystem full (ENOSPC)"
                            : "the filesystem of the job's log files is full: the workers' writes "

@@ -229,9 +229,9 @@ def test_per_rank_tee(tmp_path):
     assert not (attempt / "1" / "stdout.log").exists()
 
 
-def test_a_full_log_filesystem_is_named_as_the_cause(tmp_path):
-    """Output redirected (--redirects 3) to a 64 KiB tmpfs that fills up: the worker's writes
-    fail with ENOSPC and nothing it says reaches anyone; the report names the full filesystem."""
+@pytest.fixture
+def tiny_filesystem(tmp_path):
+    """A 64 KiB tmpfs, unmounted afterwards (root only)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to mount a small tmpfs")
     tiny = tmp_path / "tiny"
@@ -240,17 +240,37 @@ def test_a_full_log_filesystem_is_named_as_the_cause(tmp_path):
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    try:
-        r = run_ddprun(["--nproc_per_node=1", "--redirects", "3", "--log_dir", tiny / "logs",
-                        "--no_python", "/bin/sh", "-c",
-                        "i=0; while [ $i -lt 5000 ]; do echo line $i of output to fill the "
-                        "disk; i=$((i+1)); done; echo done >&2"])
-        assert r.rc == 1, r
-        assert re.search(r"cause +: the filesystem of the job's log files is full.*has 0 B free",
-                         r.stderr), r
-        assert "--log_dir" in r.stderr
-    finally:
-        subprocess.run(["umount", "-l", str(tiny)], capture_output=True)
+    yield tiny
+    subprocess.run(["umount", "-l", str(tiny)], capture_output=True)
+
+
+FILL = ("i=0; while [ $i -lt 5000 ]; do echo line $i of output to fill the disk; i=$((i+1)); "
+        "done; echo done >&2")
+
+
+def test_a_full_log_filesystem_is_named_as_the_cause(tiny_filesystem):
+    """Output redirected (--redirects 3) to a 64 KiB tmpfs that fills up: the worker's writes
+    fail with ENOSPC and nothing it says reaches anyone; the report names the full filesystem."""
+    r = run_ddprun(["--nproc_per_node=1", "--redirects", "3", "--log_dir",
+                    tiny_filesystem / "logs", "--no_python", "/bin/sh", "-c", FILL])
+    assert r.rc == 1, r
+    assert re.search(r"cause +: the filesystem of the job's log files is full.*has 0 B free",
+                     r.stderr), r
+    assert "--log_dir" in r.stderr
+
+
+def test_a_full_log_filesystem_is_not_blamed_for_a_worker_whose_logs_ddprun_wrote(
+        tiny_filesystem):
+    """With --tee ddprun writes the log files: the full disk failed ddprun's writes (reported as
+    such), never the worker's, so a worker that exits 3 by itself gets no full-disk cause."""
+    r = run_ddprun(["--nproc_per_node=1", "--tee", "3", "--log_dir", tiny_filesystem / "logs",
+                    "--no_python", "/bin/sh", "-c", FILL + "; exit 3"])
+    assert r.rc == 3, r
+    assert "line 4999 of output" in r.stdout, r  # on the console all the same
+    assert re.search(r"log file \S+stdout\.log is incomplete: write failed: No space left on "
+                     r"device; its later output is only on the console", r.stderr), r
+    assert "log lost  :" in r.stderr, r
+    assert "cause     :" not in r.stderr, r
 
 
 # Rank 0 draws a progress bar on stderr and waits, its line unfinished, until the test has

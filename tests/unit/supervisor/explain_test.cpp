@@ -525,6 +525,9 @@ TEST_CASE("explain: a full disk, said by the worker or found in the log director
   ExplainContext c;
   c.log_dir = "/logs/run";
   c.log_free_bytes = 0;
+  // A worker whose output ddprun wrote (--tee, a prefix) never met the full disk itself.
+  CHECK_FALSE(Explain(Failed("exitcode 1"), c).has_value());
+  c.writes_own_logs = true;  // --redirects: the worker's own writes failed
   auto silent = Explain(Failed("exitcode 1"), c);
   REQUIRE(silent.has_value());
   CHECK(silent->signature == "no space left");
