@@ -73,6 +73,7 @@ json FailureJson(const supervisor::FailureRecord& f) {
   j.update(ExitJson(f.exit));
   j["error_file"] = f.error_file == "<N/A>" ? json(nullptr) : json(f.error_file);
   j["error_file_contents"] = ErrorFileJson(f.error_file);
+  j["core_dump"] = f.core.empty() ? json(nullptr) : json(f.core);
   return j;
 }
 

@@ -26,13 +26,17 @@ constexpr std::array<std::pair<int, const char*>, 31> kSignals = {{
 }  // namespace
 
 ExitStatus ExitStatus::FromWaitStatus(int wstatus) {
-  if (WIFSIGNALED(wstatus)) return Signaled(WTERMSIG(wstatus));
-  return Exited(WEXITSTATUS(wstatus));
+  if (!WIFSIGNALED(wstatus)) return Exited(WEXITSTATUS(wstatus));
+  ExitStatus e = Signaled(WTERMSIG(wstatus));
+  e.core_dumped = WCOREDUMP(wstatus);
+  return e;
 }
 
 ExitStatus ExitStatus::FromSiginfo(const siginfo_t& info) {
   if (info.si_code == CLD_EXITED) return Exited(info.si_status);
-  return Signaled(info.si_status);
+  ExitStatus e = Signaled(info.si_status);
+  e.core_dumped = info.si_code == CLD_DUMPED;
+  return e;
 }
 
 std::string ExitStatus::Describe() const {

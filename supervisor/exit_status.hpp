@@ -10,8 +10,9 @@
 namespace ddprun::supervisor {
 
 struct ExitStatus {
-  int code = 0;    // exit code when signal == 0
-  int signal = 0;  // terminating signal, or 0
+  int code = 0;              // exit code when signal == 0
+  int signal = 0;            // terminating signal, or 0
+  bool core_dumped = false;  // the kernel wrote a core dump (core(5))
 
   static ExitStatus FromWaitStatus(int wstatus);
   // From waitid()'s siginfo (CLD_EXITED, CLD_KILLED or CLD_DUMPED).

@@ -214,8 +214,10 @@ const std::vector<Entry>& Catalogue() {
 
 std::optional<Explanation> Explain(const FailureRecord& failure, const ExplainContext& context) {
   const std::string text = TextOf(failure);
+  ExplainContext c = context;
+  c.core_dump = failure.core;
   for (const auto& entry : Catalogue()) {
-    if (auto e = entry.match(text, context)) {
+    if (auto e = entry.match(text, c)) {
       e->signature = entry.signature;
       return e;
     }

@@ -55,6 +55,9 @@ struct ExplainContext {
   // The signal the failed worker died of, when ddprun did not send it; 0
   // when it exited, or ddprun stopped it (a hang, an expired file timer).
   int unasked_signal = 0;
+  // Where the failed worker's core dump went (FailureRecord::core; set by
+  // Explain() from the failure): "" when none was dumped.
+  std::string core_dump;
   // The OOM kills since the failed worker's group started (env::OomKillsSince)
   // and the memory facts now; nullopt: not read.
   std::optional<env::MemoryFacts> memory;

@@ -96,13 +96,20 @@ Match NativeCrash(const std::string& text, const ExplainContext& c) {
     if (c.shm_size_bytes) cause += " (/dev/shm is " + FormatBytes(*c.shm_size_bytes) + ")";
   }
   const bool traced = stack != std::string::npos;
+  // A core file kept (core dump line of the report: "PATH (SIZE)"): gdb opens it.
+  const std::string core = c.core_dump.empty() || c.core_dump.front() != '/'
+                               ? ""
+                               : c.core_dump.substr(0, c.core_dump.rfind(" ("));
+  const std::string program = c.interpreter.empty() ? "PROGRAM" : c.interpreter;
   return Lines(cause,
                std::string(traced ? ""
                                   : "PYTHONFAULTHANDLER=1 prints each worker's Python stack "
                                     "at such a crash; ") +
                    "a C/C++/CUDA extension or a library built for another version of PyTorch, "
-                   "CUDA or Python is the usual culprit; ulimit -c unlimited keeps a core dump "
-                   "for gdb (bt)");
+                   "CUDA or Python is the usual culprit; " +
+                   (!core.empty() ? "gdb " + program + " " + core + ", then bt, shows the stack"
+                    : c.core_dump.empty() ? "ulimit -c unlimited keeps a core dump for gdb (bt)"
+                                          : "open its core dump (above) in gdb, then bt"));
 }
 
 // torch/csrc/distributed/c10d/socket.cpp (TCPStore's listen); Python's OSError.

@@ -1,12 +1,17 @@
 #include "supervisor/failure_report.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "env/core_dump.hpp"
+#include "env/host.hpp"
 
 namespace ddprun::supervisor {
 
@@ -46,6 +51,7 @@ std::string FormatOne(size_t idx, const std::string& host, const FailureRecord& 
     << "  error_file: " << f.error_file << "\n"
     << "  traceback : " << Indent(f.message);
   for (const auto& lost : f.lost_logs) o << "\n  log lost  : " << lost;
+  if (!f.core.empty()) o << "\n  core dump : " << f.core;
   return o.str();
 }
 
@@ -63,6 +69,22 @@ std::string DefaultMessage(const FailureRecord& f) {
   }
   return "no traceback: the worker wrote no error file (Python: decorate the entry point with "
          "torch.distributed.elastic.multiprocessing.errors.record)";
+}
+
+// Where the kernel put the core of a worker whose wait status said it dumped
+// one: workers run in the launcher's working directory, as its own user.
+std::string CoreDumpOf(const WorkerRecord& w) {
+  env::CoreOwner owner;
+  owner.pid = w.pid;
+  owner.uid = getuid();
+  owner.gid = getgid();
+  owner.signal = w.exit.signal;
+  owner.host = env::Hostname();
+  std::error_code ec;
+  owner.cwd = std::filesystem::current_path(ec).string();
+  // The dump's last write comes just before the exit; a minute of slack.
+  owner.written_after = std::chrono::system_clock::to_time_t(w.exit_time) - 60;
+  return env::DescribeCoreDump(env::ReadCorePattern(), owner);
 }
 
 }  // namespace
@@ -148,6 +170,7 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     f.timer = !w.timer.empty();
     f.output_tail = w.output_tail;
     f.after_stop = w.failed_while_stopping;
+    if (w.exit.core_dumped) f.core = CoreDumpOf(w);
     if (f.hung) {
       f.message = w.hang;
     } else if (f.timer) {

@@ -27,6 +27,7 @@ struct FailureRecord {
   std::string output_tail;    // the worker's last output lines
   std::vector<std::string> lost_logs;  // each incomplete log file: which and why
   bool after_stop = false;             // found failing only once the group was stopping
+  std::string core;                    // where its core dump went ("" = none dumped)
 };
 
 // Reads a worker's error file (torchrun's JSON, nested or flat form). Returns

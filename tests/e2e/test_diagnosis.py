@@ -1,7 +1,9 @@
 """The classic DDP failures, reproduced on Gloo with 2 ranks: the report's cause and fix lines
 (supervisor/explain.cpp) name what the failure names."""
+import json
 import os
 import re
+import resource
 import socket
 import subprocess
 import time
@@ -139,6 +141,38 @@ def test_a_native_crash_is_named_with_the_python_call_under_it(faulthandler):
     else:
         assert cause == "the worker crashed in native code (SIGSEGV)", cause
         assert fix.startswith("PYTHONFAULTHANDLER=1 prints each worker's Python stack"), fix
+
+
+@pytest.mark.parametrize("core_limit", [resource.RLIM_INFINITY, 0])
+def test_a_core_dump_is_located_where_the_kernel_put_it(tmp_path, core_limit):
+    """With ulimit -c unlimited the crashed rank's core is named by core(5)'s rules (this host's
+    core_pattern); with ulimit -c 0 none is dumped and no line says otherwise."""
+    if core_limit and resource.getrlimit(resource.RLIMIT_CORE)[1] != resource.RLIM_INFINITY \
+            and os.geteuid() != 0:
+        pytest.skip("the hard RLIMIT_CORE is finite and only root raises it")
+    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    env = base_env(GLOO_SOCKET_IFNAME="lo")
+    r = subprocess.run([str(DDPRUN), "--nproc_per_node=2", "--log_dir", tmp_path / "logs",
+                        PROGRAMS / "native_crash.py"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                       preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE,
+                                                             (core_limit, core_limit)))
+    assert r.returncode == 139, r.stderr
+    core = re.findall(r"^  core dump : (.*)$", r.stderr, re.M)
+    if core_limit == 0:
+        assert core == [], r.stderr
+        return
+    assert len(core) == 1, r.stderr
+    if pattern.startswith("|"):
+        assert core[0].startswith("piped to "), core
+        return
+    m = re.fullmatch(r"(/\S+) \((\d+\.\d) (KiB|MiB|GiB)\)", core[0])
+    assert m, core
+    assert Path(m.group(1)).is_file(), core
+    if not pattern.startswith("/"):
+        assert Path(m.group(1)).parent == tmp_path, core  # the workers' directory
+    incident = json.loads(next((tmp_path / "logs").glob("*/incident.json")).read_text())
+    assert incident["root_cause"]["failure"]["core_dump"] == core[0], incident
 
 
 def own_memory_cgroup():

@@ -541,6 +541,22 @@ TEST_CASE("explain: a full disk, said by the worker or found in the log director
   CHECK(said->cause.find("found its filesystem full (ENOSPC)") != std::string::npos);
 }
 
+TEST_CASE("explain: a native crash that left a core file says how to open it") {
+  ExplainContext c = Context("/usr/bin/python3", "PATH");
+  c.unasked_signal = SIGSEGV;
+  FailureRecord f = Failed("Signal 11 (SIGSEGV) received by PID 7");
+  auto without = Explain(f, c);
+  REQUIRE(without.has_value());
+  CHECK(without->fix.find("ulimit -c unlimited keeps a core dump") != std::string::npos);
+  f.core = "/work/run/core.7 (8.3 MiB)";
+  auto with = Explain(f, c);
+  REQUIRE(with.has_value());
+  CHECK(with->fix.find("gdb /usr/bin/python3 /work/run/core.7, then bt, shows the stack") !=
+        std::string::npos);
+  f.core = "piped to systemd-coredump: coredumpctl gdb 7 (coredumpctl list)";
+  CHECK(Explain(f, c)->fix.find("open its core dump (above) in gdb") != std::string::npos);
+}
+
 ExplainContext WithLimits(env::Rlimit fsize, env::Rlimit address_space) {
   ExplainContext c;
   env::LimitFacts f;
