@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "base/command.hpp"
+#include "env/gloo_address.hpp"
 #include "env/host.hpp"
 #include "env/interfaces.hpp"
 #include "env/memory.hpp"
@@ -24,6 +25,7 @@
 #include "env/slurm.hpp"
 #include "env/worker_env.hpp"
 #include "launcher/doctor_gpus.hpp"
+#include "launcher/job_stores.hpp"
 #include "launcher/option_table.hpp"
 #include "rendezvous/sockets.hpp"
 
@@ -364,6 +366,10 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
     report.checks.push_back(std::move(check));
   report.checks.push_back(env::MemoryCheck(env::ReadMemoryFacts()));
   for (auto& check : InterfaceChecks(environ)) report.checks.push_back(std::move(check));
+  const std::string host_name = env::Hostname();
+  report.checks.push_back(env::GlooAddressCheck(
+      host_name, env::GlooDefaultAddress(host_name), env::ListInterfaces(),
+      env::Lookup(environ, env::kGlooSocketIfname).value_or("").size() > 1, NodesMaySpanHosts(c)));
   for (auto& check : PortChecks(c)) report.checks.push_back(std::move(check));
   for (auto& check : SlurmChecks(c, environ)) report.checks.push_back(std::move(check));
   if (auto endpoint = EndpointCheck(c)) report.checks.push_back(std::move(*endpoint));

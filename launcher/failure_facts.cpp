@@ -28,6 +28,7 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
                             w.failed_while_stopping;
                    });
   unasked_signal_ = root.hung || root.timer ? 0 : root.exit.signal;
+  multi_node_ = world_size > static_cast<int>(result.workers.size());
   const auto rank = static_cast<size_t>(root.local_rank);
   root_writes_own_logs_ = rank < writes_own_logs_.size() && writes_own_logs_[rank];
 }
@@ -57,6 +58,7 @@ supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Pr
   x.nccl_socket_ifname = env::Lookup(environ, env::kNcclSocketIfname).value_or("");
   x.nccl_socket_family = env::Lookup(environ, env::kNcclSocketFamily).value_or("");
   x.peers_running = peers_running_;
+  x.multi_node = multi_node_;
   x.unasked_signal = unasked_signal_;
   x.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
   return x;

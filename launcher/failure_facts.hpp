@@ -38,6 +38,7 @@ class FailureFacts {
   // running when the root cause failed (ddprun stopped them).
   bool peers_running_ = false;
   int unasked_signal_ = 0;             // the root cause's death signal, when ddprun did not send it
+  bool multi_node_ = false;            // the failed group spanned other hosts too
   std::vector<bool> writes_own_logs_;  // by local rank, for the group running or last run
   bool root_writes_own_logs_ = false;
 };

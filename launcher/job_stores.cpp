@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "base/parse.hpp"
+#include "env/gloo_address.hpp"
 #include "env/host.hpp"
 #include "env/names.hpp"
 #include "rendezvous/sockets.hpp"
@@ -179,6 +180,14 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
     if (Status st = ApplyConfKey(key, value, c.rdzv_backend, s, notices); !st.ok()) return st;
   }
   return s;
+}
+
+bool NodesMaySpanHosts(const LaunchConfig& c) {
+  if (c.nnodes_max <= 1) return false;
+  std::string host = c.master_addr;
+  int port = 0;
+  if (!c.rdzv_endpoint.empty()) (void)rendezvous::SplitHostPort(c.rdzv_endpoint, 0, &host, &port);
+  return !env::OnlyLoopback(host);
 }
 
 StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& environ,

@@ -33,6 +33,11 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
 // Decides who hosts the rendezvous store (static: node rank 0; c10d: is_host,
 // else the agent that can bind the endpoint), starts the store when this
 // agent hosts it, and describes this node.
+// Whether the job's nodes may run on other hosts than this one: more than one
+// node, and a store not at a loopback address (from where only this host
+// reaches it).
+bool NodesMaySpanHosts(const LaunchConfig& config);
+
 StatusOr<JobStores> OpenJobStores(const LaunchConfig& config, const env::Environ& environ,
                                   std::vector<std::string>* notices);
 

@@ -18,6 +18,7 @@
 #include "base/exit_codes.hpp"
 #include "env/cpus.hpp"
 #include "env/environ.hpp"
+#include "env/gloo_address.hpp"
 #include "env/gpus.hpp"
 #include "env/host.hpp"
 #include "env/interfaces.hpp"
@@ -30,6 +31,7 @@
 #include "launcher/doctor.hpp"
 #include "launcher/dump_request.hpp"
 #include "launcher/inherited_signals.hpp"
+#include "launcher/job_stores.hpp"
 #include "launcher/machine_reports.hpp"
 #include "launcher/option_table.hpp"
 #include "launcher/options.hpp"
@@ -101,9 +103,18 @@ ddprun::Status PrepareLimits(const ddprun::launcher::LaunchConfig& c,
 // this host's interfaces: a wrong one fails every worker's init_process_group,
 // only after the program's own start-up. A warning, not a refusal: the
 // program may set its own before it starts a process group.
-void CheckSocketInterfaces(const ddprun::env::Environ& environ) {
-  WarnFailedChecks(ddprun::env::SocketInterfaceChecks(environ, ddprun::env::ListInterfaces(),
-                                                      ddprun::env::ListIbDevices()));
+void CheckSocketInterfaces(const ddprun::launcher::LaunchConfig& c,
+                           const ddprun::env::Environ& environ) {
+  namespace env = ddprun::env;
+  const std::vector<env::NetInterface> interfaces = env::ListInterfaces();
+  WarnFailedChecks(env::SocketInterfaceChecks(environ, interfaces, env::ListIbDevices()));
+  // Several hosts: would a PyTorch worker's Gloo tell the others a loopback address?
+  const bool gloo_ifname_set = env::Lookup(environ, env::kGlooSocketIfname).value_or("").size() > 1;
+  if (!gloo_ifname_set && ddprun::launcher::NodesMaySpanHosts(c)) {
+    const std::string host = env::Hostname();
+    WarnFailedChecks({env::GlooAddressCheck(host, env::GlooDefaultAddress(host), interfaces,
+                                            gloo_ifname_set, /*multi_node=*/true)});
+  }
 }
 
 // In a step, what the cluster's configuration tells: the proctrack plugin
@@ -259,7 +270,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return exit_code::ForStatus(s);
   }
-  CheckSocketInterfaces(environ);
+  CheckSocketInterfaces(parsed->config, environ);
   ReadSlurmConfig(parsed->config);
   if (Status s = ResolveSlurmStoreHost(parsed->config); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());

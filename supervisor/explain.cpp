@@ -196,6 +196,7 @@ const std::vector<Entry>& Catalogue() {
       {"NCCL without a GPU", NcclWithoutGpu},
       {"address in use", AddressInUse},
       {"network interface", NetworkInterface},
+      {"Gloo peer at loopback", GlooLoopbackPeer},
       {"process group made again", StaleGroupAddress},
       {"DataLoader bus error", DataLoaderBusError},
       {"NCCL shared memory", NcclSharedMemory},

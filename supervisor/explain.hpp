@@ -52,6 +52,9 @@ struct ExplainContext {
   // The job is this host's workers only, and every other one was still
   // running when the failed one ended.
   bool peers_running = false;
+  // The failed group spanned more than this host (its world size is more than
+  // this host's workers).
+  bool multi_node = false;
   // The signal the failed worker died of, when ddprun did not send it; 0
   // when it exited, or ddprun stopped it (a hang, an expired file timer).
   int unasked_signal = 0;

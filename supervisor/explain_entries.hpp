@@ -43,6 +43,7 @@ Match FileTooLarge(const std::string& text, const ExplainContext& c);
 Match CheckpointShortWrite(const std::string& text, const ExplainContext& c);
 Match AddressSpaceLimit(const std::string& text, const ExplainContext& c);
 Match NetworkInterface(const std::string& text, const ExplainContext& c);
+Match GlooLoopbackPeer(const std::string& text, const ExplainContext& c);
 Match StaleGroupAddress(const std::string& text, const ExplainContext& c);
 
 }  // namespace ddprun::supervisor::explain

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/format.hpp"
+#include "env/gloo_address.hpp"
 #include "env/interfaces.hpp"
 #include "supervisor/exit_status.hpp"
 
@@ -301,6 +302,31 @@ Match AddressSpaceLimit(const std::string& text, const ExplainContext& c) {
                    (as ? "as" : "data") +
                    " unlimited\" in /etc/security/limits.d/; to cap memory use a cgroup (Slurm "
                    "--mem, docker --memory)");
+}
+
+// A Gloo connect to a peer's loopback address (gloo/transport/tcp: "timed out
+// connecting: SO_ERROR: Connection refused, remote=[127.0.1.1]:PORT"; older
+// gloo "connect [127.0.1.1]:PORT: Connection refused"): that peer, on another
+// node, advertised the address of its host name (env/gloo_address.hpp).
+Match GlooLoopbackPeer(const std::string& text, const ExplainContext& c) {
+  if (!c.multi_node) return {};  // on one node loopback reaches every peer
+  auto m = Find(text, R"((?:remote=\[|connect \[)(127\.\d+\.\d+\.\d+|::1)\])");
+  if (!m) return {};
+  const std::string address = (*m)[1].str();
+  const std::string choices = env::GlooIfnameChoices(c.interfaces);
+  const bool unset = c.gloo_socket_ifname.size() <= 1;
+  return Lines("a rank's Gloo could not connect to a peer at " + address +
+                   ", a loopback address: " +
+                   (unset ? "with GLOO_SOCKET_IFNAME unset, the peer's Gloo told the others "
+                            "the address its host name resolves to, and on its node that name "
+                            "maps to loopback (Debian's /etc/hosts: 127.0.1.1 HOSTNAME)"
+                          : "the peer's GLOO_SOCKET_IFNAME=" + c.gloo_socket_ifname +
+                                " chose its loopback interface"),
+               "export GLOO_SOCKET_IFNAME to the interface the nodes reach each other by, on "
+               "every node before ddprun (it passes it on)" +
+                   (choices.empty() ? std::string() : "; here: " + choices) +
+                   "; or map each host name to its network address in /etc/hosts; ddprun "
+                   "warns at start on a node whose host name maps to loopback");
 }
 
 // Gloo's TCP device (gloo/transport/tcp/device.cc) names the interface, or

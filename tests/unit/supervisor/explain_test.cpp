@@ -557,6 +557,31 @@ TEST_CASE("explain: a native crash that left a core file says how to open it") {
   CHECK(Explain(f, c)->fix.find("open its core dump (above) in gdb") != std::string::npos);
 }
 
+// gloo/transport/tcp as PyTorch 2.12 wraps it, from two network namespaces whose host names
+// map to 127.0.1.1 (tests/e2e/test_two_hosts.py).
+TEST_CASE("explain: a Gloo peer at a loopback address names the host name and the fix") {
+  ExplainContext c;
+  c.multi_node = true;
+  c.interfaces = {{"lo", IFF_UP | IFF_RUNNING | IFF_LOOPBACK, {{AF_INET, "127.0.0.1"}}},
+                  {"eth7", IFF_UP | IFF_RUNNING, {{AF_INET, "10.77.0.2"}}}};
+  auto e = Explain(Failed("RuntimeError: Gloo connectFullMesh failed with [/pytorch/third_party/"
+                          "gloo/gloo/transport/tcp/pair.cc:152] timed out connecting: SO_ERROR: "
+                          "Connection refused, remote=[127.0.1.1]:4511"),
+                   c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "Gloo peer at loopback");
+  CHECK(e->cause.rfind("a rank's Gloo could not connect to a peer at 127.0.1.1, a loopback "
+                       "address: with GLOO_SOCKET_IFNAME unset",
+                       0) == 0);
+  CHECK(e->fix.find("; here: eth7;") != std::string::npos);
+  auto older = Explain(Failed("connect [127.0.1.1]:33421: Connection refused"), c);
+  REQUIRE(older.has_value());
+  CHECK(older->signature == "Gloo peer at loopback");
+  CHECK_FALSE(Explain(Failed("remote=[10.77.0.1]:4511: Connection refused"), c).has_value());
+  c.multi_node = false;  // one node: loopback reaches every peer, so that is not it
+  CHECK_FALSE(Explain(Failed("connect [127.0.1.1]:33421: Connection refused"), c).has_value());
+}
+
 ExplainContext WithLimits(env::Rlimit fsize, env::Rlimit address_space) {
   ExplainContext c;
   env::LimitFacts f;
