@@ -3,6 +3,9 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "env/interfaces.hpp"
 #include "env/limits.hpp"
@@ -29,8 +32,33 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
                    });
   unasked_signal_ = root.hung || root.timer ? 0 : root.exit.signal;
   multi_node_ = world_size > static_cast<int>(result.workers.size());
+  root_code_ = root.hung || root.timer || root.exit.signal != 0 ? 0 : root.exit.code;
   const auto rank = static_cast<size_t>(root.local_rank);
   root_writes_own_logs_ = rank < writes_own_logs_.size() && writes_own_logs_[rank];
+}
+
+namespace {
+
+bool IsShell(const std::string& path) {
+  const std::string name = std::filesystem::path(path).filename().string();
+  return name == "sh" || name == "bash" || name == "dash" || name == "zsh" || name == "ksh" ||
+         name == "mksh";
+}
+
+}  // namespace
+
+bool RunsAShell(const Program& program) {
+  if (program.argv.empty() || !program.interpreter.empty()) return false;
+  if (IsShell(program.argv[0])) return true;
+  // A script whose #! line names a shell, directly or through env.
+  std::ifstream in(program.argv[0]);
+  std::string line;
+  if (!std::getline(in, line) || line.rfind("#!", 0) != 0) return false;
+  std::istringstream words(line.substr(2));
+  std::string interpreter, first_arg;
+  words >> interpreter >> first_arg;
+  if (std::filesystem::path(interpreter).filename() == "env") return IsShell(first_arg);
+  return IsShell(interpreter);
 }
 
 supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Program& program,
@@ -60,6 +88,11 @@ supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Pr
   x.peers_running = peers_running_;
   x.multi_node = multi_node_;
   x.unasked_signal = unasked_signal_;
+  // A shell's 128+N: a command it ran died of signal N (bash, dash, zsh).
+  if (root_code_ > 128 && root_code_ <= 128 + 64 && RunsAShell(program)) {
+    x.unasked_signal = root_code_ - 128;
+    x.signal_via_shell = true;
+  }
   x.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
   return x;
 }

@@ -20,6 +20,11 @@
 
 namespace ddprun::launcher {
 
+// Whether the workers run a shell (sh, bash, dash, zsh, ksh by name, or a
+// script whose #! line names one), whose exit code 128+N says that a command
+// it ran died of signal N.
+bool RunsAShell(const Program& program);
+
 class FailureFacts {
  public:
   // Before a group starts: the OOM kill counts to compare with, and which
@@ -37,8 +42,9 @@ class FailureFacts {
   // The job is this host's workers only, and every other one was still
   // running when the root cause failed (ddprun stopped them).
   bool peers_running_ = false;
-  int unasked_signal_ = 0;             // the root cause's death signal, when ddprun did not send it
-  bool multi_node_ = false;            // the failed group spanned other hosts too
+  int unasked_signal_ = 0;   // the root cause's death signal, when ddprun did not send it
+  bool multi_node_ = false;  // the failed group spanned other hosts too
+  int root_code_ = 0;        // the root cause's exit code (0: a signal, a hang or a timer)
   std::vector<bool> writes_own_logs_;  // by local rank, for the group running or last run
   bool root_writes_own_logs_ = false;
 };

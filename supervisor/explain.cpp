@@ -179,6 +179,16 @@ Match NonFiniteLoss(const std::string& text, const ExplainContext&) {
                "torch.autograd.set_detect_anomaly(True) names the first op to make a nan");
 }
 
+// A shell worker's 128+N that nothing above explained: Explain() says what
+// the code means; where to look is all there is to add.
+Match SignalThroughShell(const std::string&, const ExplainContext& c) {
+  if (!c.signal_via_shell) return {};
+  return Lines("",
+               "the command's own output above, if any, says why; dmesg shows a kill by the "
+               "kernel; a shell script that runs its last command with exec passes the "
+               "signal itself on to ddprun");
+}
+
 const std::vector<Entry>& Catalogue() {
   static const std::vector<Entry> kEntries = {
       {"hung at exit", HungAtExit},
@@ -206,7 +216,8 @@ const std::vector<Entry>& Catalogue() {
       {"checkpoint cut short", CheckpointShortWrite},
       {"no space left", NoSpace},
       {"file too large", FileTooLarge},
-      {"native crash", NativeCrash},  // last: what the text names says more
+      {"native crash", NativeCrash},                   // what the text names says more
+      {"signal through a shell", SignalThroughShell},  // last: only what the exit code says
   };
   return kEntries;
 }
@@ -220,6 +231,12 @@ std::optional<Explanation> Explain(const FailureRecord& failure, const ExplainCo
   for (const auto& entry : Catalogue()) {
     if (auto e = entry.match(text, c)) {
       e->signature = entry.signature;
+      if (c.signal_via_shell) {
+        e->cause = "the worker, a shell, exited " + std::to_string(128 + c.unasked_signal) +
+                   " = 128 + " + SignalName(c.unasked_signal) +
+                   ": a command it ran died of that signal" +
+                   (e->cause.empty() ? "" : "; " + e->cause);
+      }
       return e;
     }
   }

@@ -58,6 +58,9 @@ struct ExplainContext {
   // The signal the failed worker died of, when ddprun did not send it; 0
   // when it exited, or ddprun stopped it (a hang, an expired file timer).
   int unasked_signal = 0;
+  // unasked_signal is the signal a command of the worker, a shell, died of:
+  // the worker itself exited 128 + unasked_signal.
+  bool signal_via_shell = false;
   // Where the failed worker's core dump went (FailureRecord::core; set by
   // Explain() from the failure): "" when none was dumped.
   std::string core_dump;

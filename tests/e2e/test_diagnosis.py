@@ -175,6 +175,22 @@ def test_a_core_dump_is_located_where_the_kernel_put_it(tmp_path, core_limit):
     assert incident["root_cause"]["failure"]["core_dump"] == core[0], incident
 
 
+def test_a_shell_workers_128_plus_n_is_explained_as_its_commands_signal(tmp_path):
+    """A worker that is a shell script exits 139 when the Python it ran died of SIGSEGV: the
+    report says so, then what a SIGSEGV means."""
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/sh\n"
+                      "python3 -c 'import ctypes; ctypes.string_at(0)'\n"
+                      "exit $?\n")
+    script.chmod(0o755)
+    r = run_ddprun(["--nproc_per_node=1", "--no_python", script])
+    assert r.rc == 139, r
+    cause, fix = lines(r)
+    assert cause == ("the worker, a shell, exited 139 = 128 + SIGSEGV: a command it ran died of "
+                     "that signal; the worker crashed in native code (SIGSEGV)"), cause
+    assert "PYTHONFAULTHANDLER=1" in fix, fix
+
+
 def own_memory_cgroup():
     """This process's memory cgroup directory and its limit file: a v1 memory hierarchy's, else
     cgroup v2's where its memory controller is enabled; None otherwise."""

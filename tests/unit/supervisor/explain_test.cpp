@@ -582,6 +582,27 @@ TEST_CASE("explain: a Gloo peer at a loopback address names the host name and th
   CHECK_FALSE(Explain(Failed("connect [127.0.1.1]:33421: Connection refused"), c).has_value());
 }
 
+TEST_CASE("explain: a shell worker's 128+N is a command of it dead of signal N") {
+  ExplainContext c;
+  c.unasked_signal = SIGSEGV;
+  c.signal_via_shell = true;
+  auto crash = Explain(Failed("exitcode 139"), c);
+  REQUIRE(crash.has_value());
+  CHECK(crash->signature == "native crash");
+  CHECK(crash->cause ==
+        "the worker, a shell, exited 139 = 128 + SIGSEGV: a command it ran died "
+        "of that signal; the worker crashed in native code (SIGSEGV)");
+  c.unasked_signal = SIGTERM;  // nothing explains a SIGTERM: the code alone is said
+  auto term = Explain(Failed("exitcode 143"), c);
+  REQUIRE(term.has_value());
+  CHECK(term->signature == "signal through a shell");
+  CHECK(term->cause ==
+        "the worker, a shell, exited 143 = 128 + SIGTERM: a command it ran died of that signal");
+  CHECK(term->fix.find("exec") != std::string::npos);
+  c.signal_via_shell = false;  // a program's own exit code 143 is its own business
+  CHECK_FALSE(Explain(Failed("exitcode 143"), c).has_value());
+}
+
 ExplainContext WithLimits(env::Rlimit fsize, env::Rlimit address_space) {
   ExplainContext c;
   env::LimitFacts f;
