@@ -236,22 +236,21 @@ struct SizeLimit {
 constexpr SizeLimit kFsize{
     "RLIMIT_FSIZE (ulimit -f)", 'f', "fsize",
     "write a file larger than the hard limit: a checkpoint or log that grows past it fails "
-    "(Python: "
-    "[Errno 27] File too large; C and C++ programs die of SIGXFSZ), as do ddprun's log files",
+    "(Python: [Errno 27] File too large; C and C++ programs die of SIGXFSZ), as do ddprun's "
+    "log files",
     ""};
 constexpr SizeLimit kAddressSpace{
     "RLIMIT_AS (ulimit -v)", 'v', "as",
-    "map more address space than the hard limit, used or not: importing PyTorch alone maps several "
-    "GiB "
-    "(below that: failed to map segment from shared object), CUDA reserves far more than it "
-    "allocates, and every thread's stack counts (can't start new thread)",
+    "map more address space than the hard limit, used or not: importing PyTorch alone maps "
+    "several GiB (below that: failed to map segment from shared object), CUDA reserves far more "
+    "than it allocates, and every thread's stack counts (can't start new thread)",
     "; to cap a job's memory use a cgroup (Slurm --mem, docker --memory), which counts memory "
     "in use, not address space"};
-constexpr SizeLimit kData{"RLIMIT_DATA (ulimit -d)", 'd', "data",
-                          "hold more heap and private mappings than the hard limit: allocations "
-                          "past it fail (MemoryError, "
-                          "std::bad_alloc, Cannot allocate memory)",
-                          "; to cap a job's memory use a cgroup (Slurm --mem, docker --memory)"};
+constexpr SizeLimit kData{
+    "RLIMIT_DATA (ulimit -d)", 'd', "data",
+    "hold more heap and private mappings than the hard limit: allocations past it fail "
+    "(MemoryError, std::bad_alloc, Cannot allocate memory)",
+    "; to cap a job's memory use a cgroup (Slurm --mem, docker --memory)"};
 
 std::string Size(uint64_t bytes) { return bytes == kUnlimited ? "unlimited" : FormatBytes(bytes); }
 

@@ -12,7 +12,8 @@ void Supervisor::PipeReader::Line(std::string_view line) {
     if (line.find(f) == std::string_view::npos) continue;
     std::string copy = spec.prefix + std::string(line);
     if (!WriteAll(filter_fd, copy.data(), copy.size())) {
-      owner->NoteLogLost(worker, spec.filter_file, errno, "its later matching lines are not");
+      owner->NoteLogLost(worker, spec.filter_file, errno,
+                         "its later matching lines are not copied there");
       filter_fd = -1;
     }
     break;
