@@ -7,22 +7,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <memory>
-
 #include "base/unique_fd.hpp"
+#include "env/host.hpp"
 
 namespace ddprun::env {
 
 std::optional<NetAddress> GlooDefaultAddress(const std::string& hostname) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(hostname.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) {
-    return std::nullopt;
-  }
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
-  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+  const AddrInfoList res = ResolveStream(hostname);
+  for (const addrinfo* a = res.get(); a != nullptr; a = a->ai_next) {
     UniqueFd fd(socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
     if (!fd.valid()) continue;
     int one = 1;
@@ -46,13 +38,9 @@ bool IsLoopback(const NetAddress& address) {
 }
 
 bool OnlyLoopback(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
-  std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> guard(res, freeaddrinfo);
-  for (const addrinfo* a = res; a != nullptr; a = a->ai_next) {
+  const AddrInfoList res = ResolveStream(host);
+  if (res == nullptr) return false;
+  for (const addrinfo* a = res.get(); a != nullptr; a = a->ai_next) {
     if (a->ai_family == AF_INET) {
       const auto* in = reinterpret_cast<const sockaddr_in*>(a->ai_addr);
       if ((ntohl(in->sin_addr.s_addr) >> 24) != 127) return false;

@@ -15,15 +15,16 @@ std::string Hostname() {
   return buf;
 }
 
-bool Resolves(const std::string& host) {
+AddrInfoList ResolveStream(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) return false;
-  freeaddrinfo(res);
-  return true;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) res = nullptr;
+  return {res, freeaddrinfo};
 }
+
+bool Resolves(const std::string& host) { return ResolveStream(host) != nullptr; }
 
 std::string Fqdn() {
   // Python's socket.getfqdn(): gethostbyaddr(gethostname()), then the first of

@@ -2,6 +2,9 @@
 // CPUs are env/cpus.hpp, the GPUs env/gpus.hpp).
 #pragma once
 
+#include <netdb.h>
+
+#include <memory>
 #include <string>
 
 namespace ddprun::env {
@@ -15,5 +18,10 @@ std::string Fqdn();
 
 // Whether `host` (a name or an address) resolves here (getaddrinfo).
 bool Resolves(const std::string& host);
+
+// getaddrinfo(host) for stream sockets of any family; null when it does not
+// resolve.
+using AddrInfoList = std::unique_ptr<addrinfo, decltype(&freeaddrinfo)>;
+AddrInfoList ResolveStream(const std::string& host);
 
 }  // namespace ddprun::env
