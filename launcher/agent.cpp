@@ -445,10 +445,13 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   const bool at_exit =
       root.hung_at_exit && std::all_of(local_failures_.begin(), local_failures_.end(),
                                        [](const auto& f) { return !f.hung || f.hung_at_exit; });
-  o.cause.cls = at_exit            ? rendezvous::FailureClass::kExitHang
-                : root.hung        ? rendezvous::FailureClass::kHang
-                : DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
-                                   : rendezvous::FailureClass::kWorker;
+  // A peer's failure to wait for is another node's: in a round of this
+  // node's workers alone, any that failed first is among them already.
+  const bool other_nodes = round.world_size > static_cast<int>(result.workers.size());
+  o.cause.cls = at_exit                           ? rendezvous::FailureClass::kExitHang
+                : root.hung                       ? rendezvous::FailureClass::kHang
+                : other_nodes && DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
+                                                  : rendezvous::FailureClass::kWorker;
   o.cause.exit_code = root.hung ? exit_code::kHang : root.exit.ShellCode();
   o.cause.rank = root.rank;
   o.cause.local_rank = root.local_rank;

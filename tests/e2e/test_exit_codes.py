@@ -43,6 +43,20 @@ def test_worker_killed_by_signal_exits_128_plus_n(sig, tmp_path):
     assert f"Signal {int(sig)} ({sig.name}) received by PID" in root[1], r
 
 
+@pytest.mark.parametrize("how", ["kill -PIPE $$",
+                                 "echo 'ConnectionResetError: Connection reset by peer' >&2; "
+                                 "exit 2"])
+def test_a_peer_like_failure_on_a_single_node_ends_the_job_at_once(how, tmp_path):
+    """SIGPIPE (a worker's stdout piped to `head`) or a dropped connection reads as a failure
+    caused by a peer, which a multi-node job waits for (its cause may be another node's); in a
+    round of this node's workers alone there is no other node to wait for (it waited 20 s)."""
+    r = run_ddprun(["--nproc_per_node=2", *sh(f'if [ "$LOCAL_RANK" = 1 ]; then {how}; fi; '
+                                               'exec sleep 30')], cwd=tmp_path)
+    assert r.rc == (128 + signal.SIGPIPE if "PIPE" in how else 2), r
+    assert r.elapsed < 10, r
+    assert "(worker failure)" in r.stderr, r
+
+
 def test_nonexistent_program_exits_127(tmp_path):
     missing = tmp_path / "no-such-program"
     r = run_ddprun(["--no_python", missing])
