@@ -212,6 +212,10 @@ int main(int argc, char** argv) {
   // then fails with EFBIG, which the writer reports, instead of killing
   // ddprun and orphaning its output; workers get SIGXFSZ's default again.
   signal(SIGXFSZ, SIG_IGN);
+  // A write to a reader that is gone (the guardian's pipe, a console piped to
+  // head) fails with EPIPE, which the writer handles, instead of killing
+  // ddprun; workers get SIGPIPE's default again too.
+  signal(SIGPIPE, SIG_IGN);
   launcher::InstallUncaughtHandler();
   if (argc >= 2 && std::string(argv[1]) == supervisor::kGuardianArg) {
     return supervisor::RunGuardian(argc, argv);

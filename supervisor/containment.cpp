@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -299,6 +300,24 @@ std::string Containment::Describe() const {
 }
 
 void Containment::Track(pid_t worker) {
+  if (guardian_ > 0 && !guardian_seen_) {
+    // By the first worker's start the guardian has long been running, or
+    // failed to (ddprun run through the dynamic loader, an environment at
+    // the kernel's size limit): then say what that leaves unguarded.
+    guardian_seen_ = true;
+    int status = 0;
+    if (waitpid(guardian_, &status, WNOHANG) == guardian_) {
+      guardian_ = -1;
+      guardian_pipe_.Reset();
+      spdlog::warn(
+          "ddprun's guardian process exited at start ({}): if ddprun itself is killed with "
+          "SIGKILL, processes the workers detached from their session may outlive the job{}",
+          WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
+                            : "signal " + std::to_string(WTERMSIG(status)),
+          cgroup_dir_.empty() ? std::string()
+                              : " (the cgroup " + cgroup_dir_ + " still holds them)");
+    }
+  }
   const auto entry = env::ReadProcEntry(worker);
   if (!entry || !guardian_pipe_.valid()) return;
   const std::string line =

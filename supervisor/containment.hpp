@@ -81,6 +81,7 @@ class Containment {
   UniqueFd procs_;
   UniqueFd guardian_pipe_;  // write end; the guardian sees EOF when we die
   pid_t guardian_ = -1;
+  bool guardian_seen_ = false;  // looked at once, when the first worker started
 };
 
 // Kills every live process whose environment holds `env_entry` (the first

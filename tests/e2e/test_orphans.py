@@ -7,6 +7,7 @@ and a setsid'd child that forks again. Survivors are found by pid and start time
 is not mistaken for a survivor)."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -329,3 +330,19 @@ def test_reused_pid_is_never_signalled(tmp_path):
         pytest.skip(f"no private pid namespace here: {r.stderr.strip()}")
     assert r.returncode == 0, f"{r.stdout}\n{r.stderr}"
     assert "BYSTANDER-KILLED" not in r.stdout, r.stdout
+
+
+def test_a_guardian_that_cannot_start_is_warned_about():
+    """ddprun run through the dynamic loader (a way round a noexec mount) cannot re-execute
+    itself from /proc/self/exe, the loader: the guardian dies at once, and ddprun says what that
+    leaves unguarded instead of going on silently."""
+    loaders = [p for p in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
+               if os.path.exists(p)]
+    if not loaders:
+        pytest.skip("no known dynamic loader path on this machine")
+    r = subprocess.run([loaders[0], str(DDPRUN), "--nproc_per_node=1", "/bin/true"],
+                       env=base_env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"warning\] ddprun's guardian process exited at start \(exit code \d+\): if "
+                     r"ddprun itself is killed with SIGKILL", r.stderr), r.stderr
+
