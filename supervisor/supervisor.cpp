@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -147,6 +148,10 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
     s->tstp_.data = s.get();
     s->tstp_ready_ = true;
   }
+  struct stat out {
+  }, err{};
+  s->stdout_is_stderr_ = fstat(STDOUT_FILENO, &out) == 0 && fstat(STDERR_FILENO, &err) == 0 &&
+                         out.st_dev == err.st_dev && out.st_ino == err.st_ino;
   s->dev_null_in_ = UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC));
   s->dev_null_out_ = UniqueFd(open("/dev/null", O_WRONLY | O_CLOEXEC));
   if (!s->dev_null_in_.valid() || !s->dev_null_out_.valid()) {
@@ -252,6 +257,18 @@ StatusOr<int> Supervisor::FilterFd(const std::string& path) {
   return it->second.get();
 }
 
+std::optional<StreamSpec> Supervisor::OneStream(const StreamSpec& out, const StreamSpec& err) {
+  if (!out.NeedsPipe() && !err.NeedsPipe()) return std::nullopt;  // each goes straight on
+  const bool shown_alike = out.console && err.console && out.prefix == err.prefix;
+  const bool console_only = out.file.empty() && err.file.empty() && out.duplicate_filters.empty() &&
+                            err.duplicate_filters.empty();
+  if (!shown_alike || !console_only || !stdout_is_stderr_) return std::nullopt;
+  StreamSpec one = out;
+  one.keep_tail = out.keep_tail || err.keep_tail;
+  one.track_progress = out.track_progress || err.track_progress;
+  return one;
+}
+
 StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
                                   std::vector<UniqueFd>& parent_side) {
   if (!stream.NeedsPipe()) {
@@ -306,8 +323,17 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   // before the spawn returns, and must then be seen finishing, not unbeaten.
   const int64_t beat_time = HeartbeatWatch::FileTime(spec.heartbeat_file);
   std::vector<UniqueFd> child_side;  // closed here once the child has its copies
-  auto out = ChildFd(spec.out, STDOUT_FILENO, child_side);
-  auto err = out.ok() ? ChildFd(spec.err, STDERR_FILENO, child_side) : out;
+  StatusOr<int> out = Internal("not opened");
+  StatusOr<int> err = out;
+  if (auto merged = OneStream(spec.out, spec.err)) {
+    // stdout and stderr on one file, and one of them read for its lines: one
+    // pipe for both keeps their order, as the worker wrote them.
+    out = ChildFd(*merged, STDOUT_FILENO, child_side);
+    err = out;
+  } else {
+    out = ChildFd(spec.out, STDOUT_FILENO, child_side);
+    err = out.ok() ? ChildFd(spec.err, STDERR_FILENO, child_side) : out;
+  }
   StatusOr<pid_t> pid = Internal("not started");
   if (!out.ok() || !err.ok()) {
     pid = (out.ok() ? err : out).status();

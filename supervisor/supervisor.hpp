@@ -14,6 +14,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -117,6 +118,11 @@ class Supervisor {
   void StartWorker(const WorkerSpec& spec, GroupState& state);
   StatusOr<int> ChildFd(const StreamSpec& stream, int console_fd,
                         std::vector<UniqueFd>& parent_side);
+  // The one stream a worker's stdout and stderr can share (one pipe, their
+  // order kept): both shown alike on the launcher's stdout and stderr, which
+  // are one file (2>&1, a Slurm output file), written nowhere else, and one
+  // read through a pipe. nullopt otherwise.
+  std::optional<StreamSpec> OneStream(const StreamSpec& out, const StreamSpec& err);
   StatusOr<int> FilterFd(const std::string& path);
   void ReapChildren();
   void OnSignal(int sig, pid_t sender = 0);
@@ -173,6 +179,7 @@ class Supervisor {
   sigset_t workers_ignore_{};  // SetWorkersIgnore
   UniqueFd dev_null_in_;
   UniqueFd dev_null_out_;
+  bool stdout_is_stderr_ = false;  // the launcher's fds 1 and 2 are one file (dev, inode)
   std::map<const ConsoleWriter*, ConsoleTurn> turns_;  // outlives the readers sharing each
   std::vector<std::unique_ptr<PipeReader>> readers_;
   uv_timer_t partial_timer_{};

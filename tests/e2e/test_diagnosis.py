@@ -4,6 +4,7 @@ import json
 import os
 import re
 import resource
+import signal
 import socket
 import subprocess
 import time
@@ -21,10 +22,16 @@ user_dir = test_limits.user_dir
 PROGRAMS = Path(__file__).parent / "programs" / "diagnosis"
 
 
+# PyTorch 2.12 sometimes aborts a rank on its way out after the script raised: "terminate
+# called without an active exception" (a process-group thread still joinable at interpreter
+# exit; seen about once in 20 runs of nan_loss.py), and the rank ends by SIGABRT instead of 1.
+TEARDOWN_ABORT = "terminate called without an active exception"
+
+
 def diagnose(script, timeout=40, **env):
     r = run_ddprun(["--nproc_per_node=2", PROGRAMS / script],
                    env=base_env(**{"GLOO_SOCKET_IFNAME": "lo", **env}), timeout=timeout)
-    assert r.rc == 1, r
+    assert r.rc == 1 or (r.rc == 128 + signal.SIGABRT and TEARDOWN_ABORT in r.stderr), r
     return r
 
 

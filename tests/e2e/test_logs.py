@@ -396,3 +396,27 @@ def test_a_progress_bar_left_unfinished_by_a_failed_worker_is_ended_before_the_r
     assert "\n 50%|##  |\n[ddprun " in r.stderr, repr(r.stderr)
     border = next(line for line in r.stderr.split("\n") if "=====" in line)
     assert border == "=" * len(border), repr(r.stderr)
+
+
+ALTERNATE = ("import sys\n"
+             "for i in range(500):\n"
+             "    print('out', i, flush=True)\n"
+             "    print('err', i, file=sys.stderr, flush=True)\n"
+             "raise SystemExit(\"ModuleNotFoundError: No module named 'zzz'\")\n")
+
+
+def test_stdout_and_stderr_on_one_file_keep_the_workers_order(tmp_path):
+    """`ddprun ... > log 2>&1` (and a Slurm output file): stderr is read for the failure report,
+    stdout would go straight on, and a line of stderr fell behind the stdout written after it.
+    One pipe for both keeps the worker's order; the report still has its last lines."""
+    log = tmp_path / "out.log"
+    with open(log, "w") as f:
+        r = subprocess.run([str(DDPRUN), "--nproc_per_node=1", "python3", "-c", ALTERNATE],
+                           env=base_env(), stdin=subprocess.DEVNULL, stdout=f,
+                           stderr=subprocess.STDOUT, timeout=60)
+    assert r.returncode == 1
+    lines = [ln for ln in log.read_text().splitlines() if ln.startswith(("out ", "err "))]
+    expected = [f"{s} {i}" for i in range(500) for s in ("out", "err")]
+    assert lines == expected, lines[:20]
+    assert re.search(r"cause +: the workers' Python cannot import zzz", log.read_text())
+
