@@ -15,7 +15,7 @@ void LineSplitter::Feed(std::string_view data, const LineFn& emit) {
     data.remove_prefix(take);
     bool complete = partial_.back() == '\n';
     while (partial_.size() - (complete ? 1 : 0) > max_line_) {
-      emit(partial_.substr(0, max_line_) + "\n");
+      emit(std::string_view(partial_).substr(0, max_line_));  // the line goes on
       partial_.erase(0, max_line_);
     }
     if (complete) {

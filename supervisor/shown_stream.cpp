@@ -9,9 +9,10 @@ ShownStream::~ShownStream() {
 }
 
 void ShownStream::Line(std::string_view line, std::string& out) {
-  // A line longer than the splitter's bound comes in pieces: a piece may be
-  // shorter than what was shown of it.
-  const size_t skip = std::min(shown_, line.empty() ? 0 : line.size() - 1);
+  // A line longer than the splitter's bound comes in pieces (only the last
+  // ends in '\n'): a piece may be shorter than what was shown of it.
+  const size_t body = line.empty() || line.back() != '\n' ? line.size() : line.size() - 1;
+  const size_t skip = std::min(shown_, body);
   shown_ -= skip;
   Show(line.substr(skip), out);
 }

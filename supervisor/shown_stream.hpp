@@ -36,8 +36,9 @@ class ShownStream {
   ShownStream(const ShownStream&) = delete;
   ShownStream& operator=(const ShownStream&) = delete;
 
-  // Appends to `out` what the console shows for a whole line (ending in '\n')
-  // of this stream, less what of it was shown already.
+  // Appends to `out` what the console shows for a whole line (ending in '\n'),
+  // or a piece of an overlong one, of this stream, less what of it was shown
+  // already.
   void Line(std::string_view line, std::string& out);
   // Appends to `out` what is new in this stream's incomplete line `pending`.
   void Partial(std::string_view pending, std::string& out);

@@ -420,3 +420,15 @@ def test_stdout_and_stderr_on_one_file_keep_the_workers_order(tmp_path):
     assert lines == expected, lines[:20]
     assert re.search(r"cause +: the workers' Python cannot import zzz", log.read_text())
 
+
+@pytest.mark.parametrize("tee", [False, True])
+def test_a_line_longer_than_a_mebibyte_stays_one_line(tee):
+    """ddprun reads stderr (for the failure report) a line at a time, and a line over its 1 MiB
+    bound comes in pieces: the console still gets the one 3 MB line, prefixed once."""
+    r = run_ddprun(["--nproc_per_node=1", *(["-t", "3"] if tee else []), "python3", "-c",
+                    "import sys; sys.stderr.write('y' * 3_000_000 + '\\n')"])
+    assert r.rc == 0, r.rc
+    long_lines = [ln for ln in r.stderr.splitlines() if "yyyy" in ln]
+    assert long_lines == [("[default0]:" if tee else "") + "y" * 3_000_000], \
+        [len(ln) for ln in long_lines]
+

@@ -28,9 +28,11 @@ TEST_CASE("a last line without newline is kept and ended at Finish") {
   CHECK(Run(s, {}, true).empty());
 }
 
-TEST_CASE("an overlong line is cut into bounded pieces") {
+TEST_CASE("an overlong line comes in bounded pieces, with nothing added") {
   LineSplitter s(4);
-  CHECK(Run(s, {"abcdefghij\n"}, false) == std::vector<std::string>{"abcd\n", "efgh\n", "ij\n"});
+  CHECK(Run(s, {"abcdefghij\n"}, false) == std::vector<std::string>{"abcd", "efgh", "ij\n"});
+  CHECK(Run(s, {"abcdefgh"}, true) ==
+        std::vector<std::string>{"abcd", "efgh\n"});  // ended at Finish
 }
 
 TEST_CASE("empty lines are lines") {

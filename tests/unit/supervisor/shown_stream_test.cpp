@@ -147,11 +147,21 @@ TEST_CASE("a line the splitter cut in pieces is shown once, whatever was shown o
   LineSplitter splitter(4);
   ShownStream s("", &turn);
   auto line = [&](std::string_view l) { s.Line(l, console); };
-  splitter.Feed("abcdef", line);  // "abcd\n" emitted, "ef" kept
+  splitter.Feed("abcdef", line);  // "abcd" emitted, "ef" kept
   s.Partial(splitter.pending(), console);
-  splitter.Feed("ghij", line);  // "efgh\n" emitted, of which "ef" was shown
+  splitter.Feed("ghij", line);  // "efgh" emitted, of which "ef" was shown
   splitter.Finish(line);
-  CHECK(console == "abcd\nefgh\nij\n");
+  CHECK(console == "abcdefghij\n");  // one line, as written (a 3 MB line stays one line)
+}
+
+TEST_CASE("a line cut in pieces gets its prefix once") {
+  ConsoleTurn turn;
+  std::string console;
+  LineSplitter splitter(4);
+  ShownStream p("[r0]:", &turn);
+  auto line = [&](std::string_view l) { p.Line(l, console); };
+  splitter.Feed("abcdefghij\nk\n", line);
+  CHECK(console == "[r0]:abcdefghij\n[r0]:k\n");
 }
 
 TEST_CASE("the stream's last line without newline is ended at Finish") {
