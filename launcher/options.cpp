@@ -570,6 +570,11 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
         "no program to run: give one after the options, e.g. "
         "ddprun --nproc_per_node=2 ./train or ddprun train.py");
   }
+  if (split->program->empty()) {
+    return InvalidArgument(
+        "the program is an empty argument (an unset variable, as in ddprun \"$SCRIPT\"?): give "
+        "the program to run after the options");
+  }
   parsed.config.program = *split->program;
   parsed.config.program_args = split->program_args;
   return parsed;

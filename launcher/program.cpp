@@ -60,10 +60,34 @@ std::string FirstRun(const std::string& path, bool& script) {
   return "";
 }
 
+// A script that forgot its #! line: text (no NUL in its first 512 bytes),
+// neither "#!" nor ELF at its start. execve fails with ENOEXEC; only a shell
+// falls back to running it with /bin/sh. (Other binary formats, for
+// binfmt_misc, hold NULs.)
+bool TextWithoutInterpreter(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  char head[512];
+  const ssize_t n = fd.valid() ? pread(fd.get(), head, sizeof(head), 0) : -1;
+  if (n < 2) return false;
+  const std::string_view start(head, static_cast<size_t>(n));
+  if (start.substr(0, 2) == "#!" || start.substr(0, SELFMAG) == std::string_view(ELFMAG, SELFMAG)) {
+    return false;
+  }
+  return start.find('\0') == std::string_view::npos;
+}
+
 // What execve would fail on after the file itself: a #! line with Windows
 // line endings ('/bin/sh\r'), an interpreter or a dynamic loader that does
 // not exist. All give "No such file or directory" for a file that exists.
 Status CheckFirstRun(const std::string& path) {
+  if (TextWithoutInterpreter(path)) {
+    return PermissionDenied(path +
+                            ": a text file without a #! line, which the kernel cannot run "
+                            "(Exec format error; a shell would run it with /bin/sh): add a first "
+                            "line naming its interpreter, such as #!/bin/sh, or name the "
+                            "interpreter before it (ddprun ... --no_python sh " +
+                            path + ")");
+  }
   bool script = false;
   const std::string first = FirstRun(path, script);
   if (first.empty()) return Status::Ok();

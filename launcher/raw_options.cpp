@@ -21,10 +21,11 @@ Status ParseNnodes(const std::string& v, LaunchConfig& c) {
   auto parts = env::SplitList(v, ':');
   const std::string accepted = "N or MIN:MAX with 0 < MIN <= MAX";
   if (parts.empty() || parts.size() > 2) return Bad("nnodes", v, accepted);
+  // Each part is checked alone, but the message quotes the value as given.
   auto lo = ParseInt("nnodes", parts[0], 1, 1 << 20, accepted);
-  if (!lo.ok()) return lo.status();
+  if (!lo.ok()) return Bad("nnodes", v, accepted);
   auto hi = parts.size() == 2 ? ParseInt("nnodes", parts[1], 1, 1 << 20, accepted) : lo;
-  if (!hi.ok()) return hi.status();
+  if (!hi.ok()) return Bad("nnodes", v, accepted);
   if (*lo > *hi) return Bad("nnodes", v, "MIN must not exceed MAX (" + accepted + ")");
   c.nnodes_min = static_cast<int>(*lo);
   c.nnodes_max = static_cast<int>(*hi);

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstring>
@@ -18,12 +19,6 @@ namespace {
 constexpr int kStdoutBit = 1;
 constexpr int kStderrBit = 2;
 constexpr char kDefaultPrefix[] = "[${role_name}${local_rank}]:";
-
-void Replace(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t pos = s.find(from); pos != std::string::npos; pos = s.find(from, pos + to.size())) {
-    s.replace(pos, from.size(), to);
-  }
-}
 
 // torchrun's routing: a redirected stream goes to its file; teed means
 // redirected and also shown with a prefix; a rank outside
@@ -57,47 +52,53 @@ Status CheckFilterFile(const char* option, const std::vector<std::string>& filte
 
 }  // namespace
 
-std::string SubstituteLocalRank(const std::string& arg, int local_rank) {
-  if (arg.find('$') == std::string::npos) return arg;
+std::string SafeSubstitute(const std::string& text,
+                           const std::vector<std::pair<std::string, std::string>>& values) {
+  if (text.find('$') == std::string::npos) return text;
   auto ident_start = [](char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_'; };
   auto ident_char = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  const std::string value = std::to_string(local_rank);
   std::string out;
-  for (size_t i = 0; i < arg.size();) {
-    if (arg[i] != '$' || i + 1 >= arg.size()) {
-      out.push_back(arg[i++]);
+  for (size_t i = 0; i < text.size();) {
+    if (text[i] != '$' || i + 1 >= text.size()) {
+      out.push_back(text[i++]);
       continue;
     }
-    if (arg[i + 1] == '$') {  // $$ is a literal $
+    if (text[i + 1] == '$') {  // $$ is a literal $
       out.push_back('$');
       i += 2;
       continue;
     }
-    const bool braced = arg[i + 1] == '{';
-    size_t start = i + (braced ? 2 : 1);
+    const bool braced = text[i + 1] == '{';
+    const size_t start = i + (braced ? 2 : 1);
     size_t end = start;
-    if (end < arg.size() && ident_start(arg[end])) {
-      while (end < arg.size() && ident_char(arg[end])) ++end;
+    if (end < text.size() && ident_start(text[end])) {
+      while (end < text.size() && ident_char(text[end])) ++end;
     }
-    const bool closed = !braced || (end < arg.size() && arg[end] == '}');
-    if (end > start && closed && arg.compare(start, end - start, "local_rank") == 0) {
-      out += value;
+    const bool closed = !braced || (end < text.size() && text[end] == '}');
+    const std::string name = text.substr(start, end - start);
+    auto known =
+        std::find_if(values.begin(), values.end(), [&](const auto& v) { return v.first == name; });
+    if (end > start && closed && known != values.end()) {
+      out += known->second;
       i = end + (braced ? 1 : 0);
     } else {
-      out.push_back(arg[i++]);  // another name, or not a name: kept as written
+      out.push_back(text[i++]);  // another name, or not a name: kept as written
     }
   }
   return out;
 }
 
+std::string SubstituteLocalRank(const std::string& arg, int local_rank) {
+  return SafeSubstitute(arg, {{"local_rank", std::to_string(local_rank)}});
+}
+
 std::string LinePrefix(const std::string& tmpl, const std::string& role, int rank, int local_rank,
                        const std::string& host) {
-  std::string s = tmpl;
-  Replace(s, "${role_name}", role);
-  Replace(s, "${local_rank}", std::to_string(local_rank));
-  Replace(s, "${rank}", std::to_string(rank));
-  Replace(s, "${host}", host);
-  return s;
+  return SafeSubstitute(tmpl.empty() ? std::string(kDefaultPrefix) : tmpl,
+                        {{"role_name", role},
+                         {"local_rank", std::to_string(local_rank)},
+                         {"rank", std::to_string(rank)},
+                         {"host", host}});
 }
 
 StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfig& c,
@@ -106,7 +107,7 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
                                                                const env::LogLayout& layout,
                                                                const env::Environ& environ) {
   const std::string tmpl = env::Lookup(environ, env::kLinePrefixTemplate).value_or(kDefaultPrefix);
-  const std::string host = tmpl.find("${host}") != std::string::npos ? env::Hostname() : "";
+  const std::string host = tmpl.find("host") != std::string::npos ? env::Hostname() : "";
   const int attempt = group.restart_count;
   if (Status s = CheckFilterFile("duplicate_stdout_filters", c.duplicate_stdout_filters,
                                  layout.FilteredPath(attempt, "stdout"));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.hpp"
@@ -21,9 +22,14 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
                                                                const env::LogLayout& layout,
                                                                const env::Environ& environ);
 
-// The tee prefix: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (default
-// "[${role_name}${local_rank}]:") with ${role_name}, ${rank}, ${local_rank}
-// and ${host} substituted.
+// Python's string.Template.safe_substitute: $name and ${name} of `values`
+// replaced, $$ made $, anything else kept as written.
+std::string SafeSubstitute(const std::string& text,
+                           const std::vector<std::pair<std::string, std::string>>& values);
+
+// The tee prefix: TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE (unset or empty: the
+// default "[${role_name}${local_rank}]:"), as torchrun substitutes it
+// (SafeSubstitute) with role_name, rank, local_rank, and ddprun's host.
 std::string LinePrefix(const std::string& tmpl, const std::string& role, int rank, int local_rank,
                        const std::string& host);
 

@@ -189,13 +189,18 @@ Match NoSpace(const std::string& text, const ExplainContext& c) {
   std::string cause = said ? "a worker's write found its filesystem full (ENOSPC)"
                            : "the filesystem of the job's log files is full: the workers' writes "
                              "to their redirected output fail (ENOSPC)";
+  const bool logs_have_room = said && c.log_free_bytes && *c.log_free_bytes > 0;
   if (c.log_free_bytes) {
-    cause += "; " + c.log_dir + " has " + FormatBytes(*c.log_free_bytes) + " free";
+    cause += "; " + c.log_dir + " has " + FormatBytes(*c.log_free_bytes) + " free" +
+             (logs_have_room ? ", so the full one is another" : "");
   }
-  return Lines(cause,
-               "free space there (df -h; checkpoints, caches and core files are the usual "
-               "culprits), or give --log_dir (and the script's output paths) on a filesystem "
-               "with room");
+  return Lines(cause, logs_have_room
+                          ? "df -h shows which filesystem is full (the script's output paths, "
+                            "/tmp, /dev/shm; a stream sent to /dev/full fails the same way); "
+                            "free space there or write elsewhere"
+                          : "free space there (df -h; checkpoints, caches and core files are the "
+                            "usual culprits), or give --log_dir (and the script's output paths) "
+                            "on a filesystem with room");
 }
 
 namespace {

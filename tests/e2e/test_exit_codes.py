@@ -84,7 +84,7 @@ def test_non_executable_file_with_no_python_exits_126(tmp_path):
     assert "hi" not in r.stdout
 
 
-@pytest.mark.parametrize("kind", ["crlf", "interpreter", "loader"])
+@pytest.mark.parametrize("kind", ["crlf", "interpreter", "loader", "no #! line"])
 def test_a_program_whose_exec_would_say_no_such_file_exits_126_saying_why(tmp_path, kind):
     """A file that exists but cannot start: execve says "No such file or directory" (a #! line
     with Windows line endings, an interpreter or ELF dynamic loader that does not exist)."""
@@ -92,6 +92,10 @@ def test_a_program_whose_exec_would_say_no_such_file_exits_126_saying_why(tmp_pa
         prog = write_script(tmp_path, "prog", "#!/bin/sh\r\necho hi\r\n")
         expected = ("has Windows line endings (CRLF): its #! line names the interpreter "
                     "'/bin/sh\\r', which does not exist; convert the file (dos2unix")
+    elif kind == "no #! line":  # execve says "Exec format error" for this one
+        prog = write_script(tmp_path, "prog", "echo hi\n")
+        expected = ("a text file without a #! line, which the kernel cannot run (Exec format "
+                    "error; a shell would run it with /bin/sh): add a first line")
     elif kind == "interpreter":
         prog = write_script(tmp_path, "prog", "#!/no/such/python3 -u\nprint('hi')\n")
         expected = "its #! line names the interpreter /no/such/python3, which does not exist"

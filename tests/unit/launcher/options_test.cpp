@@ -108,6 +108,10 @@ TEST_CASE("usage errors name the option, the value and what is accepted") {
   CHECK(Contains(Error({"--nproc_per_node=abc", "t"}), "cpu, gpu or auto"));
   CHECK(Contains(Error({"--nnodes=3:2", "t"}), "--nnodes=3:2: MIN must not exceed MAX"));
   CHECK(Contains(Error({"--nnodes=1:2:3", "t"}), "--nnodes=1:2:3"));
+  // A bad part is quoted in the value as given, not alone.
+  CHECK(Contains(Error({"--nnodes=1:0", "t"}), "invalid --nnodes=1:0: "));
+  CHECK(Contains(Error({"--nnodes=:2", "t"}), "invalid --nnodes=:2: "));
+  CHECK(Contains(Error({"--nproc_per_node=1", ""}), "the program is an empty argument"));
   CHECK(Contains(Error({"--master_port=70000", "t"}), "--master_port=70000: a port number"));
   CHECK(Contains(Error({"-m", "--no_python", "t"}), "-m/--module and --no_python"));
   CHECK(Contains(Error({"--max_restarts=-1", "t"}), "--max_restarts=-1: a number >= 0"));

@@ -77,5 +77,14 @@ TEST_CASE("torchrun's $local_rank macro is substituted in the arguments, as stri
   CHECK(SubstituteLocalRank("no macro", 5) == "no macro");
 }
 
+TEST_CASE("the line prefix template is substituted as torchrun's string.Template") {
+  CHECK(LinePrefix("[${role_name}${local_rank}]:", "default", 9, 1, "") == "[default1]:");
+  CHECK(LinePrefix("$rank:", "default", 9, 1, "") == "9:");          // $name as well as ${name}
+  CHECK(LinePrefix("$$x $rank", "default", 9, 1, "") == "$x 9");     // $$ is a $
+  CHECK(LinePrefix("[$other]", "default", 9, 1, "") == "[$other]");  // unknown: kept
+  CHECK(LinePrefix("${rank}@${host}", "default", 9, 1, "node3") == "9@node3");
+  CHECK(LinePrefix("", "trainer", 9, 2, "") == "[trainer2]:");  // empty: torchrun's default
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

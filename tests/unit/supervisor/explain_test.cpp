@@ -539,6 +539,10 @@ TEST_CASE("explain: a full disk, said by the worker or found in the log director
   auto said = Explain(Failed("OSError: [Errno 28] No space left on device: 'ckpt.pt'"), c);
   REQUIRE(said.has_value());
   CHECK(said->cause.find("found its filesystem full (ENOSPC)") != std::string::npos);
+  // The log directory has room: the full filesystem is another, not the logs'.
+  CHECK(said->cause.find("/logs/run has 5.0 GiB free, so the full one is another") !=
+        std::string::npos);
+  CHECK(said->fix.rfind("df -h shows which filesystem is full", 0) == 0);
 }
 
 TEST_CASE("explain: a native crash that left a core file says how to open it") {
