@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "env/interfaces.hpp"
 #include "env/limits.hpp"
@@ -51,14 +49,12 @@ bool RunsAShell(const Program& program) {
   if (program.argv.empty() || !program.interpreter.empty()) return false;
   if (IsShell(program.argv[0])) return true;
   // A script whose #! line names a shell, directly or through env.
-  std::ifstream in(program.argv[0]);
-  std::string line;
-  if (!std::getline(in, line) || line.rfind("#!", 0) != 0) return false;
-  std::istringstream words(line.substr(2));
-  std::string interpreter, first_arg;
-  words >> interpreter >> first_arg;
-  if (std::filesystem::path(interpreter).filename() == "env") return IsShell(first_arg);
-  return IsShell(interpreter);
+  const std::vector<std::string> words = Shebang(program.argv[0]);
+  if (words.empty()) return false;
+  if (std::filesystem::path(words[0]).filename() == "env") {
+    return words.size() > 1 && IsShell(words[1]);
+  }
+  return IsShell(words[0]);
 }
 
 supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Program& program,

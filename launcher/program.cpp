@@ -24,21 +24,40 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+}  // namespace
+
+std::vector<std::string> Shebang(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  char head[512];
+  const ssize_t n = fd.valid() ? pread(fd.get(), head, sizeof(head), 0) : -1;
+  if (n < 3 || head[0] != '#' || head[1] != '!') return {};
+  std::string_view line(head + 2, static_cast<size_t>(n) - 2);
+  line = line.substr(0, line.find('\n'));
+  std::vector<std::string> words;
+  // Split at blanks only: a '\r' stays, so that a CRLF line shows as one.
+  for (size_t start = line.find_first_not_of(" \t"); start != std::string_view::npos;
+       start = line.find_first_not_of(" \t", start)) {
+    const size_t end = line.find_first_of(" \t", start);
+    words.emplace_back(line.substr(start, end == std::string_view::npos ? end : end - start));
+    if (end == std::string_view::npos) break;
+    start = end;
+  }
+  return words;
+}
+
+namespace {
+
 // The program the kernel runs first for `path`: a script's #! interpreter or
 // an ELF's dynamic loader (PT_INTERP); "" when none or unreadable.
 std::string FirstRun(const std::string& path, bool& script) {
+  if (auto words = Shebang(path); !words.empty()) {
+    script = true;
+    return words[0];
+  }
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   char head[512];
   const ssize_t n = fd.valid() ? pread(fd.get(), head, sizeof(head), 0) : -1;
   if (n < 4) return "";
-  script = head[0] == '#' && head[1] == '!';
-  if (script) {
-    const std::string_view line(head + 2, static_cast<size_t>(n) - 2);
-    const size_t start = line.find_first_not_of(" \t");
-    if (start == std::string_view::npos) return "";
-    const size_t end = line.find_first_of(" \t\n", start);
-    return std::string(line.substr(start, end == std::string_view::npos ? end : end - start));
-  }
   Elf64_Ehdr eh{};
   if (static_cast<size_t>(n) < sizeof(eh) || std::memcmp(head, ELFMAG, SELFMAG) != 0 ||
       head[EI_CLASS] != ELFCLASS64) {

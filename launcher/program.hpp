@@ -37,6 +37,11 @@ StatusOr<Program> ResolveProgram(const LaunchConfig& config, const env::Environ&
 // when a directory of that name exists again, how to enter it.
 Status CheckWorkingDirectory(const env::Environ& environ);
 
+// The words of `path`'s #! line (the interpreter, then its arguments); empty
+// when it is no script or unreadable. Split at blanks only: a CRLF line's
+// interpreter keeps its '\r'.
+std::vector<std::string> Shebang(const std::string& path);
+
 // Looks `name` up on `path_var` (PATH) unless it contains a '/'.
 StatusOr<std::string> FindExecutable(const std::string& name, const std::string& path_var);
 
