@@ -407,6 +407,13 @@ os.write(fd, f"{rank} {attempt} {world} {t.item()}\n".encode())
 os.close(fd)
 os.write(1, f"rank {rank} attempt {attempt} sum {t.item()}\n".encode())
 if attempt == 0 and rank == 3:
+    # Fail only once every rank has its sum: exiting at once raced the peers still reading
+    # the collective's last bytes ("Connection reset by peer" on rank 1, once in CI).
+    import time
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(out, f"r{r}_a0")) for r in range(world)):
+        time.sleep(0.05)
     os._exit(1)
 dist.destroy_process_group()
 '''
