@@ -362,6 +362,7 @@ class Round:
         self.agents = []
         self.starts = {}  # pid -> start record
         self.ends = {}  # pid -> end record
+        self.killed_workers = set()  # pids this run SIGKILLed
         self.fired = []  # what each fault did
         self.violations = []  # (name, detail)
         self.t0 = None
@@ -453,6 +454,9 @@ class Round:
                 return {"kind": kind, "at": at, "fired": False, "why": "no live worker"}
             node, lr, pid = live[int(f["pick"] * len(live))]
             ok = signal_pid(pid, signal.SIGKILL)
+            # Killed after writing its end record (not yet seen here) but before it exited:
+            # ddprun sees SIGKILL, whatever the record says (check (b) goes by the kill).
+            self.killed_workers.add(pid)
             return {"kind": kind, "at": at, "fired": ok, "pid": pid, "node": node,
                     "local_rank": lr, "rank": self.starts[pid].get("rank")}
         agent = self.agents[f["target"]] if f["target"] < len(self.agents) else None
@@ -691,7 +695,8 @@ class Round:
         for rnd, ws in sorted(groups.items()):
             w = ints(ws[0], "world")
             done = [s for s in ws if self.ends.get(s["pid"], {}).get("rc") == "0"
-                    and self.ends[s["pid"]].get("checksum", "none") != "none"]
+                    and self.ends[s["pid"]].get("checksum", "none") != "none"
+                    and int(s["pid"]) not in self.killed_workers]
             if w and sorted({ints(s, "rank") for s in done}) == list(range(w)):
                 t = max(float(self.ends[s["pid"]]["t"]) for s in done)
                 note_training(w, min(float(self.ends[s["pid"]]["t"]) for s in done) -
