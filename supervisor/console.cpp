@@ -52,6 +52,8 @@ struct ConsoleWriter::State {
   bool broken = false;  // write failed (closed console): nothing more is written
   bool started = false;
   bool threadless = false;            // no thread could be made: writes are synchronous
+  bool want_room = false;             // WriteOrHold() found the queue full: notify when it empties
+  std::function<void()> notify_room;  // SetRoomNotifier
   std::shared_ptr<LineEnd> line_end;  // this file's, with the other writers of it
   std::atomic<uint64_t> own_line_breaks{0};
 
@@ -104,6 +106,10 @@ struct ConsoleWriter::State {
       in_flight = false;
       bytes -= chunk.size();
       if (!ok) broken = true;
+      if (want_room && (broken || bytes <= capacity / 2)) {
+        want_room = false;
+        if (notify_room) notify_room();
+      }
       if (queue.empty()) idle.notify_all();
     }
   }
@@ -133,16 +139,24 @@ ConsoleWriter& ConsoleWriter::For(int fd) {
 }
 
 void ConsoleWriter::Write(std::string_view data, std::string_view where_kept) {
-  Put(data, where_kept, false);
+  Put(data, where_kept, false, false);
 }
 
-void ConsoleWriter::WriteOwnLine(std::string_view text) { Put(text, {}, true); }
+bool ConsoleWriter::WriteOrHold(std::string_view data) { return Put(data, {}, false, true); }
 
-void ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool own_line) {
-  if (data.empty()) return;
+void ConsoleWriter::WriteOwnLine(std::string_view text) { Put(text, {}, true, false); }
+
+void ConsoleWriter::SetRoomNotifier(std::function<void()> notify) {
+  std::lock_guard lock(state_->mu);
+  state_->notify_room = std::move(notify);
+}
+
+bool ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool own_line,
+                        bool keep) {
+  if (data.empty()) return true;
   State& s = *state_;
   std::unique_lock lock(s.mu);
-  if (s.broken) return;  // a closed console must not stop the job
+  if (s.broken) return true;  // a closed console must not stop the job
   if (!s.started) {
     s.started = true;
     sigset_t all, saved;  // the thread starts with every signal blocked (see Run)
@@ -163,20 +177,23 @@ void ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool
   if (s.threadless) {
     if (!WriteAll(s.fd, data.data(), data.size())) s.broken = true;
     s.Queued(data);
-    return;
+    return true;
   }
-  if (!s.queue.empty() && s.bytes + data.size() > s.capacity) {
+  if (!keep && !s.queue.empty() && s.bytes + data.size() > s.capacity) {
     const uint64_t lines = CountLines(data);
     s.dropped_pending += lines;
     s.dropped_total += lines;
     if (!where_kept.empty()) s.where_kept = std::string(where_kept);
-    return;
+    return false;
   }
   s.QueueNotice();
   s.bytes += data.size();
   s.queue.emplace_back(data);
   s.Queued(data);
   s.work.notify_one();
+  if (s.bytes < s.capacity) return true;
+  s.want_room = true;
+  return false;
 }
 
 const std::atomic<uint64_t>& ConsoleWriter::own_line_breaks() const {

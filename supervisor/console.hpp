@@ -1,12 +1,16 @@
 // The launcher's console (its stdout and stderr), written so that a console
 // nobody reads never stops supervision.
 //
-// Each destination has a writer thread and a bounded queue. Write() never
-// blocks: when the queue is full (a pager left open, Ctrl-S, a stuck log
-// shipper), the lines are dropped and counted, and once the console reads
-// again a notice says how many it missed and where they are kept
-// ("[ddprun: 12345 lines not shown: console not reading; see <log>]").
-// Log files are written by the supervisor directly; they stay complete.
+// Each destination has a writer thread and a bounded queue, and nothing here
+// blocks. When the queue is full (a pager left open, Ctrl-S, a stuck log
+// shipper), lines that a log file also keeps are dropped and counted, and
+// once the console reads again a notice says how many it missed and where
+// they are kept ("[ddprun: 12345 lines not shown: console not reading; see
+// <log>]"). Lines kept nowhere else are never dropped: WriteOrHold() queues
+// them and tells the caller to stop reading their source (the worker then
+// waits to write, as it would writing to the console itself) until the
+// room notifier says the console has read half the queue. Log files are
+// written by the supervisor directly; they stay complete.
 //
 // The writers live as long as the process (never destroyed), so a writer
 // blocked in write() at exit is no hazard.
@@ -17,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,6 +37,14 @@ class ConsoleWriter {
   // `where_kept` names where dropped lines can be read instead (a log file or
   // directory), "" when nowhere.
   void Write(std::string_view data, std::string_view where_kept = {});
+  // Queues `data` (whole lines, or a line's piece), which nothing else keeps,
+  // whatever the queue holds. Returns false when the queue is now at its
+  // bound: the caller stops producing until the room notifier runs.
+  bool WriteOrHold(std::string_view data);
+  // Run on the writer's thread when a queue WriteOrHold() found full has
+  // room again (half its bound free), or the console was given up. The
+  // notifier must be thread-safe (uv_async_send); nullptr removes it.
+  void SetRoomNotifier(std::function<void()> notify);
   // Queues `text` (whole lines) from a line start: a worker's unfinished line
   // shown just before it (a progress bar) is ended first. For the launcher's
   // own messages and reports.
@@ -52,7 +65,9 @@ class ConsoleWriter {
 
  private:
   explicit ConsoleWriter(int fd);
-  void Put(std::string_view data, std::string_view where_kept, bool own_line);
+  // Queues `data`; drops it when the queue is full, unless `keep`. Returns
+  // whether the queue has room left.
+  bool Put(std::string_view data, std::string_view where_kept, bool own_line, bool keep);
   State* state_;
 };
 

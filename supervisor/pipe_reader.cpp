@@ -1,5 +1,7 @@
 #include "supervisor/pipe_reader.hpp"
 
+#include <unistd.h>
+
 #include <cerrno>
 
 namespace ddprun::supervisor {
@@ -69,8 +71,36 @@ std::chrono::steady_clock::time_point Supervisor::PipeReader::ShowWaiting(
 
 void Supervisor::PipeReader::Flush() {
   if (out.empty()) return;
-  console->Write(out, spec.file);  // never blocks: an unread console drops lines, counted
+  if (file.valid()) {
+    console->Write(out, spec.file);  // never blocks: an unread console drops lines, counted
+  } else if (!console->WriteOrHold(out) && !draining && !pipe.paused()) {
+    // Kept nowhere else: never dropped. Until the console reads again, the
+    // worker waits to write, as it would writing to the console itself.
+    pipe.Pause();
+    held_since = std::chrono::steady_clock::now();
+  }
   out.clear();
+}
+
+void Supervisor::WatchConsoleRoom() {
+  uv_async_init(&loop_, &console_room_, [](uv_async_t* a) {
+    for (auto& r : static_cast<Supervisor*>(a->data)->readers_) r->Resume();
+  });
+  console_room_.data = this;
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    ConsoleWriter::For(fd).SetRoomNotifier([a = &console_room_] { uv_async_send(a); });
+  }
+}
+
+void Supervisor::UnwatchConsoleRoom() {
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) ConsoleWriter::For(fd).SetRoomNotifier(nullptr);
+}
+
+const Supervisor::PipeReader* Supervisor::HeldReader() const {
+  for (const auto& r : readers_) {
+    if (r->held()) return r.get();
+  }
+  return nullptr;
 }
 
 }  // namespace ddprun::supervisor

@@ -35,12 +35,20 @@ struct Supervisor::PipeReader {
   LineSplitter splitter;
   ShownStream shown;
   std::string out;  // console bytes of one read, queued at once
+  // Output nothing else keeps waits for the console: the pipe is not read
+  // (the worker waits to write) since `held_since`, until Resume().
+  std::chrono::steady_clock::time_point held_since{};
+  // The workers are gone (Drain): what their pipes hold is queued whole.
+  bool draining = false;
   // Since when the incomplete line has had bytes not shown (max() when not).
   std::chrono::steady_clock::time_point unshown_since =
       std::chrono::steady_clock::time_point::max();
 
   void Consume(std::string_view data);
   void Finish();
+  bool held() const { return pipe.paused(); }
+  // Reads again (the console has room, or the workers are gone).
+  void Resume() { pipe.Resume(); }
   // Shows the incomplete line's new bytes if they have waited since `before`
   // or longer; returns since when what is left has waited (max() for nothing).
   std::chrono::steady_clock::time_point ShowWaiting(std::chrono::steady_clock::time_point before);

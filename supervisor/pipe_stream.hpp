@@ -2,9 +2,9 @@
 // buffer of its own, for the supervisor's worker streams and the file timer's
 // FIFO.
 //
-// Lifecycle: Open() starts reading; Close() stops it and closes the handle
-// (and the fd); the loop must then run until closed() before the object is
-// destroyed. It must not move while open. Not thread-safe: the loop's thread.
+// Lifecycle: Open() starts reading; Pause() and Resume() hold it; Close() stops it and closes the
+// handle (and the fd); the loop must then run until closed() before the object is destroyed. It
+// must not move while open. Not thread-safe: the loop's thread.
 #pragma once
 
 #include <uv.h>
@@ -36,6 +36,11 @@ class PipeStream {
   // loop (which, resumed after a stop, runs its timers before it reads).
   // Needs a non-blocking fd; does nothing unless reading.
   void ReadNow();
+  // Stops reading for now (the pipe fills and its writer waits), and starts
+  // again. Pause() may be called from `on_data`: no more data comes after it.
+  void Pause();
+  void Resume();
+  bool paused() const { return paused_; }
   // Stops reading and closes the handle. Idempotent.
   void Close();
   // Open() was called and Close() not yet.
@@ -51,6 +56,9 @@ class PipeStream {
   EndFn on_end_;
   bool initialized_ = false;
   bool closing_ = false;
+  bool paused_ = false;
+
+  int StartReading();
 };
 
 }  // namespace ddprun::supervisor

@@ -107,6 +107,7 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
   });
   if (async_rc != 0) return ErrnoStatus("uv_async_init", -async_rc);
   s->stop_async_.data = s.get();
+  s->WatchConsoleRoom();
   // SIGUSR1/SIGUSR2 through the tap: passing them on may depend on their sender.
   for (int sig : {SIGUSR1, SIGUSR2}) {
     if (handled_signals.count(sig) != 0) s->forward_only_.insert(sig);
@@ -167,8 +168,10 @@ Supervisor::~Supervisor() {
   }
   if (dump_signal_started_) CatchLate(dump_signal_.signum, true);  // no workers left to dump
   if (!loop_ready_) return;
+  UnwatchConsoleRoom();
   CloseIfOpen(&sigchld_);
   CloseIfOpen(&stop_async_);
+  CloseIfOpen(&console_room_);
   CloseIfOpen(&hang_timer_);
   CloseIfOpen(&partial_timer_);
   CloseIfOpen(&pause_timer_);
@@ -382,6 +385,10 @@ void Supervisor::Drain(GroupState& state) {
     }
   }
   containment_->ReapAdopted({});
+  for (auto& r : readers_) {  // nobody waits to write now: what the pipes hold is read whole
+    r->draining = true;
+    r->Resume();
+  }
   uv_timer_t drain{};
   uv_timer_init(&loop_, &drain);
   drain.data = this;

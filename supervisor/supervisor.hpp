@@ -154,6 +154,11 @@ class Supervisor {
   void StopJobControl();
   void StopTogether();
   void CloseReader(PipeReader& reader);
+  // Output that only the console keeps (pipe_reader.cpp): a reader held
+  // while the console does not read resumes when it has room again.
+  void WatchConsoleRoom();
+  void UnwatchConsoleRoom();
+  const PipeReader* HeldReader() const;  // one held now, or nullptr
   // How long an incomplete line (a prompt, a progress bar redrawn with '\r')
   // waits for its end before it is shown as far as it has come (one timer).
   static constexpr std::chrono::milliseconds kPartialLineWait{100};
@@ -166,6 +171,7 @@ class Supervisor {
   bool loop_ready_ = false;  // uv_loop_init succeeded: the destructor closes the loop
   uv_signal_t sigchld_{};
   uv_async_t stop_async_{};
+  uv_async_t console_room_{};  // a console writer has room again (its thread sends it)
   std::atomic<bool> stop_requested_{false};
   std::vector<std::unique_ptr<uv_signal_t>> signals_;
   std::set<int> forward_only_;
@@ -188,8 +194,10 @@ class Supervisor {
   uv_timer_t pause_timer_{};
   PauseClock pauses_;
   bool pause_watch_armed_ = false;
-  pid_t stopped_pid_ = 0;  // a worker stopped at the last look
-  pid_t told_pid_ = 0;     // the stopped worker the user was told of
+  pid_t stopped_pid_ = 0;         // a worker stopped at the last look
+  pid_t told_pid_ = 0;            // the stopped worker the user was told of
+  bool told_held_ = false;        // the user was told that output waits for the console ...
+  SteadyTime held_told_since_{};  // ... held since then
   SteadyTime paused_since_{};
   uv_signal_t tstp_{};
   bool tstp_ready_ = false;            // SIGTSTP is job control, not a --signals_to_handle one

@@ -1,5 +1,6 @@
-"""Output that cannot be written never stops supervision: a console nobody reads drops lines
-(counted, with a notice) instead of stalling the launcher; a log file that cannot be written
+"""Output that cannot be written never stops supervision: a console nobody reads drops lines that a
+log file keeps (counted, with a notice) and holds the others (the worker waits to write, the hang
+limits wait with it) instead of stalling the launcher; a log file that cannot be written
 (full disk) is reported once, named, in the failure report, and in the exit code."""
 
 import os
@@ -32,10 +33,14 @@ CHATTY = textwrap.dedent("""\
         sys.exit(7)
     n = 0
     limit = float(os.environ.get("PRINT_FOR", "1e9"))
-    while time.time() - start < limit:
+    lines = int(os.environ.get("LINES", "0")) or float("inf")
+    out = sys.stderr if os.environ.get("STREAM") == "stderr" else sys.stdout
+    while time.time() - start < limit and n < lines:
         n += 1
-        print(f"rank {rank} line {n} " + "x" * 80, flush=(n % 64 == 0))
-    print(f"rank {rank} done after {n} lines", flush=True)
+        print(f"rank {rank} line {n} " + "x" * 80, file=out, flush=(n % 64 == 0))
+        if n % 64 == 0 and os.environ.get("SLOW") == "1":
+            time.sleep(0.002)
+    print(f"rank {rank} done after {n} lines", file=out, flush=True)
     """)
 
 
@@ -68,11 +73,17 @@ def exit_unread(proc, timeout):
     return proc.poll()
 
 
-def test_unread_console_does_not_delay_failure_handling(tmp_path):
+# Output a log file keeps (dropped on a stalled console) and output kept nowhere else (held).
+KEPT_OR_HELD = [pytest.param(["--tee=3"], {}, id="kept"),
+                pytest.param([], {"STREAM": "stderr"}, id="held")]
+
+
+@pytest.mark.parametrize("args,env", KEPT_OR_HELD)
+def test_unread_console_does_not_delay_failure_handling(tmp_path, args, env):
     """Nobody reads ddprun's stdout or stderr: a worker that fails at +1 s still gets its
     neighbours SIGTERMed at once and ddprun exits with its code, before anyone reads."""
-    proc, out = start(tmp_path, ["--nproc_per_node=2", "--tee=3", "--log_dir", tmp_path / "logs",
-                                 "--shutdown_timeout=5"], FAIL="1")
+    proc, out = start(tmp_path, ["--nproc_per_node=2", *args, "--log_dir", tmp_path / "logs",
+                                 "--shutdown_timeout=5"], FAIL="1", **env)
     try:
         assert wait_file(out / "failed", 20), "rank 0 never failed"
         failed_at = float((out / "failed").read_text())
@@ -85,9 +96,9 @@ def test_unread_console_does_not_delay_failure_handling(tmp_path):
         out_text, err_text = proc.communicate()
     assert lag < 3.0, f"rank 1 got SIGTERM {lag:.1f} s after rank 0 failed"
     assert rc == 7, f"ddprun did not exit (rc {rc}) while its console was not read"
-    # The log file is complete: rank 1's last line there is its last line printed before SIGTERM.
-    log = (tmp_path / "logs").glob("*/attempt_0/1/stdout.log")
-    assert any(p.stat().st_size > 64 * 1024 for p in log)
+    if args:  # the log file is complete: rank 1's last line there is its last before SIGTERM
+        log = (tmp_path / "logs").glob("*/attempt_0/1/stdout.log")
+        assert any(p.stat().st_size > 64 * 1024 for p in log)
 
 
 def test_console_that_resumes_gets_a_counted_notice(tmp_path):
@@ -113,8 +124,52 @@ def test_console_that_resumes_gets_a_counted_notice(tmp_path):
     assert shown + missed == total, f"shown {shown} + missed {missed} != printed {total}"
 
 
-def test_sigterm_is_acted_on_while_the_console_is_stalled(tmp_path):
-    proc, out = start(tmp_path, ["--nproc_per_node=2", "--tee=3", "--log_dir", tmp_path / "logs"])
+def numbered_lines(text, rank):
+    """The line numbers rank `rank` printed, in the order shown, and its 'done after' count."""
+    numbers, total = [], None
+    for line in text.splitlines():
+        if line.startswith(f"rank {rank} line "):
+            numbers.append(int(line.split()[3]))
+        elif line.startswith(f"rank {rank} done after "):
+            total = int(line.split()[4])
+    return numbers, total
+
+
+def test_output_kept_nowhere_else_waits_for_the_console(tmp_path):
+    """No log file: a worker's stderr, read by ddprun for the failure report, is held while the
+    console does not read (3 s; 20 MB printed against a 4 MiB queue) and every line arrives, in
+    order, once it reads again: nothing dropped, no notice."""
+    proc, out = start(tmp_path, ["--nproc_per_node=1"], STREAM="stderr", LINES="200000")
+    time.sleep(3.0)
+    out_text, err_text = proc.communicate(timeout=60)
+    text = err_text.decode(errors="replace")
+    assert proc.returncode == 0, text[-3000:]
+    numbers, total = numbered_lines(text, 0)
+    assert total == 200000, text[-2000:]
+    assert numbers == list(range(1, total + 1)), "lines lost or out of order"
+    assert "lines not shown" not in text
+
+
+def test_held_output_does_not_count_toward_the_hang_limits(tmp_path):
+    """--hang_detect=output with a 2 s limit: a console that stalls 5 s holds the worker's lines
+    (nowhere else keeps them), so the worker is silent for longer than the limit; it is not
+    hung: ddprun says it waits for the console, and the run ends well with every line shown."""
+    proc, out = start(tmp_path, ["--nproc_per_node=1", "--hang_detect=output",
+                                 "--hang_timeout=2"], PRINT_FOR="7", SLOW="1")
+    time.sleep(5.0)
+    out_text, err_text = proc.communicate(timeout=60)
+    text, err = out_text.decode(errors="replace"), err_text.decode(errors="replace")
+    assert proc.returncode == 0, err[-3000:]
+    assert "waits to write it" in err, err[-3000:]
+    assert "the console reads again after" in err, err[-3000:]
+    numbers, total = numbered_lines(text, 0)
+    assert total and numbers == list(range(1, total + 1)), "lines lost or out of order"
+
+
+@pytest.mark.parametrize("args,env", KEPT_OR_HELD)
+def test_sigterm_is_acted_on_while_the_console_is_stalled(tmp_path, args, env):
+    proc, out = start(tmp_path, ["--nproc_per_node=2", *args, "--log_dir", tmp_path / "logs"],
+                      **env)
     try:
         time.sleep(2.0)  # the pipe is full by now
         proc.send_signal(signal.SIGTERM)

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <string>
 
@@ -49,6 +50,44 @@ TEST_CASE("a console that does not read drops lines, counts them, and says so wh
   size_t shown = 0;
   for (size_t p = 0; (p = got.find(line, p)) != std::string::npos; p += line.size()) ++shown;
   CHECK(shown + dropped == 2000);
+  close(fds[0]);
+  close(fds[1]);
+}
+
+TEST_CASE("lines kept nowhere else are held, never dropped, and the caller is told of room") {
+  int fds[2];
+  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+  fcntl(fds[1], F_SETPIPE_SZ, 4096);
+  ConsoleWriter& w = ConsoleWriter::For(fds[1]);
+  w.set_capacity(8192);
+  const uint64_t dropped_before = w.dropped_lines();  // a writer per fd number, for the process
+  std::atomic<int> rooms{0};
+  w.SetRoomNotifier([&rooms] { rooms.fetch_add(1); });
+  std::string sent;
+  int lines = 0;
+  // Nobody reads: the queue fills and WriteOrHold says so.
+  for (bool room = true; room; ++lines) {
+    std::string line = "line " + std::to_string(lines) + " " + std::string(90, 'y') + "\n";
+    sent += line;
+    room = w.WriteOrHold(line);
+    REQUIRE(lines < 1000);  // the pipe (4 KiB) and the queue (8 KiB) hold about 120
+  }
+  CHECK(lines > 40);
+  CHECK(rooms.load() == 0);
+  // A caller that ignores it still loses nothing (a drain queues what the pipe held).
+  for (int i = 0; i < 10; ++i, ++lines) {
+    std::string line = "line " + std::to_string(lines) + " " + std::string(90, 'y') + "\n";
+    sent += line;
+    CHECK_FALSE(w.WriteOrHold(line));
+  }
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  std::string got;
+  for (int i = 0; i < 500 && !w.Flush(std::chrono::milliseconds(10)); ++i) got += ReadAll(fds[0]);
+  got += ReadAll(fds[0]);
+  CHECK(got == sent);
+  CHECK(w.dropped_lines() == dropped_before);
+  CHECK(rooms.load() == 1);  // once, when half the bound was free
+  w.SetRoomNotifier(nullptr);
   close(fds[0]);
   close(fds[1]);
 }
