@@ -240,10 +240,12 @@ Status TakeOption(const std::vector<std::string>& args, size_t& i, SplitArgs& ou
 StatusOr<SplitArgs> SplitCommandLine(const std::vector<std::string>& args) {
   SplitArgs out;
   size_t i = 0;
+  bool separated = false;  // a "--" ended the options
   for (; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--") {
       ++i;
+      separated = true;
       break;
     }
     if (arg.size() < 2 || arg[0] != '-') break;
@@ -251,7 +253,11 @@ StatusOr<SplitArgs> SplitCommandLine(const std::vector<std::string>& args) {
   }
   if (i < args.size()) {
     out.program = args[i];
-    out.program_args.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+    // torchrun (argparse) takes the first "--" as its own also right after
+    // the program: `train.py -- --lr 1` passes `--lr 1`.
+    size_t first = i + 1;
+    if (!separated && first < args.size() && args[first] == "--") ++first;
+    out.program_args.assign(args.begin() + static_cast<long>(first), args.end());
   }
   return out;
 }

@@ -122,3 +122,31 @@ def test_pytorch_workers_pass_the_store_token_check(tmp_path):
     assert proc.returncode == 0, proc.stderr
     lines = sorted(l for l in proc.stdout.splitlines() if l.startswith("rank "))
     assert lines == ["rank 0 sum 3", "rank 1 sum 3"]
+
+
+ARGV = """
+import json, os, sys
+with open(os.environ["ARGV_OUT"], "w") as f:
+    json.dump(sys.argv[1:], f)
+"""
+
+
+@pytest.mark.parametrize("before, after", [
+    ([], ["--", "x", "--y"]),          # torchrun takes a "--" right after the script as its own
+    (["--"], ["--", "x"]),             # ... but not when one came before the script
+    ([], ["x", "--", "y", "$${local_rank}", "${local_rank}"]),
+])
+def test_program_arguments_match_torchrun(tmp_path, before, after):
+    """The arguments each worker gets, around "--" and the local rank macro, are torchrun's."""
+    script = tmp_path / "argv.py"
+    script.write_text(ARGV)
+    got = {}
+    for name, launcher, env in (("torchrun", str(TORCHRUN), {}),
+                                ("ddprun", DDPRUN, {"PYTHON_EXEC": sys.executable})):
+        out = tmp_path / f"{name}.json"
+        proc = subprocess.run([launcher, "--nproc_per_node=1", *before, str(script), *after],
+                              env=base_env(ARGV_OUT=str(out), **env), capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        got[name] = json.loads(out.read_text())
+    assert got["ddprun"] == got["torchrun"]

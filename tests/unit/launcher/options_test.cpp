@@ -430,6 +430,17 @@ TEST_CASE("one parser reads every spelling; an option given twice keeps the last
   CHECK(split->program_args == std::vector<std::string>{"-t", "1"});
 }
 
+TEST_CASE("the first \"--\" ends the options, before the program or right after it, as torchrun") {
+  using Args = std::vector<std::string>;
+  auto args = [](const Args& line) { return SplitCommandLine(line)->program_args; };
+  CHECK(args({"a.py", "--", "x", "--y"}) == Args{"x", "--y"});
+  CHECK(args({"--", "a.py", "x"}) == Args{"x"});
+  CHECK(args({"a.py", "x", "--", "y"}) == Args{"x", "--", "y"});
+  CHECK(args({"a.py", "--", "--", "x"}) == Args{"--", "x"});
+  CHECK(args({"--", "a.py", "--", "x"}) == Args{"--", "x"});
+  CHECK(args({"--nproc_per_node=2", "a.py", "--"}) == Args{});
+}
+
 TEST_CASE("an empty value reaches the option's own check") {
   CHECK(Contains(Error({"--role=", "t"}), "invalid --role=: 1 to 128 characters"));
   CHECK(Contains(Error({"--nproc_per_node=", "t"}), "invalid --nproc_per_node=: a number >= 1"));
