@@ -1,6 +1,7 @@
 // The supervisor's side of pauses (base/pause_clock.hpp): a tick while a hang
 // limit or a file timer is armed, the workers' stopped state from /proc, and
-// Ctrl-Z (SIGTSTP), which stops the workers together with the launcher.
+// Ctrl-Z (SIGTSTP), which stops the workers together with the launcher (with
+// the terminal's other signal, SIGWINCH, passed on to them).
 #include <signal.h>
 
 #include <spdlog/spdlog.h>
@@ -148,10 +149,24 @@ void Supervisor::StartJobControl() {
     uv_signal_start(
         &tstp_, [](uv_signal_t* h, int) { static_cast<Supervisor*>(h->data)->StopTogether(); },
         SIGTSTP);
+  // Each worker leads a session of its own, where no terminal sends it its
+  // resize: a progress bar that redraws to the width learns it from here.
+  if (winch_ready_)
+    uv_signal_start(
+        &winch_,
+        [](uv_signal_t* h, int) {
+          auto* self = static_cast<Supervisor*>(h->data);
+          if (self->running_ == nullptr) return;
+          for (const WorkerRecord& w : self->running_->workers()) {
+            if (w.state == WorkerState::kRunning) self->control_.SignalGroup(w.pid, SIGWINCH);
+          }
+        },
+        SIGWINCH);
 }
 
 void Supervisor::StopJobControl() {
   if (tstp_ready_) uv_signal_stop(&tstp_);  // SIGTSTP stops the launcher alone again
+  if (winch_ready_) uv_signal_stop(&winch_);
 }
 
 // Ctrl-Z: the workers (each its own session, out of the terminal's reach)

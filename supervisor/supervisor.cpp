@@ -149,6 +149,11 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
     s->tstp_.data = s.get();
     s->tstp_ready_ = true;
   }
+  if (handled_signals.count(SIGWINCH) == 0) {
+    uv_signal_init(&s->loop_, &s->winch_);
+    s->winch_.data = s.get();
+    s->winch_ready_ = true;
+  }
   struct stat out {
   }, err{};
   s->stdout_is_stderr_ = fstat(STDOUT_FILENO, &out) == 0 && fstat(STDERR_FILENO, &err) == 0 &&
@@ -176,6 +181,7 @@ Supervisor::~Supervisor() {
   CloseIfOpen(&partial_timer_);
   CloseIfOpen(&pause_timer_);
   if (tstp_ready_) CloseIfOpen(&tstp_);
+  if (winch_ready_) CloseIfOpen(&winch_);
   if (dump_signal_started_) CloseIfOpen(&dump_signal_);
   for (auto& h : signals_) CloseIfOpen(h.get());
   if (tap_) tap_->Close();

@@ -149,7 +149,8 @@ class Supervisor {
   // Leaves `paused` out of the hang limits and file timers.
   void LeaveOut(SteadyTime::duration paused, SteadyTime now);
   void DumpOnRequest();  // the dump signal's handler
-  // Ctrl-Z while a group runs: the workers stop and continue with ddprun.
+  // Ctrl-Z while a group runs: the workers stop and continue with ddprun; a
+  // terminal's resize (SIGWINCH) reaches them too.
   void StartJobControl();
   void StopJobControl();
   void StopTogether();
@@ -200,7 +201,9 @@ class Supervisor {
   SteadyTime held_told_since_{};  // ... held since then
   SteadyTime paused_since_{};
   uv_signal_t tstp_{};
-  bool tstp_ready_ = false;            // SIGTSTP is job control, not a --signals_to_handle one
+  bool tstp_ready_ = false;  // SIGTSTP is job control, not a --signals_to_handle one
+  uv_signal_t winch_{};
+  bool winch_ready_ = false;           // SIGWINCH is passed on, not a --signals_to_handle one
   HeartbeatWatch heartbeats_;          // the running group's workers, by index
   std::vector<WorkerOutput> outputs_;  // the same
   GroupOptions options_;

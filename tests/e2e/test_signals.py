@@ -144,6 +144,17 @@ def test_sigusr1_is_forwarded_and_job_continues(tmp_path, launch, pid_reaper):
     assert sorted(p.stdout().splitlines()) == ["rank 0 done", "rank 1 done"], p.output()
 
 
+def test_sigwinch_reaches_the_workers_and_the_job_continues(tmp_path, launch, pid_reaper):
+    """A terminal's resize reaches the workers, each in a session of its own, through ddprun."""
+    p = launch(["--nproc_per_node=2", *sh(USR1_WORKER.replace("USR1", "WINCH").format(d=tmp_path))])
+    pids = wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])
+    pid_reaper.extend(int(x) for x in pids)
+    p.signal(signal.SIGWINCH)
+    assert p.wait(timeout=10) == 0, p.output()
+    for rank in (0, 1):
+        assert (tmp_path / f"got_{rank}").read_text().strip() == "WINCH"
+
+
 def test_sigkill_of_ddprun_leaves_no_worker(tmp_path, launch, pid_reaper):
     # The workers are the direct children (exec): PR_SET_PDEATHSIG applies to them.
     p = launch(["--nproc_per_node=2", *sh(f"echo $$ > {tmp_path}/pid_$LOCAL_RANK; exec sleep 60")])
