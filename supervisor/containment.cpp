@@ -25,6 +25,7 @@
 
 #include "env/cgroup.hpp"
 #include "env/processes.hpp"
+#include "supervisor/self_exec.hpp"
 
 extern char** environ;  // NOLINT: POSIX
 
@@ -245,8 +246,10 @@ StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
   // kill a job, leave it to clean up; the cgroup's path (ddprun-...) goes in
   // the environment.
   std::string exe = kGuardianName;
-  std::vector<char*> argv = {exe.data(), const_cast<char*>(kGuardianArg), c->token_.data(),
-                             nullptr};
+  SelfExec self = FindSelfExec();  // through the dynamic loader too, as ddprun itself was run
+  std::vector<char*> argv = {exe.data()};
+  for (auto& a : self.before) argv.push_back(a.data());
+  argv.insert(argv.end(), {const_cast<char*>(kGuardianArg), c->token_.data(), nullptr});
   // The guardian itself does not carry the mark: a sweep must not kill it.
   std::vector<char*> envp;
   const std::string prefix = std::string(env::kProcessTree) + "=";
@@ -261,7 +264,7 @@ StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
   envp.push_back(cgroup_entry.data());
   envp.push_back(nullptr);
   pid_t pid = -1;
-  int rc = posix_spawn(&pid, "/proc/self/exe", &actions, &attr, argv.data(), envp.data());
+  int rc = posix_spawn(&pid, self.path.c_str(), &actions, &attr, argv.data(), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
@@ -340,6 +343,10 @@ int Containment::KillAll(std::chrono::milliseconds wait) {
 
 int RunGuardian(int argc, char** argv) {
   if (argc != 3) return 2;
+  const std::string token = argv[2];
+  // Started through the dynamic loader, the command line still names the
+  // loader and ddprun's file: `pkill -f ddprun` must spare the guardian.
+  RewriteCommandLine({kGuardianName, kGuardianArg, token});
   setsid();  // out of the launcher's process group and terminal: a group kill spares us
   prctl(PR_SET_NAME, kGuardianName);
   for (int sig :
@@ -365,7 +372,7 @@ int RunGuardian(int argc, char** argv) {
       if (std::sscanf(line.c_str(), "s %ld %llu", &pid, &start) == 2) workers[pid] = start;
     }
   }
-  const std::string entry = std::string(env::kProcessTree) + "=" + argv[2];
+  const std::string entry = std::string(env::kProcessTree) + "=" + token;
   const char* cgroup = std::getenv(kGuardianCgroupEnv);
   const std::string dir = cgroup != nullptr ? cgroup : "";
   int killed = 0;
