@@ -179,7 +179,10 @@ bool ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool
     s.Queued(data);
     return true;
   }
-  if (!keep && !s.queue.empty() && s.bytes + data.size() > s.capacity) {
+  // The launcher's own lines (a failure report) have room beyond the bound
+  // that the workers' output fills while the console does not read.
+  const size_t bound = own_line ? 2 * s.capacity : s.capacity;
+  if (!keep && !s.queue.empty() && s.bytes + data.size() > bound) {
     const uint64_t lines = CountLines(data);
     s.dropped_pending += lines;
     s.dropped_total += lines;

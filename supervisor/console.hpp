@@ -47,7 +47,8 @@ class ConsoleWriter {
   void SetRoomNotifier(std::function<void()> notify);
   // Queues `text` (whole lines) from a line start: a worker's unfinished line
   // shown just before it (a progress bar) is ended first. For the launcher's
-  // own messages and reports.
+  // own messages and reports, which may fill the queue to twice its bound
+  // before they are dropped: the workers' output does not crowd them out.
   void WriteOwnLine(std::string_view text);
   // Waits up to `timeout` until everything queued is written; false if not.
   bool Flush(std::chrono::milliseconds timeout);

@@ -150,6 +150,21 @@ def test_output_kept_nowhere_else_waits_for_the_console(tmp_path):
     assert "lines not shown" not in text
 
 
+@pytest.mark.parametrize("args,env", KEPT_OR_HELD)
+def test_the_failure_report_survives_a_console_full_of_worker_output(tmp_path, args, env):
+    """Rank 1 fills the console queue while nobody reads; rank 0 fails meanwhile. Once the console
+    reads again (after 3 s) it gets the failure report: the launcher's own lines are not lost
+    to the workers' output."""
+    proc, out = start(tmp_path, ["--nproc_per_node=2", *args, "--log_dir", tmp_path / "logs"],
+                      FAIL="1", **env)
+    time.sleep(3.0)
+    out_text, err_text = proc.communicate(timeout=60)
+    err = err_text.decode(errors="replace")
+    assert proc.returncode == 7, err[-3000:]
+    assert "Root Cause (first observed failure)" in err, err[-3000:]
+    assert "exitcode  : 7 " in err, err[-3000:]
+
+
 def test_held_output_does_not_count_toward_the_hang_limits(tmp_path):
     """--hang_detect=output with a 2 s limit: a console that stalls 5 s holds the worker's lines
     (nowhere else keeps them), so the worker is silent for longer than the limit; it is not

@@ -92,6 +92,32 @@ TEST_CASE("lines kept nowhere else are held, never dropped, and the caller is to
   close(fds[1]);
 }
 
+TEST_CASE("the launcher's own lines are not crowded out by a queue full of workers' output") {
+  int fds[2];
+  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+  fcntl(fds[1], F_SETPIPE_SZ, 4096);
+  ConsoleWriter& w = ConsoleWriter::For(fds[1]);
+  w.set_capacity(8192);
+  const uint64_t dropped_before = w.dropped_lines();
+  const std::string line(99, 'w');
+  while (w.WriteOrHold(line + "\n")) {
+  }
+  w.Write(line + "\n", "/logs/stdout.log");  // a worker's line beyond the bound: dropped
+  CHECK(w.dropped_lines() == dropped_before + 1);
+  const std::string report = "Root Cause (first observed failure): rank 0 exitcode 7\n";
+  for (int i = 0; i < 20; ++i) w.WriteOwnLine(report);  // 1.1 KB, within the launcher's reserve
+  CHECK(w.dropped_lines() == dropped_before + 1);
+  fcntl(fds[0], F_SETFL, O_NONBLOCK);
+  std::string got;
+  for (int i = 0; i < 500 && !w.Flush(std::chrono::milliseconds(10)); ++i) got += ReadAll(fds[0]);
+  got += ReadAll(fds[0]);
+  size_t reports = 0;
+  for (size_t p = 0; (p = got.find(report, p)) != std::string::npos; p += report.size()) ++reports;
+  CHECK(reports == 20);
+  close(fds[0]);
+  close(fds[1]);
+}
+
 TEST_CASE("a closed console is given up without blocking or failing the caller") {
   int fds[2];
   REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
