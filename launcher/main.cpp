@@ -285,7 +285,8 @@ int main(int argc, char** argv) {
     return exit_code::ForStatus(s);
   }
   const int code = launcher::RunAgent(parsed->config, *program, environ);
-  // Workers are gone; what the console has not taken yet gets a bounded wait.
+  // Workers are gone; what the console has not taken yet gets written while
+  // it reads, with a bounded wait for one that does not.
   supervisor::FlushConsole(kConsoleFlushWait);
   return code;
 }

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <system_error>
 #include <thread>
 
@@ -23,22 +24,29 @@ namespace {
 
 constexpr size_t kDefaultCapacity = 4 << 20;
 
+// The log files a notice names at most; beyond, their directory.
+constexpr size_t kMaxNamed = 64;
+
+// Where the lines a notice counts can be read: "see <file>", or the
+// directory that holds every such file.
+std::string WhereKept(const std::set<std::string>& files) {
+  if (files.empty()) return "no log file keeps them";
+  if (files.size() == 1) return "see " + *files.begin();
+  const std::string& a = *files.begin();
+  const std::string& b = *files.rbegin();  // sorted: the common prefix of all is theirs
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  const size_t slash = a.rfind('/', n == 0 ? 0 : n - 1);
+  const std::string dir = slash == std::string::npos || slash == 0 ? "/" : a.substr(0, slash);
+  return "see the log files under " + dir;
+}
+
 uint64_t CountLines(std::string_view data) {
   uint64_t n = static_cast<uint64_t>(std::count(data.begin(), data.end(), '\n'));
   return n + (!data.empty() && data.back() != '\n' ? 1 : 0);
 }
 
 }  // namespace
-
-// Where what was queued last on one file did not end a line. Shared by the
-// writers of descriptors that are one file (stdout and stderr on one
-// terminal, or `> log 2>&1`), so that the launcher's line on stderr starts
-// a line of its own after a worker's progress bar on stdout. Locked after a
-// writer's own mutex, never before.
-struct ConsoleWriter::LineEnd {
-  std::mutex mu;
-  State* mid_line = nullptr;  // whose last bytes did not end a line
-};
 
 struct ConsoleWriter::State {
   int fd = -1;
@@ -54,38 +62,30 @@ struct ConsoleWriter::State {
   bool threadless = false;            // no thread could be made: writes are synchronous
   bool want_room = false;             // WriteOrHold() found the queue full: notify when it empties
   std::function<void()> notify_room;  // SetRoomNotifier
-  std::shared_ptr<LineEnd> line_end;  // this file's, with the other writers of it
+  uint64_t chunks_written = 0;        // the console's progress, for Flush()
+  bool mid_line = false;              // what was queued last did not end a line
   std::atomic<uint64_t> own_line_breaks{0};
 
-  // Ends another's unfinished line on this file (for an own line or a notice):
-  // whether a '\n' is due first. That writer's stream is told by its count.
-  bool EndLineOfAny() {
-    std::lock_guard l(line_end->mu);
-    State* other = line_end->mid_line;
-    line_end->mid_line = nullptr;
-    if (other == nullptr) return false;
-    other->own_line_breaks.fetch_add(1, std::memory_order_relaxed);
+  // Ends a worker's unfinished line (for an own line or a notice): whether a
+  // '\n' is due first. The worker's stream is told by the count.
+  bool EndLine() {
+    if (!mid_line) return false;
+    mid_line = false;
+    own_line_breaks.fetch_add(1, std::memory_order_relaxed);
     return true;
   }
-  void Queued(std::string_view data) {
-    std::lock_guard l(line_end->mu);
-    if (data.back() != '\n') {
-      line_end->mid_line = this;
-    } else if (line_end->mid_line == this) {
-      line_end->mid_line = nullptr;
-    }
-  }
+  void Queued(std::string_view data) { mid_line = data.back() != '\n'; }
   uint64_t dropped_total = 0;
-  uint64_t dropped_pending = 0;  // not yet told in a notice
-  std::string where_kept;
+  uint64_t dropped_pending = 0;   // not yet told in a notice
+  std::set<std::string> kept_in;  // the log files that keep them
 
   void QueueNotice() {
     if (dropped_pending == 0) return;
-    std::string notice =
-        "[ddprun: " + std::to_string(dropped_pending) + " lines not shown: console not reading; " +
-        (where_kept.empty() ? std::string("no log file keeps them") : "see " + where_kept) + "]\n";
+    std::string notice = "[ddprun: " + std::to_string(dropped_pending) +
+                         " lines not shown: console not reading; " + WhereKept(kept_in) + "]\n";
     dropped_pending = 0;
-    if (EndLineOfAny()) notice.insert(0, "\n");
+    kept_in.clear();
+    if (EndLine()) notice.insert(0, "\n");
     bytes += notice.size();
     queue.push_back(std::move(notice));
   }
@@ -110,7 +110,8 @@ struct ConsoleWriter::State {
         want_room = false;
         if (notify_room) notify_room();
       }
-      if (queue.empty()) idle.notify_all();
+      ++chunks_written;
+      idle.notify_all();  // Flush() waits for progress
     }
   }
 };
@@ -120,21 +121,24 @@ ConsoleWriter::ConsoleWriter(int fd) : state_(new State) { state_->fd = fd; }
 ConsoleWriter& ConsoleWriter::For(int fd) {
   static std::mutex mu;
   static auto* writers = new std::map<int, ConsoleWriter*>();  // never destroyed
-  // Each file's line end, by (device, inode): one per file, whatever the descriptor.
-  static auto* line_ends = new std::map<std::pair<dev_t, ino_t>, std::shared_ptr<LineEnd>>();
   std::lock_guard lock(mu);
   auto& w = (*writers)[fd];
-  if (w == nullptr) {
-    w = new ConsoleWriter(fd);
-    struct stat st {};
-    if (fstat(fd, &st) == 0) {
-      auto& shared = (*line_ends)[{st.st_dev, st.st_ino}];
-      if (!shared) shared = std::make_shared<LineEnd>();
-      w->state_->line_end = shared;
-    } else {
-      w->state_->line_end = std::make_shared<LineEnd>();
+  if (w != nullptr) return *w;
+  // Descriptors of one file (stdout and stderr on one terminal, `2>&1`)
+  // share a writer: one queue keeps what each wrote in order, and a line of
+  // one never splits a line of the other.
+  struct stat st {};
+  if (fstat(fd, &st) == 0) {
+    for (const auto& [other_fd, other] : *writers) {
+      struct stat o {};
+      if (other != nullptr && other_fd != fd && fstat(other_fd, &o) == 0 && o.st_dev == st.st_dev &&
+          o.st_ino == st.st_ino) {
+        w = other;
+        return *w;
+      }
     }
   }
+  w = new ConsoleWriter(fd);
   return *w;
 }
 
@@ -170,7 +174,7 @@ bool ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool
     pthread_sigmask(SIG_SETMASK, &saved, nullptr);
   }
   std::string ended;  // the line before `data`, ended first
-  if (own_line && s.EndLineOfAny()) {
+  if (own_line && s.EndLine()) {
     ended = "\n" + std::string(data);
     data = ended;
   }
@@ -186,7 +190,7 @@ bool ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool
     const uint64_t lines = CountLines(data);
     s.dropped_pending += lines;
     s.dropped_total += lines;
-    if (!where_kept.empty()) s.where_kept = std::string(where_kept);
+    if (!where_kept.empty() && s.kept_in.size() < kMaxNamed) s.kept_in.emplace(where_kept);
     return false;
   }
   s.QueueNotice();
@@ -203,13 +207,20 @@ const std::atomic<uint64_t>& ConsoleWriter::own_line_breaks() const {
   return state_->own_line_breaks;
 }
 
-bool ConsoleWriter::Flush(std::chrono::milliseconds timeout) {
+bool ConsoleWriter::Flush(std::chrono::milliseconds idle_limit) {
   State& s = *state_;
   std::unique_lock lock(s.mu);
   if (s.threadless || !s.started) return true;
   s.QueueNotice();
   s.work.notify_one();
-  return s.idle.wait_for(lock, timeout, [&s] { return s.queue.empty() && !s.in_flight; });
+  for (;;) {
+    const uint64_t seen = s.chunks_written;
+    const bool moved = s.idle.wait_for(lock, idle_limit, [&s, seen] {
+      return (s.queue.empty() && !s.in_flight) || s.chunks_written != seen;
+    });
+    if (!moved) return false;
+    if (s.queue.empty() && !s.in_flight) return true;
+  }
 }
 
 uint64_t ConsoleWriter::dropped_lines() const {
@@ -222,9 +233,34 @@ void ConsoleWriter::set_capacity(size_t bytes) {
   state_->capacity = bytes;
 }
 
-void FlushConsole(std::chrono::milliseconds timeout) {
-  ConsoleWriter::For(STDOUT_FILENO).Flush(timeout);
-  ConsoleWriter::For(STDERR_FILENO).Flush(timeout);
+uint64_t ConsoleWriter::chunks_written() const {
+  std::lock_guard lock(state_->mu);
+  return state_->chunks_written;
+}
+
+void FlushConsole(std::chrono::milliseconds idle_limit) {
+  ConsoleWriter& out = ConsoleWriter::For(STDOUT_FILENO);
+  ConsoleWriter& err = ConsoleWriter::For(STDERR_FILENO);
+  if (&out == &err) {
+    out.Flush(idle_limit);
+    return;
+  }
+  // Both at once: given up when neither took anything for `idle_limit`.
+  constexpr std::chrono::milliseconds kSlice{50};
+  auto progress = [&] { return out.chunks_written() + err.chunks_written(); };
+  uint64_t seen = progress();
+  auto last = std::chrono::steady_clock::now();
+  for (;;) {
+    const bool out_done = out.Flush(kSlice);
+    if (err.Flush(kSlice) && out_done) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (const uint64_t p = progress(); p != seen) {
+      seen = p;
+      last = now;
+    } else if (now - last >= idle_limit) {
+      return;
+    }
+  }
 }
 
 namespace {

@@ -30,7 +30,8 @@ namespace ddprun::supervisor {
 
 class ConsoleWriter {
  public:
-  // The writer of fd 1 (kStdout) or fd 2 (kStderr); any other fd gets a writer of its own.
+  // The writer of `fd`: one per file, so fds 1 and 2 on one terminal or pipe
+  // (`2>&1`) share one.
   static ConsoleWriter& For(int fd);
 
   // Queues `data` (whole lines); drops and counts them when the queue is full.
@@ -50,9 +51,12 @@ class ConsoleWriter {
   // own messages and reports, which may fill the queue to twice its bound
   // before they are dropped: the workers' output does not crowd them out.
   void WriteOwnLine(std::string_view text);
-  // Waits up to `timeout` until everything queued is written; false if not.
-  bool Flush(std::chrono::milliseconds timeout);
+  // Waits until everything queued is written, as long as the console takes
+  // some of it every `idle_limit`; false when it took none for that long.
+  bool Flush(std::chrono::milliseconds idle_limit);
 
+  // Chunks written to the console since the start: its progress.
+  uint64_t chunks_written() const;
   // Lines dropped since the start.
   uint64_t dropped_lines() const;
   // How many times a line of the launcher's own (WriteOwnLine, a dropped-lines
@@ -62,7 +66,6 @@ class ConsoleWriter {
   void set_capacity(size_t bytes);
 
   struct State;
-  struct LineEnd;
 
  private:
   explicit ConsoleWriter(int fd);
@@ -72,8 +75,9 @@ class ConsoleWriter {
   State* state_;
 };
 
-// Flushes both console writers, each for at most `timeout`.
-void FlushConsole(std::chrono::milliseconds timeout);
+// Flushes both console writers at once, as long as one of them takes some
+// of what is queued every `idle_limit`.
+void FlushConsole(std::chrono::milliseconds idle_limit);
 
 // A spdlog sink that writes through ConsoleWriter::For(2), with the level in
 // colour when stderr is a terminal.

@@ -4,6 +4,7 @@ limits wait with it) instead of stalling the launcher; a log file that cannot be
 (full disk) is reported once, named, in the failure report, and in the exit code."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -179,6 +180,65 @@ def test_held_output_does_not_count_toward_the_hang_limits(tmp_path):
     assert "the console reads again after" in err, err[-3000:]
     numbers, total = numbered_lines(text, 0)
     assert total and numbers == list(range(1, total + 1)), "lines lost or out of order"
+
+
+# Each rank writes numbered lines to stdout and stderr in turn, with one write(2) per line.
+TWO_STREAMS = textwrap.dedent("""\
+    import os
+    r = os.environ["RANK"]
+    for i in range(int(os.environ["LINES"])):
+        os.write(1, f"R{r} out {i} {'x' * 100}\\n".encode())
+        os.write(2, f"R{r} err {i} {'x' * 100}\\n".encode())
+    open(os.path.join(os.environ["OUT_DIR"], "done." + r), "w").close()
+    """)
+
+
+def start_two_streams(tmp_path, lines, merged):
+    script = tmp_path / "two_streams.py"
+    script.write_text(TWO_STREAMS)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    proc = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--hang_detect=output",
+                             "--hang_timeout=3", "--no_python", PYTHON, str(script)],
+                            env=base_env(OUT_DIR=str(out_dir), LINES=str(lines)),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merged else subprocess.PIPE,
+                            start_new_session=True)
+    return proc, out_dir
+
+
+def test_launcher_lines_never_split_a_worker_line_on_one_console(tmp_path):
+    """`ddprun ... 2>&1 | less`: stdout and stderr one pipe, unread for 5 s while both ranks write
+    both streams: ddprun's own lines (the warning that they wait, the notice that the console
+    reads again) start lines of their own, and every worker line arrives whole."""
+    proc, _ = start_two_streams(tmp_path, 50000, merged=True)
+    time.sleep(5.0)
+    text = proc.communicate(timeout=60)[0].decode(errors="replace")
+    assert proc.returncode == 0, text[-3000:]
+    lines = text.splitlines()
+    split = [line[:120] for line in lines if "[ddprun " in line and not line.startswith("[ddprun ")]
+    assert not split, split[:3]
+    whole = sum(1 for line in lines if re.fullmatch(r"R[01] (out|err) \d+ x{100}", line))
+    assert whole == 4 * 50000
+    assert "waits to write it" in text
+
+
+def test_exit_waits_once_for_both_unread_streams(tmp_path):
+    """stdout and stderr two pipes, both never read, output queued on each: once the workers
+    are done ddprun gives both up together after 5 s without progress (it waited 5 s for each in
+    turn), and exits 0."""
+    proc, out_dir = start_two_streams(tmp_path, 8000, merged=False)
+    try:
+        assert wait_file(out_dir / "done.0", 30) and wait_file(out_dir / "done.1", 30)
+        done = time.monotonic()
+        rc = exit_unread(proc, 20)
+        waited = time.monotonic() - done
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+    assert rc == 0
+    assert 4.0 < waited < 8.0, f"ddprun exited {waited:.1f} s after the workers"
 
 
 @pytest.mark.parametrize("args,env", KEPT_OR_HELD)
