@@ -123,7 +123,8 @@ def test_failure_stops_term_ignoring_sibling_after_shutdown_timeout(tmp_path, la
     assert "exitcode  : 4 " in p.stderr(), p.output()
 
 
-# Traps USR1 (sleep, in the same group, dies of it); finishes once it saw USR1.
+# Traps USR1 (sleep, in the same group, dies of it); finishes once it saw USR1. Also used
+# with another signal's name in place of USR1.
 USR1_WORKER = """
 trap 'echo USR1 > {d}/got_$LOCAL_RANK' USR1
 echo $$ > {d}/pid_$LOCAL_RANK
@@ -132,27 +133,22 @@ echo "rank $LOCAL_RANK done"
 """
 
 
-def test_sigusr1_is_forwarded_and_job_continues(tmp_path, launch, pid_reaper):
-    p = launch(["--signals_to_handle=SIGTERM,SIGUSR1", "--nproc_per_node=2",
-                *sh(USR1_WORKER.format(d=tmp_path))])
+@pytest.mark.parametrize("sig, flags", [
+    (signal.SIGUSR1, ["--signals_to_handle=SIGTERM,SIGUSR1"]),
+    # A terminal's resize: the workers, each in a session of its own, get it through ddprun.
+    (signal.SIGWINCH, []),
+])
+def test_signal_is_forwarded_and_job_continues(tmp_path, launch, pid_reaper, sig, flags):
+    name = sig.name[3:]
+    p = launch([*flags, "--nproc_per_node=2",
+                *sh(USR1_WORKER.replace("USR1", name).format(d=tmp_path))])
     pids = wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])
     pid_reaper.extend(int(x) for x in pids)
-    p.signal(signal.SIGUSR1)
+    p.signal(sig)
     assert p.wait(timeout=10) == 0, p.output()
     for rank in (0, 1):
-        assert (tmp_path / f"got_{rank}").read_text().strip() == "USR1"
+        assert (tmp_path / f"got_{rank}").read_text().strip() == name
     assert sorted(p.stdout().splitlines()) == ["rank 0 done", "rank 1 done"], p.output()
-
-
-def test_sigwinch_reaches_the_workers_and_the_job_continues(tmp_path, launch, pid_reaper):
-    """A terminal's resize reaches the workers, each in a session of its own, through ddprun."""
-    p = launch(["--nproc_per_node=2", *sh(USR1_WORKER.replace("USR1", "WINCH").format(d=tmp_path))])
-    pids = wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])
-    pid_reaper.extend(int(x) for x in pids)
-    p.signal(signal.SIGWINCH)
-    assert p.wait(timeout=10) == 0, p.output()
-    for rank in (0, 1):
-        assert (tmp_path / f"got_{rank}").read_text().strip() == "WINCH"
 
 
 def test_sigkill_of_ddprun_leaves_no_worker(tmp_path, launch, pid_reaper):

@@ -18,12 +18,53 @@ std::string ReadAll(int fd) {
   return out;
 }
 
+// A console nobody reads yet: a 4 KiB pipe behind an 8 KiB queue. Its
+// write end gets a number at or above `number`, which no other test uses
+// (writers are kept by number, for the process).
+struct StalledConsole {
+  explicit StalledConsole(int number) {
+    int fds[2];
+    REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
+    read_fd = fds[0];
+    write_fd = fcntl(fds[1], F_DUPFD_CLOEXEC, number);
+    close(fds[1]);
+    REQUIRE(write_fd >= number);
+    fcntl(write_fd, F_SETPIPE_SZ, 4096);
+    w = &ConsoleWriter::For(write_fd);
+    w->set_capacity(8192);
+  }
+  ~StalledConsole() {
+    close(read_fd);
+    close(write_fd);
+  }
+  StalledConsole(const StalledConsole&) = delete;
+  StalledConsole& operator=(const StalledConsole&) = delete;
+
+  // Reads until everything queued was written.
+  std::string ReadAllQueued() const {
+    fcntl(read_fd, F_SETFL, O_NONBLOCK);
+    std::string got;
+    for (int i = 0; i < 500 && !w->Flush(std::chrono::milliseconds(10)); ++i)
+      got += ReadAll(read_fd);
+    got += ReadAll(read_fd);
+    REQUIRE(w->Flush(std::chrono::milliseconds(1000)));
+    return got + ReadAll(read_fd);
+  }
+
+  int read_fd = -1;
+  int write_fd = -1;
+  ConsoleWriter* w = nullptr;
+};
+
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t p = 0; (p = text.find(what, p)) != std::string::npos; p += what.size()) ++n;
+  return n;
+}
+
 TEST_CASE("a console that does not read drops lines, counts them, and says so when it reads") {
-  int fds[2];
-  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
-  fcntl(fds[1], F_SETPIPE_SZ, 4096);
-  ConsoleWriter& w = ConsoleWriter::For(fds[1]);
-  w.set_capacity(8192);
+  StalledConsole c(600);
+  ConsoleWriter& w = *c.w;
   const std::string line(99, 'x');
   const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 2000; ++i) w.Write(line + "\n", "/logs/0/stdout.log");  // 200 KB
@@ -32,12 +73,7 @@ TEST_CASE("a console that does not read drops lines, counts them, and says so wh
   const uint64_t dropped = w.dropped_lines();
   CHECK(dropped > 1000);
   CHECK(dropped < 2000);
-  fcntl(fds[0], F_SETFL, O_NONBLOCK);
-  std::string got;
-  for (int i = 0; i < 200 && !w.Flush(std::chrono::milliseconds(10)); ++i) got += ReadAll(fds[0]);
-  got += ReadAll(fds[0]);
-  REQUIRE(w.Flush(std::chrono::milliseconds(1000)));
-  got += ReadAll(fds[0]);
+  const std::string got = c.ReadAllQueued();
   // One notice per stretch of drops (the writer may free room in between), adding up to all.
   const std::string tail = " lines not shown: console not reading; see /logs/0/stdout.log]\n";
   uint64_t told = 0;
@@ -47,96 +83,56 @@ TEST_CASE("a console that does not read drops lines, counts them, and says so wh
     told += std::stoull(got.substr(p + 9, end - p - 9));
   }
   CHECK(told == dropped);
-  size_t shown = 0;
-  for (size_t p = 0; (p = got.find(line, p)) != std::string::npos; p += line.size()) ++shown;
-  CHECK(shown + dropped == 2000);
-  close(fds[0]);
-  close(fds[1]);
+  CHECK(Count(got, line) + dropped == 2000);
 }
 
 TEST_CASE("a notice for lines of several log files names the directory that holds them") {
-  int fds[2];
-  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
-  fcntl(fds[1], F_SETPIPE_SZ, 4096);
-  ConsoleWriter& w = ConsoleWriter::For(fds[1]);
-  w.set_capacity(8192);
+  StalledConsole c(620);
   const std::string line(99, 'z');
   for (int i = 0; i < 400; ++i) {
-    w.Write(line + "\n", "/logs/run/attempt_0/" + std::to_string(i % 2) + "/stdout.log");
+    c.w->Write(line + "\n", "/logs/run/attempt_0/" + std::to_string(i % 2) + "/stdout.log");
   }
-  fcntl(fds[0], F_SETFL, O_NONBLOCK);
-  std::string got;
-  for (int i = 0; i < 500 && !w.Flush(std::chrono::milliseconds(10)); ++i) got += ReadAll(fds[0]);
-  got += ReadAll(fds[0]);
-  CHECK(got.find("console not reading; see the log files under /logs/run/attempt_0]\n") !=
-        std::string::npos);
-  CHECK(got.find("/stdout.log]") == std::string::npos);  // not one rank's file for both
-  close(fds[0]);
-  close(fds[1]);
+  const std::string got = c.ReadAllQueued();
+  CHECK(Count(got, "console not reading; see the log files under /logs/run/attempt_0]\n") > 0);
+  CHECK(Count(got, "/stdout.log]") == 0);  // not one rank's file for both
 }
 
 TEST_CASE("lines kept nowhere else are held, never dropped, and the caller is told of room") {
-  int fds[2];
-  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
-  fcntl(fds[1], F_SETPIPE_SZ, 4096);
-  ConsoleWriter& w = ConsoleWriter::For(fds[1]);
-  w.set_capacity(8192);
-  const uint64_t dropped_before = w.dropped_lines();  // a writer per fd number, for the process
+  StalledConsole c(640);
+  ConsoleWriter& w = *c.w;
   std::atomic<int> rooms{0};
   w.SetRoomNotifier([&rooms] { rooms.fetch_add(1); });
   std::string sent;
   int lines = 0;
-  // Nobody reads: the queue fills and WriteOrHold says so.
-  for (bool room = true; room; ++lines) {
-    std::string line = "line " + std::to_string(lines) + " " + std::string(90, 'y') + "\n";
+  auto next = [&] {
+    std::string line = "line " + std::to_string(lines++) + " " + std::string(90, 'y') + "\n";
     sent += line;
-    room = w.WriteOrHold(line);
-    REQUIRE(lines < 1000);  // the pipe (4 KiB) and the queue (8 KiB) hold about 120
-  }
+    return w.WriteOrHold(line);
+  };
+  // Nobody reads: the queue fills and WriteOrHold says so.
+  while (next()) REQUIRE(lines < 1000);  // the pipe (4 KiB) and the queue (8 KiB) hold about 120
   CHECK(lines > 40);
   CHECK(rooms.load() == 0);
   // A caller that ignores it still loses nothing (a drain queues what the pipe held).
-  for (int i = 0; i < 10; ++i, ++lines) {
-    std::string line = "line " + std::to_string(lines) + " " + std::string(90, 'y') + "\n";
-    sent += line;
-    CHECK_FALSE(w.WriteOrHold(line));
-  }
-  fcntl(fds[0], F_SETFL, O_NONBLOCK);
-  std::string got;
-  for (int i = 0; i < 500 && !w.Flush(std::chrono::milliseconds(10)); ++i) got += ReadAll(fds[0]);
-  got += ReadAll(fds[0]);
-  CHECK(got == sent);
-  CHECK(w.dropped_lines() == dropped_before);
+  for (int i = 0; i < 10; ++i) CHECK_FALSE(next());
+  CHECK(c.ReadAllQueued() == sent);
+  CHECK(w.dropped_lines() == 0);
   CHECK(rooms.load() == 1);  // once, when half the bound was free
   w.SetRoomNotifier(nullptr);
-  close(fds[0]);
-  close(fds[1]);
 }
 
 TEST_CASE("the launcher's own lines are not crowded out by a queue full of workers' output") {
-  int fds[2];
-  REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
-  fcntl(fds[1], F_SETPIPE_SZ, 4096);
-  ConsoleWriter& w = ConsoleWriter::For(fds[1]);
-  w.set_capacity(8192);
-  const uint64_t dropped_before = w.dropped_lines();
+  StalledConsole c(660);
+  ConsoleWriter& w = *c.w;
   const std::string line(99, 'w');
   while (w.WriteOrHold(line + "\n")) {
   }
   w.Write(line + "\n", "/logs/stdout.log");  // a worker's line beyond the bound: dropped
-  CHECK(w.dropped_lines() == dropped_before + 1);
+  CHECK(w.dropped_lines() == 1);
   const std::string report = "Root Cause (first observed failure): rank 0 exitcode 7\n";
   for (int i = 0; i < 20; ++i) w.WriteOwnLine(report);  // 1.1 KB, within the launcher's reserve
-  CHECK(w.dropped_lines() == dropped_before + 1);
-  fcntl(fds[0], F_SETFL, O_NONBLOCK);
-  std::string got;
-  for (int i = 0; i < 500 && !w.Flush(std::chrono::milliseconds(10)); ++i) got += ReadAll(fds[0]);
-  got += ReadAll(fds[0]);
-  size_t reports = 0;
-  for (size_t p = 0; (p = got.find(report, p)) != std::string::npos; p += report.size()) ++reports;
-  CHECK(reports == 20);
-  close(fds[0]);
-  close(fds[1]);
+  CHECK(w.dropped_lines() == 1);
+  CHECK(Count(c.ReadAllQueued(), report) == 20);
 }
 
 TEST_CASE("a closed console is given up without blocking or failing the caller") {
