@@ -2,9 +2,11 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -54,6 +56,25 @@ std::optional<ProcEntry> ReadProcEntry(pid_t pid) {
   } while (n < 0 && errno == EINTR);
   if (n <= 0) return std::nullopt;
   return ParseProcStat(std::string_view(buf, static_cast<size_t>(n)));
+}
+
+std::optional<int> ParseBlockedWrite(std::string_view syscall) {
+  long number = -1;
+  unsigned long long fd = 0;
+  const std::string text(syscall);
+  if (std::sscanf(text.c_str(), "%ld 0x%llx", &number, &fd) != 2) return std::nullopt;
+  if (number != SYS_write && number != SYS_writev) return std::nullopt;
+  if (fd > static_cast<unsigned long long>(INT_MAX)) return std::nullopt;
+  return static_cast<int>(fd);
+}
+
+std::optional<int> BlockedWrite(pid_t pid) {
+  UniqueFd fd(open(("/proc/" + std::to_string(pid) + "/syscall").c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return std::nullopt;
+  char buf[256];
+  const ssize_t n = read(fd.get(), buf, sizeof(buf) - 1);
+  if (n <= 0) return std::nullopt;
+  return ParseBlockedWrite(std::string_view(buf, static_cast<size_t>(n)));
 }
 
 std::vector<ProcEntry> ReadProcTable() {

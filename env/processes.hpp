@@ -26,6 +26,13 @@ struct ProcEntry {
 std::optional<ProcEntry> ParseProcStat(std::string_view stat);
 // /proc/<pid>/stat of one process; nullopt when it is gone.
 std::optional<ProcEntry> ReadProcEntry(pid_t pid);
+// The descriptor a thread is blocked writing to (write or writev), from its
+// /proc/<pid>/syscall text ("1 0x2 0x7f... ..." on x86-64: the call's number
+// and arguments); nullopt when it is in no such call (running, another call).
+std::optional<int> ParseBlockedWrite(std::string_view syscall);
+// The same for the main thread of `pid` (nullopt also when it is gone or
+// its syscall file may not be read).
+std::optional<int> BlockedWrite(pid_t pid);
 // Every process /proc lists now (those that vanish while it is read are left out).
 std::vector<ProcEntry> ReadProcTable();
 // The processes below `root` in `table`: its children, theirs, and so on;

@@ -12,14 +12,11 @@
 
 #include "env/processes.hpp"
 #include "supervisor/console.hpp"
-#include "supervisor/pipe_reader.hpp"
 #include "supervisor/supervisor.hpp"
 
 namespace ddprun::supervisor {
 
 namespace {
-
-constexpr std::chrono::seconds kTellHeldAfter{2};
 
 double Seconds(SteadyTime::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -42,7 +39,8 @@ void Supervisor::StartPauseWatch() {
                      l.exit_timeout.count() > 0 || file_timer_ != nullptr;
   stopped_pid_ = 0;
   told_pid_ = 0;
-  told_held_ = false;
+  console_waiting_ = false;
+  console_told_ = false;
   pauses_.Start(std::chrono::steady_clock::now());
   pause_watch_armed_ = armed;
   if (!armed) return;
@@ -73,8 +71,8 @@ void Supervisor::CatchUpPauses() {
       break;
     }
   }
-  const PipeReader* held = HeldReader();
-  const PauseLook look = pauses_.Look(now, stopped != nullptr || held != nullptr);
+  const bool console_wait = LookForConsoleWait(now);
+  const PauseLook look = pauses_.Look(now, stopped != nullptr || console_wait);
   // Told when seen stopped at two looks in a row: a whole job continued
   // (SIGCONT to each process in turn) may show a worker stopped for a moment.
   const pid_t was = stopped_pid_;
@@ -92,23 +90,6 @@ void Supervisor::CatchUpPauses() {
     spdlog::info("pid {} runs again after {:.1f} s stopped; the hang limits count again", told_pid_,
                  Seconds(now - paused_since_));
     told_pid_ = 0;
-  }
-  // Told when held a while: a console slower than the output holds it for moments.
-  if (held != nullptr && !told_held_ && now - held->held_since >= kTellHeldAfter &&
-      held->worker < running_->workers().size()) {
-    told_held_ = true;
-    held_told_since_ = held->held_since;
-    const WorkerRecord& w = running_->workers()[held->worker];
-    spdlog::warn(
-        "the console has not read rank {}'s output for {:.1f} s (a pager, Ctrl-S, a stuck log "
-        "shipper): rank {} (local_rank {}, pid {}) waits to write it, and the job waits with it, "
-        "so the hang limits and file timers do not count the time until the console reads again "
-        "(--tee keeps a worker's output in a log file and lets the console drop lines instead)",
-        w.rank, Seconds(now - held->held_since), w.rank, w.local_rank, w.pid);
-  } else if (held == nullptr && told_held_) {
-    told_held_ = false;
-    spdlog::info("the console reads again after {:.1f} s; the hang limits count again",
-                 Seconds(now - held_told_since_));
   }
   if (look.self_gap) {
     spdlog::info(

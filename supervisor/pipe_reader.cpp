@@ -96,11 +96,4 @@ void Supervisor::UnwatchConsoleRoom() {
   for (int fd : {STDOUT_FILENO, STDERR_FILENO}) ConsoleWriter::For(fd).SetRoomNotifier(nullptr);
 }
 
-const Supervisor::PipeReader* Supervisor::HeldReader() const {
-  for (const auto& r : readers_) {
-    if (r->held()) return r.get();
-  }
-  return nullptr;
-}
-
 }  // namespace ddprun::supervisor

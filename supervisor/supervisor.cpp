@@ -158,6 +158,10 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
   }, err{};
   s->stdout_is_stderr_ = fstat(STDOUT_FILENO, &out) == 0 && fstat(STDERR_FILENO, &err) == 0 &&
                          out.st_dev == err.st_dev && out.st_ino == err.st_ino;
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat st {};
+    if (fstat(fd, &st) == 0) s->console_files_.push_back({st.st_dev, st.st_ino});
+  }
   s->dev_null_in_ = UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC));
   s->dev_null_out_ = UniqueFd(open("/dev/null", O_WRONLY | O_CLOEXEC));
   if (!s->dev_null_in_.valid() || !s->dev_null_out_.valid()) {

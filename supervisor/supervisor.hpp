@@ -159,7 +159,11 @@ class Supervisor {
   // while the console does not read resumes when it has room again.
   void WatchConsoleRoom();
   void UnwatchConsoleRoom();
-  const PipeReader* HeldReader() const;  // one held now, or nullptr
+  // A worker that waits for the console now (console_wait.cpp): its output
+  // held by ddprun, or its main thread blocked writing to ddprun's own stdout
+  // or stderr (inherited). Tells the user when one has waited a while, and
+  // when the console reads again; returns whether one waits.
+  bool LookForConsoleWait(SteadyTime now);
   // How long an incomplete line (a prompt, a progress bar redrawn with '\r')
   // waits for its end before it is shown as far as it has come (one timer).
   static constexpr std::chrono::milliseconds kPartialLineWait{100};
@@ -195,10 +199,17 @@ class Supervisor {
   uv_timer_t pause_timer_{};
   PauseClock pauses_;
   bool pause_watch_armed_ = false;
-  pid_t stopped_pid_ = 0;         // a worker stopped at the last look
-  pid_t told_pid_ = 0;            // the stopped worker the user was told of
-  bool told_held_ = false;        // the user was told that output waits for the console ...
-  SteadyTime held_told_since_{};  // ... held since then
+  pid_t stopped_pid_ = 0;            // a worker stopped at the last look
+  pid_t told_pid_ = 0;               // the stopped worker the user was told of
+  bool console_waiting_ = false;     // a worker waited for the console at the last look ...
+  SteadyTime console_wait_since_{};  // ... since then
+  bool console_told_ = false;        // ... and the user was told
+  struct FileId {
+    dev_t dev = 0;
+    ino_t ino = 0;
+    bool operator==(const FileId& o) const { return dev == o.dev && ino == o.ino; }
+  };
+  std::vector<FileId> console_files_;  // ddprun's stdout and stderr, as Create found them
   SteadyTime paused_since_{};
   uv_signal_t tstp_{};
   bool tstp_ready_ = false;  // SIGTSTP is job control, not a --signals_to_handle one

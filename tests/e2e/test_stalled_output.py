@@ -176,10 +176,45 @@ def test_held_output_does_not_count_toward_the_hang_limits(tmp_path):
     out_text, err_text = proc.communicate(timeout=60)
     text, err = out_text.decode(errors="replace"), err_text.decode(errors="replace")
     assert proc.returncode == 0, err[-3000:]
-    assert "waits to write it" in err, err[-3000:]
+    assert "waits to write its output (ddprun holds it" in err, err[-3000:]
     assert "the console reads again after" in err, err[-3000:]
     numbers, total = numbered_lines(text, 0)
     assert total and numbers == list(range(1, total + 1)), "lines lost or out of order"
+
+
+BEATING = textwrap.dedent("""\
+    import os, sys, time
+    start, n = time.time(), 0
+    while time.time() - start < 7:
+        n += 1
+        os.utime(os.environ["DDPRUN_HEARTBEAT_FILE"])  # a beat per line
+        sys.stdout.write(f"line {n} " + "x" * 100 + "\\n")
+        if n % 64 == 0:
+            sys.stdout.flush()
+            time.sleep(0.002)
+    print(f"done after {n} lines", flush=True)
+    """)
+
+
+def test_a_worker_blocked_on_the_console_itself_is_not_hung(tmp_path):
+    """A worker beats with every line it prints straight to ddprun's stdout (inherited, not read
+    by ddprun), which nobody reads for 5 s: it waits in write() longer than --hang_timeout=2,
+    and the job waits with it; ddprun sees where it waits, says so, and does not call it hung."""
+    script = tmp_path / "beating.py"
+    script.write_text(BEATING)
+    proc = subprocess.Popen([str(DDPRUN), "--nproc_per_node=1", "--hang_timeout=2",
+                             "--no_python", PYTHON, str(script)], env=base_env(),
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    time.sleep(5.0)
+    out_text, err_text = proc.communicate(timeout=60)
+    err = err_text.decode(errors="replace")
+    assert proc.returncode == 0, err[-3000:]
+    assert "waits to write to fd 1, ddprun's console, which it writes to directly" in err, err
+    assert "the console reads again after" in err, err
+    lines = out_text.decode(errors="replace").splitlines()
+    assert lines[-1].startswith("done after "), lines[-1]
+    assert len(lines) == int(lines[-1].split()[2]) + 1
 
 
 # Each rank writes numbered lines to stdout and stderr in turn, with one write(2) per line.
@@ -220,7 +255,7 @@ def test_launcher_lines_never_split_a_worker_line_on_one_console(tmp_path):
     assert not split, split[:3]
     whole = sum(1 for line in lines if re.fullmatch(r"R[01] (out|err) \d+ x{100}", line))
     assert whole == 4 * 50000
-    assert "waits to write it" in text
+    assert "waits to write its output (ddprun holds it" in text
 
 
 def test_exit_waits_once_for_both_unread_streams(tmp_path):

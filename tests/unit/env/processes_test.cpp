@@ -1,9 +1,13 @@
 #include "env/processes.hpp"
 
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <string>
 
 namespace ddprun::env {
 namespace {
@@ -21,6 +25,40 @@ TEST_CASE("a stat line is read past a name holding spaces and parentheses") {
   CHECK(!ParseProcStat("4242 (truncated"));
   CHECK(!ParseProcStat("4242 (x) S 1 2 3"));  // no start time
   CHECK(!ParseProcStat(""));
+}
+
+TEST_CASE("a thread blocked in write is told from its syscall file, with the descriptor") {
+  const std::string rest = " 0x7ffd1234 0x71 0x0 0x0 0x0 0x7ffd0000 0x7f12345678\n";
+  CHECK(ParseBlockedWrite(std::to_string(SYS_write) + " 0x1" + rest) == 1);
+  CHECK(ParseBlockedWrite(std::to_string(SYS_writev) + " 0x2" + rest) == 2);
+  CHECK(!ParseBlockedWrite(std::to_string(SYS_read) + " 0x0" + rest));  // another call
+  CHECK(!ParseBlockedWrite("running\n"));
+  CHECK(!ParseBlockedWrite("-1 0x7ffd0000 0x7f12345678\n"));  // blocked, in no call
+  CHECK(!ParseBlockedWrite(""));
+}
+
+TEST_CASE("a child blocked writing to a full pipe is seen in write, on that descriptor") {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(fds[0]);
+    const int out = dup2(fds[1], 7);
+    char block[4096] = {};
+    for (;;) (void)!write(out, block, sizeof(block));  // fills the pipe, then blocks
+  }
+  close(fds[1]);
+  std::optional<int> fd;
+  for (int i = 0; i < 500 && fd != 7; ++i) {
+    usleep(10000);
+    fd = BlockedWrite(child);
+  }
+  CHECK(fd == 7);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  close(fds[0]);
+  CHECK(!BlockedWrite(child));  // gone
 }
 
 TEST_CASE("this process is in the table, as /proc and getppid/getsid say") {

@@ -1,0 +1,78 @@
+// Workers that wait for the console (a pager left open, Ctrl-S, a stuck log
+// shipper): the job waits for them as for a stopped worker, so the hang
+// limits and file timers do not count that time (pauses.cpp).
+#include <sys/stat.h>
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include "env/processes.hpp"
+#include "supervisor/pipe_reader.hpp"
+#include "supervisor/supervisor.hpp"
+
+namespace ddprun::supervisor {
+
+namespace {
+
+// Told after this long: a console slower than the output makes workers wait for moments.
+constexpr std::chrono::seconds kTellAfter{2};
+
+double Seconds(SteadyTime::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+bool Supervisor::LookForConsoleWait(SteadyTime now) {
+  const std::vector<WorkerRecord>& workers = running_->workers();
+  std::optional<size_t> waiting;
+  std::string what;
+  for (const auto& r : readers_) {
+    if (r->held() && r->worker < workers.size()) {
+      waiting = r->worker;
+      what = "its output (ddprun holds it: no log file keeps it)";
+      break;
+    }
+  }
+  for (size_t i = 0; !waiting && i < workers.size(); ++i) {
+    if (workers[i].state != WorkerState::kRunning) continue;
+    const std::optional<int> fd = env::BlockedWrite(workers[i].pid);
+    if (!fd) continue;
+    struct stat st {};
+    const std::string path =
+        "/proc/" + std::to_string(workers[i].pid) + "/fd/" + std::to_string(*fd);
+    if (stat(path.c_str(), &st) != 0) continue;
+    for (const FileId& console : console_files_) {
+      if (console == FileId{st.st_dev, st.st_ino}) {
+        waiting = i;
+        what = "to fd " + std::to_string(*fd) + ", ddprun's console, which it writes to directly";
+        break;
+      }
+    }
+  }
+  if (!waiting) {
+    if (console_told_) {
+      spdlog::info("the console reads again after {:.1f} s; the hang limits count again",
+                   Seconds(now - console_wait_since_));
+    }
+    console_waiting_ = console_told_ = false;
+    return false;
+  }
+  if (!console_waiting_) {
+    console_waiting_ = true;
+    console_wait_since_ = now;
+  }
+  if (!console_told_ && now - console_wait_since_ >= kTellAfter) {
+    console_told_ = true;
+    const WorkerRecord& w = workers[*waiting];
+    spdlog::warn(
+        "the console has not read for {:.1f} s (a pager, Ctrl-S, a stuck log shipper): rank {} "
+        "(local_rank {}, pid {}) waits to write {}, and the job waits with it, so the hang limits "
+        "and file timers do not count the time until the console reads again",
+        Seconds(now - console_wait_since_), w.rank, w.local_rank, w.pid, what);
+  }
+  return true;
+}
+
+}  // namespace ddprun::supervisor
