@@ -228,6 +228,16 @@ Status TakeOption(const std::vector<std::string>& args, size_t& i, SplitArgs& ou
       return InvalidArgument("option --" + std::string(def->name) +
                              " needs a value: " + def->value_name);
     }
+    // As torchrun's argparse: what looks like an option (or "--") is no
+    // value; a negative number is.
+    const std::string& next = args[i + 1];
+    const bool option_like = next.size() > 1 && next[0] == '-' &&
+                             next.find_first_not_of("0123456789.", 1) != std::string::npos;
+    if (option_like) {
+      return InvalidArgument("option --" + std::string(def->name) + " needs a value: " +
+                             def->value_name + " (got the option-like '" + next + "'; write --" +
+                             def->name + "=" + next + " for a value that starts with '-')");
+    }
     value = args[++i];
   }
   out.launcher.push_back("--" + std::string(def->name) + (value ? "=" + *value : ""));

@@ -441,6 +441,13 @@ TEST_CASE("the first \"--\" ends the options, before the program or right after 
   CHECK(args({"--nproc_per_node=2", "a.py", "--"}) == Args{});
 }
 
+TEST_CASE("a value that looks like an option is refused, as torchrun's argparse does") {
+  CHECK(Contains(Error({"--role", "--", "a.py"}),
+                 "option --role needs a value: NAME (got the option-like '--'; write --role=-- "));
+  CHECK(Contains(Error({"--rdzv_id", "--standalone", "a.py"}), "got the option-like '--standalone'"));
+  CHECK(Parse({"--role=--x", "a.py"})->config.role == "--x");  // with '=' it is a value
+}
+
 TEST_CASE("an empty value reaches the option's own check") {
   CHECK(Contains(Error({"--role=", "t"}), "invalid --role=: 1 to 128 characters"));
   CHECK(Contains(Error({"--nproc_per_node=", "t"}), "invalid --nproc_per_node=: a number >= 1"));
