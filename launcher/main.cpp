@@ -40,6 +40,7 @@
 #include "supervisor/console.hpp"
 #include "supervisor/containment.hpp"
 #include "supervisor/late_signals.hpp"
+#include "supervisor/self_exec.hpp"
 
 #ifndef DDPRUN_VERSION
 #define DDPRUN_VERSION "0.0.0"
@@ -217,6 +218,7 @@ int main(int argc, char** argv) {
   // ddprun; workers get SIGPIPE's default again too.
   signal(SIGPIPE, SIG_IGN);
   launcher::InstallUncaughtHandler();
+  supervisor::RememberArgumentCount(argc);  // the guardian runs as ddprun was run
   if (argc >= 2 && std::string(argv[1]) == supervisor::kGuardianArg) {
     return supervisor::RunGuardian(argc, argv);
   }

@@ -45,8 +45,7 @@ std::string MappedFile(std::string_view maps, uintptr_t address) {
   return "";
 }
 
-LoaderArgs LoaderOptions(std::string_view cmdline,
-                         const std::function<bool(const std::string&)>& is_program) {
+LoaderArgs LoaderOptions(std::string_view cmdline, int program_args) {
   std::vector<std::string> args;
   for (size_t at = 0; at < cmdline.size();) {
     const size_t end = std::min(cmdline.find('\0', at), cmdline.size());
@@ -54,15 +53,19 @@ LoaderArgs LoaderOptions(std::string_view cmdline,
     at = end + 1;
   }
   LoaderArgs out;
-  for (size_t i = 1; i < args.size(); ++i) {
-    if (is_program(args[i])) {
-      out.found = true;
-      out.options.assign(args.begin() + 1, args.begin() + static_cast<long>(i));
-      return out;
-    }
-  }
+  if (program_args <= 0 || args.size() <= static_cast<size_t>(program_args)) return out;
+  const size_t program = args.size() - static_cast<size_t>(program_args);
+  out.found = true;
+  out.options.assign(args.begin() + 1, args.begin() + static_cast<long>(program));
+  out.program = args[program];
   return out;
 }
+
+namespace {
+int argument_count = 0;  // RememberArgumentCount
+}  // namespace
+
+void RememberArgumentCount(int argc) { argument_count = argc; }
 
 SelfExec FindSelfExec() {
   SelfExec self;
@@ -75,10 +78,12 @@ SelfExec FindSelfExec() {
     return self;  // the program itself (or, replaced since it started, all there is)
   }
   // Run through the loader: its options come before the program's path.
-  LoaderArgs loader = LoaderOptions(ReadAll("/proc/self/cmdline"), [&](const std::string& arg) {
-    struct stat st {};
-    return stat(arg.c_str(), &st) == 0 && SameFile(st, code);
-  });
+  // (Counted from the end: an option's value may name the program too.)
+  LoaderArgs loader = LoaderOptions(ReadAll("/proc/self/cmdline"), argument_count);
+  struct stat named {};
+  if (!loader.found || stat(loader.program.c_str(), &named) != 0 || !SameFile(named, code)) {
+    return self;  // not as expected: the guardian fails to start, and ddprun says so
+  }
   self.before = std::move(loader.options);
   self.before.push_back(program);
   return self;

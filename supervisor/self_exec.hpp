@@ -3,7 +3,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,15 +21,19 @@ SelfExec FindSelfExec();
 
 // The file mapped at `address` in a /proc/<pid>/maps text; "" when none.
 std::string MappedFile(std::string_view maps, uintptr_t address);
-// The loader's options, from a /proc/self/cmdline text: the arguments after
-// argv[0] and before the first that `is_program` accepts (`found` false when
-// none does).
+// The loader's options, from a /proc/self/cmdline text whose last
+// `program_args` arguments are the program's argv (its path first): those
+// between the loader's argv[0] and the program (`found` false when the text
+// holds no more than the program's own).
 struct LoaderArgs {
   bool found = false;
   std::vector<std::string> options;
+  std::string program;  // as the command line names it
 };
-LoaderArgs LoaderOptions(std::string_view cmdline,
-                         const std::function<bool(const std::string&)>& is_program);
+LoaderArgs LoaderOptions(std::string_view cmdline, int program_args);
+
+// main() says how many arguments it got (argc), before FindSelfExec().
+void RememberArgumentCount(int argc);
 
 // Rewrites this process's command line (/proc/self/cmdline, what ps and
 // pkill -f read) to `args`, in place; false when they do not fit in the

@@ -332,8 +332,8 @@ def test_reused_pid_is_never_signalled(tmp_path):
 
 
 def test_through_the_dynamic_loader_the_guardian_still_guards(tmp_path, worker):
-    """ddprun run through its dynamic loader with an option of the loader's (a way round a
-    noexec mount), where /proc/self/exe is the loader: the guardian starts the same way, its
+    """ddprun run through its dynamic loader with options of the loader's (a way round a noexec
+    mount), one of them naming ddprun's file as well, where /proc/self/exe is the loader: the guardian starts the same way, its
     command line says nothing of ddprun, and when ddprun is SIGKILLed it kills what is left."""
     loaders = [p for p in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
                if os.path.exists(p)]
@@ -342,7 +342,8 @@ def test_through_the_dynamic_loader_the_guardian_still_guards(tmp_path, worker):
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     proc = start_job(pid_dir, worker, "0",
-                     launcher=(loaders[0], "--library-path", str(tmp_path), str(DDPRUN)))
+                     launcher=(loaders[0], "--library-path", str(tmp_path),
+                               "--argv0", str(DDPRUN), str(DDPRUN)))  # a value naming it too
     guardians = [pid for pid in process_tree(proc.pid) if named(pid, "job-guardian", False)]
     spared = [pid for pid in guardians if not named(pid, "ddprun", True)]
     proc.kill()

@@ -444,7 +444,8 @@ TEST_CASE("the first \"--\" ends the options, before the program or right after 
 TEST_CASE("a value that looks like an option is refused, as torchrun's argparse does") {
   CHECK(Contains(Error({"--role", "--", "a.py"}),
                  "option --role needs a value: NAME (got the option-like '--'; write --role=-- "));
-  CHECK(Contains(Error({"--rdzv_id", "--standalone", "a.py"}), "got the option-like '--standalone'"));
+  CHECK(
+      Contains(Error({"--rdzv_id", "--standalone", "a.py"}), "got the option-like '--standalone'"));
   CHECK(Parse({"--role=--x", "a.py"})->config.role == "--x");  // with '=' it is a value
 }
 

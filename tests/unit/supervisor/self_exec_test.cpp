@@ -38,18 +38,22 @@ TEST_CASE("this code's own file is the running executable when run directly") {
   CHECK(self.before.empty());
 }
 
-TEST_CASE("the loader's options are the arguments before the program's") {
-  auto is_program = [](const std::string& a) { return a == "./ddprun"; };
+TEST_CASE("the loader's options are the arguments before the program's, counted from the end") {
   const std::string cmdline =
       "/lib64/ld-linux-x86-64.so.2\0--library-path\0/opt/lib\0./ddprun\0--nproc_per_node=2\0"s;
-  LoaderArgs l = LoaderOptions(cmdline, is_program);
+  LoaderArgs l = LoaderOptions(cmdline, 2);  // main got {"./ddprun", "--nproc_per_node=2"}
   CHECK(l.found);
   CHECK(l.options == std::vector<std::string>{"--library-path", "/opt/lib"});
-  l = LoaderOptions("/lib64/ld.so\0./ddprun\0./ddprun\0"s, is_program);  // the first one
+  CHECK(l.program == "./ddprun");
+  // An option's value may name the program as well: the count still finds it.
+  l = LoaderOptions("/lib64/ld.so\0--argv0\0./ddprun\0./ddprun\0x\0"s, 2);
+  CHECK(l.options == std::vector<std::string>{"--argv0", "./ddprun"});
+  CHECK(l.program == "./ddprun");
+  l = LoaderOptions("/lib64/ld.so\0./ddprun\0"s, 1);
   CHECK(l.found);
   CHECK(l.options.empty());
-  CHECK_FALSE(LoaderOptions("/lib64/ld.so\0./other\0"s, is_program).found);
-  CHECK_FALSE(LoaderOptions("./ddprun\0"s, is_program).found);  // argv[0] is never the program
+  CHECK_FALSE(LoaderOptions("./ddprun\0x\0"s, 2).found);             // the program's own: no loader
+  CHECK_FALSE(LoaderOptions("/lib64/ld.so\0./ddprun\0"s, 0).found);  // count unknown
 }
 
 }  // namespace
