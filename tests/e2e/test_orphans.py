@@ -332,9 +332,10 @@ def test_reused_pid_is_never_signalled(tmp_path):
 
 
 def test_through_the_dynamic_loader_the_guardian_still_guards(tmp_path, worker):
-    """ddprun run through its dynamic loader with options of the loader's (a way round a noexec
-    mount), one of them naming ddprun's file as well, where /proc/self/exe is the loader: the guardian starts the same way, its
-    command line says nothing of ddprun, and when ddprun is SIGKILLed it kills what is left."""
+    """ddprun run through its dynamic loader (a way round a noexec mount), with options of the
+    loader's, one of them naming ddprun's file as well; /proc/self/exe is the loader: the
+    guardian starts the same way, its command line says nothing of ddprun, and when ddprun is
+    SIGKILLed it kills what is left."""
     loaders = [p for p in ("/lib64/ld-linux-x86-64.so.2", "/lib/ld-linux-aarch64.so.1")
                if os.path.exists(p)]
     if not loaders:
