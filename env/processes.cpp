@@ -58,23 +58,68 @@ std::optional<ProcEntry> ReadProcEntry(pid_t pid) {
   return ParseProcStat(std::string_view(buf, static_cast<size_t>(n)));
 }
 
-std::optional<int> ParseBlockedWrite(std::string_view syscall) {
+std::optional<BlockedCall> ParseBlockedCall(std::string_view syscall) {
   long number = -1;
-  unsigned long long fd = 0;
+  unsigned long long a[3] = {};
   const std::string text(syscall);
-  if (std::sscanf(text.c_str(), "%ld 0x%llx", &number, &fd) != 2) return std::nullopt;
-  if (number != SYS_write && number != SYS_writev) return std::nullopt;
+  if (std::sscanf(text.c_str(), "%ld 0x%llx 0x%llx 0x%llx", &number, &a[0], &a[1], &a[2]) != 4) {
+    return std::nullopt;
+  }
+  int fd_arg = -1;  // which argument is the descriptor written to
+  switch (number) {
+    case SYS_write:
+    case SYS_writev:
+    case SYS_pwrite64:
+    case SYS_pwritev:
+    case SYS_pwritev2:
+    case SYS_sendfile:
+      fd_arg = 0;
+      break;
+    case SYS_tee:
+      fd_arg = 1;
+      break;
+    case SYS_splice:
+    case SYS_copy_file_range:
+      fd_arg = 2;
+      break;
+    case SYS_wait4:
+    case SYS_waitid:
+      return BlockedCall{BlockedCall::kWaitChild, -1};
+    default:
+      return std::nullopt;
+  }
+  const unsigned long long fd = a[fd_arg];
   if (fd > static_cast<unsigned long long>(INT_MAX)) return std::nullopt;
-  return static_cast<int>(fd);
+  return BlockedCall{BlockedCall::kWrite, static_cast<int>(fd)};
 }
 
-std::optional<int> BlockedWrite(pid_t pid) {
+std::optional<BlockedCall> ReadBlockedCall(pid_t pid) {
   UniqueFd fd(open(("/proc/" + std::to_string(pid) + "/syscall").c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return std::nullopt;
   char buf[256];
   const ssize_t n = read(fd.get(), buf, sizeof(buf) - 1);
   if (n <= 0) return std::nullopt;
-  return ParseBlockedWrite(std::string_view(buf, static_cast<size_t>(n)));
+  return ParseBlockedCall(std::string_view(buf, static_cast<size_t>(n)));
+}
+
+std::vector<pid_t> ChildrenOf(pid_t pid) {
+  const std::string p = std::to_string(pid);
+  UniqueFd fd(open(("/proc/" + p + "/task/" + p + "/children").c_str(), O_RDONLY | O_CLOEXEC));
+  std::vector<pid_t> out;
+  if (!fd.valid()) return out;
+  std::string text;
+  char buf[4096];
+  for (ssize_t n; (n = read(fd.get(), buf, sizeof(buf))) > 0;) {
+    text.append(buf, static_cast<size_t>(n));
+  }
+  for (const char* c = text.c_str(); *c != '\0';) {
+    char* end = nullptr;
+    const long child = std::strtol(c, &end, 10);
+    if (end == c) break;
+    if (child > 0) out.push_back(static_cast<pid_t>(child));
+    c = end;
+  }
+  return out;
 }
 
 std::vector<ProcEntry> ReadProcTable() {

@@ -26,13 +26,21 @@ struct ProcEntry {
 std::optional<ProcEntry> ParseProcStat(std::string_view stat);
 // /proc/<pid>/stat of one process; nullopt when it is gone.
 std::optional<ProcEntry> ReadProcEntry(pid_t pid);
-// The descriptor a thread is blocked writing to (write or writev), from its
-// /proc/<pid>/syscall text ("1 0x2 0x7f... ..." on x86-64: the call's number
-// and arguments); nullopt when it is in no such call (running, another call).
-std::optional<int> ParseBlockedWrite(std::string_view syscall);
+// What a thread is blocked in, from its /proc/<pid>/syscall text ("1 0x2
+// 0x7f... ..." on x86-64: the call's number and arguments): a write to a
+// descriptor (write, writev, pwrite, sendfile, splice, tee, copy_file_range:
+// `fd` is the one written to), or a wait for a child (wait4, waitid).
+struct BlockedCall {
+  enum Kind { kWrite, kWaitChild } kind = kWrite;
+  int fd = -1;  // kWrite
+};
+// nullopt when it is in no such call (running, another call, malformed).
+std::optional<BlockedCall> ParseBlockedCall(std::string_view syscall);
 // The same for the main thread of `pid` (nullopt also when it is gone or
 // its syscall file may not be read).
-std::optional<int> BlockedWrite(pid_t pid);
+std::optional<BlockedCall> ReadBlockedCall(pid_t pid);
+// The children of the main thread of `pid` (/proc/<pid>/task/<pid>/children).
+std::vector<pid_t> ChildrenOf(pid_t pid);
 // Every process /proc lists now (those that vanish while it is read are left out).
 std::vector<ProcEntry> ReadProcTable();
 // The processes below `root` in `table`: its children, theirs, and so on;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "env/processes.hpp"
 #include "supervisor/pipe_reader.hpp"
@@ -24,6 +25,29 @@ double Seconds(SteadyTime::duration d) { return std::chrono::duration<double>(d)
 
 }  // namespace
 
+// (fd, pid) when the main thread of `pid`, or of a child it waits for (a
+// tool it runs, which inherited the console), is blocked writing to
+// ddprun's console.
+std::optional<std::pair<int, pid_t>> Supervisor::BlockedOnConsole(pid_t pid, int depth) const {
+  constexpr int kMaxDepth = 3;
+  const std::optional<env::BlockedCall> call = env::ReadBlockedCall(pid);
+  if (!call) return std::nullopt;
+  if (call->kind == env::BlockedCall::kWaitChild) {
+    if (depth >= kMaxDepth) return std::nullopt;
+    for (pid_t child : env::ChildrenOf(pid)) {
+      if (auto blocked = BlockedOnConsole(child, depth + 1)) return blocked;
+    }
+    return std::nullopt;
+  }
+  struct stat st {};
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(call->fd);
+  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  for (const FileId& console : console_files_) {
+    if (console == FileId{st.st_dev, st.st_ino}) return std::make_pair(call->fd, pid);
+  }
+  return std::nullopt;
+}
+
 bool Supervisor::LookForConsoleWait(SteadyTime now) {
   const std::vector<WorkerRecord>& workers = running_->workers();
   std::optional<size_t> waiting;
@@ -31,24 +55,19 @@ bool Supervisor::LookForConsoleWait(SteadyTime now) {
   for (const auto& r : readers_) {
     if (r->held() && r->worker < workers.size()) {
       waiting = r->worker;
-      what = "its output (ddprun holds it: no log file keeps it)";
+      what = "to write its output (ddprun holds it: no log file keeps it)";
       break;
     }
   }
   for (size_t i = 0; !waiting && i < workers.size(); ++i) {
     if (workers[i].state != WorkerState::kRunning) continue;
-    const std::optional<int> fd = env::BlockedWrite(workers[i].pid);
-    if (!fd) continue;
-    struct stat st {};
-    const std::string path =
-        "/proc/" + std::to_string(workers[i].pid) + "/fd/" + std::to_string(*fd);
-    if (stat(path.c_str(), &st) != 0) continue;
-    for (const FileId& console : console_files_) {
-      if (console == FileId{st.st_dev, st.st_ino}) {
-        waiting = i;
-        what = "to fd " + std::to_string(*fd) + ", ddprun's console, which it writes to directly";
-        break;
-      }
+    if (auto blocked = BlockedOnConsole(workers[i].pid, 0)) {
+      waiting = i;
+      const std::string console = "fd " + std::to_string(blocked->first) + ", ddprun's console";
+      what = blocked->second == workers[i].pid
+                 ? "to write to " + console + ", which it writes to directly"
+                 : "for its process " + std::to_string(blocked->second) +
+                       ", which waits to write to " + console + " (inherited)";
     }
   }
   if (!waiting) {
@@ -68,7 +87,7 @@ bool Supervisor::LookForConsoleWait(SteadyTime now) {
     const WorkerRecord& w = workers[*waiting];
     spdlog::warn(
         "the console has not read for {:.1f} s (a pager, Ctrl-S, a stuck log shipper): rank {} "
-        "(local_rank {}, pid {}) waits to write {}, and the job waits with it, so the hang limits "
+        "(local_rank {}, pid {}) waits {}, and the job waits with it, so the hang limits "
         "and file timers do not count the time until the console reads again",
         Seconds(now - console_wait_since_), w.rank, w.local_rank, w.pid, what);
   }

@@ -164,6 +164,7 @@ class Supervisor {
   // or stderr (inherited). Tells the user when one has waited a while, and
   // when the console reads again; returns whether one waits.
   bool LookForConsoleWait(SteadyTime now);
+  std::optional<std::pair<int, pid_t>> BlockedOnConsole(pid_t pid, int depth) const;
   // How long an incomplete line (a prompt, a progress bar redrawn with '\r')
   // waits for its end before it is shown as far as it has come (one timer).
   static constexpr std::chrono::milliseconds kPartialLineWait{100};

@@ -182,39 +182,65 @@ def test_held_output_does_not_count_toward_the_hang_limits(tmp_path):
     assert total and numbers == list(range(1, total + 1)), "lines lost or out of order"
 
 
+# Beats, then writes to its stdout (ddprun's, inherited) in one of three ways, and says so.
 BEATING = textwrap.dedent("""\
-    import os, sys, time
-    start, n = time.time(), 0
-    while time.time() - start < 7:
-        n += 1
-        os.utime(os.environ["DDPRUN_HEARTBEAT_FILE"])  # a beat per line
-        sys.stdout.write(f"line {n} " + "x" * 100 + "\\n")
-        if n % 64 == 0:
-            sys.stdout.flush()
-            time.sleep(0.002)
-    print(f"done after {n} lines", flush=True)
+    import os, subprocess, sys, time
+    os.utime(os.environ["DDPRUN_HEARTBEAT_FILE"])
+    how = os.environ["HOW"]
+    if how == "print":  # a beat per line, from the thread that prints
+        start, n = time.time(), 0
+        while time.time() - start < 7:
+            n += 1
+            os.utime(os.environ["DDPRUN_HEARTBEAT_FILE"])
+            sys.stdout.write(f"line {n} " + "x" * 100 + "\\n")
+            if n % 64 == 0:
+                sys.stdout.flush()
+                time.sleep(0.002)
+    elif how == "child":  # a tool the worker runs writes 3 MB; the worker waits for it
+        subprocess.run(["head", "-c", "3000000", "/dev/zero"], check=True)
+    else:  # sendfile from a 3 MB file
+        path = os.path.join(os.environ["OUT_DIR"], "zeros")
+        with open(path, "wb") as f:
+            f.write(bytes(3000000))
+        with open(path, "rb") as f:
+            sent = 0
+            while sent < 3000000:
+                sent += os.sendfile(1, f.fileno(), sent, 3000000 - sent)
+    sys.stdout.write("\\nDONE\\n")
     """)
 
 
-def test_a_worker_blocked_on_the_console_itself_is_not_hung(tmp_path):
-    """A worker beats with every line it prints straight to ddprun's stdout (inherited, not read
-    by ddprun), which nobody reads for 5 s: it waits in write() longer than --hang_timeout=2,
-    and the job waits with it; ddprun sees where it waits, says so, and does not call it hung."""
+@pytest.mark.parametrize("how, waits", [
+    ("print", "waits to write to fd 1, ddprun's console, which it writes to directly"),
+    ("child", "which waits to write to fd 1, ddprun's console (inherited)"),
+    ("sendfile", "waits to write to fd 1, ddprun's console, which it writes to directly"),
+])
+def test_a_worker_blocked_on_the_console_itself_is_not_hung(tmp_path, how, waits):
+    """A worker writes straight to ddprun's stdout (inherited, not read by ddprun), which nobody
+    reads for 5 s: its main thread waits in write() (or sendfile, or for a child of its own that
+    writes) longer than --hang_timeout=2, and the job waits with it; ddprun sees where it waits,
+    says so, and does not call it hung. Every byte arrives."""
     script = tmp_path / "beating.py"
     script.write_text(BEATING)
     proc = subprocess.Popen([str(DDPRUN), "--nproc_per_node=1", "--hang_timeout=2",
-                             "--no_python", PYTHON, str(script)], env=base_env(),
+                             "--no_python", PYTHON, str(script)],
+                            env=base_env(HOW=how, OUT_DIR=str(tmp_path)),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     time.sleep(5.0)
     out_text, err_text = proc.communicate(timeout=60)
     err = err_text.decode(errors="replace")
     assert proc.returncode == 0, err[-3000:]
-    assert "waits to write to fd 1, ddprun's console, which it writes to directly" in err, err
-    assert "the console reads again after" in err, err
-    lines = out_text.decode(errors="replace").splitlines()
-    assert lines[-1].startswith("done after "), lines[-1]
-    assert len(lines) == int(lines[-1].split()[2]) + 1
+    assert waits in err, err
+    if how == "print":  # (the others may end before ddprun looks again)
+        assert "the console reads again after" in err, err
+    assert out_text.endswith(b"\nDONE\n")
+    if how == "print":
+        numbers = [int(line.split()[1]) for line in out_text.decode().splitlines()
+                   if line.startswith("line ")]
+        assert numbers == list(range(1, len(numbers) + 1))
+    else:
+        assert len(out_text) == 3000000 + len(b"\nDONE\n")
 
 
 # Each rank writes numbered lines to stdout and stderr in turn, with one write(2) per line.

@@ -27,14 +27,27 @@ TEST_CASE("a stat line is read past a name holding spaces and parentheses") {
   CHECK(!ParseProcStat(""));
 }
 
-TEST_CASE("a thread blocked in write is told from its syscall file, with the descriptor") {
-  const std::string rest = " 0x7ffd1234 0x71 0x0 0x0 0x0 0x7ffd0000 0x7f12345678\n";
-  CHECK(ParseBlockedWrite(std::to_string(SYS_write) + " 0x1" + rest) == 1);
-  CHECK(ParseBlockedWrite(std::to_string(SYS_writev) + " 0x2" + rest) == 2);
-  CHECK(!ParseBlockedWrite(std::to_string(SYS_read) + " 0x0" + rest));  // another call
-  CHECK(!ParseBlockedWrite("running\n"));
-  CHECK(!ParseBlockedWrite("-1 0x7ffd0000 0x7f12345678\n"));  // blocked, in no call
-  CHECK(!ParseBlockedWrite(""));
+TEST_CASE("what a thread is blocked in is told from its syscall file") {
+  auto call = [](long number, const char* args) {
+    return ParseBlockedCall(std::to_string(number) + " " + args +
+                            " 0x0 0x0 0x0 0x7ffd0000 0x7f12345678\n");
+  };
+  using K = BlockedCall::Kind;
+  auto writes_to = [](const std::optional<BlockedCall>& c, int fd) {
+    return c && c->kind == BlockedCall::kWrite && c->fd == fd;
+  };
+  CHECK(writes_to(call(SYS_write, "0x1 0x7ffd1234 0x71"), 1));
+  CHECK(writes_to(call(SYS_writev, "0x2 0x7ffd1234 0x3"), 2));
+  CHECK(writes_to(call(SYS_sendfile, "0x1 0x5 0x0"), 1));  // out_fd first
+  CHECK(writes_to(call(SYS_splice, "0x5 0x0 0x2"), 2));    // fd_out third
+  CHECK(writes_to(call(SYS_copy_file_range, "0x5 0x0 0x1"), 1));
+  CHECK(writes_to(call(SYS_tee, "0x5 0x1 0x1000"), 1));
+  const auto wait = call(SYS_wait4, "0xffffffffffffffff 0x7ffd 0x0");
+  CHECK((wait && wait->kind == K::kWaitChild));
+  CHECK(!call(SYS_read, "0x0 0x7ffd1234 0x71"));  // another call
+  CHECK(!ParseBlockedCall("running\n"));
+  CHECK(!ParseBlockedCall("-1 0x7ffd0000 0x7f12345678\n"));  // blocked, in no call
+  CHECK(!ParseBlockedCall(""));
 }
 
 TEST_CASE("a child blocked writing to a full pipe is seen in write, on that descriptor") {
@@ -49,16 +62,18 @@ TEST_CASE("a child blocked writing to a full pipe is seen in write, on that desc
     for (;;) (void)!write(out, block, sizeof(block));  // fills the pipe, then blocks
   }
   close(fds[1]);
-  std::optional<int> fd;
-  for (int i = 0; i < 500 && fd != 7; ++i) {
+  std::optional<BlockedCall> call;
+  for (int i = 0; i < 500 && !(call && call->fd == 7); ++i) {
     usleep(10000);
-    fd = BlockedWrite(child);
+    call = ReadBlockedCall(child);
   }
-  CHECK(fd == 7);
+  CHECK((call && call->kind == BlockedCall::kWrite && call->fd == 7));
+  const std::vector<pid_t> children = ChildrenOf(getpid());
+  CHECK(std::find(children.begin(), children.end(), child) != children.end());
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   close(fds[0]);
-  CHECK(!BlockedWrite(child));  // gone
+  CHECK(!ReadBlockedCall(child));  // gone
 }
 
 TEST_CASE("this process is in the table, as /proc and getppid/getsid say") {
