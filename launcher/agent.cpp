@@ -262,9 +262,9 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
         {w.rank, w.local_rank, w.pid, layout_->TracePath(round_->restart_count, w.local_rank)});
   }
   for (const auto& w : report.hung) {
-    auto silent = std::chrono::duration_cast<std::chrono::system_clock::duration>(
-        std::chrono::duration<double>(w.silent_seconds));
-    request.hung.push_back({w.rank, now - silent, w.finishing});
+    auto quiet = std::chrono::duration_cast<std::chrono::system_clock::duration>(
+        std::chrono::duration<double>(w.quiet_seconds));
+    request.hung.push_back({w.rank, now - quiet, w.finishing, w.silent_seconds});
   }
   request.beating = report.beating_ranks;
   std::string verdict;

@@ -167,6 +167,17 @@ std::string LocalTime(Clock::time_point t) {
   return buf;
 }
 
+// ", 3.0 s of it counted" when pauses (a stopped worker, a stalled console)
+// were left out of the time since; "" otherwise.
+std::string Counted(const HungRank& h, Clock::time_point now) {
+  const double since = std::chrono::duration<double>(now - h.since).count();
+  if (h.counted_seconds < 0 || since - h.counted_seconds < 0.5) return "";
+  char text[80];
+  std::snprintf(text, sizeof(text), ", %.1f s of it counted: the rest was paused",
+                h.counted_seconds);
+  return text;
+}
+
 std::string SecondsSince(Clock::time_point since, Clock::time_point now) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%.1f s", std::chrono::duration<double>(now - since).count());
@@ -381,7 +392,7 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
     text += "  rank " + std::to_string(h.rank) +
             (h.at_exit ? ": hung at exit, finishing (heartbeat file removed) since "
                        : ": silent since ") +
-            LocalTime(h.since) + " (" + SecondsSince(h.since, now) + ")\n";
+            LocalTime(h.since) + " (" + SecondsSince(h.since, now) + Counted(h, now) + ")\n";
   }
   text += "ranks still beating: " + JoinRanks(request.beating) + "\n\n";
   // A PyTorch job has no ddprun flight recorder: its section says nothing then.

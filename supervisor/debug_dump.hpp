@@ -38,8 +38,9 @@ struct DumpTarget {
 // or, at exit, finishing (its heartbeat file removed) since then.
 struct HungRank {
   int rank = 0;
-  std::chrono::system_clock::time_point since;
+  std::chrono::system_clock::time_point since;  // its last beat (or finishing), by the clock
   bool at_exit = false;
+  double counted_seconds = -1;  // of the time since, what its limit counted (-1: all of it)
 };
 
 struct DumpRequest {

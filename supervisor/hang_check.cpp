@@ -36,7 +36,8 @@ HangVerdict FindHung(const std::vector<Beat>& beats, const HangLimits& limits, S
     const Beat& b = beats[i];
     if (!b.running) continue;
     const double silent = Seconds(now - b.last);
-    const HangReport::Worker w{i, b.rank, b.local_rank, b.pid, silent, b.beaten, b.finishing};
+    const HangReport::Worker w{i,      b.rank,   b.local_rank, b.pid,
+                               silent, b.beaten, b.finishing,  Seconds(now - b.seen)};
     v.report.running.push_back(w);
     const double limit = LimitOf(b, limits);
     const double slack = any ? std::min(0.5, 0.1 * limit) : 0.0;

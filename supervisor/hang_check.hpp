@@ -25,7 +25,8 @@ struct Beat {
   int rank = 0;
   int local_rank = 0;
   pid_t pid = 0;
-  SteadyTime last;         // the last beat, or the start, or when it was seen finishing
+  SteadyTime last;         // the last beat, or the start, or when it was seen finishing ...
+  SteadyTime seen;         // ... and when that was: `last` is moved later by pauses
   bool beaten = false;     // beat at least once
   bool finishing = false;  // removed its heartbeat file: no beat is due, only its exit
 };

@@ -16,7 +16,7 @@ int64_t HeartbeatWatch::FileTime(const std::string& path) {
 
 void HeartbeatWatch::Add(const std::string& file, SteadyTime now, int64_t file_time) {
   Progress p;
-  p.last = now;
+  p.last = p.seen = now;
   p.file = file;
   p.mtime_ns = file.empty() ? 0 : file_time;
   workers_.push_back(std::move(p));
@@ -24,7 +24,7 @@ void HeartbeatWatch::Add(const std::string& file, SteadyTime now, int64_t file_t
 
 void HeartbeatWatch::NoteProgress(size_t index, SteadyTime now) {
   if (index >= workers_.size() || workers_[index].finishing) return;
-  workers_[index].last = now;
+  workers_[index].last = workers_[index].seen = now;
   workers_[index].beaten = true;
 }
 
@@ -37,7 +37,7 @@ void HeartbeatWatch::Look(SteadyTime now, int64_t wall_now_ns,
       // ddprun created the file; the worker removed it: it is finishing (its
       // interpreter exiting, say), no beat is due any more, only its exit.
       p.finishing = true;
-      p.last = now;
+      p.last = p.seen = now;
       spdlog::debug("rank {} removed its heartbeat file: finishing, held to --exit_timeout",
                     workers[i].rank);
       continue;
@@ -51,7 +51,7 @@ void HeartbeatWatch::Look(SteadyTime now, int64_t wall_now_ns,
     }
     p.mtime_ns = m;
     p.beaten = true;
-    p.last = now - std::chrono::nanoseconds(std::max<int64_t>(0, wall_now_ns - m));
+    p.last = p.seen = now - std::chrono::nanoseconds(std::max<int64_t>(0, wall_now_ns - m));
   }
 }
 
@@ -64,7 +64,7 @@ std::vector<Beat> HeartbeatWatch::Beats(const std::vector<WorkerRecord>& workers
   for (size_t i = 0; i < workers_.size() && i < workers.size(); ++i) {
     const WorkerRecord& w = workers[i];
     const Progress& p = workers_[i];
-    beats.push_back({w.state == WorkerState::kRunning, w.rank, w.local_rank, w.pid, p.last,
+    beats.push_back({w.state == WorkerState::kRunning, w.rank, w.local_rank, w.pid, p.last, p.seen,
                      p.beaten, p.finishing});
   }
   return beats;

@@ -44,7 +44,8 @@ class HeartbeatWatch {
 
  private:
   struct Progress {
-    SteadyTime last;         // last beat, or the start, or when seen finishing
+    SteadyTime last;         // last beat, or the start, or when seen finishing, less pauses ...
+    SteadyTime seen;         // ... and when that was
     bool beaten = false;     // beat at least once
     int64_t mtime_ns = 0;    // heartbeat file mtime last seen (0: none yet)
     bool finishing = false;  // removed its heartbeat file: only its exit is due

@@ -48,6 +48,9 @@ struct HangReport {
     double silent_seconds = 0;  // since the last beat, or since the start
     bool ever_beat = false;
     bool finishing = false;  // removed its heartbeat file: silent_seconds count from then
+    // Since the last beat (or the start, or finishing) as the clock says, with
+    // the pauses that silent_seconds leaves out.
+    double quiet_seconds = 0;
   };
   std::vector<Worker> hung;        // empty for a dump on request
   std::vector<Worker> running;     // every worker still running

@@ -186,6 +186,10 @@ TEST_CASE("the summary names hung and beating ranks, the verdict and the main st
   CHECK(Has(s, "2 workers, in /tmp/dumps\n"));
   CHECK(Has(s, "hung ranks: 1\n  rank 1: silent since "));
   CHECK(Has(s, " (15.0 s)\n"));
+  request.hung[0].counted_seconds = 3;  // the rest of the 15 s was a pause (a stalled console)
+  CHECK(Has(FormatSummary(request, dumps, analysis, now),
+            " (15.0 s, 3.0 s of it counted: the rest was paused)\n"));
+  request.hung[0].counted_seconds = -1;
   CHECK(Has(s, "ranks still beating: 0\n"));
   CHECK(
       Has(s, "rank 0 waits in allreduce #1 (1.0 MiB); rank 1 completed #0 and has not entered #1"));

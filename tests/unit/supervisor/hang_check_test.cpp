@@ -9,7 +9,17 @@ using std::chrono::milliseconds;
 const SteadyTime kT0{};  // a made-up clock: every time is kT0 + something
 
 Beat Running(int rank, milliseconds last, bool beaten = true) {
-  return Beat{true, rank, rank, 100 + rank, kT0 + last, beaten};
+  return Beat{true, rank, rank, 100 + rank, kT0 + last, kT0 + last, beaten};
+}
+
+TEST_CASE("a hung worker's report tells the silence its limit counted and the clock's") {
+  HangLimits limits{Duration(10), Duration(0)};
+  Beat paused = Running(0, milliseconds(4000));  // last beat at +1 s, 3 s of pause left out
+  paused.seen = kT0 + milliseconds(1000);
+  auto v = FindHung({paused}, limits, kT0 + milliseconds(14000));
+  REQUIRE(v.report.hung.size() == 1);
+  CHECK(v.report.hung[0].silent_seconds == doctest::Approx(10.0));
+  CHECK(v.report.hung[0].quiet_seconds == doctest::Approx(13.0));
 }
 
 TEST_CASE("a worker silent past --hang_timeout is hung; one that beat since is not") {
