@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "base/read_file.hpp"
 #include "env/cgroup.hpp"
 #include "env/processes.hpp"
 #include "supervisor/self_exec.hpp"
@@ -38,20 +39,6 @@ constexpr std::chrono::milliseconds kPollStep{5};
 constexpr std::chrono::milliseconds kGuardianWait{10000};
 // The launcher's last line to the guardian: it cleaned up itself.
 constexpr const char* kGoodbye = "bye\n";
-
-std::string ReadSmallFile(const std::string& path, size_t limit) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return {};
-  std::string out;
-  char buf[4096];
-  while (out.size() < limit) {
-    ssize_t n = read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
 
 int PidfdOpen(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 

@@ -21,6 +21,7 @@
 #include <system_error>
 #include <thread>
 
+#include "base/read_file.hpp"
 #include "base/unique_fd.hpp"
 #include "env/trace_file.hpp"
 #include "supervisor/torch_progress.hpp"
@@ -94,13 +95,6 @@ int Reap(pid_t pid) {
   }
   if (r != pid || !WIFEXITED(status)) return -1;
   return WEXITSTATUS(status);
-}
-
-std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::string TrimNewline(std::string s) {

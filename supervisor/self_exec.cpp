@@ -4,21 +4,14 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <fstream>
 #include <sstream>
 
+#include "base/read_file.hpp"
 #include "supervisor/containment.hpp"
 
 namespace ddprun::supervisor {
 
 namespace {
-
-std::string ReadAll(const char* path) {
-  std::ifstream f(path, std::ios::binary);
-  std::ostringstream s;
-  s << f.rdbuf();
-  return s.str();
-}
 
 bool SameFile(const struct stat& a, const struct stat& b) {
   return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
@@ -70,7 +63,7 @@ void RememberArgumentCount(int argc) { argument_count = argc; }
 SelfExec FindSelfExec() {
   SelfExec self;
   const std::string program =
-      MappedFile(ReadAll("/proc/self/maps"), reinterpret_cast<uintptr_t>(&RunGuardian));
+      MappedFile(ReadSmallFile("/proc/self/maps"), reinterpret_cast<uintptr_t>(&RunGuardian));
   struct stat exe {};
   struct stat code {};
   if (program.empty() || stat("/proc/self/exe", &exe) != 0 || stat(program.c_str(), &code) != 0 ||
@@ -79,7 +72,7 @@ SelfExec FindSelfExec() {
   }
   // Run through the loader: its options come before the program's path.
   // (Counted from the end: an option's value may name the program too.)
-  LoaderArgs loader = LoaderOptions(ReadAll("/proc/self/cmdline"), argument_count);
+  LoaderArgs loader = LoaderOptions(ReadSmallFile("/proc/self/cmdline"), argument_count);
   struct stat named {};
   if (!loader.found || stat(loader.program.c_str(), &named) != 0 || !SameFile(named, code)) {
     return self;  // not as expected: the guardian fails to start, and ddprun says so
@@ -92,7 +85,7 @@ SelfExec FindSelfExec() {
 bool RewriteCommandLine(const std::vector<std::string>& args) {
   // Fields 48 and 49 of /proc/self/stat (after the name in parentheses,
   // which may hold blanks): where the command line lies in our memory.
-  const std::string stat = ReadAll("/proc/self/stat");
+  const std::string stat = ReadSmallFile("/proc/self/stat");
   const size_t paren = stat.rfind(')');
   if (paren == std::string::npos) return false;
   std::istringstream fields(stat.substr(paren + 2));
