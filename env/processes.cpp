@@ -12,6 +12,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "base/read_file.hpp"
 #include "base/unique_fd.hpp"
 
 namespace ddprun::env {
@@ -93,8 +94,17 @@ std::optional<BlockedCall> ParseBlockedCall(std::string_view syscall) {
   return BlockedCall{BlockedCall::kWrite, static_cast<int>(fd)};
 }
 
-std::optional<BlockedCall> ReadBlockedCall(pid_t pid) {
-  UniqueFd fd(open(("/proc/" + std::to_string(pid) + "/syscall").c_str(), O_RDONLY | O_CLOEXEC));
+namespace {
+
+std::string TaskPath(pid_t pid, pid_t tid, const char* file) {
+  return "/proc/" + std::to_string(pid) + "/task/" + std::to_string(tid != 0 ? tid : pid) + "/" +
+         file;
+}
+
+}  // namespace
+
+std::optional<BlockedCall> ReadBlockedCall(pid_t pid, pid_t tid) {
+  UniqueFd fd(open(TaskPath(pid, tid, "syscall").c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return std::nullopt;
   char buf[256];
   const ssize_t n = read(fd.get(), buf, sizeof(buf) - 1);
@@ -102,16 +112,9 @@ std::optional<BlockedCall> ReadBlockedCall(pid_t pid) {
   return ParseBlockedCall(std::string_view(buf, static_cast<size_t>(n)));
 }
 
-std::vector<pid_t> ChildrenOf(pid_t pid) {
-  const std::string p = std::to_string(pid);
-  UniqueFd fd(open(("/proc/" + p + "/task/" + p + "/children").c_str(), O_RDONLY | O_CLOEXEC));
+std::vector<pid_t> ChildrenOf(pid_t pid, pid_t tid) {
+  const std::string text = ReadSmallFile(TaskPath(pid, tid, "children"));
   std::vector<pid_t> out;
-  if (!fd.valid()) return out;
-  std::string text;
-  char buf[4096];
-  for (ssize_t n; (n = read(fd.get(), buf, sizeof(buf))) > 0;) {
-    text.append(buf, static_cast<size_t>(n));
-  }
   for (const char* c = text.c_str(); *c != '\0';) {
     char* end = nullptr;
     const long child = std::strtol(c, &end, 10);
@@ -120,6 +123,29 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
     c = end;
   }
   return out;
+}
+
+std::vector<pid_t> ThreadsOf(pid_t pid, size_t limit) {
+  std::vector<pid_t> out;
+  DIR* dir = opendir(("/proc/" + std::to_string(pid) + "/task").c_str());
+  if (dir == nullptr) return out;
+  out.push_back(pid);
+  while (out.size() < limit) {
+    const dirent* e = readdir(dir);
+    if (e == nullptr) break;
+    char* end = nullptr;
+    const long tid = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || tid <= 0 || tid == pid) continue;
+    out.push_back(static_cast<pid_t>(tid));
+  }
+  closedir(dir);
+  return out;
+}
+
+std::string ThreadName(pid_t pid, pid_t tid) {
+  std::string name = ReadSmallFile(TaskPath(pid, tid, "comm"), 64);
+  while (!name.empty() && name.back() == '\n') name.pop_back();
+  return name;
 }
 
 std::vector<ProcEntry> ReadProcTable() {

@@ -4,7 +4,9 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -36,11 +38,17 @@ struct BlockedCall {
 };
 // nullopt when it is in no such call (running, another call, malformed).
 std::optional<BlockedCall> ParseBlockedCall(std::string_view syscall);
-// The same for the main thread of `pid` (nullopt also when it is gone or
-// its syscall file may not be read).
-std::optional<BlockedCall> ReadBlockedCall(pid_t pid);
-// The children of the main thread of `pid` (/proc/<pid>/task/<pid>/children).
-std::vector<pid_t> ChildrenOf(pid_t pid);
+// The same for thread `tid` of `pid`, its main thread when `tid` is 0
+// (nullopt also when it is gone or its syscall file may not be read).
+std::optional<BlockedCall> ReadBlockedCall(pid_t pid, pid_t tid = 0);
+// The children that thread `tid` of `pid` started (its main thread when 0):
+// /proc/<pid>/task/<tid>/children.
+std::vector<pid_t> ChildrenOf(pid_t pid, pid_t tid = 0);
+// The threads of `pid` (/proc/<pid>/task), its main thread first, at most
+// `limit` of them; empty when it is gone.
+std::vector<pid_t> ThreadsOf(pid_t pid, size_t limit);
+// A thread's name (/proc/<pid>/task/<tid>/comm), empty when it is gone.
+std::string ThreadName(pid_t pid, pid_t tid);
 // Every process /proc lists now (those that vanish while it is read are left out).
 std::vector<ProcEntry> ReadProcTable();
 // The processes below `root` in `table`: its children, theirs, and so on;

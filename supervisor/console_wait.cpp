@@ -25,25 +25,28 @@ double Seconds(SteadyTime::duration d) { return std::chrono::duration<double>(d)
 
 }  // namespace
 
-// (fd, pid) when the main thread of `pid`, or of a child it waits for (a
-// tool it runs, which inherited the console), is blocked writing to
-// ddprun's console.
-std::optional<std::pair<int, pid_t>> Supervisor::BlockedOnConsole(pid_t pid, int depth) const {
+// Where `pid`, or a child it waits for (a tool it runs, which inherited the
+// console), is blocked writing to ddprun's console: in any of its threads
+// (a logging thread the main one waits for), the main one looked at first.
+std::optional<Supervisor::ConsoleBlock> Supervisor::BlockedOnConsole(pid_t pid, int depth) const {
   constexpr int kMaxDepth = 3;
-  const std::optional<env::BlockedCall> call = env::ReadBlockedCall(pid);
-  if (!call) return std::nullopt;
-  if (call->kind == env::BlockedCall::kWaitChild) {
-    if (depth >= kMaxDepth) return std::nullopt;
-    for (pid_t child : env::ChildrenOf(pid)) {
-      if (auto blocked = BlockedOnConsole(child, depth + 1)) return blocked;
+  constexpr size_t kMaxThreads = 1024;  // a look stays cheap
+  for (pid_t tid : env::ThreadsOf(pid, kMaxThreads)) {
+    const std::optional<env::BlockedCall> call = env::ReadBlockedCall(pid, tid);
+    if (!call) continue;
+    if (call->kind == env::BlockedCall::kWaitChild) {
+      if (depth >= kMaxDepth) continue;
+      for (pid_t child : env::ChildrenOf(pid, tid)) {
+        if (auto blocked = BlockedOnConsole(child, depth + 1)) return blocked;
+      }
+      continue;
     }
-    return std::nullopt;
-  }
-  struct stat st {};
-  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(call->fd);
-  if (stat(path.c_str(), &st) != 0) return std::nullopt;
-  for (const FileId& console : console_files_) {
-    if (console == FileId{st.st_dev, st.st_ino}) return std::make_pair(call->fd, pid);
+    struct stat st {};
+    const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(call->fd);
+    if (stat(path.c_str(), &st) != 0) continue;
+    for (const FileId& console : console_files_) {
+      if (console == FileId{st.st_dev, st.st_ino}) return ConsoleBlock{call->fd, pid, tid};
+    }
   }
   return std::nullopt;
 }
@@ -63,11 +66,15 @@ bool Supervisor::LookForConsoleWait(SteadyTime now) {
     if (workers[i].state != WorkerState::kRunning) continue;
     if (auto blocked = BlockedOnConsole(workers[i].pid, 0)) {
       waiting = i;
-      const std::string console = "fd " + std::to_string(blocked->first) + ", ddprun's console";
-      what = blocked->second == workers[i].pid
-                 ? "to write to " + console + ", which it writes to directly"
-                 : "for its process " + std::to_string(blocked->second) +
-                       ", which waits to write to " + console + " (inherited)";
+      const std::string console = "fd " + std::to_string(blocked->fd) + ", ddprun's console";
+      const std::string in_thread = blocked->tid == blocked->pid
+                                        ? ""
+                                        : "in its thread " + std::to_string(blocked->tid) + " (" +
+                                              env::ThreadName(blocked->pid, blocked->tid) + ") ";
+      what = blocked->pid == workers[i].pid
+                 ? in_thread + "to write to " + console + ", which it writes to directly"
+                 : "for its process " + std::to_string(blocked->pid) + ", which waits " +
+                       in_thread + "to write to " + console + " (inherited)";
     }
   }
   if (!waiting) {

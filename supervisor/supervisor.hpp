@@ -160,11 +160,16 @@ class Supervisor {
   void WatchConsoleRoom();
   void UnwatchConsoleRoom();
   // A worker that waits for the console now (console_wait.cpp): its output
-  // held by ddprun, or its main thread blocked writing to ddprun's own stdout
+  // held by ddprun, or a thread of it blocked writing to ddprun's own stdout
   // or stderr (inherited). Tells the user when one has waited a while, and
   // when the console reads again; returns whether one waits.
   bool LookForConsoleWait(SteadyTime now);
-  std::optional<std::pair<int, pid_t>> BlockedOnConsole(pid_t pid, int depth) const;
+  struct ConsoleBlock {
+    int fd = -1;    // the console's descriptor it writes to
+    pid_t pid = 0;  // the worker, or a process of its own it waits for
+    pid_t tid = 0;  // the thread of `pid` that writes
+  };
+  std::optional<ConsoleBlock> BlockedOnConsole(pid_t pid, int depth) const;
   // How long an incomplete line (a prompt, a progress bar redrawn with '\r')
   // waits for its end before it is shown as far as it has come (one timer).
   static constexpr std::chrono::milliseconds kPartialLineWait{100};

@@ -6,10 +6,13 @@ Environment (set by CTest, see tests/CMakeLists.txt):
   DDPRUN_SOURCE  the source tree
 """
 
+import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,14 @@ for _sig in (signal.SIGHUP, signal.SIGQUIT):
         signal.signal(_sig, signal.SIG_DFL)
 if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+# ddprun keeps a failed run's logs under $TMPDIR, as a user wants them kept; the suite's many
+# failing runs would leave some 1600 such directories in /tmp on every run. Each test module's
+# runs get a TMPDIR of their own, removed when the module's process ends.
+_TMPDIR = tempfile.mkdtemp(prefix="ddprun-e2e.")
+os.environ["TMPDIR"] = _TMPDIR
+tempfile.tempdir = None
+atexit.register(shutil.rmtree, _TMPDIR, ignore_errors=True)
 
 # Default deadline for one ddprun run; a hang fails the test instead of CTest's timeout.
 RUN_TIMEOUT = 30.0

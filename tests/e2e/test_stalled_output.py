@@ -198,6 +198,15 @@ BEATING = textwrap.dedent("""\
                 time.sleep(0.002)
     elif how == "child":  # a tool the worker runs writes 3 MB; the worker waits for it
         subprocess.run(["head", "-c", "3000000", "/dev/zero"], check=True)
+    elif how == "thread":  # a writer thread writes 3 MB; the main thread waits for it
+        import threading
+        def write():
+            view = memoryview(bytes(3000000))
+            while view:
+                view = view[os.write(1, view):]
+        writer = threading.Thread(target=write, name="writer")
+        writer.start()
+        writer.join()
     else:  # sendfile from a 3 MB file
         path = os.path.join(os.environ["OUT_DIR"], "zeros")
         with open(path, "wb") as f:
@@ -214,12 +223,14 @@ BEATING = textwrap.dedent("""\
     ("print", "waits to write to fd 1, ddprun's console, which it writes to directly"),
     ("child", "which waits to write to fd 1, ddprun's console (inherited)"),
     ("sendfile", "waits to write to fd 1, ddprun's console, which it writes to directly"),
+    ("thread", ") to write to fd 1, ddprun's console, which it writes to directly"),
 ])
 def test_a_worker_blocked_on_the_console_itself_is_not_hung(tmp_path, how, waits):
     """A worker writes straight to ddprun's stdout (inherited, not read by ddprun), which nobody
     reads for 5 s: its main thread waits in write() (or sendfile, or for a child of its own that
     writes) longer than --hang_timeout=2, and the job waits with it; ddprun sees where it waits,
-    says so, and does not call it hung. Every byte arrives."""
+    says so, and does not call it hung; the same when a thread other than the main one writes
+    and the main one waits for it. Every byte arrives."""
     script = tmp_path / "beating.py"
     script.write_text(BEATING)
     proc = subprocess.Popen([str(DDPRUN), "--nproc_per_node=1", "--hang_timeout=2",

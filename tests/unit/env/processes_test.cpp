@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <string>
+#include <thread>
 
 namespace ddprun::env {
 namespace {
@@ -74,6 +76,41 @@ TEST_CASE("a child blocked writing to a full pipe is seen in write, on that desc
   waitpid(child, nullptr, 0);
   close(fds[0]);
   CHECK(!ReadBlockedCall(child));  // gone
+}
+
+TEST_CASE("a thread other than the main one, blocked writing, is seen in write, by its id") {
+  int fds[2];
+  REQUIRE(pipe(fds) == 0);
+  std::atomic<pid_t> writer_tid{0};
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    writer_tid = static_cast<pid_t>(syscall(SYS_gettid));
+    pthread_setname_np(pthread_self(), "log-writer");
+    char block[4096] = {};
+    while (!stop) (void)!write(fds[1], block, sizeof(block));  // fills the pipe, then blocks
+  });
+  while (writer_tid == 0) usleep(1000);
+  const pid_t tid = writer_tid;
+  std::optional<BlockedCall> call;
+  for (int i = 0; i < 500 && !(call && call->fd == fds[1]); ++i) {
+    usleep(10000);
+    call = ReadBlockedCall(getpid(), tid);
+  }
+  CHECK((call && call->kind == BlockedCall::kWrite && call->fd == fds[1]));
+  CHECK(!ReadBlockedCall(getpid()));  // the main thread runs this test
+  const std::vector<pid_t> threads = ThreadsOf(getpid(), 1024);
+  REQUIRE(!threads.empty());
+  CHECK(threads.front() == getpid());
+  CHECK(std::find(threads.begin(), threads.end(), tid) != threads.end());
+  CHECK(ThreadsOf(getpid(), 1).size() == 1);
+  CHECK(ThreadName(getpid(), tid) == "log-writer");
+  stop = true;
+  char drain[65536];
+  while (read(fds[0], drain, sizeof(drain)) == sizeof(drain)) {
+  }
+  writer.join();
+  close(fds[0]);
+  close(fds[1]);
 }
 
 TEST_CASE("this process is in the table, as /proc and getppid/getsid say") {
