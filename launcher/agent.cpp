@@ -88,7 +88,8 @@ class Agent {
   supervisor::GroupOptions options_;
   // This node's failures in its last failed round, root cause first.
   std::vector<supervisor::FailureRecord> local_failures_;
-  FailureFacts facts_;  // for the diagnosis of a failure (supervisor/explain.hpp)
+  bool last_group_failed_ = false;  // the last group's outcome (local_failures_ are its)
+  FailureFacts facts_;              // for the diagnosis of a failure (supervisor/explain.hpp)
   // Log files a failed write left incomplete, over all rounds.
   std::vector<std::string> lost_logs_;
   std::string timer_file_;     // the file timer's pipe, "" when not served
@@ -371,6 +372,11 @@ int Agent::Finish(const rendezvous::Action& exit) {
       spdlog::error("no restarts left (--max_restarts={}): exit code {} (the root cause's)",
                     c_.max_restarts, exit.exit_code);
     }
+  } else if (last_group_failed_ && exit.exit_code != 0) {
+    // The last group failed, and something else (a signal) ended the job
+    // before the failure was handled: the failure is still reported.
+    supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(Report());
+    if (!exit.message.empty()) spdlog::error("{}", exit.message);
   } else if (!exit.message.empty() && exit.exit_code == 0) {
     spdlog::warn("{}", exit.message);
   } else if (!exit.message.empty()) {
@@ -419,6 +425,7 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
                                           const supervisor::GroupResult& result) {
   rendezvous::WorkersOutcome o;
   using Kind = rendezvous::WorkersOutcome::Kind;
+  last_group_failed_ = result.outcome == supervisor::Outcome::kFailed;
   switch (result.outcome) {
     case supervisor::Outcome::kSucceeded:
       o.kind = Kind::kSucceeded;

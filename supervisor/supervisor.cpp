@@ -233,9 +233,17 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
   if (running_ != nullptr) {
     const bool was_done = running_->done();
     running_->OnSignal(sig);
-    // While its output drains, a done group may still learn that its workers
-    // died of this very signal; otherwise the signal is for what comes next.
-    if (!was_done || running_->received_signal() == sig) return;
+    // Its own (or, done and draining output, its workers died of it); else it
+    // ends what comes next: no restart after a failing or done group.
+    if (running_->received_signal() == sig || (!was_done && running_->received_signal() != 0)) {
+      return;
+    }
+    if (!was_done && pending_signal_ == 0 && forward_only_.count(sig) == 0) {
+      spdlog::warn(
+          "received {} while the workers are being stopped: nothing is started after them; "
+          "ddprun exits with {} once they are gone",
+          SignalName(sig), exit_code::ForSignal(sig));
+    }
   }
   if (pending_signal_ == 0 && forward_only_.count(sig) == 0) pending_signal_ = sig;
 }

@@ -123,6 +123,27 @@ def test_failure_stops_term_ignoring_sibling_after_shutdown_timeout(tmp_path, la
     assert "exitcode  : 4 " in p.stderr(), p.output()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_while_a_failed_group_stops_ends_the_job(tmp_path, launch, pid_reaper, sig):
+    """Rank 1 fails; rank 0 ignores SIGTERM, so its grace (--shutdown_timeout=3) runs; a
+    signal to ddprun then (Slurm's time limit) ends the job: no restart though --max_restarts
+    allows one, exit 128+N, the failure still reported. Before, the signal was lost: the job
+    restarted and ended with the worker's exit code."""
+    script = (f'if [ "$LOCAL_RANK" = 0 ]; then {IGNORES_TERM.format(d=tmp_path)}; fi; '
+              f'while [ ! -s {tmp_path}/pid_0 ]; do sleep 0.01; done; '
+              f'echo 1 > {tmp_path}/failing; exit 4')
+    p = launch(["--nproc_per_node=2", "--shutdown_timeout=3", "--max_restarts=1", *sh(script)])
+    pid_reaper.append(int(wait_for_files([tmp_path / "pid_0"])[0]))
+    wait_for_files([tmp_path / "failing"])
+    time.sleep(0.5)  # the group is stopping
+    p.signal(sig)
+    assert p.wait(timeout=15) == 128 + sig, p.output()
+    err = p.stderr()
+    assert f"received {sig.name} while the workers are being stopped" in err, p.output()
+    assert "restart 1 of 1" not in err, p.output()
+    assert "exitcode  : 4 " in err, p.output()
+
+
 # Traps USR1 (sleep, in the same group, dies of it); finishes once it saw USR1. Also used
 # with another signal's name in place of USR1.
 USR1_WORKER = """
