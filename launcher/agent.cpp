@@ -358,7 +358,10 @@ int Agent::Finish(const rendezvous::Action& exit) {
       why = supervisor::Explain(local_failures_.front(), ExplainFacts());
       supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(Report());
       if (auto own = env::Lookup(environ_, env::kErrorFile); own && !own->empty()) {
-        supervisor::DumpRootCause(local_failures_.front(), *own);
+        if (Status s = supervisor::DumpRootCause(local_failures_.front(), *own); !s.ok()) {
+          spdlog::warn("the root cause is not written to ddprun's own {}: {}", env::kErrorFile,
+                       s.message());
+        }
       }
     }
     spdlog::error("{}", exit.message);

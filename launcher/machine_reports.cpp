@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/read_file.hpp"
 #include "launcher/raw_options.hpp"
 #include "supervisor/exit_status.hpp"
 
@@ -106,11 +107,11 @@ StatusOr<EventLog> EventLog::Open(const std::string& handler, const std::string&
     log.where_ = "stderr";
     return log;
   }
-  log.owned_ = UniqueFd(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
-  if (!log.owned_.valid()) {
-    return InvalidArgument("DDPRUN_EVENT_LOG=" + path + ": cannot open it for appending: " +
-                           std::strerror(errno) + " (point it at a writable file)");
+  auto fd = OpenForWriting(path, O_CREAT | O_APPEND);
+  if (!fd.ok()) {
+    return InvalidArgument("DDPRUN_EVENT_LOG=" + fd.status().message());
   }
+  log.owned_ = std::move(*fd);
   log.fd_ = log.owned_.get();
   log.where_ = path;
   return log;

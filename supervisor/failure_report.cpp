@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "base/read_file.hpp"
 #include "env/core_dump.hpp"
 #include "env/host.hpp"
 
@@ -91,9 +92,8 @@ std::string CoreDumpOf(const WorkerRecord& w) {
 
 bool ReadErrorFile(const std::string& path, FailureRecord& record) {
   if (path.empty()) return false;
-  std::ifstream in(path);
-  if (!in) return false;
-  json data = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  // Never waits: the worker may have left a named pipe there.
+  json data = json::parse(ReadSmallFile(path), nullptr, /*allow_exceptions=*/false);
   if (data.is_discarded() || !data.is_object() || !data.contains("message")) return false;
   const json& msg = data["message"];
   if (msg.is_string()) {
@@ -217,10 +217,9 @@ std::string FormatReport(const std::string& name, const std::string& host,
   return o.str();
 }
 
-void DumpRootCause(const FailureRecord& root, const std::string& path) {
+Status DumpRootCause(const FailureRecord& root, const std::string& path) {
   json data;
-  std::ifstream in(root.error_file);
-  if (in) data = json::parse(in, nullptr, false);
+  if (!root.error_file.empty()) data = json::parse(ReadSmallFile(root.error_file), nullptr, false);
   if (!data.is_object() || !data.contains("message")) {
     data = {{"message",
              {{"message", root.message},
@@ -229,8 +228,7 @@ void DumpRootCause(const FailureRecord& root, const std::string& path) {
   if (root.exit.TorchCode() != 0 && data["message"].is_object()) {
     data["message"]["errorCode"] = root.exit.TorchCode();
   }
-  std::ofstream out(path, std::ios::trunc);
-  out << data.dump();
+  return WriteSmallFile(path, data.dump(-1, ' ', false, json::error_handler_t::replace));
 }
 
 }  // namespace ddprun::supervisor

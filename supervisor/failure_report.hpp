@@ -59,6 +59,6 @@ std::string FormatReport(const std::string& name, const std::string& host,
 
 // Copies the root cause into the launcher's own error file (what torchrun's
 // @record does for a scheduler that set TORCHELASTIC_ERROR_FILE on it).
-void DumpRootCause(const FailureRecord& root, const std::string& path);
+Status DumpRootCause(const FailureRecord& root, const std::string& path);
 
 }  // namespace ddprun::supervisor

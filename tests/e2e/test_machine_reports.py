@@ -156,9 +156,24 @@ def test_an_event_log_that_cannot_be_opened_is_a_usage_error(tmp_path):
     r = run_ddprun(["--nproc_per_node=1", "--no_python", "/bin/true"],
                    env=base_env(DDPRUN_EVENT_LOG=str(tmp_path / "no" / "such" / "dir" / "x")))
     assert r.rc == 2, r
-    assert "DDPRUN_EVENT_LOG=" in r.stderr and "cannot open it for appending" in r.stderr, r
+    assert "DDPRUN_EVENT_LOG=" in r.stderr and "cannot open it for writing" in r.stderr, r
     r = run_ddprun(["--event_log_handler=dynamic_rendezvous", "--no_python", "/bin/true"])
     assert r.rc == 2 and "--event_log_handler=dynamic_rendezvous: null, json or console" in r.stderr, r
+
+
+def test_named_pipes_that_nobody_reads_never_stop_ddprun(tmp_path):
+    """An event log or the launcher's own error file that is a named pipe without a reader:
+    ddprun said nothing and waited in open() for ever, deaf to SIGTERM at exit."""
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    r = run_ddprun(["--nproc_per_node=1", "--no_python", "/bin/true"],
+                   env=base_env(DDPRUN_EVENT_LOG=str(fifo)), timeout=20)
+    assert r.rc == 2 and f"{fifo} is a named pipe that nobody reads" in r.stderr, r
+    r = run_ddprun(["--nproc_per_node=1", "--no_python", "/bin/false"],
+                   env=base_env(TORCHELASTIC_ERROR_FILE=str(fifo)), timeout=20)
+    assert r.rc == 1, r
+    assert (f"the root cause is not written to ddprun's own TORCHELASTIC_ERROR_FILE: {fifo} is a "
+            "named pipe that nobody reads") in r.stderr, r
 
 
 def test_a_usage_error_found_by_the_agent_is_an_incident(tmp_path):

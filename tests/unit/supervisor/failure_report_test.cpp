@@ -1,6 +1,7 @@
 #include "supervisor/failure_report.hpp"
 
 #include <doctest/doctest.h>
+#include <sys/stat.h>
 
 #include <csignal>
 #include <cstdio>
@@ -78,12 +79,36 @@ TEST_CASE("the root cause is copied to the launcher's own error file with its co
   f.error_file = "<N/A>";
   f.message = "no traceback";
   auto out = std::filesystem::temp_directory_path() / "ddprun_own_error.json";
-  DumpRootCause(f, out.string());
+  CHECK(DumpRootCause(f, out.string()).ok());
   std::ifstream in(out);
   std::string text((std::istreambuf_iterator<char>(in)), {});
   CHECK(text.find("\"errorCode\":3") != std::string::npos);
   CHECK(text.find("no traceback") != std::string::npos);
   std::filesystem::remove(out);
+}
+
+TEST_CASE("the launcher's own error file never waits for a reader, nor the worker's for a writer") {
+  FailureRecord f;
+  f.pid = 1;
+  f.exit = ExitStatus::Exited(3);
+  f.message = "boom";
+  const auto dir = std::filesystem::temp_directory_path() / "ddprun_error_fifo";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "fifo").string();
+  REQUIRE(mkfifo(fifo.c_str(), 0600) == 0);
+  const Status s = DumpRootCause(f, fifo);  // nobody reads it: an error, at once
+  CHECK(!s.ok());
+  CHECK(s.message().find(fifo + " is a named pipe that nobody reads") != std::string::npos);
+  FailureRecord from_fifo;
+  CHECK(!ReadErrorFile(fifo, from_fifo));  // nobody writes it: nothing to read, at once
+  const Status full = DumpRootCause(f, "/dev/full");
+  CHECK(full.message().find("/dev/full: write failed: No space left on device") !=
+        std::string::npos);
+  const Status missing = DumpRootCause(f, (dir / "no" / "such").string());
+  CHECK(missing.message().find("cannot open it for writing: No such file or directory") !=
+        std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("workers that failed on their own while the group stopped are failures, not stopped") {
