@@ -2,10 +2,11 @@
 PYTHONPATH. It changes nothing in the user's program: a daemon thread reads PyTorch's own flight
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
-$DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>". After destroy_process_group, and
-when the interpreter exits (after the program's own exit handlers; the thread stops with the
-interpreter), it removes the heartbeat file: the rank is finishing, no beat is due any more, only
-its exit (ddprun's --exit_timeout); a process group made again after that creates the file again.
+$DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>". After destroy_process_group, once
+the main module has finished (before the interpreter joins the program's threads), and when the
+interpreter exits (after the program's own exit handlers), it removes the heartbeat file: the
+rank is finishing, no beat is due any more, only its exit (ddprun's --exit_timeout); a process
+group made again, or a collective made after that, creates the file again.
 On ddprun's request ($DDPRUN_TORCH_DIR/dump_request) it writes the flight recorder to
 TORCH_FR_DUMP_TEMP_FILE<RANK> where PyTorch has no dump pipe of its own (Gloo). Then it imports the
 user's own sitecustomize."""
@@ -64,13 +65,21 @@ def _initialized(dist):
 
 _lock = threading.Lock()  # a beat never recreates the file the exit handler removed
 _exiting = False
+# When the main module finished: the flight recorder's last record then. Progress of that record
+# or an earlier one (seen late) is the main module's own and does not make the rank run again.
+_finished_through = None
 
 
-def _beat(heartbeat):
+def _beat(heartbeat, record_id=None):
     """Touches the heartbeat file, creating it again if the rank had said it was finishing."""
+    global _finished_through
     with _lock:
         if not heartbeat or _exiting:
             return
+        if _finished_through is not None:
+            if record_id is not None and record_id <= _finished_through:
+                return
+            _finished_through = None
         try:
             os.close(os.open(heartbeat, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
             os.utime(heartbeat)
@@ -102,7 +111,7 @@ def _watch(torch_dir, heartbeat, rank):
                 now = (last.get("record_id"), state)
                 if now != seen:
                     seen = now
-                    _beat(heartbeat)
+                    _beat(heartbeat, last.get("record_id"))
                     _write(os.path.join(torch_dir, "progress_" + rank),
                            "%d %s %s\n" % (last.get("collective_seq_id", 0),
                                            last.get("profiling_name", "?"), state))
@@ -114,10 +123,12 @@ def _watch(torch_dir, heartbeat, rank):
             return
 
 
-def _finishing(heartbeat):
+def _finishing(heartbeat, through=None):
+    global _finished_through
     with _lock:
         if not heartbeat:
             return
+        _finished_through = through
         try:
             os.unlink(heartbeat)
         except OSError:
@@ -131,6 +142,30 @@ def _at_exit(heartbeat):
     _finishing(heartbeat)
 
 
+def _wrap_thread_shutdown(heartbeat):
+    """The interpreter joins the program's non-daemon threads (threading._shutdown) before it
+    runs the exit handlers: the main module has finished then, and a thread never joined is a
+    hang at exit, not a hang to restart the program for. A thread still training there makes
+    collectives, and its beats create the file again."""
+    joins = getattr(threading, "_shutdown", None)
+    if joins is None:
+        return
+
+    def _shutdown():
+        through = -1
+        try:
+            if _initialized(sys.modules.get("torch.distributed")):
+                import torch._C._distributed_c10d as c10d
+                last = _last_entry(c10d)
+                through = last.get("record_id", -1) if last is not None else -1
+        except Exception:  # never disturb the exit: then any later progress counts
+            pass
+        _finishing(heartbeat, through)
+        return joins()
+
+    threading._shutdown = _shutdown
+
+
 def _start():
     torch_dir = os.environ.get("DDPRUN_TORCH_DIR", "")
     if not torch_dir:
@@ -139,6 +174,7 @@ def _start():
     heartbeat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
     if heartbeat:
         atexit.register(_at_exit, heartbeat)  # registered first: runs after the program's own
+        _wrap_thread_shutdown(heartbeat)
     args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
     threading.Thread(target=_watch, args=args, name="ddprun-torch-hook", daemon=True).start()
 

@@ -4,9 +4,12 @@ before step N's all_reduce, so the other ranks wait in it. --step-sleep slows ev
 --exit-sleep the finish after destroy_process_group; --again N trains N more steps in a process group
 made again after that. With --hang-after-destroy rank --hang-rank sleeps forever after its last
 destroy_process_group; with --hang-at-exit it hangs in its interpreter's teardown (a finalizer that
-never returns, as a stuck destructor would)."""
+never returns, as a stuck destructor would); with --forgotten-thread it starts a thread that never
+ends and is not a daemon (the interpreter joins it at exit). --no-destroy leaves the process group
+undestroyed, as many scripts do."""
 import argparse
 import os
+import threading
 import time
 
 import torch
@@ -41,6 +44,9 @@ def main():
     p.add_argument("--hang-at-exit", action="store_true")
     p.add_argument("--hang-after-destroy", action="store_true",
                    help="rank --hang-rank sleeps forever after destroy_process_group")
+    p.add_argument("--forgotten-thread", action="store_true",
+                   help="rank --hang-rank starts a non-daemon thread that never ends")
+    p.add_argument("--no-destroy", action="store_true")
     p.add_argument("--again", type=int, default=0,
                    help="then a process group again for this many more steps")
     a = p.parse_args()
@@ -54,6 +60,9 @@ def main():
     if a.hang_at_exit and rank == a.hang_rank:
         print(f"rank {rank} will hang at exit", flush=True)
         globals()["_stuck"] = StuckAtExit()
+    if a.forgotten_thread and rank == a.hang_rank:
+        print(f"rank {rank} leaves a thread running", flush=True)
+        threading.Thread(target=time.sleep, args=(100000,), name="forgotten").start()
 
 
 def init_again(backend):
@@ -85,7 +94,8 @@ def train(a, steps, init):
         if step % 20 == 0:
             print(f"step {step} loss {total.item():.3f}", flush=True)
         time.sleep(a.step_sleep)
-    dist.destroy_process_group()
+    if not a.no_destroy:
+        dist.destroy_process_group()
     time.sleep(a.exit_sleep)
 
 

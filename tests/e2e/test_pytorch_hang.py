@@ -130,6 +130,21 @@ def test_a_rank_stuck_after_destroy_process_group_is_hung_at_exit(tmp_path):
         assert "stuck_after_destroy" in summary, summary
 
 
+@pytest.mark.parametrize("destroy", [True, False], ids=["destroyed", "not_destroyed"])
+def test_a_thread_never_joined_at_exit_is_hung_at_exit_and_not_restarted(tmp_path, destroy):
+    """The main module finished, and the interpreter waits to join a non-daemon thread that never
+    ends, before the exit handlers run. Without destroy_process_group, this was an ordinary hang:
+    the finished program was restarted (found by an attacking helper)."""
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3", "--max_restarts=1",
+               "--hang_detect=torch", JOB, "--steps", "3", "--forgotten-thread",
+               *([] if destroy else ["--no-destroy"]))
+    assert r.returncode == 124, r.stderr
+    assert "rank 1 leaves a thread running" in r.stdout
+    assert re.search(r"rank 1 \(local_rank 1, pid \d+\) hung at exit", r.stderr), r.stderr
+    assert "not restarted: the hung worker's program had finished" in r.stderr, r.stderr
+    assert "restarting" not in r.stderr, r.stderr
+
+
 def test_a_process_group_made_again_after_destroy_runs_on(tmp_path):
     # Seen finishing during the sleep after the first group (ddprun looks every 3 s); the second
     # group's collectives create the heartbeat file again well before the 12 s are up, and it
