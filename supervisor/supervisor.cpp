@@ -57,6 +57,7 @@ class Supervisor::LoopTimer : public Timer {
     timer_.data = this;
   }
   void Arm(Duration after) override {
+    uv_update_time(timer_.loop);  // the callback arming it may have run long (a hang dump)
     uv_timer_start(
         &timer_,
         [](uv_timer_t* t) {
@@ -235,9 +236,8 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
     running_->OnSignal(sig);
     // Its own (or, done and draining output, its workers died of it); else it
     // ends what comes next: no restart after a failing or done group.
-    if (running_->received_signal() == sig || (!was_done && running_->received_signal() != 0)) {
-      return;
-    }
+    const int own = running_->received_signal();
+    if (own == sig || (!was_done && own != 0)) return;
     if (!was_done && pending_signal_ == 0 && forward_only_.count(sig) == 0) {
       spdlog::warn(
           "received {} while the workers are being stopped: nothing is started after them; "

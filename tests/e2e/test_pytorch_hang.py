@@ -145,6 +145,39 @@ def test_a_thread_never_joined_at_exit_is_hung_at_exit_and_not_restarted(tmp_pat
     assert "restarting" not in r.stderr, r.stderr
 
 
+GRACE_JOB = """
+import ctypes, signal, sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+def on_term(signum, frame):
+    print(f"rank {rank} got SIGTERM at {time.time():.3f}", flush=True)
+signal.signal(signal.SIGTERM, on_term)  # a checkpoint to save: it lets the grace run out
+t = torch.ones(1)
+dist.all_reduce(t)
+if rank == 1:
+    ctypes.PyDLL(None).sleep(100000)  # hung holding the GIL: the dump waits for its hook
+while True:
+    time.sleep(0.05)  # hung, running its SIGTERM handler
+"""
+
+
+def test_the_grace_after_a_hang_starts_at_sigterm_not_before_the_dump(tmp_path):
+    """The dump takes seconds (rank 1 holds the GIL, so its hook cannot answer); SIGTERM comes
+    after it, and the --shutdown_timeout grace from then. The dump's time was taken out of the
+    grace: SIGKILL came 0.4 s after SIGTERM with an 8 s grace (found by an attacking helper)."""
+    script = tmp_path / "grace.py"
+    script.write_text(GRACE_JOB)
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=4",
+                        f"--log_dir={tmp_path}", f"--hang_timeout={HANG_TIMEOUT}",
+                        "--hang_detect=torch", str(script)], env=env(), capture_output=True,
+                       text=True, timeout=120)
+    ended = time.time()
+    assert r.returncode == 124, r.stderr
+    got = re.search(r"rank 0 got SIGTERM at ([\d.]+)", r.stdout)
+    assert got, r.stdout + r.stderr
+    assert ended - float(got.group(1)) >= 3.8, (ended - float(got.group(1)), r.stderr)
+
+
 def test_a_process_group_made_again_after_destroy_runs_on(tmp_path):
     # Seen finishing during the sleep after the first group (ddprun looks every 3 s); the second
     # group's collectives create the heartbeat file again well before the 12 s are up, and it
