@@ -109,15 +109,19 @@ void GroupState::ExcuseDeathsBy(int sig) {
   received_signal_ = sig;
 }
 
-void GroupState::OnHang(const std::vector<HungWorker>& hung, WallTime now) {
-  if (phase_ != Phase::kRunning) return;
+bool GroupState::OnHang(const std::vector<HungWorker>& hung, WallTime now) {
+  if (phase_ != Phase::kRunning) return false;
+  bool declared = false;
   for (const HungWorker& h : hung) {
     if (Declare(h.index, &WorkerRecord::hang, h.why, now)) {
       workers_[h.index].hang_at_exit = h.at_exit;
+      declared = true;
     }
   }
+  if (!declared) return false;  // every one has exited meanwhile: its exit decides
   BeginStop(SIGTERM);
   FinishIfAllExited();
+  return true;
 }
 
 void GroupState::OnTimerExpired(size_t index, std::string why, WallTime now) {

@@ -102,8 +102,10 @@ class GroupState {
   // before the launcher saw it count as stopped, not failed. Also after the group is done (their
   // exits may be read first).
   void OnSignal(int sig);
-  // Workers the launcher found hung: failures like a crash, then the usual teardown.
-  void OnHang(const std::vector<HungWorker>& hung, WallTime now);
+  // Workers the launcher found hung: failures like a crash, then the usual
+  // teardown. False (nothing done) when none of them runs any more: each
+  // exited before it was declared (during the dump), and its exit decides.
+  bool OnHang(const std::vector<HungWorker>& hung, WallTime now);
   // Worker `index` had its file timer (supervisor/file_timer.hpp) expire
   // and was signalled: a failure like a crash, then the usual teardown. Its
   // exit, when it comes, is that failure's, not another.

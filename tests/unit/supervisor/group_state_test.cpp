@@ -203,6 +203,18 @@ TEST_CASE_FIXTURE(Fixture, "a worker hung at exit is recorded so") {
   CHECK_FALSE(s.workers()[0].hang_at_exit);
 }
 
+TEST_CASE_FIXTURE(Fixture, "a worker that exited 0 before it was declared hung is a success") {
+  // Found hung at exit, it exited while the dump was written: nothing to stop, no failure.
+  GroupState s = Make(2);
+  s.OnExits({{101, ExitStatus::Exited(0)}}, now);
+  CHECK_FALSE(s.OnHang({{1, "hung at exit: removed its heartbeat file 1.0 s ago", true}}, now));
+  CHECK(s.phase() == Phase::kRunning);
+  CHECK(s.failures().empty());
+  CHECK(control.sent.empty());
+  s.OnExits({{100, ExitStatus::Exited(0)}}, now);
+  CHECK(s.outcome() == Outcome::kSucceeded);
+}
+
 TEST_CASE_FIXTURE(Fixture, "a hang found after a crash changes nothing: the crash is the cause") {
   GroupState s = Make(2);
   s.OnExits({{100, ExitStatus::Exited(1)}}, now);
