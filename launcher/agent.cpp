@@ -281,10 +281,18 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     // Named now: the stacks and PyTorch's own dumps take seconds more.
     std::vector<int> ranks;
     for (const auto& t : request.targets) ranks.push_back(t.rank);
-    verdict =
-        supervisor::NameLaggards(supervisor::ReadTorchProgress(request.torch_dir, ranks)).verdict;
-    spdlog::error("hang, by PyTorch's collectives: {}; dumping stacks and flight recorders",
-                  verdict);
+    const supervisor::TorchSide side =
+        supervisor::NameLaggards(supervisor::ReadTorchProgress(request.torch_dir, ranks));
+    verdict = side.verdict;
+    if (report.hung.empty()) {  // a dump on request: nothing is said to hang
+      spdlog::info(
+          "dump on request: PyTorch's collectives now: {}; dumping stacks and flight "
+          "recorders",
+          side.state);
+    } else {
+      spdlog::error("hang, by PyTorch's collectives: {}; dumping stacks and flight recorders",
+                    verdict);
+    }
   }
   if (!report.hung.empty()) record_.HangDetected(report, verdict);
   if (round_) {

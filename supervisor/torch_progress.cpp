@@ -55,22 +55,47 @@ std::string LastLines(const std::string& text, size_t n) {
   return out;
 }
 
-// Asks each rank for its flight recorder and waits for the files. The files
-// come from other processes: polled every 100 ms until the deadline.
-std::string RequestDumps(const std::string& dir, const std::vector<int>& ranks,
-                         std::chrono::milliseconds wait) {
-  std::ofstream(dir + "/dump_request").put('\n');
-  std::string how;
-  for (int r : ranks) {
-    const bool piped = WritePipe(dir + "/pipe_" + Rank(r) + ".pipe");
-    how += "rank " + Rank(r) + ": " +
-           (piped ? "dump asked through PyTorch's pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE)"
-                  : "no PyTorch dump pipe (Gloo has none in torch 2.x): dumped by ddprun's hook") +
-           "\n";
-  }
+std::string DumpPath(const std::string& dir, int r) { return dir + "/" + kFrPrefix + Rank(r); }
+
+// Asks each rank for its flight recorder and waits for the files, then moves
+// them to `out`. The files come from other processes: polled every 100 ms
+// until the deadline. Says of each rank how it was asked and whether its
+// dump came.
+std::string RequestDumps(const std::string& dir, const std::string& out,
+                         const std::vector<int>& ranks, std::chrono::milliseconds wait) {
+  std::error_code ec;
+  for (int r : ranks) std::filesystem::remove(DumpPath(dir, r), ec);  // an earlier dump's
+  // A new token: the hook answers each request once.
+  const std::string token =
+      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) + "\n";
+  std::ofstream(dir + "/dump_request.tmp") << token;
+  std::filesystem::rename(dir + "/dump_request.tmp", dir + "/dump_request", ec);
+  std::vector<bool> piped;
+  for (int r : ranks) piped.push_back(WritePipe(dir + "/pipe_" + Rank(r) + ".pipe"));
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (!AllDumped(dir, ranks) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!out.empty() && out != dir) std::filesystem::create_directories(out, ec);
+  const std::string seconds = std::to_string(wait.count() / 1000);
+  std::string how;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const int r = ranks[i];
+    const bool came = std::filesystem::exists(DumpPath(dir, r));
+    if (came && !out.empty() && out != dir) {
+      std::filesystem::rename(DumpPath(dir, r), DumpPath(out, r), ec);
+    }
+    how += "rank " + Rank(r) + ": ";
+    if (came) {
+      how += piped[i] ? "dumped through PyTorch's pipe (TORCH_NCCL_DEBUG_INFO_PIPE_FILE)"
+                      : "dumped by ddprun's hook (Gloo has no PyTorch dump pipe in torch 2.x)";
+    } else {
+      how += "no dump within " + seconds + " s: " +
+             (piped[i] ? "PyTorch's pipe took the request and wrote nothing"
+                       : "ddprun's hook did not answer (the rank holds Python's GIL, has exited, "
+                         "or made no process group)");
+    }
+    how += "\n";
   }
   return how;
 }
@@ -131,25 +156,31 @@ TorchSide NameLaggards(const std::vector<TorchProgress>& progress) {
           " (" + Ranks(waiting) + (waiting.size() == 1 ? " waits" : " wait") + " in it)";
     }
   } else if (!waiting.empty() && finished.empty()) {
-    side.verdict = "every local rank waits in " + newest +
-                   ": the collective itself is stuck, or a rank on another node never entered it";
+    side.state = "every local rank waits in " + newest;
+    side.verdict =
+        side.state + ": the collective itself is stuck, or a rank on another node never entered it";
   } else {
-    side.verdict = Ranks(finished) + " finished " + newest +
-                   (waiting.empty() ? "" : " and " + Ranks(waiting) + " wait in it") +
-                   ": the hang is outside PyTorch's collectives";
+    side.state = Ranks(finished) + " finished " + newest +
+                 (waiting.empty() ? "" : " and " + Ranks(waiting) + " wait in it");
+    side.verdict = side.state + ": the hang is outside PyTorch's collectives";
   }
-  if (!silent.empty() && latest >= 0) side.verdict += "; " + Ranks(silent) + " recorded none";
+  if (side.state.empty()) side.state = side.verdict;
+  if (!silent.empty() && latest >= 0) {
+    side.verdict += "; " + Ranks(silent) + " recorded none";
+    side.state += "; " + Ranks(silent) + " recorded none";
+  }
   return side;
 }
 
 TorchSide CollectTorchSide(const TorchQuery& q) {
+  const std::string out = q.out.empty() ? q.dir : q.out;
   TorchSide side = NameLaggards(ReadTorchProgress(q.dir, q.ranks));
-  side.text += "pytorch flight recorder (" + q.dir + "):\n";
-  side.text += LastLines(RequestDumps(q.dir, q.ranks, q.wait), q.ranks.size());
+  side.text += "pytorch flight recorder (" + out + "):\n";
+  side.text += LastLines(RequestDumps(q.dir, out, q.ranks, q.wait), q.ranks.size());
   if (!q.nccl_ras_addr.empty()) {
     const RasReport ras = QueryNcclRas(q.nccl_ras_addr, q.tool_timeout);
     if (!ras.raw.empty()) {
-      std::ofstream(q.dir + (ras.json ? "/nccl_ras.json" : "/nccl_ras.txt")) << ras.raw;
+      std::ofstream(out + (ras.json ? "/nccl_ras.json" : "/nccl_ras.txt")) << ras.raw;
     }
     side.text += "nccl ras (NCCL_RAS_ADDR=" + q.nccl_ras_addr + "):\n" + SummarizeRas(ras);
   }
@@ -157,9 +188,15 @@ TorchSide CollectTorchSide(const TorchQuery& q) {
     side.text += "  no analysis: the program does not run under Python\n";
     return side;
   }
-  const ToolResult r = RunTool(
-      {q.python, "-m", "torch.distributed.flight_recorder.fr_trace", q.dir, "-p", kFrPrefix},
-      q.tool_timeout);
+  const bool any = std::any_of(q.ranks.begin(), q.ranks.end(),
+                               [&](int r) { return std::filesystem::exists(DumpPath(out, r)); });
+  if (!any) {
+    side.text += "  no analysis: no rank's flight recorder came\n";
+    return side;
+  }
+  const ToolResult r =
+      RunTool({q.python, "-m", "torch.distributed.flight_recorder.fr_trace", out, "-p", kFrPrefix},
+              q.tool_timeout);
   side.text += "fr_trace (" + q.python + " -m torch.distributed.flight_recorder.fr_trace):\n";
   side.text += r.error.empty() ? LastLines(r.output, kAnalysisLines) : "  " + r.error + "\n";
   return side;

@@ -24,6 +24,7 @@ struct TorchProgress {
 struct TorchSide {
   std::string text;           // for the summary; ends with a newline
   std::string verdict;        // one line, to print the moment the hang is found
+  std::string state;          // the same without what it means for a hang (a dump on request)
   std::vector<int> laggards;  // ranks that did not enter the latest collective
 };
 
@@ -38,6 +39,7 @@ TorchSide NameLaggards(const std::vector<TorchProgress>& progress);
 
 struct TorchQuery {
   std::string dir;  // the hook's directory (DDPRUN_TORCH_DIR)
+  std::string out;  // where this dump's files go ("" or `dir`: they stay in `dir`)
   std::vector<int> ranks;
   std::string python;                         // the workers' interpreter; "" runs no analysis
   std::string nccl_ras_addr;                  // the job's NCCL_RAS_ADDR; "" asks no RAS
@@ -47,10 +49,11 @@ struct TorchQuery {
 
 // NameLaggards, then asks every rank for its flight recorder (PyTorch's dump
 // pipe <dir>/pipe_<rank>.pipe where the backend made one (NCCL), else the
-// hook through <dir>/dump_request), waits up to `wait` for
-// <dir>/nccl_trace_rank_<rank>, asks NCCL's RAS for the job-wide view (saved
-// as <dir>/nccl_ras.json or .txt), and runs `python -m
-// torch.distributed.flight_recorder.fr_trace` on the dumps.
+// hook through <dir>/dump_request, a new token each time), waits up to `wait`
+// for <dir>/nccl_trace_rank_<rank> (an earlier dump's removed first), moves
+// them to `out`, says of each rank whether its dump came, asks NCCL's RAS for
+// the job-wide view (saved as <out>/nccl_ras.json or .txt), and runs `python
+// -m torch.distributed.flight_recorder.fr_trace` on the dumps that came.
 TorchSide CollectTorchSide(const TorchQuery& query);
 
 }  // namespace ddprun::supervisor

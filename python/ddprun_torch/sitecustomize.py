@@ -7,9 +7,9 @@ the main module has finished (before the interpreter joins the program's threads
 interpreter exits (after the program's own exit handlers), it removes the heartbeat file: the
 rank is finishing, no beat is due any more, only its exit (ddprun's --exit_timeout); a process
 group made again, or a collective made after that, creates the file again.
-On ddprun's request ($DDPRUN_TORCH_DIR/dump_request) it writes the flight recorder to
-TORCH_FR_DUMP_TEMP_FILE<RANK> where PyTorch has no dump pipe of its own (Gloo). Then it imports the
-user's own sitecustomize."""
+On each of ddprun's requests (a new token in $DDPRUN_TORCH_DIR/dump_request) it writes the flight
+recorder to TORCH_FR_DUMP_TEMP_FILE<RANK> where PyTorch has no dump pipe of its own (Gloo). Then it
+imports the user's own sitecustomize."""
 import atexit
 import os
 import pickle
@@ -25,6 +25,14 @@ def _write(path, text):
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def _read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError:
+        return None
 
 
 def _last_entry(c10d):
@@ -88,7 +96,7 @@ def _beat(heartbeat, record_id=None):
 
 
 def _watch(torch_dir, heartbeat, rank):
-    seen, dumped, was_initialized, finished = None, False, False, False
+    seen, answered, was_initialized, finished = None, None, False, False
     request = os.path.join(torch_dir, "dump_request")
     while True:
         time.sleep(_PERIOD)
@@ -115,8 +123,9 @@ def _watch(torch_dir, heartbeat, rank):
                     _write(os.path.join(torch_dir, "progress_" + rank),
                            "%d %s %s\n" % (last.get("collective_seq_id", 0),
                                            last.get("profiling_name", "?"), state))
-            if not dumped and os.path.exists(request):
-                dumped = True
+            token = _read(request)
+            if token is not None and token != answered:  # each request once
+                answered = token
                 _dump(c10d, rank)
         except Exception as e:  # never disturb the job: say so once and stop looking
             sys.stderr.write("ddprun torch hook: %s: progress off\n" % e)

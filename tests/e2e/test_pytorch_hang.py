@@ -63,7 +63,7 @@ def test_rank_that_stopped_calling_all_reduce_is_named(tmp_path):
     assert re.search(r"rank 1 did not enter gloo:all_reduce #\d+", out), out
     assert re.search(r"rank 0 waits in gloo:all_reduce #\d+", out), out
     # PyTorch's own analyser on the dumps the hook wrote (Gloo has no dump pipe).
-    assert "no PyTorch dump pipe" in out
+    assert "rank 0: dumped by ddprun's hook" in out and "rank 1: dumped by ddprun's hook" in out
     assert re.search(r"Not all ranks joining collective, sequence number: \d+", out), out
     assert "missing ranks: {1}" in out, out
     dumps = next(Path(tmp_path).glob("*/attempt_0/dumps"))
@@ -192,6 +192,37 @@ def test_a_process_group_made_again_after_destroy_runs_on(tmp_path):
     for rank in (0, 1):
         assert f"rank {rank} removed its heartbeat file: finishing" in r.stderr, r.stderr
         assert f"rank {rank} created its heartbeat file again" in r.stderr, r.stderr
+
+
+def test_each_dump_on_request_gets_fresh_flight_recorders_of_its_own(tmp_path):
+    """`ddprun dump` twice on a healthy job: each request's directory gets every rank's flight
+    recorder, dumped for it (the hook answered only the first request, and both summaries
+    pointed at one shared directory); the line says a dump on request, not a hang."""
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", f"--log_dir={tmp_path}",
+                          "--hang_timeout=60", "--hang_detect=torch", JOB, "--steps", "400",
+                          "--step-sleep", "0.05"], env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        progress = list(Path(tmp_path).glob("*/attempt_0/dumps/torch"))
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                progress and all((progress[0] / f"progress_{r}").exists() for r in (0, 1))):
+            time.sleep(0.2)
+            progress = list(Path(tmp_path).glob("*/attempt_0/dumps/torch"))
+        for _ in range(2):
+            d = subprocess.run([DDPRUN, "dump", str(p.pid)], capture_output=True, text=True,
+                               timeout=60)
+            assert d.returncode == 0, d.stderr
+        out, err = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    assert p.returncode == 0, err
+    assert "dump on request: PyTorch's collectives now: " in err, err
+    assert "error" not in err and "hang, by" not in err, err
+    for k in (1, 2):
+        torch_dir = next(Path(tmp_path).glob(f"*/attempt_0/dumps/request_{k}/torch"))
+        for r in (0, 1):
+            assert (torch_dir / f"nccl_trace_rank_{r}").is_file(), (k, r, err)
 
 
 def test_hook_off_by_default(tmp_path):

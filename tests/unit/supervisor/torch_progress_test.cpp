@@ -101,6 +101,16 @@ TEST_CASE("NameLaggards without a laggard says where the hang is, never guesses 
   }
 }
 
+// ddprun's hook in a worker: once a request comes, writes the rank's dump.
+std::thread AnswerAsTheHook(const std::string& dir, int rank) {
+  return std::thread([dir, rank] {
+    for (int i = 0; i < 200 && !std::filesystem::exists(dir + "/dump_request"); ++i) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    std::ofstream(dir + "/nccl_trace_rank_" + std::to_string(rank)) << "trace";
+  });
+}
+
 TEST_CASE("CollectTorchSide asks through PyTorch's pipe where one is read, else the hook") {
   const std::string dir = TempDir("collect");
   Progress(dir, 0, "21 nccl:all_reduce entered");
@@ -118,29 +128,50 @@ TEST_CASE("CollectTorchSide asks through PyTorch's pipe where one is read, else 
     }
     std::ofstream(dir + "/nccl_trace_rank_0") << "trace";
   });
-  std::thread hook([&] {
-    for (int i = 0; i < 200 && !std::filesystem::exists(dir + "/dump_request"); ++i) {
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    std::ofstream(dir + "/nccl_trace_rank_1") << "trace";
-  });
+  std::thread hook = AnswerAsTheHook(dir, 1);
   const TorchSide side =
-      CollectTorchSide({dir, {0, 1}, "", "", milliseconds(3000), milliseconds(100)});
+      CollectTorchSide({dir, "", {0, 1}, "", "", milliseconds(3000), milliseconds(100)});
   monitor.join();
   hook.join();
   close(reader);
   CHECK(side.laggards == std::vector<int>{1});
-  CHECK(Has(side.text, "rank 0: dump asked through PyTorch's pipe"));
-  CHECK(Has(side.text, "rank 1: no PyTorch dump pipe"));
+  CHECK(Has(side.text, "rank 0: dumped through PyTorch's pipe"));
+  CHECK(Has(side.text, "rank 1: dumped by ddprun's hook"));
   CHECK(Has(side.text, "no analysis: the program does not run under Python"));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("CollectTorchSide says which ranks' dumps did not come, and never counts an old one") {
+  const std::string dir = TempDir("missing");
+  Progress(dir, 0, "5 gloo:all_reduce entered");
+  Progress(dir, 1, "5 gloo:all_reduce entered");
+  std::ofstream(dir + "/nccl_trace_rank_1") << "an earlier request's";  // not this request's
+  // Only rank 0's hook answers; its dump goes to this request's own directory.
+  std::thread hook = AnswerAsTheHook(dir, 0);
+  const std::string out = dir + "/request_1/torch";
+  const TorchSide side =
+      CollectTorchSide({dir, out, {0, 1}, "/bin/true", "", milliseconds(700), milliseconds(100)});
+  hook.join();
+  CHECK(Has(side.text, "pytorch flight recorder (" + out + ")"));
+  CHECK(Has(side.text, "rank 0: dumped by ddprun's hook"));
+  CHECK(Has(side.text, "rank 1: no dump within 0 s: ddprun's hook did not answer"));
+  CHECK(std::filesystem::exists(out + "/nccl_trace_rank_0"));
+  CHECK_FALSE(std::filesystem::exists(out + "/nccl_trace_rank_1"));
+  CHECK_FALSE(std::filesystem::exists(dir + "/nccl_trace_rank_1"));  // the old one is gone
+  // No dump at all: nothing to analyse, and no analyser runs.
+  const TorchSide none =
+      CollectTorchSide({dir, out + "2", {1}, "/bin/true", "", milliseconds(50), milliseconds(50)});
+  CHECK(Has(none.text, "no analysis: no rank's flight recorder came"));
   std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("CollectTorchSide says when the analyser cannot run") {
   const std::string dir = TempDir("tool");
   Progress(dir, 0, "3 gloo:barrier entered");
+  std::thread hook = AnswerAsTheHook(dir, 0);
   const TorchSide side = CollectTorchSide(
-      {dir, {0}, "/nonexistent/python3", "", milliseconds(50), milliseconds(2000)});
+      {dir, "", {0}, "/nonexistent/python3", "", milliseconds(3000), milliseconds(2000)});
+  hook.join();
   CHECK(Has(side.text, "fr_trace (/nonexistent/python3 -m"));
   CHECK_FALSE(Has(side.text, "missing ranks"));
   std::filesystem::remove_all(dir);
