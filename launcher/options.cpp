@@ -48,7 +48,7 @@ StatusOr<int> ParseNproc(const std::string& v, const HostCounts& host,
     return visible;
   }
   if (v == "auto") return visible > 0 ? visible : host.cpus;
-  auto n = ParseInt("nproc_per_node", v, 1, 1 << 16, "a number >= 1, cpu, gpu or auto");
+  auto n = ParseInt("nproc_per_node", v, 1, 1 << 16, "a number from 1 to 65536, cpu, gpu or auto");
   if (!n.ok()) return n.status();
   return static_cast<int>(*n);
 }
@@ -269,7 +269,7 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
     c.rdzv_conf = *conf;
   }
   if (auto v = raw.Get("node_rank")) {
-    auto n = ParseInt("node_rank", *v, 0, 1 << 20, "a number >= 0");
+    auto n = ParseInt("node_rank", *v, 0, 1 << 20, "a number from 0 to 1048576, below --nnodes");
     if (!n.ok()) return n.status();
     c.node_rank = static_cast<int>(*n);
   }
@@ -363,7 +363,7 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     c.nproc_per_node = *n;
   }
   if (auto v = raw.Get("max_restarts")) {
-    auto n = ParseInt("max_restarts", *v, 0, 1 << 30, "a number >= 0");
+    auto n = ParseInt("max_restarts", *v, 0, 1 << 30, "a number from 0 to 1073741824");
     if (!n.ok()) return n.status();
     c.max_restarts = static_cast<int>(*n);
   }
@@ -397,7 +397,8 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     c.hang_detect_torch = *v == "torch";
   }
   if (auto v = raw.Get("threads_per_worker")) {
-    auto n = ParseInt("threads_per_worker", *v, 1, 1 << 20, "a number of threads >= 1");
+    auto n =
+        ParseInt("threads_per_worker", *v, 1, 1 << 20, "a number of threads from 1 to 1048576");
     if (!n.ok()) return n.status();
     c.threads_per_worker = static_cast<int>(*n);
   }

@@ -19,7 +19,7 @@ StatusOr<size_t> ParseWord(const std::string& option, const std::string& v) {
 
 Status ParseNnodes(const std::string& v, LaunchConfig& c) {
   auto parts = env::SplitList(v, ':');
-  const std::string accepted = "N or MIN:MAX with 0 < MIN <= MAX";
+  const std::string accepted = "N or MIN:MAX with 0 < MIN <= MAX <= 1048576";
   if (parts.empty() || parts.size() > 2) return Bad("nnodes", v, accepted);
   // Each part is checked alone, but the message quotes the value as given.
   auto lo = ParseInt("nnodes", parts[0], 1, 1 << 20, accepted);
