@@ -200,6 +200,14 @@ Status ApplyFlags(const RawOptions& raw, LaunchConfig& c) {
         "-m/--module and --no_python cannot be used together: -m runs a "
         "Python module, --no_python runs a program without Python");
   }
+  // torchrun quietly ignores the other one; which was meant is not known.
+  if (c.run_path && (c.module || c.no_python)) {
+    return InvalidArgument(
+        std::string("--run_path and ") + (c.module ? "-m/--module" : "--no_python") +
+        " cannot be used together: --run_path runs a Python file in the launcher's place, " +
+        (c.module ? "-m runs a Python module" : "--no_python runs a program without Python") +
+        "; give one of them (torchrun ignores " + (c.module ? "-m" : "--no_python") + " then)");
+  }
   return Status::Ok();
 }
 

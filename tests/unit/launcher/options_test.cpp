@@ -103,7 +103,8 @@ TEST_CASE("the allowed CPUs reach the launch config for the OMP_NUM_THREADS defa
 }
 
 TEST_CASE("usage errors name the option, the value and what is accepted") {
-  CHECK(Contains(Error({"--nproc_per_node=0", "t"}), "--nproc_per_node=0: a number from 1 to 65536"));
+  CHECK(
+      Contains(Error({"--nproc_per_node=0", "t"}), "--nproc_per_node=0: a number from 1 to 65536"));
   CHECK(Contains(Error({"--nproc_per_node=-1", "t"}), "--nproc_per_node=-1"));
   CHECK(Contains(Error({"--nproc_per_node=abc", "t"}), "cpu, gpu or auto"));
   CHECK(Contains(Error({"--nnodes=3:2", "t"}), "--nnodes=3:2: MIN must not exceed MAX"));
@@ -114,7 +115,10 @@ TEST_CASE("usage errors name the option, the value and what is accepted") {
   CHECK(Contains(Error({"--nproc_per_node=1", ""}), "the program is an empty argument"));
   CHECK(Contains(Error({"--master_port=70000", "t"}), "--master_port=70000: a port number"));
   CHECK(Contains(Error({"-m", "--no_python", "t"}), "-m/--module and --no_python"));
-  CHECK(Contains(Error({"--max_restarts=-1", "t"}), "--max_restarts=-1: a number from 0 to 1073741824"));
+  CHECK(Contains(Error({"--run_path", "-m", "t"}), "--run_path and -m/--module cannot be used"));
+  CHECK(Contains(Error({"--run_path", "--no_python", "t"}), "--run_path and --no_python cannot"));
+  CHECK(Contains(Error({"--max_restarts=-1", "t"}),
+                 "--max_restarts=-1: a number from 0 to 1073741824"));
   CHECK(Contains(Error({"--rdzv_conf=join_timeout", "t"}), "KEY=VALUE"));
   CHECK(Contains(Error({"--rdzv_conf=a=", "t"}), "KEY=VALUE"));
   CHECK(Contains(Error({"--shutdown_timeout=-3", "t"}), "seconds >= 0"));
@@ -451,7 +455,8 @@ TEST_CASE("a value that looks like an option is refused, as torchrun's argparse 
 
 TEST_CASE("an empty value reaches the option's own check") {
   CHECK(Contains(Error({"--role=", "t"}), "invalid --role=: 1 to 128 characters"));
-  CHECK(Contains(Error({"--nproc_per_node=", "t"}), "invalid --nproc_per_node=: a number from 1 to 65536"));
+  CHECK(Contains(Error({"--nproc_per_node=", "t"}),
+                 "invalid --nproc_per_node=: a number from 1 to 65536"));
   CHECK(Contains(Error({"--shutdown_timeout", "", "t"}), "invalid --shutdown_timeout=: a number"));
 }
 
