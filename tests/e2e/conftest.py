@@ -38,6 +38,7 @@ if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
 # failing runs would leave some 1600 such directories in /tmp on every run. Each test module's
 # runs get a TMPDIR of their own, removed when the module's process ends.
 _TMPDIR = tempfile.mkdtemp(prefix="ddprun-e2e.")
+os.chmod(_TMPDIR, 0o1777)  # as /tmp: some tests run ddprun as another user
 os.environ["TMPDIR"] = _TMPDIR
 tempfile.tempdir = None
 atexit.register(shutil.rmtree, _TMPDIR, ignore_errors=True)
