@@ -10,6 +10,7 @@
 #include "env/slurm.hpp"
 #include "env/worker_env.hpp"
 #include "launcher/job_stores.hpp"
+#include "launcher/option_checks.hpp"
 #include "launcher/option_table.hpp"
 #include "launcher/raw_options.hpp"
 #include "launcher/slurm_options.hpp"
@@ -526,7 +527,7 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
   if (Status s = ApplyOutput(raw, c); !s.ok()) return s;
   if (Status s = ApplyShutdown(raw, environ, c); !s.ok()) return s;
   NoteIneffective(raw, parsed);
-  return Status::Ok();
+  return CheckCombinations(environ, parsed);
 }
 
 }  // namespace

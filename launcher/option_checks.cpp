@@ -1,0 +1,59 @@
+#include "launcher/option_checks.hpp"
+
+#include <cstdlib>
+#include <string>
+
+#include "env/names.hpp"
+
+namespace ddprun::launcher {
+
+Status CheckCombinations(const env::Environ& environ, ParsedCommandLine& parsed) {
+  const LaunchConfig& c = parsed.config;
+  const bool no_files = c.log_dir == "/dev/null";
+  const bool limits = c.hang_timeout > 0 || c.startup_timeout > 0;
+  const std::string detect = c.hang_detect_torch ? "torch" : "heartbeat";
+  // Heartbeats are files under the log directory; the hook's are too.
+  if (no_files && limits && !c.hang_detect_output) {
+    return InvalidArgument(
+        "--hang_timeout and --startup_timeout need the workers' heartbeat files (--hang_detect=" +
+        detect +
+        "), and --log_dir=/dev/null leaves nowhere to keep them: every worker would be taken "
+        "for hung; give a --log_dir, or use --hang_detect=output");
+  }
+  if ((c.hang_detect_torch || c.hang_detect_output) && !limits) {
+    parsed.warnings.push_back(
+        std::string("--hang_detect=") + (c.hang_detect_torch ? "torch" : "output") +
+        " finds no hang without --hang_timeout or --startup_timeout" +
+        (c.hang_detect_torch ? " (its hook still serves `ddprun dump`)" : ""));
+  }
+  if (c.hang_detect_torch) {
+    const auto size = env::Lookup(environ, env::kFrBufferSize);
+    if (size && std::atol(size->c_str()) <= 0) {
+      parsed.warnings.push_back(
+          std::string(env::kFrBufferSize) + "=" + *size +
+          " turns PyTorch's flight recorder off: --hang_detect=torch then sees no collective and "
+          "finds no hang; unset it (ddprun sets 2000) or give a size above 0");
+    }
+  }
+  if (no_files) {
+    for (const auto& [name, filters] :
+         {std::pair{"duplicate_stdout_filters", &c.duplicate_stdout_filters},
+          {"duplicate_stderr_filters", &c.duplicate_stderr_filters}}) {
+      if (!filters->empty()) {
+        parsed.warnings.push_back(std::string("--") + name +
+                                  " does nothing with --log_dir=/dev/null: the lines it picks "
+                                  "go to a file in the log directory");
+      }
+    }
+    bool redirected = false;
+    for (int r = 0; r < c.nproc_per_node; ++r) redirected |= c.redirects.For(r) != 0;
+    if (redirected) {
+      parsed.warnings.push_back(
+          "-r/--redirects with --log_dir=/dev/null discards the redirected output: it goes to no "
+          "file and not to the console (a failure's report then has no traceback)");
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,16 @@
+// Options that are each valid but do not work together: refused when the
+// combination cannot do what it says (a usage error), told when one of them
+// does nothing in it. Nothing is silently ignored.
+#pragma once
+
+#include "base/status.hpp"
+#include "env/environ.hpp"
+#include "launcher/options.hpp"
+
+namespace ddprun::launcher {
+
+// Checks parsed.config (every option applied) with the launcher's
+// environment; adds warnings to `parsed`.
+Status CheckCombinations(const env::Environ& environ, ParsedCommandLine& parsed);
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,55 @@
+#include "launcher/option_checks.hpp"
+
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "tests/unit/launcher/options_test_util.hpp"
+
+namespace ddprun::launcher {
+namespace {
+
+using test::Contains;
+using test::Error;
+using test::Parse;
+
+// The one warning of a command line that parses.
+std::string Warning(const std::vector<std::string>& args, const env::Environ& e = {}) {
+  auto p = Parse(args, e);
+  REQUIRE(p.ok());
+  REQUIRE(p->warnings.size() == 1);
+  return p->warnings[0];
+}
+
+TEST_CASE("hang limits with no log directory for heartbeat files are refused") {
+  for (const char* limit : {"--hang_timeout=5", "--startup_timeout=3"}) {
+    CHECK(Contains(Error({"--log_dir=/dev/null", limit, "t"}),
+                   "need the workers' heartbeat files (--hang_detect=heartbeat), and "
+                   "--log_dir=/dev/null leaves nowhere to keep them"));
+  }
+  CHECK(Contains(Error({"--log_dir=/dev/null", "--hang_detect=torch", "--hang_timeout=5", "t"}),
+                 "(--hang_detect=torch)"));
+  // Output is watched by ddprun itself: no file needed.
+  CHECK(Parse({"--log_dir=/dev/null", "--hang_detect=output", "--hang_timeout=5", "t"}).ok());
+}
+
+TEST_CASE("options that do nothing in their company are told") {
+  CHECK(Contains(Warning({"--hang_detect=torch", "t.py"}),
+                 "--hang_detect=torch finds no hang without --hang_timeout or --startup_timeout "
+                 "(its hook still serves `ddprun dump`)"));
+  CHECK(Contains(Warning({"--hang_detect=output", "t"}), "--hang_detect=output finds no hang"));
+  CHECK(Contains(Warning({"--hang_detect=torch", "--hang_timeout=5", "t.py"},
+                         {{"TORCH_FR_BUFFER_SIZE", "0"}}),
+                 "TORCH_FR_BUFFER_SIZE=0 turns PyTorch's flight recorder off"));
+  CHECK(Parse({"--hang_detect=torch", "--hang_timeout=5", "t.py"}, {{"TORCH_FR_BUFFER_SIZE", "9"}})
+            ->warnings.empty());
+  CHECK(Contains(Warning({"--log_dir=/dev/null", "--duplicate_stdout_filters=loss", "t"}),
+                 "--duplicate_stdout_filters does nothing with --log_dir=/dev/null"));
+  CHECK(Contains(Warning({"--log_dir=/dev/null", "-r", "3", "t"}),
+                 "-r/--redirects with --log_dir=/dev/null discards the redirected output"));
+  CHECK(Parse({"--log_dir=/dev/null", "t"})->warnings.empty());
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
