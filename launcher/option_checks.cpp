@@ -4,8 +4,32 @@
 #include <string>
 
 #include "env/names.hpp"
+#include "launcher/raw_options.hpp"
 
 namespace ddprun::launcher {
+
+// Options ddprun accepts but that cannot change what it does: said once.
+void NoteIneffective(const RawOptions& raw, ParsedCommandLine& parsed) {
+  if (auto v = raw.Get("monitor_interval")) {
+    parsed.notices.push_back("--monitor_interval=" + *v +
+                             " has no effect: ddprun reacts to worker exits as they happen");
+  }
+  // torchrun warns the same way: c10d finds its store at --rdzv_endpoint.
+  if (raw.Get("rdzv_backend").value_or("static") == "c10d" && !raw.Get("standalone")) {
+    for (const char* name : {"master_addr", "master_port"}) {
+      if (auto v = raw.Get(name)) {
+        parsed.notices.push_back(std::string("--") + name + "=" + *v +
+                                 " has no effect with --rdzv_backend=c10d: the store is at "
+                                 "--rdzv_endpoint, and the workers' MASTER_ADDR and "
+                                 "MASTER_PORT are its");
+      }
+    }
+  }
+  if (auto v = raw.Get("start_method"); v && *v != "spawn") {
+    parsed.notices.push_back("--start_method=" + *v +
+                             " has no effect: ddprun always starts workers as new processes");
+  }
+}
 
 Status CheckCombinations(const env::Environ& environ, ParsedCommandLine& parsed) {
   const LaunchConfig& c = parsed.config;

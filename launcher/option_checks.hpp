@@ -9,6 +9,12 @@
 
 namespace ddprun::launcher {
 
+class RawOptions;
+
+// Options ddprun accepts but that cannot change what it does: each said once
+// (a notice).
+void NoteIneffective(const RawOptions& raw, ParsedCommandLine& parsed);
+
 // Checks parsed.config (every option applied) with the launcher's
 // environment; adds warnings to `parsed`.
 Status CheckCombinations(const env::Environ& environ, ParsedCommandLine& parsed);

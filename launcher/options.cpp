@@ -212,28 +212,6 @@ Status ApplyFlags(const RawOptions& raw, LaunchConfig& c) {
   return Status::Ok();
 }
 
-// Options ddprun accepts but that cannot change what it does: said once.
-void NoteIneffective(const RawOptions& raw, ParsedCommandLine& parsed) {
-  if (auto v = raw.Get("monitor_interval")) {
-    parsed.notices.push_back("--monitor_interval=" + *v +
-                             " has no effect: ddprun reacts to worker exits as they happen");
-  }
-  // torchrun warns the same way: c10d finds its store at --rdzv_endpoint.
-  if (raw.Get("rdzv_backend").value_or("static") == "c10d" && !raw.Get("standalone")) {
-    for (const char* name : {"master_addr", "master_port"}) {
-      if (auto v = raw.Get(name)) {
-        parsed.notices.push_back(std::string("--") + name + "=" + *v +
-                                 " has no effect with --rdzv_backend=c10d: the store is at "
-                                 "--rdzv_endpoint, and MASTER_ADDR is node rank 0's address");
-      }
-    }
-  }
-  if (auto v = raw.Get("start_method"); v && *v != "spawn") {
-    parsed.notices.push_back("--start_method=" + *v +
-                             " has no effect: ddprun always starts workers as new processes");
-  }
-}
-
 Status ApplyUnsupported(const RawOptions& raw) {
   if (auto v = raw.Get("logs_specs"); v && *v != "default") {
     return Unimplemented("--logs_specs=" + *v +
@@ -254,7 +232,8 @@ Status ApplyEventLog(const RawOptions& raw, LaunchConfig& c) {
   return Status::Ok();
 }
 
-Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
+Status ApplyRendezvous(const RawOptions& raw, ParsedCommandLine& parsed) {
+  LaunchConfig& c = parsed.config;
   if (auto v = raw.Get("nnodes")) {
     if (Status s = ParseNnodes(*v, c); !s.ok()) return s;
   }
@@ -298,6 +277,18 @@ Status ApplyRendezvous(const RawOptions& raw, LaunchConfig& c) {
   const bool implicit_standalone = c.rdzv_backend == "static" && c.rdzv_endpoint.empty() &&
                                    !raw.Get("master_port") && c.nnodes_max == 1;
   if (c.standalone || implicit_standalone) {
+    // What it replaces, when given: said, not silently dropped.
+    for (const char* name :
+         {"rdzv_backend", "rdzv_endpoint", "rdzv_id", "master_addr", "master_port"}) {
+      if (auto v = raw.Said(name); v && (c.standalone || std::string(name) == "rdzv_id")) {
+        parsed.notices.push_back(
+            std::string("--") + name + "=" + *v + " has no effect in a " +
+            (c.standalone ? "--standalone" : "single-node") +
+            " job, as under torchrun: its store is on localhost at a free port, its run id "
+            "random" +
+            (c.standalone ? "" : " (give --rdzv_backend=c10d and --rdzv_endpoint to name it)"));
+      }
+    }
     c.rdzv_backend = "c10d";
     c.rdzv_endpoint = "localhost:0";
     // As torchrun, even an explicit --rdzv_id gives way to a random one; only
@@ -509,7 +500,7 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
                     ParsedCommandLine& parsed) {
   LaunchConfig& c = parsed.config;
   if (Status s = ApplyFlags(raw, c); !s.ok()) return s;
-  if (Status s = ApplyRendezvous(raw, c); !s.ok()) return s;
+  if (Status s = ApplyRendezvous(raw, parsed); !s.ok()) return s;
   if (c.rdzv_backend == "c10d" && c.nnodes_max > 1 &&
       raw.Get("rdzv_endpoint").value_or("").empty()) {
     parsed.warnings.push_back(

@@ -39,9 +39,9 @@ TEST_CASE("options that do nothing in their company are told") {
                  "--hang_detect=torch finds no hang without --hang_timeout or --startup_timeout "
                  "(its hook still serves `ddprun dump`)"));
   CHECK(Contains(Warning({"--hang_detect=output", "t"}), "--hang_detect=output finds no hang"));
-  CHECK(Contains(Warning({"--hang_detect=torch", "--hang_timeout=5", "t.py"},
-                         {{"TORCH_FR_BUFFER_SIZE", "0"}}),
-                 "TORCH_FR_BUFFER_SIZE=0 turns PyTorch's flight recorder off"));
+  CHECK(Contains(
+      Warning({"--hang_detect=torch", "--hang_timeout=5", "t.py"}, {{"TORCH_FR_BUFFER_SIZE", "0"}}),
+      "TORCH_FR_BUFFER_SIZE=0 turns PyTorch's flight recorder off"));
   CHECK(Parse({"--hang_detect=torch", "--hang_timeout=5", "t.py"}, {{"TORCH_FR_BUFFER_SIZE", "9"}})
             ->warnings.empty());
   CHECK(Contains(Warning({"--log_dir=/dev/null", "--duplicate_stdout_filters=loss", "t"}),
@@ -49,6 +49,22 @@ TEST_CASE("options that do nothing in their company are told") {
   CHECK(Contains(Warning({"--log_dir=/dev/null", "-r", "3", "t"}),
                  "-r/--redirects with --log_dir=/dev/null discards the redirected output"));
   CHECK(Parse({"--log_dir=/dev/null", "t"})->warnings.empty());
+}
+
+TEST_CASE("what --standalone (or a single-node job) replaces is said, not dropped") {
+  auto p =
+      Parse({"--standalone", "--rdzv_endpoint=h:1", "--rdzv_id=x", "--master_port=29555", "t"});
+  REQUIRE(p.ok());
+  std::string all;
+  for (const auto& n : p->notices) all += n + "\n";
+  CHECK(Contains(all, "--rdzv_endpoint=h:1 has no effect in a --standalone job"));
+  CHECK(Contains(all, "--rdzv_id=x has no effect in a --standalone job"));
+  CHECK(Contains(all, "--master_port=29555 has no effect in a --standalone job"));
+  auto single = Parse({"--rdzv_id=x", "t"});
+  REQUIRE(single.ok());
+  REQUIRE(single->notices.size() == 1);
+  CHECK(Contains(single->notices[0], "--rdzv_id=x has no effect in a single-node job"));
+  CHECK(Parse({"t"})->notices.empty());
 }
 
 }  // namespace
