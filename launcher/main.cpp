@@ -290,5 +290,15 @@ int main(int argc, char** argv) {
   // Workers are gone; what the console has not taken yet gets written while
   // it reads, with a bounded wait for one that does not.
   supervisor::FlushConsole(kConsoleFlushWait);
-  return code;
+  // Output lost there is lost for good (a log file may keep a copy): said, and
+  // a job that succeeded exits as for an incomplete log file.
+  int final_code = code;
+  for (const std::string& failed : supervisor::FailedConsoles()) {
+    std::fprintf(stderr,
+                 "ddprun: writing to its %s: what the workers wrote to it from then on is "
+                 "lost%s\n",
+                 failed.c_str(), code == 0 ? "; exit code 74" : "");
+    if (code == 0) final_code = exit_code::kLogLost;
+  }
+  return final_code;
 }

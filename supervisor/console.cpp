@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <memory>
@@ -58,6 +60,7 @@ struct ConsoleWriter::State {
   size_t capacity = kDefaultCapacity;
   bool in_flight = false;
   bool broken = false;  // write failed (closed console): nothing more is written
+  int error = 0;        // that write's errno
   bool started = false;
   bool threadless = false;            // no thread could be made: writes are synchronous
   bool want_room = false;             // WriteOrHold() found the queue full: notify when it empties
@@ -75,6 +78,10 @@ struct ConsoleWriter::State {
     return true;
   }
   void Queued(std::string_view data) { mid_line = data.back() != '\n'; }
+  void Broke(int err) {
+    broken = true;
+    error = err;
+  }
   uint64_t dropped_total = 0;
   uint64_t dropped_pending = 0;   // not yet told in a notice
   std::set<std::string> kept_in;  // the log files that keep them
@@ -102,10 +109,11 @@ struct ConsoleWriter::State {
       in_flight = true;
       lock.unlock();
       const bool ok = broken || WriteAll(fd, chunk.data(), chunk.size());
+      const int err = errno;
       lock.lock();
       in_flight = false;
       bytes -= chunk.size();
-      if (!ok) broken = true;
+      if (!ok) Broke(err);
       if (want_room && (broken || bytes <= capacity / 2)) {
         want_room = false;
         if (notify_room) notify_room();
@@ -179,7 +187,7 @@ bool ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool
     data = ended;
   }
   if (s.threadless) {
-    if (!WriteAll(s.fd, data.data(), data.size())) s.broken = true;
+    if (!WriteAll(s.fd, data.data(), data.size())) s.Broke(errno);
     s.Queued(data);
     return true;
   }
@@ -223,6 +231,11 @@ bool ConsoleWriter::Flush(std::chrono::milliseconds idle_limit) {
   }
 }
 
+int ConsoleWriter::write_error() const {
+  std::lock_guard lock(state_->mu);
+  return state_->error;
+}
+
 uint64_t ConsoleWriter::dropped_lines() const {
   std::lock_guard lock(state_->mu);
   return state_->dropped_total;
@@ -261,6 +274,19 @@ void FlushConsole(std::chrono::milliseconds idle_limit) {
       return;
     }
   }
+}
+
+std::vector<std::string> FailedConsoles() {
+  ConsoleWriter& out = ConsoleWriter::For(STDOUT_FILENO);
+  ConsoleWriter& err = ConsoleWriter::For(STDERR_FILENO);
+  std::vector<std::string> failed;
+  for (auto [name, w] : {std::pair{"stdout", &out}, {&out == &err ? "" : "stderr", &err}}) {
+    const int e = w->write_error();
+    if (*name != '\0' && e != 0 && e != EPIPE) {
+      failed.push_back(std::string(name) + ": " + std::strerror(e));
+    }
+  }
+  return failed;
 }
 
 namespace {

@@ -25,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ddprun::supervisor {
 
@@ -59,6 +60,8 @@ class ConsoleWriter {
   uint64_t chunks_written() const;
   // Lines dropped since the start.
   uint64_t dropped_lines() const;
+  // The errno of the write that failed (nothing is written after it); 0 if none.
+  int write_error() const;
   // How many times a line of the launcher's own (WriteOwnLine, a dropped-lines
   // notice) ended an unfinished line: the worker's rest then starts a line.
   const std::atomic<uint64_t>& own_line_breaks() const;
@@ -78,6 +81,11 @@ class ConsoleWriter {
 // Flushes both console writers at once, as long as one of them takes some
 // of what is queued every `idle_limit`.
 void FlushConsole(std::chrono::milliseconds idle_limit);
+
+// ddprun's stdout and stderr whose writes failed for a reason other than a
+// closed reader (EPIPE: `| head` is not an error): "stdout: No space left on
+// device", one for a file both go to.
+std::vector<std::string> FailedConsoles();
 
 // A spdlog sink that writes through ConsoleWriter::For(2), with the level in
 // colour when stderr is a terminal.

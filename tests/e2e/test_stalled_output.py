@@ -368,3 +368,17 @@ def test_full_disk_counts_every_incomplete_log_file(tmp_path):
     assert "but 4 log file(s) are incomplete" in r.stderr, r.stderr[-3000:]
     assert "3 more above" in r.stderr, r.stderr[-3000:]
     assert r.stdout.count("last line") == 2, r.stdout[-500:]
+
+
+@pytest.mark.parametrize("args", [["--hang_detect=output"], ["--tee=3"]], ids=["read", "tee"])
+def test_a_console_that_fails_writes_is_told_and_fails_a_good_job(args):
+    """stdout is a full disk (/dev/full): ddprun's writes of the workers' output to it fail. It
+    said nothing and exited 0 (found by an attacking helper); now it names the stream and the
+    error, and a job that succeeded exits 74, as for an incomplete log file."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([str(DDPRUN), *args, "--no_python", PYTHON, "-c", "print('x')"],
+                           env=base_env(), stdin=subprocess.DEVNULL, stdout=full,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+    assert r.returncode == 74, r.stderr
+    assert ("ddprun: writing to its stdout: No space left on device: what the workers wrote to "
+            "it from then on is lost; exit code 74") in r.stderr, r.stderr
