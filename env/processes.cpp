@@ -9,6 +9,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <unordered_map>
 
@@ -175,6 +176,56 @@ std::vector<ProcEntry> Descendants(const std::vector<ProcEntry>& table, pid_t ro
       if (it->second->pid == root) continue;  // a table read across a reparenting
       out.push_back(*it->second);
       parents.push_back(it->second->pid);
+    }
+  }
+  return out;
+}
+
+std::set<unsigned long> SocketInodes(pid_t pid) {
+  std::set<unsigned long> out;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd";
+  DIR* fds = opendir(dir.c_str());
+  if (fds == nullptr) return out;
+  while (const dirent* e = readdir(fds)) {
+    char target[64];
+    const ssize_t n = readlinkat(dirfd(fds), e->d_name, target, sizeof(target) - 1);
+    if (n <= 0) continue;
+    target[n] = '\0';
+    unsigned long inode = 0;
+    if (std::sscanf(target, "socket:[%lu]", &inode) == 1) out.insert(inode);
+  }
+  closedir(fds);
+  return out;
+}
+
+std::optional<unsigned long> ParseTcpLine(std::string_view line, int port) {
+  // "sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode"
+  char remote[64];
+  unsigned state = 0;
+  unsigned long inode = 0;
+  const std::string text(line);
+  if (std::sscanf(text.c_str(), "%*s %*s %63s %x %*s %*s %*s %*s %*s %lu", remote, &state,
+                  &inode) != 3) {
+    return std::nullopt;
+  }
+  const char* colon = std::strrchr(remote, ':');
+  constexpr unsigned kEstablished = 1;
+  if (colon == nullptr || state != kEstablished || inode == 0) return std::nullopt;
+  if (std::strtol(colon + 1, nullptr, 16) != port) return std::nullopt;
+  return inode;
+}
+
+std::set<unsigned long> ConnectionsToPort(int port, const std::string& proc_root) {
+  std::set<unsigned long> out;
+  for (const char* table : {"/net/tcp", "/net/tcp6"}) {
+    const std::string text = ReadSmallFile(proc_root + table);
+    size_t start = text.find('\n');  // past the header
+    while (start != std::string::npos && start + 1 < text.size()) {
+      const size_t end = text.find('\n', start + 1);
+      const std::string_view line(text.data() + start + 1,
+                                  (end == std::string::npos ? text.size() : end) - start - 1);
+      if (auto inode = ParseTcpLine(line, port)) out.insert(*inode);
+      start = end;
     }
   }
   return out;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,5 +55,15 @@ std::vector<ProcEntry> ReadProcTable();
 // The processes below `root` in `table`: its children, theirs, and so on;
 // `root` itself not included. Parents come before their children.
 std::vector<ProcEntry> Descendants(const std::vector<ProcEntry>& table, pid_t root);
+
+// The inodes of the sockets `pid` holds open (its /proc/<pid>/fd links
+// "socket:[N]"); empty when it is gone.
+std::set<unsigned long> SocketInodes(pid_t pid);
+// The inodes of this host's established TCP connections (IPv4 and IPv6) to
+// port `port` at the other end, from `proc_root`/net/tcp and tcp6.
+std::set<unsigned long> ConnectionsToPort(int port, const std::string& proc_root = "/proc");
+// One line of /proc/net/tcp: the connection's inode when it is established
+// and its remote port is `port`.
+std::optional<unsigned long> ParseTcpLine(std::string_view line, int port);
 
 }  // namespace ddprun::env

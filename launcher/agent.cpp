@@ -251,9 +251,10 @@ std::string Agent::NcclRasAddr() {
 }
 
 std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const std::string& dir) {
+  const std::vector<int> never_joined = TellNeverJoined(report, stores_.rdzv_port);
   if (layout_->disabled()) {
     spdlog::warn("no debug dump: --log_dir=/dev/null leaves nowhere to write it");
-    return {};
+    return never_joined;
   }
   const auto now = std::chrono::system_clock::now();
   supervisor::DumpRequest request;
@@ -311,7 +312,7 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
   supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(dump->summary);
   spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
   record_.DumpWritten(dir, dump->stragglers);
-  return dump->stragglers;
+  return dump->stragglers.empty() ? never_joined : dump->stragglers;
 }
 
 std::vector<std::string> Agent::ErrorFiles(int attempt) const {
@@ -384,8 +385,7 @@ int Agent::Finish(const rendezvous::Action& exit) {
                     c_.max_restarts, exit.exit_code);
     }
   } else if (last_group_failed_ && exit.exit_code != 0) {
-    // The last group failed, and something else (a signal) ended the job
-    // before the failure was handled: the failure is still reported.
+    // A signal ended the job before the last group's failure was handled: still reported.
     supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(Report());
     if (!exit.message.empty()) spdlog::error("{}", exit.message);
   } else if (!exit.message.empty() && exit.exit_code == 0) {

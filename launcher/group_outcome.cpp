@@ -5,6 +5,9 @@
 
 #include <cstdio>
 #include <random>
+#include <set>
+
+#include "env/processes.hpp"
 
 namespace ddprun::launcher {
 
@@ -56,6 +59,36 @@ std::string DefaultTimerFile(const env::Environ& environ) {
                 words[1] & 0xffffu, words[2] >> 16, words[2] & 0xffffu, words[3]);
   const std::string tmp = env::Lookup(environ, "TMPDIR").value_or("");
   return (tmp.empty() ? "/tmp" : tmp) + "/watchdog_timer_" + uuid;
+}
+
+// Hung, and none ever beat: those that never connected to the job's store
+// (where MASTER_ADDR:MASTER_PORT lead), when others did and wait there: the
+// ranks that never joined, which the others wait for.
+std::vector<int> TellNeverJoined(const supervisor::HangReport& report, int store_port) {
+  if (report.hung.size() < 2 || store_port <= 0) return {};
+  for (const auto& w : report.hung) {
+    if (w.ever_beat) return {};
+  }
+  const std::set<unsigned long> to_store = env::ConnectionsToPort(store_port);
+  const std::vector<env::ProcEntry> table = env::ReadProcTable();
+  std::vector<int> joined, never;
+  for (const auto& w : report.hung) {
+    std::vector<pid_t> pids{w.pid};  // the worker, and what it runs (a wrapper script's python)
+    for (const auto& e : env::Descendants(table, w.pid)) pids.push_back(e.pid);
+    bool connected = false;
+    for (pid_t pid : pids) {
+      for (unsigned long inode : env::SocketInodes(pid)) connected |= to_store.count(inode) != 0;
+    }
+    (connected ? joined : never).push_back(w.rank);
+  }
+  if (joined.empty() || never.empty()) return {};
+  std::string ranks;
+  for (int r : never) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
+  spdlog::error(
+      "rank{} {} never connected to the job's store (port {}), while the others did and wait "
+      "there: {} never joined the job (stuck before init_process_group, or its connection fails)",
+      never.size() > 1 ? "s" : "", ranks, store_port, never.size() > 1 ? "they" : "it");
+  return never;
 }
 
 }  // namespace ddprun::launcher

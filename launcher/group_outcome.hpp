@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "env/environ.hpp"
 #include "launcher/launch_config.hpp"
@@ -25,5 +26,11 @@ bool DiedOfPeer(const supervisor::FailureRecord& f);
 // Where torch's agent puts the file timer's pipe when TORCHELASTIC_TIMER_FILE
 // is unset: <tempdir>/watchdog_timer_<uuid4>.
 std::string DefaultTimerFile(const env::Environ& environ);
+
+// A hang where no worker ever beat: the ranks that never connected to the
+// job's store (port `store_port`, where MASTER_PORT leads) while the others
+// did and wait there, logged as the ones that never joined; empty (nothing
+// logged) when it cannot tell them apart.
+std::vector<int> TellNeverJoined(const supervisor::HangReport& report, int store_port);
 
 }  // namespace ddprun::launcher

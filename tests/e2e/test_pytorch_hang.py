@@ -178,6 +178,30 @@ def test_the_grace_after_a_hang_starts_at_sigterm_not_before_the_dump(tmp_path):
     assert ended - float(got.group(1)) >= 3.8, (ended - float(got.group(1)), r.stderr)
 
 
+NEVER_JOINS = """
+import os, time, torch, torch.distributed as dist
+if os.environ["RANK"] == "1":
+    time.sleep(100000)  # stuck before it joins (data preparation that hangs)
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+"""
+
+
+def test_the_rank_that_never_joined_is_the_root_cause_not_the_one_waiting_for_it(tmp_path):
+    """Neither rank beat before --startup_timeout: rank 0 waits in init_process_group for rank 1,
+    which never connected to the job's store. Rank 0 was named the root cause (the first in
+    order); now the rank with no connection to the store is (found by an attacking helper)."""
+    script = tmp_path / "never_joins.py"
+    script.write_text(NEVER_JOINS)
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=2",
+                        f"--log_dir={tmp_path}", "--startup_timeout=8", "--hang_detect=torch",
+                        str(script)], env=env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 124, r.stderr
+    assert re.search(r"rank 1 never connected to the job's store \(port \d+\), while the others "
+                     r"did and wait there", r.stderr), r.stderr
+    assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", r.stderr), r.stderr
+
+
 def test_a_process_group_made_again_after_destroy_runs_on(tmp_path):
     # Seen finishing during the sleep after the first group (ddprun looks every 3 s); the second
     # group's collectives create the heartbeat file again well before the 12 s are up, and it

@@ -1,13 +1,17 @@
 #include "env/processes.hpp"
 
+#include <arpa/inet.h>
 #include <doctest/doctest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <set>
 #include <string>
 #include <thread>
 
@@ -111,6 +115,40 @@ TEST_CASE("a thread other than the main one, blocked writing, is seen in write, 
   writer.join();
   close(fds[0]);
   close(fds[1]);
+}
+
+TEST_CASE("a TCP line is an established connection to a port, with its inode") {
+  const char* line =
+      "   3: 0100007F:A1B2 0100007F:7149 01 00000000:00000000 00:00000000 00000000     0        0 "
+      "424242 1 0000000000000000 20 4 30 10 -1";
+  CHECK(ParseTcpLine(line, 0x7149) == 424242ul);
+  CHECK(!ParseTcpLine(line, 29500));                                              // another port
+  CHECK(!ParseTcpLine(std::string(line).replace(34, 2, "0A"), 0x7149));           // listening
+  CHECK(!ParseTcpLine("  sl  local_address rem_address   st tx_queue", 0x7149));  // the header
+}
+
+TEST_CASE("this process's connection to a port is found by its socket's inode") {
+  const int server = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(server >= 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(bind(server, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  REQUIRE(listen(server, 1) == 0);
+  socklen_t len = sizeof a;
+  REQUIRE(getsockname(server, reinterpret_cast<sockaddr*>(&a), &len) == 0);
+  const int port = ntohs(a.sin_port);
+  const std::set<unsigned long> before = ConnectionsToPort(port);
+  const int client = socket(AF_INET, SOCK_STREAM, 0);
+  REQUIRE(connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+  const std::set<unsigned long> to_port = ConnectionsToPort(port);
+  const std::set<unsigned long> mine = SocketInodes(getpid());
+  size_t shared = 0;
+  for (unsigned long inode : to_port) shared += mine.count(inode);
+  CHECK(before.empty());
+  CHECK(shared == 1);  // the client's end (the server's has the port at its local end)
+  close(client);
+  close(server);
 }
 
 TEST_CASE("this process is in the table, as /proc and getppid/getsid say") {
