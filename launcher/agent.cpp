@@ -251,7 +251,7 @@ std::string Agent::NcclRasAddr() {
 }
 
 std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const std::string& dir) {
-  const std::vector<int> never_joined = TellNeverJoined(report, stores_.rdzv_port);
+  std::vector<int> never_joined = TellNeverJoined(report, stores_.rdzv_port);
   if (layout_->disabled()) {
     spdlog::warn("no debug dump: --log_dir=/dev/null leaves nowhere to write it");
     return never_joined;
