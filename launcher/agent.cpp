@@ -270,14 +270,14 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
   }
   request.beating = report.beating_ranks;
   std::string verdict;
-  // Ranks hung at exit are past their collectives, and the hook's thread is gone with their
-  // interpreter: PyTorch's records and their analysis would say nothing of where they wait.
+  // Hung at exit: past their collectives, the hook gone; PyTorch's records would say nothing.
   const bool at_exit_only =
       !report.hung.empty() && std::all_of(report.hung.begin(), report.hung.end(),
                                           [](const auto& w) { return w.finishing; });
   if (c_.hang_detect_torch && !at_exit_only) {
     request.torch_dir = layout_->DumpDir(round_ ? round_->restart_count : 0) + "/torch";
     request.python = program_.interpreter;
+    supervisor::FindTorchPythons(request);
     request.nccl_ras_addr = nccl_ras_addr_;
     // Named now: the stacks and PyTorch's own dumps take seconds more.
     std::vector<int> ranks;

@@ -306,7 +306,12 @@ RankDump CollectRankDump(const DumpTarget& target, std::chrono::milliseconds too
     d.native.error = "no native stacks: neither eu-stack (elfutils) nor gdb is installed";
   }
   if (std::string py_spy = FindOnPath("py-spy"); !py_spy.empty()) {
-    d.python = RunTool({py_spy, "dump", "--pid", pid}, tool_timeout);
+    const pid_t python = target.python_pid != 0 ? target.python_pid : target.pid;
+    d.python = RunTool({py_spy, "dump", "--pid", std::to_string(python)}, tool_timeout);
+    if (python != target.pid) {
+      d.python.output.insert(0, "the rank's Python, pid " + std::to_string(python) +
+                                    ", under the worker (pid " + pid + "):\n");
+    }
   } else {
     d.python.error = "no Python stacks: py-spy is not installed (pip install py-spy)";
   }
@@ -407,6 +412,15 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
     text += Indent(stack);
   }
   return text;
+}
+
+void FindTorchPythons(DumpRequest& request) {
+  for (DumpTarget& t : request.targets) {
+    const auto python = ReadTorchPython(request.torch_dir, t.rank);
+    if (!python) continue;
+    if (python->pid != t.pid) t.python_pid = python->pid;
+    if (request.python.empty()) request.python = python->executable;
+  }
 }
 
 StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {

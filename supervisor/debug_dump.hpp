@@ -32,6 +32,7 @@ struct DumpTarget {
   int local_rank;
   pid_t pid;
   std::string trace_file;  // DDPRUN_TRACE_FILE; "" when off
+  pid_t python_pid = 0;    // the rank's Python when the worker runs it (a wrapper script); 0: pid
 };
 
 // A rank the caller found hung: silent (no beat, no output) since `since`;
@@ -63,6 +64,11 @@ struct DumpResult {
   std::string summary;          // also in <dir>/summary.txt
   std::vector<int> stragglers;  // from the flight recorders: the ranks to blame
 };
+
+// With --hang_detect=torch: each target's Python as the hook found it
+// (ReadTorchPython), where a wrapper script runs it: py-spy reads that
+// process, and its interpreter runs the analysis when `python` is empty.
+void FindTorchPythons(DumpRequest& request);
 
 // Writes the dump and returns the summary and the stragglers.
 // Fails only when the directory or a file cannot be written (with its path);

@@ -102,6 +102,15 @@ std::string RequestDumps(const std::string& dir, const std::string& out,
 
 }  // namespace
 
+std::optional<TorchPython> ReadTorchPython(const std::string& dir, int rank) {
+  std::ifstream in(dir + "/python_" + Rank(rank));
+  TorchPython p;
+  in >> p.pid;
+  std::getline(in >> std::ws, p.executable);
+  if (!in || p.pid <= 0 || p.executable.empty()) return std::nullopt;
+  return p;
+}
+
 std::vector<TorchProgress> ReadTorchProgress(const std::string& dir,
                                              const std::vector<int>& ranks) {
   std::vector<TorchProgress> out;

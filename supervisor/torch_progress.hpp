@@ -7,7 +7,10 @@
 // `tool_timeout`; it kills nothing. Thread-compatible.
 #pragma once
 
+#include <sys/types.h>
+
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,14 @@ struct TorchSide {
   std::string state;          // the same without what it means for a hang (a dump on request)
   std::vector<int> laggards;  // ranks that did not enter the latest collective
 };
+
+// Where the hook found rank `rank`'s Python (<dir>/python_<rank>): its pid
+// and interpreter; nullopt before the rank made a process group.
+struct TorchPython {
+  pid_t pid = 0;
+  std::string executable;
+};
+std::optional<TorchPython> ReadTorchPython(const std::string& dir, int rank);
 
 // Parses <dir>/progress_<rank> for each rank.
 std::vector<TorchProgress> ReadTorchProgress(const std::string& dir, const std::vector<int>& ranks);

@@ -2,7 +2,8 @@
 PYTHONPATH. It changes nothing in the user's program: a daemon thread reads PyTorch's own flight
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
-$DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>". After destroy_process_group, once
+$DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>" (and once, in python_<RANK>,
+"<pid> <sys.executable>": where the rank's Python is, for ddprun's dump). After destroy_process_group, once
 the main module has finished (before the interpreter joins the program's threads), and when the
 interpreter exits (after the program's own exit handlers), it removes the heartbeat file: the
 rank is finishing, no beat is due any more, only its exit (ddprun's --exit_timeout); a process
@@ -110,6 +111,9 @@ def _watch(torch_dir, heartbeat, rank):
         if finished:  # a process group again after a destroyed one: running again
             finished = False
             _beat(heartbeat)
+        if not was_initialized:  # the rank's training process (under a wrapper script, too)
+            _write(os.path.join(torch_dir, "python_" + rank),
+                   "%d %s\n" % (os.getpid(), sys.executable))
         was_initialized = True
         import torch._C._distributed_c10d as c10d
         try:

@@ -202,6 +202,24 @@ def test_the_rank_that_never_joined_is_the_root_cause_not_the_one_waiting_for_it
     assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", r.stderr), r.stderr
 
 
+def test_a_job_under_a_wrapper_script_gets_its_python_dumped_and_analysed(tmp_path):
+    """`ddprun ./run.sh` where run.sh runs python as a child: the dump read only the shell
+    (its wait4), and said the program does not run under Python, with no analysis (found by an
+    attacking helper). Now py-spy reads the rank's Python and fr_trace runs on the dumps."""
+    wrapper = tmp_path / "run.sh"
+    wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" {JOB} "$@"\n')
+    wrapper.chmod(0o755)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", str(wrapper),
+               "--steps", "100", "--hang-step", "5")
+    assert r.returncode == 124, r.stderr
+    assert "no analysis" not in r.stderr, r.stderr
+    assert "missing ranks: {1}" in r.stderr, r.stderr
+    if (Path(sys.executable).parent / "py-spy").exists():
+        rank1 = next(Path(tmp_path).glob("*/attempt_0/dumps/rank_1.txt")).read_text()
+        assert "the rank's Python, pid" in rank1, rank1
+        assert "stuck_before_all_reduce" in rank1, rank1
+
+
 def test_a_process_group_made_again_after_destroy_runs_on(tmp_path):
     # Seen finishing during the sleep after the first group (ddprun looks every 3 s); the second
     # group's collectives create the heartbeat file again well before the 12 s are up, and it
