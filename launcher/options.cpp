@@ -49,6 +49,11 @@ StatusOr<int> ParseNproc(const std::string& v, const HostCounts& host,
     return visible;
   }
   if (v == "auto") return visible > 0 ? visible : host.cpus;
+  if (v == "xpu") {  // torchrun's, for Intel GPUs
+    return Unimplemented(
+        "--nproc_per_node=xpu is not supported yet: ddprun counts CUDA GPUs "
+        "and CPUs; give the number of XPUs");
+  }
   auto n = ParseInt("nproc_per_node", v, 1, 1 << 16, "a number from 1 to 65536, cpu, gpu or auto");
   if (!n.ok()) return n.status();
   return static_cast<int>(*n);

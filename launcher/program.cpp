@@ -19,6 +19,12 @@ namespace ddprun::launcher {
 
 namespace {
 
+// A symlink loop exits 126 as a shell's (found, not runnable); a missing file 127.
+Status StatError(const std::string& path, int err) {
+  if (err == ELOOP) return PermissionDenied(path + ": " + std::strerror(err));
+  return ErrnoStatus(path, err);
+}
+
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -134,7 +140,7 @@ Status CheckFirstRun(const std::string& path) {
 // A path that must be an executable regular file.
 Status CheckExecutable(const std::string& path) {
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(path, errno);
+  if (stat(path.c_str(), &st) != 0) return StatError(path, errno);
   if (S_ISDIR(st.st_mode)) return PermissionDenied(path + ": is a directory");
   if (access(path.c_str(), X_OK) != 0) {
     return PermissionDenied(path +
@@ -146,7 +152,7 @@ Status CheckExecutable(const std::string& path) {
 
 Status CheckReadable(const std::string& path) {
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(path, errno);
+  if (stat(path.c_str(), &st) != 0) return StatError(path, errno);
   if (S_ISDIR(st.st_mode)) return PermissionDenied(path + ": is a directory");
   if (access(path.c_str(), R_OK) != 0) return PermissionDenied(path + ": not readable");
   return Status::Ok();

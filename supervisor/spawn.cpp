@@ -13,6 +13,7 @@
 #include <boost/process/exe.hpp>
 #include <boost/process/extend.hpp>
 #include <cerrno>
+#include <cstring>
 #include <memory>
 #include <system_error>
 
@@ -135,6 +136,11 @@ StatusOr<pid_t> SpawnWorker(const SpawnRequest& req) {
       return Unavailable("start " + req.argv[0] +
                          ": fork failed with EAGAIN: the process/thread limit (RLIMIT_NPROC, "
                          "ulimit -u) is reached: raise it or run fewer processes");
+    }
+    // Found but not runnable (not a program for this machine, a symlink
+    // loop, a directory): exit 126 as a shell's, beside ENOENT's 127.
+    if (err == ENOEXEC || err == ELOOP || err == EISDIR) {
+      return PermissionDenied("start " + req.argv[0] + ": " + std::strerror(err));
     }
     return ErrnoStatus("start " + req.argv[0], err);
   }

@@ -1,5 +1,6 @@
 """Exit codes, usage errors and how the program is started, as a user sees them."""
 
+import os
 import re
 import signal
 
@@ -74,6 +75,22 @@ def test_directory_as_program_exits_126(tmp_path):
     r = run_ddprun(["--no_python", tmp_path])
     assert r.rc == 126, r
     assert str(tmp_path) in r.stderr, r
+
+
+@pytest.mark.parametrize("kind", ["truncated_elf", "symlink_loop"])
+def test_a_program_found_but_not_runnable_exits_126_as_in_a_shell(tmp_path, kind):
+    """A truncated binary (exec: Exec format error) or a symlink loop: found, not runnable, 126
+    as a shell says; they exited 1 (found by an attacking helper)."""
+    prog = tmp_path / "prog"
+    if kind == "truncated_elf":
+        prog.write_bytes(open("/bin/true", "rb").read(100))
+        prog.chmod(0o755)
+    else:
+        os.symlink(tmp_path / "other", prog)
+        os.symlink(prog, tmp_path / "other")
+    r = run_ddprun(["--no_python", prog])
+    assert r.rc == 126, r
+    assert str(prog) in r.stderr, r
 
 
 def test_non_executable_file_with_no_python_exits_126(tmp_path):

@@ -115,6 +115,8 @@ TEST_CASE("usage errors name the option, the value and what is accepted") {
   CHECK(Contains(Error({"--nproc_per_node=1", ""}), "the program is an empty argument"));
   CHECK(Contains(Error({"--master_port=70000", "t"}), "--master_port=70000: a port number"));
   CHECK(Contains(Error({"-m", "--no_python", "t"}), "-m/--module and --no_python"));
+  CHECK(
+      Contains(Error({"--nproc_per_node=xpu", "t"}), "--nproc_per_node=xpu is not supported yet"));
   CHECK(Contains(Error({"--run_path", "-m", "t"}), "--run_path and -m/--module cannot be used"));
   CHECK(Contains(Error({"--run_path", "--no_python", "t"}), "--run_path and --no_python cannot"));
   CHECK(Contains(Error({"--max_restarts=-1", "t"}),
