@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -38,9 +39,15 @@ std::optional<std::vector<std::string>> DoctorArguments(const std::vector<std::s
   if (!args.empty() && args[0] == "doctor") {
     return std::vector<std::string>(args.begin() + 1, args.end());
   }
-  auto split = SplitCommandLine(args);
+  // --json is the doctor's own option, not the launcher's: set aside first.
+  std::vector<std::string> rest;
+  const bool json = std::count(args.begin(), args.end(), "--json") > 0;
+  std::copy_if(args.begin(), args.end(), std::back_inserter(rest),
+               [](const std::string& a) { return a != "--json"; });
+  auto split = SplitCommandLine(rest);
   if (!split.ok()) return std::nullopt;
   std::vector<std::string> options;
+  if (json) options.push_back("--json");
   bool doctor = false;
   for (const auto& arg : split->launcher) {
     if (arg == "--doctor" || arg.rfind("--doctor=", 0) == 0) {

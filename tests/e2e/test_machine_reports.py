@@ -187,8 +187,11 @@ def test_a_usage_error_found_by_the_agent_is_an_incident(tmp_path):
     assert names(events(log)) == ["agent_started", "exit"]
 
 
-def test_doctor_json_matches_its_schema_and_exit_code():
-    r = subprocess.run([str(DDPRUN), "doctor", "--json", "--nproc_per_node=2"], env=base_env(),
+@pytest.mark.parametrize("how", [["doctor", "--json"], ["--doctor", "--json"]],
+                         ids=["subcommand", "option"])
+def test_doctor_json_matches_its_schema_and_exit_code(how):
+    # `ddprun --doctor --json` said "unknown option --json" (found by an attacking helper).
+    r = subprocess.run([str(DDPRUN), *how, "--nproc_per_node=2"], env=base_env(),
                        capture_output=True, text=True, timeout=60)
     assert r.returncode in (0, 1), r.stderr
     doc = json.loads(r.stdout)
