@@ -1,9 +1,12 @@
 #include "launcher/option_checks.hpp"
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <string>
 
 #include "env/names.hpp"
+#include "launcher/option_table.hpp"
 #include "launcher/raw_options.hpp"
 
 namespace ddprun::launcher {
@@ -58,6 +61,30 @@ Status CheckCombinations(const env::Environ& environ, ParsedCommandLine& parsed)
           " turns PyTorch's flight recorder off: --hang_detect=torch then sees no collective and "
           "finds no hang; unset it (ddprun sets 2000) or give a size above 0");
     }
+  }
+  // A misspelt PET_ variable would quietly leave its option at the default.
+  for (const auto& [key, value] : environ) {
+    if (key.rfind(env::kPetPrefix, 0) != 0) continue;
+    std::string name = key.substr(std::string(env::kPetPrefix).size());
+    std::transform(name.begin(), name.end(), name.begin(),
+                   [](unsigned char ch) { return std::tolower(ch); });
+    const OptionDef* best = nullptr;
+    size_t distance = 0;
+    bool known = false;
+    for (const OptionDef& def : OptionTable()) {
+      if (!def.pet_fallback) continue;
+      known |= name == def.name;
+      const bool prefix = std::string(def.name).rfind(name, 0) == 0;  // PET_NPROC
+      const size_t d = prefix ? 0 : EditDistance(name, def.name);
+      if (best == nullptr || d < distance) best = &def, distance = d;
+    }
+    if (known || best == nullptr) continue;
+    std::string upper = best->name;
+    std::transform(upper.begin(), upper.end(), upper.begin(),
+                   [](unsigned char ch) { return std::toupper(ch); });
+    parsed.warnings.push_back(
+        key + " is set but is no option's variable, so nothing reads it" +
+        (distance <= 3 ? ": did you mean " + std::string(env::kPetPrefix) + upper + "?" : ""));
   }
   if (no_files) {
     for (const auto& [name, filters] :

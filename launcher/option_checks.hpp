@@ -16,7 +16,8 @@ class RawOptions;
 void NoteIneffective(const RawOptions& raw, ParsedCommandLine& parsed);
 
 // Checks parsed.config (every option applied) with the launcher's
-// environment; adds warnings to `parsed`.
+// environment; adds warnings to `parsed`, also for a PET_ variable that no
+// option reads (a misspelling, with the closest one).
 Status CheckCombinations(const env::Environ& environ, ParsedCommandLine& parsed);
 
 }  // namespace ddprun::launcher

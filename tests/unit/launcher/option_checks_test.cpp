@@ -51,6 +51,16 @@ TEST_CASE("options that do nothing in their company are told") {
   CHECK(Parse({"--log_dir=/dev/null", "t"})->warnings.empty());
 }
 
+TEST_CASE("a PET_ variable that no option reads is told, with the closest one") {
+  CHECK(Contains(Warning({"t"}, {{"PET_NPROC", "4"}}),
+                 "PET_NPROC is set but is no option's variable, so nothing reads it: did you mean "
+                 "PET_NPROC_PER_NODE?"));
+  CHECK(Contains(Warning({"t"}, {{"PET_MAX_RESTART", "1"}}), "did you mean PET_MAX_RESTARTS?"));
+  CHECK(Warning({"t"}, {{"PET_SOMETHING_ELSE_ENTIRELY", "1"}}) ==
+        "PET_SOMETHING_ELSE_ENTIRELY is set but is no option's variable, so nothing reads it");
+  CHECK(Parse({"t"}, {{"PET_MAX_RESTARTS", "1"}})->warnings.empty());
+}
+
 TEST_CASE("what --standalone (or a single-node job) replaces is said, not dropped") {
   auto p =
       Parse({"--standalone", "--rdzv_endpoint=h:1", "--rdzv_id=x", "--master_port=29555", "t"});
