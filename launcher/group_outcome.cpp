@@ -61,7 +61,7 @@ std::string DefaultTimerFile(const env::Environ& environ) {
   return (tmp.empty() ? "/tmp" : tmp) + "/watchdog_timer_" + uuid;
 }
 
-// Hung, and none ever beat: those that never connected to the job's store
+// Hung, and none ever beat: those not connected to the job's store
 // (where MASTER_ADDR:MASTER_PORT lead), when others did and wait there: the
 // ranks that never joined, which the others wait for.
 std::vector<int> TellNeverJoined(const supervisor::HangReport& report, int store_port) {
@@ -85,9 +85,11 @@ std::vector<int> TellNeverJoined(const supervisor::HangReport& report, int store
   std::string ranks;
   for (int r : never) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
   spdlog::error(
-      "rank{} {} never connected to the job's store (port {}), while the others did and wait "
-      "there: {} never joined the job (stuck before init_process_group, or its connection fails)",
-      never.size() > 1 ? "s" : "", ranks, store_port, never.size() > 1 ? "they" : "it");
+      "rank{} {} {} not connected to the job's store (port {}), while the others are and wait "
+      "there: {} did not join the job (stuck before init_process_group, or its connection "
+      "fails)",
+      never.size() > 1 ? "s" : "", ranks, never.size() > 1 ? "are" : "is", store_port,
+      never.size() > 1 ? "they" : "it");
   return never;
 }
 

@@ -27,7 +27,7 @@ bool DiedOfPeer(const supervisor::FailureRecord& f);
 // is unset: <tempdir>/watchdog_timer_<uuid4>.
 std::string DefaultTimerFile(const env::Environ& environ);
 
-// A hang where no worker ever beat: the ranks that never connected to the
+// A hang where no worker ever beat: the ranks not connected to the
 // job's store (port `store_port`, where MASTER_PORT leads) while the others
 // did and wait there, logged as the ones that never joined; empty (nothing
 // logged) when it cannot tell them apart.

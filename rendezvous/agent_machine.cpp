@@ -378,8 +378,12 @@ Action AgentMachine::Leave(Kv& kv) {
   const std::string by = "stopped by " + signal_name_;
   // Best effort: the store may be gone too.
   if (round_ >= 0) {
-    const std::string reason =
-        "node " + std::to_string(node_rank_) + " (" + s_.self.name + ") was " + by;
+    // Between rounds it has no node rank: named by its host and agent.
+    const std::string who = node_rank_ >= 0
+                                ? "node " + std::to_string(node_rank_) + " (" + s_.self.name + ")"
+                                : "the agent on " + s_.self.name + " (" + s_.self.agent_id +
+                                      ", joining round " + std::to_string(round_) + ")";
+    const std::string reason = who + " was " + by;
     (void)Apply(kv, [&](const JobRecord& r) {
       return EndRoundByMembership(r, round_, reason, s_.self.agent_id, s_.rdzv.min_nodes);
     });

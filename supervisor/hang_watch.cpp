@@ -55,15 +55,23 @@ void Supervisor::CheckHangs() {
     return;
   }
   if (hang_handler_) {
+    const auto dump_start = steady_clock::now();
     std::vector<int> culprits = hang_handler_(report);
     auto is_culprit = [&](const HungWorker& h) {
       int rank = running_->workers()[h.index].rank;
       return std::find(culprits.begin(), culprits.end(), rank) != culprits.end();
     };
     std::stable_partition(hung.begin(), hung.end(), is_culprit);
-    // The dump took a while: a worker that exited meanwhile is judged by its exit.
+    // The dump took a while: a worker that exited meanwhile is judged by its
+    // exit, and the dump's time is left out as a dump on request's (it was
+    // not ddprun failing to run).
     ReapChildren();
     if (running_ == nullptr) return;
+    const auto after = steady_clock::now();
+    pauses_.Skip(after);
+    if (pause_watch_armed_ && running_->phase() == Phase::kRunning) {
+      LeaveOut(after - dump_start, after);
+    }
   }
   std::string exited;
   for (const HungWorker& h : hung) {
