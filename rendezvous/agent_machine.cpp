@@ -363,9 +363,6 @@ Action AgentMachine::Exited(Kv& kv, const JobRecord& now_rec, Time now) {
     phase_ = Phase::kFinishing;
     return Wait(now);
   }
-  // A signal came while the workers stopped: their outcome is recorded, and
-  // the agent leaves rather than join a next round.
-  if (signal_ != 0 && !rec.final()) return Leave(kv);
   return Follow(kv, rec, now);
 }
 

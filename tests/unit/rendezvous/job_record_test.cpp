@@ -2,8 +2,6 @@
 
 #include <doctest/doctest.h>
 
-#include <csignal>
-
 #include "rendezvous/agent_machine.hpp"
 #include "rendezvous/coordinator_machine.hpp"
 
@@ -262,23 +260,6 @@ TEST_CASE("machines: a failure restarts both nodes with the same restart count")
   REQUIRE(r1.kind == ActionKind::kStartWorkers);
   CHECK(r0.round.restart_count == 1);
   CHECK(r1.round.restart_count == 1);
-}
-
-TEST_CASE("machines: a signal while the workers stop records their failure, then leaves") {
-  // Restarts are left, but SIGTERM came while the failed workers stopped: the agent records the
-  // failure and exits 128+15 without joining the next round; the other node is told.
-  TwoAgents t(1);
-  (void)t.Until();
-  WorkersOutcome failed;
-  failed.kind = WorkersOutcome::Kind::kFailed;
-  failed.cause = WorkerCause(3);
-  t.a1->WorkersExited(failed, t.now);
-  t.a1->Interrupted(SIGTERM, "SIGTERM");
-  Action e1 = t.a1->Step(t.kv1, t.now);
-  REQUIRE(e1.kind == ActionKind::kExit);
-  CHECK(e1.exit_code == 128 + SIGTERM);
-  CHECK(t.a1->phase() != AgentMachine::Phase::kJoin);
-  REQUIRE(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
 }
 
 TEST_CASE("machines: with no restarts left both agents exit with the root cause's code") {
