@@ -79,12 +79,9 @@ Status CheckCombinations(const env::Environ& environ, ParsedCommandLine& parsed)
       if (best == nullptr || d < distance) best = &def, distance = d;
     }
     if (known || best == nullptr) continue;
-    std::string upper = best->name;
-    std::transform(upper.begin(), upper.end(), upper.begin(),
-                   [](unsigned char ch) { return std::toupper(ch); });
     parsed.warnings.push_back(
         key + " is set but is no option's variable, so nothing reads it" +
-        (distance <= 3 ? ": did you mean " + std::string(env::kPetPrefix) + upper + "?" : ""));
+        (distance <= 3 ? ": did you mean " + RawOptions::PetName(best->name) + "?" : ""));
   }
   if (no_files) {
     for (const auto& [name, filters] :

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/format.hpp"
 #include "base/unique_fd.hpp"
 #include "supervisor/debug_dump.hpp"
 #include "supervisor/nccl_ras.hpp"
@@ -77,7 +78,7 @@ std::string RequestDumps(const std::string& dir, const std::string& out,
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (!out.empty() && out != dir) std::filesystem::create_directories(out, ec);
-  const std::string seconds = std::to_string(wait.count() / 1000);
+  const std::string seconds = FormatSeconds(static_cast<double>(wait.count()) / 1e3);
   std::string how;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const int r = ranks[i];
