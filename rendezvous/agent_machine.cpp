@@ -29,11 +29,22 @@ std::string WhyEnded(const JobRecord& rec, int r) {
 
 // "N of at least MIN nodes joined; seen: ...; missing node ranks: ..." for a
 // round still forming.
-std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s, int round) {
+// `rec` is the record as read: its withdrawals are of round `round`.
+std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
+                   const JobRecord& rec, int round) {
   auto joined = kv.Add(keys.Join(round), 0);
   const int n = joined.ok() ? static_cast<int>(*joined) : 0;
+  const bool gathering = round == rec.round + 1;
+  const int left = gathering ? static_cast<int>(rec.withdrawn.size()) : 0;
   std::ostringstream why;
-  why << n << " of at least " << s.min_nodes << " nodes joined";
+  if (n - left >= s.min_nodes && n - left < s.max_nodes) {
+    // Enough to train: the last call waits for more (--nnodes=MIN:MAX).
+    why << n - left << " of " << s.min_nodes << " to " << s.max_nodes
+        << " nodes joined; the round forms when " << s.max_nodes << " have or last_call_timeout ("
+        << Seconds(s.last_call_timeout) << ") runs out";
+  } else {
+    why << n - left << " of at least " << s.min_nodes << " nodes joined";
+  }
   std::vector<bool> rank_seen(s.max_nodes, false);
   bool ranked = false;
   std::string seen;
@@ -41,7 +52,7 @@ std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings&
     auto text = kv.TryGet(keys.Node(round, i));
     if (!text.ok() || !*text) continue;
     auto node = NodeInfo::Decode(**text);
-    if (!node.ok()) continue;
+    if (!node.ok() || (gathering && rec.Withdrew(node->agent_id))) continue;
     seen += (seen.empty() ? "" : ", ") + node->name + " (" + node->addr + ")";
     if (node->requested_rank >= 0 && node->requested_rank < s.max_nodes) {
       rank_seen[node->requested_rank] = ranked = true;
@@ -55,15 +66,16 @@ std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings&
     }
     why << "; missing node ranks: " << missing;
   }
+  for (int i = 0; i < left; ++i) why << "; left: " << rec.withdrawn[i].reason;
   return why.str();
 }
 
 }  // namespace
 
 std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
-                              int round) {
+                              const JobRecord& rec, int round) {
   return "rendezvous round " + std::to_string(round) + " timed out after " +
-         Seconds(s.join_timeout) + " (join_timeout): " + Joined(kv, keys, s, round);
+         Seconds(s.join_timeout) + " (join_timeout): " + Joined(kv, keys, s, rec, round);
 }
 
 AgentMachine::AgentMachine(AgentSettings settings)
@@ -270,7 +282,7 @@ Action AgentMachine::WaitRound(Kv& kv, const JobRecord& rec, Time now) {
                      " with " + std::to_string(rec.members.size()) + " of at most " +
                      std::to_string(s_.rdzv.max_nodes) + " nodes"
                : "waiting for round " + std::to_string(round_) + ": " +
-                     Joined(kv, keys_, s_.rdzv, round_)) +
+                     Joined(kv, keys_, s_.rdzv, rec, round_)) +
           "; join_timeout ends the wait in " + Seconds(left);
     }
     return wait;
@@ -287,7 +299,7 @@ Action AgentMachine::WaitRound(Kv& kv, const JobRecord& rec, Time now) {
   }
   Cause c;
   c.cls = FailureClass::kRendezvous;
-  c.what = JoinTimeoutReport(kv, keys_, s_.rdzv, round_);
+  c.what = JoinTimeoutReport(kv, keys_, s_.rdzv, rec, round_);
   auto applied = Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
   if (!applied.ok()) return StoreGone(applied.status());
   if (applied->record.final()) return ExitByRecord(applied->record);
@@ -381,6 +393,17 @@ Action AgentMachine::Leave(Kv& kv) {
                                 : "the agent on " + s_.self.name + " (" + s_.self.agent_id +
                                       ", joining round " + std::to_string(round_) + ")";
     const std::string reason = who + " was " + by;
+    if (node_rank_ < 0) {
+      // Joined a round that may not have closed: it must close without
+      // this agent. Should it have closed with it, the round ends below.
+      (void)Apply(kv, [&](const JobRecord& r) {
+        return Withdraw(r, round_, s_.self.agent_id, reason, s_.rdzv.min_nodes);
+      });
+      // Its node rank is free again for an agent started in its place.
+      if (rank_claimed_) {
+        (void)kv.CompareSet(keys_.Claim(s_.self.requested_rank), s_.self.Encode(), "");
+      }
+    }
     (void)Apply(kv, [&](const JobRecord& r) {
       return EndRoundByMembership(r, round_, reason, s_.self.agent_id, s_.rdzv.min_nodes);
     });

@@ -157,6 +157,6 @@ class AgentMachine {
 // The message of a round that could not form within join_timeout, naming the
 // nodes seen and the requested node ranks missing (coordinator and agents).
 std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
-                              int round);
+                              const JobRecord& rec, int round);
 
 }  // namespace ddprun::rendezvous

@@ -48,17 +48,29 @@ StatusOr<bool> CoordinatorMachine::Apply(Kv& kv, const Transition& t) {
   return !applied->record.final();
 }
 
-StatusOr<std::optional<std::vector<NodeInfo>>> CoordinatorMachine::Arrivals(Kv& kv, int r, int n) {
+StatusOr<std::optional<std::vector<NodeInfo>>> CoordinatorMachine::Arrivals(Kv& kv,
+                                                                            const JobRecord& rec,
+                                                                            int r, int joined,
+                                                                            int n) {
   std::vector<NodeInfo> nodes;
-  for (int i = 0; i < n; ++i) {
+  for (int i = 0; i < joined && static_cast<int>(nodes.size()) < n; ++i) {
     auto text = kv.TryGet(keys_.Node(r, i));
     if (!text.ok()) return text.status();
     if (!*text) return std::optional<std::vector<NodeInfo>>();
     auto node = NodeInfo::Decode(**text);
     if (!node.ok()) return node.status();
-    nodes.push_back(std::move(*node));
+    if (!rec.Withdrew(node->agent_id)) nodes.push_back(std::move(*node));
   }
   return std::optional<std::vector<NodeInfo>>(std::move(nodes));
+}
+
+void CoordinatorMachine::TellWithdrawn(const JobRecord& rec, int r) {
+  if (told_withdrawn_.first != r) told_withdrawn_ = {r, 0};
+  for (size_t i = told_withdrawn_.second; i < rec.withdrawn.size(); ++i) {
+    log_("rendezvous: " + rec.withdrawn[i].reason + " before round " + std::to_string(r) +
+         " formed: it forms without it");
+  }
+  told_withdrawn_.second = rec.withdrawn.size();
 }
 
 StatusOr<bool> CoordinatorMachine::Gather(Kv& kv, const JobRecord& rec, Time now) {
@@ -68,13 +80,17 @@ StatusOr<bool> CoordinatorMachine::Gather(Kv& kv, const JobRecord& rec, Time now
     gather_start_ = now;
     last_call_until_.reset();
   }
+  TellWithdrawn(rec, r);
   auto joined = kv.Add(keys_.Join(r), 0);
   if (!joined.ok()) return joined.status();
-  const int n = std::min(static_cast<int>(*joined), s_.max_nodes);
+  // Those who withdrew are among the arrivals; they do not count.
+  const int present = static_cast<int>(*joined) - static_cast<int>(rec.withdrawn.size());
+  const int n = std::min(present, s_.max_nodes);
+  if (n < s_.min_nodes) last_call_until_.reset();
   if (n >= s_.min_nodes && !last_call_until_) last_call_until_ = now + s_.last_call_timeout;
   const bool closing = n >= s_.max_nodes || (n >= s_.min_nodes && now >= *last_call_until_);
   if (closing) {
-    auto arrivals = Arrivals(kv, r, n);
+    auto arrivals = Arrivals(kv, rec, r, static_cast<int>(*joined), n);
     if (!arrivals.ok()) return arrivals.status();
     if (!*arrivals) return true;  // a record is on its way
     auto members = AssignRanks(std::move(**arrivals));
@@ -85,7 +101,7 @@ StatusOr<bool> CoordinatorMachine::Gather(Kv& kv, const JobRecord& rec, Time now
   if (n >= s_.min_nodes || now < gather_start_ + s_.join_timeout) return true;
   Cause c;
   c.cls = FailureClass::kRendezvous;
-  c.what = JoinTimeoutReport(kv, keys_, s_, r);
+  c.what = JoinTimeoutReport(kv, keys_, s_, rec, r);
   log_(c.what);
   return Apply(kv, [&](const JobRecord& cur) { return CloseJob(cur, c); });
 }
@@ -145,11 +161,13 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
       return EndRoundByMembership(cur, r, why.str(), m.agent_id, s_.min_nodes);
     });
   }
-  auto waiting = kv.Add(keys_.Join(r + 1), 0);
-  if (!waiting.ok()) return waiting.status();
-  if (*waiting > 0 && static_cast<int>(rec.members.size()) < s_.max_nodes &&
+  TellWithdrawn(rec, r + 1);
+  auto joined = kv.Add(keys_.Join(r + 1), 0);
+  if (!joined.ok()) return joined.status();
+  const int64_t waiting = *joined - static_cast<int64_t>(rec.withdrawn.size());
+  if (waiting > 0 && static_cast<int>(rec.members.size()) < s_.max_nodes &&
       AllResponsive(rec, now)) {
-    const std::string why = std::to_string(*waiting) + " new node(s) waiting to join";
+    const std::string why = std::to_string(waiting) + " new node(s) waiting to join";
     log_("rendezvous: round " + std::to_string(r) + " ends: " + why);
     return Apply(kv, [&](const JobRecord& cur) { return EndRoundForNewNodes(cur, r, why); });
   }

@@ -20,6 +20,8 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "rendezvous/job_record.hpp"
 #include "rendezvous/kv.hpp"
@@ -48,9 +50,13 @@ class CoordinatorMachine {
   StatusOr<bool> Watch(Kv& kv, const JobRecord& rec, Time now);
   StatusOr<bool> Apply(Kv& kv, const Transition& t);
   bool AllResponsive(const JobRecord& rec, Time now) const;
-  // The node records of the first `n` arrivals of round `r`; nullopt while
-  // one is not written yet (its agent bumped the counter a moment ago).
-  StatusOr<std::optional<std::vector<NodeInfo>>> Arrivals(Kv& kv, int r, int n);
+  // The node records of the first `n` of the `joined` arrivals of round `r`
+  // that did not withdraw; nullopt while one is not written yet (its agent
+  // bumped the counter a moment ago).
+  StatusOr<std::optional<std::vector<NodeInfo>>> Arrivals(Kv& kv, const JobRecord& rec, int r,
+                                                          int joined, int n);
+  // Logs each agent that withdrew from round `r` once.
+  void TellWithdrawn(const JobRecord& rec, int r);
 
   RendezvousSettings s_;
   std::string self_;
@@ -65,6 +71,7 @@ class CoordinatorMachine {
   Time resumed_at_{};  // when this coordinator last came back from a pause
   Time next_wake_{};
   std::string wake_key_;
+  std::pair<int, size_t> told_withdrawn_{-1, 0};  // (round, withdrawals logged)
 };
 
 }  // namespace ddprun::rendezvous

@@ -7,7 +7,8 @@ namespace ddprun::rendezvous {
 
 namespace {
 
-constexpr char kMagic[] = "ddprun-job/1";
+constexpr char kMagic[] = "ddprun-job/2";
+constexpr char kMagicFamily[] = "ddprun-job/";
 
 // Fields are "<decimal length>:<bytes>", so any text survives.
 class FieldWriter {
@@ -78,6 +79,22 @@ Status CheckRunning(const JobRecord& rec, int r) {
   return Status::Ok();
 }
 
+std::string EncodeWithdrawn(const std::vector<Withdrawal>& withdrawn) {
+  FieldWriter w;
+  for (const Withdrawal& x : withdrawn) w.Str(x.agent_id).Str(x.reason);
+  return std::move(w.text());
+}
+
+bool DecodeWithdrawn(const std::string& text, std::vector<Withdrawal>* out) {
+  FieldReader r(text);
+  while (!r.AtEnd()) {
+    Withdrawal x;
+    if (!r.Str(&x.agent_id) || !r.Str(&x.reason)) return false;
+    out->push_back(std::move(x));
+  }
+  return true;
+}
+
 std::string Bits(const std::vector<bool>& v) {
   std::string bits;
   for (bool b : v) bits += b ? '1' : '0';
@@ -102,6 +119,15 @@ JobRecord Fail(JobRecord next, const Cause& cause) {
   next.outcome = JobOutcome::kFailed;
   next.final_cause = cause;
   return next;
+}
+
+// A member left (lost, signalled) and fewer than --nnodes' minimum remain.
+Cause TooFewNodes(const std::string& reason, int remain, int min_nodes) {
+  Cause c;
+  c.cls = FailureClass::kRendezvous;
+  c.what = reason + "; " + std::to_string(remain) + " node(s) remain, fewer than the minimum of " +
+           std::to_string(min_nodes) + " (--nnodes)";
+  return c;
 }
 
 }  // namespace
@@ -141,6 +167,11 @@ int JobRecord::MemberRank(const std::string& agent_id) const {
   return -1;
 }
 
+bool JobRecord::Withdrew(const std::string& agent_id) const {
+  return std::any_of(withdrawn.begin(), withdrawn.end(),
+                     [&](const Withdrawal& x) { return x.agent_id == agent_id; });
+}
+
 int JobRecord::world_size() const {
   int n = 0;
   for (const auto& m : members) n += m.nproc;
@@ -155,6 +186,7 @@ std::string JobRecord::Encode() const {
   w.Str(end_reason).Str(lost_agent);
   w.Str(Bits(done)).Str(Bits(gone)).Str(gone_reason).Int(static_cast<int>(outcome));
   WriteCause(w, final_cause);
+  w.Str(EncodeWithdrawn(withdrawn));
   return std::move(w.text());
 }
 
@@ -166,13 +198,17 @@ StatusOr<JobRecord> JobRecord::Decode(const std::string& text) {
                            " bytes)");
   };
   FieldReader r(text);
-  std::string magic, members, bits, gone_bits;
+  std::string magic, members, bits, gone_bits, withdrawn;
   int end = 0, outcome = 0;
-  if (!r.Str(&magic) || magic != kMagic || !r.Int(&rec.version) || !r.Int(&rec.round) ||
-      !r.Str(&members) || !r.Int(&rec.restarts) || !r.Int(&end) || !ReadCause(r, &rec.cause) ||
+  if (r.Str(&magic) && magic != kMagic && magic.rfind(kMagicFamily, 0) == 0) {
+    return InvalidArgument("rendezvous: the job record is " + magic + ", this ddprun reads " +
+                           kMagic + ": run the same ddprun version on every node");
+  }
+  if (magic != kMagic || !r.Int(&rec.version) || !r.Int(&rec.round) || !r.Str(&members) ||
+      !r.Int(&rec.restarts) || !r.Int(&end) || !ReadCause(r, &rec.cause) ||
       !r.Str(&rec.end_reason) || !r.Str(&rec.lost_agent) || !r.Str(&bits) || !r.Str(&gone_bits) ||
       !r.Str(&rec.gone_reason) || !r.Int(&outcome) || !ReadCause(r, &rec.final_cause) ||
-      !r.AtEnd()) {
+      !r.Str(&withdrawn) || !DecodeWithdrawn(withdrawn, &rec.withdrawn) || !r.AtEnd()) {
     return bad();
   }
   auto nodes = DecodeMembers(members);
@@ -197,7 +233,13 @@ StatusOr<JobRecord> CloseRound(const JobRecord& rec, int r, std::vector<NodeInfo
   if (rec.round >= 0 && rec.end == RoundEnd::kNone) {
     return Rejected("round " + std::to_string(rec.round) + " still runs");
   }
+  for (const NodeInfo& m : members) {
+    if (rec.Withdrew(m.agent_id)) {
+      return Rejected("agent " + m.agent_id + " left round " + std::to_string(r));
+    }
+  }
   JobRecord next = Next(rec);
+  next.withdrawn.clear();
   next.round = r;
   next.done.assign(members.size(), false);
   next.gone.assign(members.size(), false);
@@ -238,11 +280,24 @@ StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std:
   next.end_reason = reason;
   next.lost_agent = lost_agent;
   if (remain >= min_nodes) return next;
-  Cause c;
-  c.cls = FailureClass::kRendezvous;
-  c.what = reason + "; " + std::to_string(remain) + " node(s) remain, fewer than the minimum of " +
-           std::to_string(min_nodes) + " (--nnodes)";
-  return Fail(std::move(next), c);
+  return Fail(std::move(next), TooFewNodes(reason, remain, min_nodes));
+}
+
+StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& agent_id,
+                             const std::string& reason, int min_nodes) {
+  if (rec.final()) return Rejected("the job is over");
+  if (r != rec.round + 1) return Rejected("round " + std::to_string(r) + " is not gathering");
+  if (rec.Withdrew(agent_id)) return Rejected("agent " + agent_id + " withdrew already");
+  JobRecord next = Next(rec);
+  next.withdrawn.push_back({agent_id, reason});
+  if (rec.MemberRank(agent_id) < 0) return next;
+  // A member of the round before leaves as it would have from that round.
+  int remain = 0;
+  for (const NodeInfo& m : rec.members) {
+    remain += m.agent_id != rec.lost_agent && !next.Withdrew(m.agent_id);
+  }
+  if (remain >= min_nodes) return next;
+  return Fail(std::move(next), TooFewNodes(reason, remain, min_nodes));
 }
 
 StatusOr<JobRecord> EndRoundForNewNodes(const JobRecord& rec, int r, const std::string& reason) {

@@ -60,6 +60,13 @@ struct Cause {
 enum class RoundEnd { kNone, kFailure, kMembership, kNewNodes };
 enum class JobOutcome { kRunning, kSucceeded, kFailed };
 
+// An agent that joined the round being gathered and left before it closed
+// (stopped by a signal): the round closes without it.
+struct Withdrawal {
+  std::string agent_id;
+  std::string reason;  // "the agent on host-b (...) was stopped by SIGTERM"
+};
+
 struct JobRecord {
   int64_t version = 0;            // bumped by every transition; 0: nothing recorded yet
   int round = -1;                 // the last round that closed; -1: none yet
@@ -74,6 +81,9 @@ struct JobRecord {
   std::string gone_reason;  // why they are gone ("lost host-b (...): no keep-alive ...")
   JobOutcome outcome = JobOutcome::kRunning;
   Cause final_cause;  // outcome == kFailed: the root cause every agent reports
+  // Agents that joined round `round` + 1 and left before it closed; emptied
+  // when it closes.
+  std::vector<Withdrawal> withdrawn;
 
   bool final() const { return outcome != JobOutcome::kRunning; }
   // The exit code of a final record: 0, or the root cause's.
@@ -81,6 +91,7 @@ struct JobRecord {
   // Whether `round` is closed and still running (not ended, job not over).
   bool Running(int r) const { return round == r && end == RoundEnd::kNone && !final(); }
   int MemberRank(const std::string& agent_id) const;  // -1 when not a member
+  bool Withdrew(const std::string& agent_id) const;   // from round `round` + 1
   int world_size() const;
 
   std::string Encode() const;
@@ -91,7 +102,8 @@ struct JobRecord {
 // The transitions. Each returns the next record (version + 1), or kAborted
 // with why it does not apply to `rec` (the caller then acts on `rec`).
 
-// Round `r` closes with `members`; requires the previous round to have ended.
+// Round `r` closes with `members`; requires the previous round to have ended
+// and no member to have withdrawn.
 StatusOr<JobRecord> CloseRound(const JobRecord& rec, int r, std::vector<NodeInfo> members);
 // A worker failure ends round `r`: one restart is used, and the job fails
 // with `cause` when none is left. Membership changes never use one.
@@ -102,6 +114,12 @@ StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& 
 // fewer than `min_nodes` remain. A member whose workers finished is never lost.
 StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std::string& reason,
                                          const std::string& lost_agent, int min_nodes);
+// The agent `agent_id`, which joined round `r` (not closed yet), leaves: the
+// round closes without it (CloseRound rejects members that withdrew). When
+// it was a member of the round before, the job fails as when a member
+// leaves if fewer than `min_nodes` of that round's members remain.
+StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& agent_id,
+                             const std::string& reason, int min_nodes);
 // New agents wait to join round `r` + 1: round `r` ends so it can re-form
 // with them (no restart used).
 StatusOr<JobRecord> EndRoundForNewNodes(const JobRecord& rec, int r, const std::string& reason);

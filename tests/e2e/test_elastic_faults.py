@@ -10,7 +10,10 @@ to disagree (docs/elastic-invariants.md), each now decided by the one job record
 5. --max_restarts=0, a worker SIGKILLed after its peers on other nodes died of the broken
    connection (SIGPIPE, or exit 1 after "Connection reset by peer" in their error file or on
    their stderr): every agent exits 137 and prints the same root cause (the SIGKILL, not a
-   neighbour's death).
+   neighbour's death);
+6. an agent stopped by SIGTERM while it waits for a restart's round is not counted in it: the
+   others form that round without it (it used to be counted, its workers awaited, and the round
+   ended again once its keep-alive stopped).
 
 The pauses are the faults under test (their length is the input), not waits for an event; every
 wait for an outcome polls with a deadline.
@@ -174,3 +177,36 @@ def test_sigterm_while_waiting_for_a_round_exits_at_once(launch, tmp_path):
     assert agents[0].wait(10) == 128 + signal.SIGTERM, agents[0].output()
     assert time.monotonic() - sent < 2, agents[0].output()
     assert not starts(out, 0, 0), "no worker may start after the agent was told to stop"
+
+
+# Node 2's workers fail in the first attempt; node 0's ignore SIGTERM, so node 0 spends its
+# --shutdown_timeout stopping them while nodes 1 and 2 already wait for the restart's round.
+LEAVER = r'''
+echo "$$ $WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $RANK $GROUP_RANK" >> "$OUTDIR/starts_${NODE}_${LOCAL_RANK}"
+if [ "$NODE" = 2 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then sleep 1; exit 3; fi
+if [ "$NODE" = 0 ]; then trap '' TERM; fi
+while [ ! -e "$OUTDIR/stop" ]; do sleep 0.2; done
+exit 0
+'''
+
+
+def test_sigterm_in_a_restarts_rendezvous_leaves_that_round(launch, tmp_path):
+    # The last call outlasts node 0's grace: nodes 1 and 2 alone do not form round 1.
+    conf = "join_timeout=20,last_call_timeout=4,keep_alive_interval=0.5,keep_alive_max_attempt=3"
+    out, agents = c10d_agents(launch, tmp_path, "2:3", 3, LEAVER,
+                              extra=["--max_restarts=1", "--shutdown_timeout=3",
+                                     f"--rdzv_conf={conf}"])
+    wait_for(lambda: "worker group failed" in agents[2].stderr(), 20,
+             what="node 2's workers failing")
+    time.sleep(1)  # node 2 has joined round 1; node 0 still stops its workers (the fault's moment)
+    agents[2].signal(signal.SIGTERM)
+    assert agents[2].wait(10) == 128 + signal.SIGTERM, outputs(agents)
+    wait_for(lambda: all(len(starts(out, n, lr)) >= 2 for n in (0, 1) for lr in (0, 1)), 20,
+             what="round 1's workers on nodes 0 and 1")
+    assert stop_and_wait(out, agents[:2]) == [0, 0], outputs(agents)
+    for node in (0, 1):
+        for lr in (0, 1):
+            # (world size, restart count) of each start: round 0 with 3 nodes, round 1 with 2.
+            seen = [(s[1], s[2]) for s in starts(out, node, lr)]
+            assert seen == [(6, 0), (4, 1)], (node, lr, seen, outputs(agents))
+    assert "before round 1 formed: it forms without it" in agents[0].stderr(), outputs(agents)

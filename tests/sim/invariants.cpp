@@ -65,7 +65,18 @@ void Sim::Check() {
            " ms after its last keep-alive, though it was not paused or killed");
     }
   }
-  if (rec.round >= 0 && rounds_[rec.round].closed == Time{}) rounds_[rec.round].closed = now_;
+  if (rec.round >= 0 && rounds_[rec.round].closed == Time{}) {
+    rounds_[rec.round].closed = now_;
+    // (g): a round never closes with an agent that had already left it (a
+    // signalled agent withdraws its join as it leaves).
+    for (const NodeInfo& m : rec.members) {
+      const SimAgent& x = agents_[std::stoi(m.agent_id.substr(5))];
+      if (x.exit && x.signalled) {
+        Fail("(g) round " + std::to_string(rec.round) + " closed with " + m.agent_id +
+             ", which had left at " + std::to_string(Seconds(x.exit_time)) + " s");
+      }
+    }
+  }
   if (rec.round >= 0 && std::find(rec.done.begin(), rec.done.end(), true) != rec.done.end()) {
     rounds_[rec.round].done_recorded = true;
   }

@@ -76,6 +76,53 @@ TEST_CASE("the job record survives encoding, any text in its messages included")
   CHECK_FALSE(JobRecord::Decode(truncated).ok());
 }
 
+TEST_CASE(
+    "an agent that left a gathering round is never closed in; its withdrawal is the round's") {
+  JobRecord rec = Closed(3);
+  auto ended = EndRoundByFailure(rec, 0, WorkerCause(3), 2);
+  REQUIRE(ended.ok());
+  // Only the gathering round (1) can be left; round 0 is closed.
+  CHECK_FALSE(Withdraw(*ended, 0, "2", "x", 1).ok());
+  CHECK_FALSE(Withdraw(*ended, 2, "2", "x", 1).ok());
+  auto left = Withdraw(*ended, 1, "2", "the agent on host-2 (2, joining round 1) was stopped", 2);
+  REQUIRE(left.ok());
+  CHECK_FALSE(left->final());  // members 0 and 1 remain: --nnodes=2 can go on
+  CHECK(left->Withdrew("2"));
+  CHECK_FALSE(Withdraw(*left, 1, "2", "again", 2).ok());
+  auto back = JobRecord::Decode(left->Encode());
+  REQUIRE(back.ok());
+  REQUIRE(back->withdrawn.size() == 1);
+  CHECK(back->withdrawn[0].reason == "the agent on host-2 (2, joining round 1) was stopped");
+  // Closing round 1 with it is refused; without it, the withdrawals are over.
+  CHECK_FALSE(CloseRound(*left, 1, {Member("0"), Member("1"), Member("2")}).ok());
+  auto closed = CloseRound(*left, 1, {Member("0"), Member("1")});
+  REQUIRE(closed.ok());
+  CHECK(closed->withdrawn.empty());
+  // A member of round 0 leaving so that fewer than MIN remain fails the job, as from a round.
+  auto second = Withdraw(*left, 1, "1", "the agent on host-1 was stopped by SIGTERM", 2);
+  REQUIRE(second.ok());
+  CHECK(second->final());
+  CHECK(second->final_cause.what ==
+        "the agent on host-1 was stopped by SIGTERM; 1 node(s) remain, fewer than the minimum "
+        "of 2 (--nnodes)");
+  // An agent that was in no round before only withdraws: others may still come.
+  auto first = Withdraw(JobRecord(), 0, "5", "x", 2);
+  REQUIRE(first.ok());
+  CHECK_FALSE(first->final());
+}
+
+TEST_CASE("a record of another ddprun version is named as such, not as malformed") {
+  std::string text = Closed(2).Encode();
+  const std::string magic = "ddprun-job/2";
+  REQUIRE(text.find(magic) != std::string::npos);
+  text.replace(text.find(magic), magic.size(), "ddprun-job/1");
+  auto rec = JobRecord::Decode(text);
+  REQUIRE_FALSE(rec.ok());
+  CHECK(rec.status().message() ==
+        "rendezvous: the job record is ddprun-job/1, this ddprun reads ddprun-job/2: run the "
+        "same ddprun version on every node");
+}
+
 TEST_CASE("a failure uses one restart; the one past --max_restarts fails the job for good") {
   JobRecord rec = Closed(2);
   auto first = EndRoundByFailure(rec, 0, WorkerCause(3), 1);
@@ -286,6 +333,39 @@ TEST_CASE("machines: with no restarts left both agents exit with the root cause'
   CHECK(e0.message == e1.message);
 }
 
+TEST_CASE("machines: an agent signalled in a restart's rendezvous is not counted in the round") {
+  TwoAgents t(2);
+  (void)t.Until();
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause = WorkerCause(3);
+  t.a1->WorkersExited(failed, t.now);
+  (void)t.a1->Step(t.kv1, t.now);  // records the failure and joins round 1
+  REQUIRE(t.a1->phase() == AgentMachine::Phase::kWaitRound);
+  REQUIRE(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
+  // Node 0's workers take their grace to stop; node 1's agent gets SIGTERM meanwhile.
+  t.a1->Interrupted(15, "SIGTERM");
+  Action left = t.a1->Step(t.kv1, t.now);
+  REQUIRE(left.kind == ActionKind::kExit);
+  CHECK(left.exit_code == 143);
+  WorkersOutcome stopped;
+  stopped.kind = WorkersOutcome::Kind::kStopped;
+  t.now += std::chrono::seconds(10);
+  t.a0->WorkersExited(stopped, t.now);
+  Action a0 = t.a0->Step(t.kv0, t.now);
+  for (int i = 0; i < 20 && a0.kind == ActionKind::kWait; ++i) {
+    t.now += std::chrono::milliseconds(50);
+    (void)t.coordinator->Step(t.kvc, t.now);
+    a0 = t.a0->Step(t.kv0, t.now);
+  }
+  // Not a round of two with a departed node: the job ends, naming why.
+  REQUIRE(a0.kind == ActionKind::kExit);
+  CHECK(a0.exit_code == 1);
+  CHECK(a0.message ==
+        "the job failed: the agent on host-1 (1, joining round 1) was stopped by SIGTERM; 1 "
+        "node(s) remain, fewer than the minimum of 2 (--nnodes)");
+}
+
 TEST_CASE("machines: a peer-class failure waits for the failure that caused it") {
   TwoAgents t(0);
   (void)t.Until();
@@ -403,6 +483,32 @@ TEST_CASE("machines: a forming round tells who joined after 5 s, then every 30 s
     CHECK(a0.Step(kv0, now).message.empty());
   }
   CHECK(a0.phase() != AgentMachine::Phase::kWaitRound);
+}
+
+TEST_CASE("machines: a round with enough nodes tells that the last call waits for more") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kvc = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = 1;
+  rdzv.max_nodes = 2;
+  rdzv.last_call_timeout = std::chrono::seconds(30);
+  AgentSettings s;
+  s.rdzv = rdzv;
+  s.self = Member("0");
+  s.hosts_store = true;
+  AgentMachine a0(s);
+  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
+  const auto start = Clock::time_point(std::chrono::hours(1));
+  std::string told;
+  for (int ms = 0; ms <= 6000 && told.empty(); ms += 100) {
+    const auto now = start + std::chrono::milliseconds(ms);
+    (void)coordinator.Step(kvc, now);
+    told = a0.Step(kv0, now).message;
+  }
+  CHECK(told.rfind("waiting for round 0: 1 of 1 to 2 nodes joined; the round forms when 2 have or "
+                   "last_call_timeout (30 s) runs out; seen: host-0",
+                   0) == 0);
 }
 
 }  // namespace
