@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdint>
 
 namespace ddprun::rendezvous {
 
@@ -10,6 +11,23 @@ namespace {
 bool ParseDecimal(const std::string& s, int64_t* out) {
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out);
   return ec == std::errc() && ptr == s.data() + s.size() && !s.empty();
+}
+
+// ADD reads the stored value as PyTorch's server does, with std::stoll:
+// leading white space, an optional sign, then digits up to the first other
+// character ("5abc" is 5). No digit, or a number past i64, is an error.
+bool ParseLikeStoll(const std::string& s, int64_t* out) {
+  size_t i = s.find_first_not_of(" \t\n\v\f\r");
+  if (i == std::string::npos) return false;
+  const bool minus = s[i] == '-';
+  if (s[i] == '-' || s[i] == '+') ++i;
+  if (i == s.size() || s[i] < '0' || s[i] > '9') return false;
+  uint64_t magnitude = 0;
+  auto [ptr, ec] = std::from_chars(s.data() + i, s.data() + s.size(), magnitude);
+  const uint64_t limit = static_cast<uint64_t>(INT64_MAX) + (minus ? 1 : 0);
+  if (ec != std::errc() || magnitude > limit) return false;
+  *out = static_cast<int64_t>(minus ? 0 - magnitude : magnitude);
+  return true;
 }
 
 // Counters wrap around in two's complement instead of overflowing (which is
@@ -79,7 +97,7 @@ void StoreState::Wait(ClientId client, const std::vector<std::string>& keys) {
 bool StoreState::Add(ClientId client, const Request& r) {
   int64_t value = 0;
   auto it = kv_.find(r.keys[0]);
-  if (it != kv_.end() && !ParseDecimal(it->second, &value)) return false;
+  if (it != kv_.end() && !ParseLikeStoll(it->second, &value)) return false;
   value = WrappingAdd(value, r.number);
   kv_[r.keys[0]] = std::to_string(value);
   Encoder e;

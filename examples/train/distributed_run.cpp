@@ -157,6 +157,12 @@ Status RunStep(Rank<Model>& r, long step) {
 StatusOr<std::unique_ptr<ddp::ProcessGroup>> Connect(const TrainOptions& o) {
   StatusOr<ddp::LaunchEnv> env = ddp::ReadLaunchEnv();
   if (!env.ok()) return env.status();
+  const bool rank_fault = o.crash_at_step >= 0 || o.hang_at_step >= 0 || o.hang_at_exit;
+  if (rank_fault && o.hang_rank >= env->world_size) {
+    return InvalidArgument(
+        "--hang-rank " + std::to_string(o.hang_rank) + " is not a rank of this job (WORLD_SIZE " +
+        std::to_string(env->world_size) + "): use 0 to " + std::to_string(env->world_size - 1));
+  }
   if (o.collective_timeout_s > 0) {
     env->timeout = std::chrono::milliseconds(std::llround(o.collective_timeout_s * 1000));
   }

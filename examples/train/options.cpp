@@ -1,12 +1,17 @@
 #include "examples/train/options.hpp"
 
 #include <boost/program_options.hpp>
+#include <cmath>
 #include <sstream>
+#include <utility>
 
 namespace ddprun::train {
 namespace {
 
 namespace po = boost::program_options;
+
+constexpr int kMaxBucketCapMb = 1 << 20;  // 1 TiB
+constexpr int kMaxTimeoutS = 365 * 24 * 3600;
 
 po::options_description OptionTable(TrainOptions* o) {
   po::options_description d("train: the ddprun reference trainer (an MLP on synthetic data)");
@@ -78,6 +83,40 @@ Status ParseEnums(const po::variables_map& vm, TrainOptions* o) {
   return Status::Ok();
 }
 
+// A fault at step N: given, N must be a step the run takes.
+Status CheckStep(const po::variables_map& vm, const char* name, long step, long steps) {
+  if (vm.count(name) == 0 || (step >= 0 && step < steps)) return Status::Ok();
+  return InvalidArgument(std::string("--") + name + " " + std::to_string(step) +
+                         ": not a step of this run; use 0 to " + std::to_string(steps - 1) +
+                         " (--steps " + std::to_string(steps) + ")");
+}
+
+Status CheckFaults(const po::variables_map& vm, const TrainOptions& o) {
+  for (auto [name, step] :
+       {std::pair{"crash-at-step", o.crash_at_step}, std::pair{"hang-at-step", o.hang_at_step},
+        std::pair{"nan-at-step", o.nan_at_step}}) {
+    if (Status s = CheckStep(vm, name, step, o.steps); !s.ok()) return s;
+  }
+  const bool rank_fault = o.crash_at_step >= 0 || o.hang_at_step >= 0 || o.hang_at_exit;
+  if (rank_fault && o.reference) {
+    return InvalidArgument(
+        "--crash-at-step, --hang-at-step and --hang-at-exit stop a rank of a DDP run; --reference "
+        "has none (it takes --nan-at-step)");
+  }
+  if (!vm["hang-rank"].defaulted() && !rank_fault) {
+    return InvalidArgument(
+        "--hang-rank names the rank of --crash-at-step, --hang-at-step or --hang-at-exit; give "
+        "one of them");
+  }
+  if (o.hang_rank < 0) return InvalidArgument("--hang-rank must not be negative");
+  if (!vm["world-size"].defaulted() && !o.reference) {
+    return InvalidArgument(
+        "--world-size is the ranks --reference simulates; under ddprun the world is "
+        "--nproc_per_node times the nodes");
+  }
+  return Status::Ok();
+}
+
 Status CheckRanges(const TrainOptions& o) {
   if (o.device != "cpu" && o.device != "cuda") {
     return InvalidArgument("--device " + o.device + ": unknown; use cpu or cuda");
@@ -93,9 +132,17 @@ Status CheckRanges(const TrainOptions& o) {
         "--nan-at-step or --reference)");
   }
   if (o.world_size < 1) return InvalidArgument("--world-size must be at least 1");
-  if (!(o.lr > 0)) return InvalidArgument("--lr must be positive");
-  if (o.bucket_cap_mb < 0 || o.collective_timeout_s < 0) {
-    return InvalidArgument("--bucket-cap-mb and --collective-timeout must not be negative");
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) {
+    return InvalidArgument("--lr must be a positive, finite number");
+  }
+  // Bounds that the byte count and Gloo's millisecond timeout hold.
+  if (!(o.bucket_cap_mb >= 0 && o.bucket_cap_mb <= kMaxBucketCapMb)) {
+    return InvalidArgument("--bucket-cap-mb: a number of MiB from 0 to " +
+                           std::to_string(kMaxBucketCapMb) + " (0: the default, 25)");
+  }
+  if (!(o.collective_timeout_s >= 0 && o.collective_timeout_s <= kMaxTimeoutS)) {
+    return InvalidArgument("--collective-timeout: a number of seconds from 0 to " +
+                           std::to_string(kMaxTimeoutS) + " (a year; 0: the default, 600)");
   }
   return Status::Ok();
 }
@@ -121,6 +168,7 @@ StatusOr<TrainOptions> ParseOptions(int argc, const char* const* argv) {
   }
   Status s = ParseEnums(vm, &o);
   if (s.ok()) s = CheckRanges(o);
+  if (s.ok()) s = CheckFaults(vm, o);
   if (!s.ok()) return s;
   return o;
 }

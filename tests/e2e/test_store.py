@@ -567,6 +567,24 @@ def torch_server():
     del master
 
 
+LOOSE_NUMBERS = ["5abc", " 7", "+3", "\t-4\n", "12 34"]
+
+
+def loose_adds(st):
+    """ADD on stored values that are numbers only to std::stoll."""
+    sums = []
+    for i, text in enumerate(LOOSE_NUMBERS):
+        st.set(f"loose{i}", text)
+        sums.append(st.add(f"loose{i}", 1))
+    return sums
+
+
+def test_add_reads_stored_values_as_pytorchs_server_does(server, torch_server):
+    expected = loose_adds(torch_server)
+    assert expected == [6, 8, 4, -3, 13]  # PyTorch's server, side by side
+    assert loose_adds(client(server.port)) == expected
+
+
 def test_ddprun_client_against_torch_server(torch_server, cli_factory):
     m = torch_server
     cli = cli_factory(m.port)

@@ -166,6 +166,32 @@ def test_without_the_launcher_the_worker_says_how_to_start_it():
     assert "RANK" in r.stderr and "WORLD_SIZE" in r.stderr and "ddprun" in r.stderr, r.stderr
 
 
+@pytest.mark.parametrize("args, says", [
+    (["--collective-timeout", "inf"], "--collective-timeout: a number of seconds from 0 to"),
+    (["--collective-timeout", "nan"], "--collective-timeout: a number of seconds from 0 to"),
+    (["--bucket-cap-mb", "1e30"], "--bucket-cap-mb: a number of MiB from 0 to"),
+    (["--lr", "inf"], "--lr must be a positive, finite number"),
+    (["--crash-at-step", "20"], "--crash-at-step 20: not a step of this run; use 0 to 19"),
+    (["--hang-at-step", "-1"], "--hang-at-step -1: not a step of this run"),
+    (["--hang-rank", "0"], "--hang-rank names the rank of --crash-at-step"),
+    (["--reference", "--hang-at-exit"], "--reference has none"),
+    (["--world-size", "3"], "--world-size is the ranks --reference simulates"),
+])
+def test_a_value_the_trainer_cannot_honour_is_a_usage_error(args, says):
+    # Each used to run to the end (a crash or hang never came, a NaN timeout became 600 s) or
+    # to die in Gloo's set-up.
+    r = subprocess.run([TRAIN, "--device", "cpu", *SMALL, *args], env=env(), capture_output=True,
+                       text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    assert says in r.stderr, r.stderr
+
+
+def test_a_fault_rank_outside_the_job_is_a_usage_error():
+    r = ddprun(2, *SMALL, "--crash-at-step", "1", "--hang-rank", "5")
+    assert r.returncode == 2, r.stderr
+    assert "--hang-rank 5 is not a rank of this job (WORLD_SIZE 2): use 0 to 1" in r.stderr
+
+
 # The CUDA path lives in a plugin beside train (examples/train/cuda_plugin.hpp), loaded only for
 # --device cuda: train itself starts where no CUDA library is installed.
 PLUGIN = Path(TRAIN).with_name("libddprun_train_cuda.so")

@@ -176,6 +176,24 @@ TEST_CASE("ADD on a value that is not a number fails and replies nothing") {
   CHECK(Get(f, "/c") == "abc");
 }
 
+TEST_CASE("ADD reads a stored value as PyTorch's std::stoll does: space, a sign, trailing text") {
+  Fixture f;
+  for (auto [text, sum] : {std::pair{"5abc", 6}, std::pair{" 7", 8}, std::pair{"+3", 4},
+                           std::pair{"\t-4\n", -3}, std::pair{"12 34", 13}}) {
+    f.Set(2, "/c", text);
+    REQUIRE(f.Do(1, Op::kAdd, {"/c"}, {}, 1));
+    CHECK(f.Take() == Sent{{1, I64(sum)}});
+  }
+  f.Set(2, "/c", "-9223372036854775808");
+  REQUIRE(f.Do(1, Op::kAdd, {"/c"}, {}, 0));
+  CHECK(f.Take() == Sent{{1, I64(INT64_MIN)}});
+  // No digit after the sign, two signs, or out of i64's range: stoll throws.
+  for (const char* text : {"+", "-x", "+-1", "--1", " ", "9223372036854775808"}) {
+    f.Set(2, "/c", text);
+    CHECK_FALSE(f.Do(1, Op::kAdd, {"/c"}, {}, 1));
+  }
+}
+
 TEST_CASE("ADD wakes waiters on the key") {
   Fixture f;
   REQUIRE(f.Do(3, Op::kWait, {"/c"}));
