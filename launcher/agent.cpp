@@ -59,16 +59,14 @@ class Agent {
   rendezvous::WorkersOutcome Outcome(const rendezvous::RoundResult& round,
                                      const supervisor::GroupResult& result);
   int Finish(const rendezvous::Action& exit);
-  // A terminating signal received and not yet acted on, for the driver to ask.
-  rendezvous::AgentDriver::SignalQuery PendingSignal();
+  // The terminating signal to act on; with `after`, only one received after
+  // the first `after` (Supervisor::signals_received()).
+  rendezvous::AgentDriver::SignalQuery PendingSignal(int after = -1);
   int FinishLocally(int code, const std::string& message);
   std::vector<std::string> ErrorFiles(int attempt) const;
   // Dumps every running worker into `dir` and prints the summary; returns the
   // ranks the flight recorders show as stragglers.
   std::vector<int> DumpWorkers(const supervisor::HangReport& report, const std::string& dir);
-  // The failure report's host: the host name, the node rank and, under
-  // Slurm, the node, the job step and the requeues so far.
-  std::string ReportHost() const;
   // What the catalogue may name beyond the worker's text (supervisor/explain.hpp).
   supervisor::ExplainContext ExplainFacts() const {
     return facts_.Context(c_, program_, environ_, layout_ ? layout_->run_dir() : "");
@@ -321,10 +319,12 @@ std::vector<std::string> Agent::ErrorFiles(int attempt) const {
   return files;
 }
 
-rendezvous::AgentDriver::SignalQuery Agent::PendingSignal() {
-  return [this]() -> std::pair<int, std::string> {
+rendezvous::AgentDriver::SignalQuery Agent::PendingSignal(int after) {
+  return [this, after]() -> std::pair<int, std::string> {
     sup_->PollSignals();
-    const int sig = sup_->pending_signal();
+    const int sig = after < 0                          ? sup_->pending_signal()
+                    : sup_->signals_received() > after ? sup_->last_signal()
+                                                       : 0;
     return {sig, sig != 0 ? supervisor::SignalName(sig) : ""};
   };
 }
@@ -339,21 +339,9 @@ int Agent::FinishLocally(int code, const std::string& message) {
 
 std::string Agent::Report() const {
   auto why = supervisor::Explain(local_failures_.front(), ExplainFacts());
-  return supervisor::FormatReport(program_.name, ReportHost(), local_failures_,
-                                  why ? why->cause : "", why ? why->fix : "");
-}
-
-std::string Agent::ReportHost() const {
-  std::string host = env::Fqdn();
-  const std::string rank = round_ ? "node rank " + std::to_string(round_->node_rank) : "";
-  if (!c_.slurm) return rank.empty() ? host : host + " (" + rank + ")";
-  const env::SlurmStep& step = *c_.slurm;
-  host += " (Slurm node " + (step.node_name.empty() ? "?" : step.node_name) +
-          (rank.empty() ? "" : ", " + rank) + "; job step " + step.Id();
-  if (step.restart_count > 0) {
-    host += ", requeued " + std::to_string(step.restart_count) + " time(s): SLURM_RESTART_COUNT";
-  }
-  return host + ")";
+  return supervisor::FormatReport(program_.name,
+                                  ReportHost(round_ ? round_->node_rank : -1, c_.slurm),
+                                  local_failures_, why ? why->cause : "", why ? why->fix : "");
 }
 
 int Agent::Finish(const rendezvous::Action& exit) {
@@ -408,8 +396,10 @@ int Agent::Finish(const rendezvous::Action& exit) {
   }
   if (driver_) {
     // The host waits for the others to read the record before its store goes.
-    const int sig = driver_->Leave(coordinator_ != nullptr,
-                                   exit.exit_code == 0 ? kExitWait : kLeaveWait, PendingSignal());
+    // Only a signal that comes during the wait ends it: one already acted on is not news.
+    const int sig =
+        driver_->Leave(coordinator_ != nullptr, exit.exit_code == 0 ? kExitWait : kLeaveWait,
+                       PendingSignal(sup_->signals_received()));
     if (sig != 0) {
       spdlog::warn("received {} while waiting for the other agents to leave: exiting",
                    supervisor::SignalName(sig));

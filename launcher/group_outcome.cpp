@@ -7,6 +7,7 @@
 #include <random>
 #include <set>
 
+#include "env/host.hpp"
 #include "env/processes.hpp"
 
 namespace ddprun::launcher {
@@ -91,6 +92,18 @@ std::vector<int> TellNeverJoined(const supervisor::HangReport& report, int store
       never.size() > 1 ? "s" : "", ranks, never.size() > 1 ? "are" : "is", store_port,
       never.size() > 1 ? "they" : "it");
   return never;
+}
+
+std::string ReportHost(int node_rank, const std::optional<env::SlurmStep>& slurm) {
+  std::string host = env::Fqdn();
+  const std::string rank = node_rank >= 0 ? "node rank " + std::to_string(node_rank) : "";
+  if (!slurm) return rank.empty() ? host : host + " (" + rank + ")";
+  host += " (Slurm node " + (slurm->node_name.empty() ? "?" : slurm->node_name) +
+          (rank.empty() ? "" : ", " + rank) + "; job step " + slurm->Id();
+  if (slurm->restart_count > 0) {
+    host += ", requeued " + std::to_string(slurm->restart_count) + " time(s): SLURM_RESTART_COUNT";
+  }
+  return host + ")";
 }
 
 }  // namespace ddprun::launcher

@@ -2,6 +2,7 @@
 // keeps: helpers of launcher/agent.cpp, free of its state.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,5 +33,9 @@ std::string DefaultTimerFile(const env::Environ& environ);
 // did and wait there, logged as the ones that never joined; empty (nothing
 // logged) when it cannot tell them apart.
 std::vector<int> TellNeverJoined(const supervisor::HangReport& report, int store_port);
+
+// The failure report's host: the host name, the node rank (-1: none yet)
+// and, under Slurm, the node, the job step and the requeues so far.
+std::string ReportHost(int node_rank, const std::optional<env::SlurmStep>& slurm);
 
 }  // namespace ddprun::launcher

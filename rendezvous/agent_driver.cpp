@@ -99,6 +99,10 @@ void AgentDriver::StopWatching() {
 
 void AgentDriver::Watch(const std::function<void(const std::string&)>& on_stop) {
   ClientKv kv(*watch_client_);
+  // After the stop is asked for, the machine is still stepped while the
+  // workers take their grace: its keep-alive goes on, and the time is not
+  // taken for this agent not running.
+  bool told = false;
   while (!stop_watching_) {
     Action action;
     std::string key;
@@ -110,10 +114,11 @@ void AgentDriver::Watch(const std::function<void(const std::string&)>& on_stop) 
       key = machine_.wake_key();
       wake = machine_.next_wake();
     }
-    if (action.kind == ActionKind::kStopWorkers || action.kind == ActionKind::kExit) {
+    if ((action.kind == ActionKind::kStopWorkers || action.kind == ActionKind::kExit) && !told) {
       on_stop(action.message);
-      return;
+      told = true;
     }
+    if (action.kind == ActionKind::kExit) return;
     (void)WaitForKey(*watch_client_, key, wake);
   }
 }

@@ -386,7 +386,14 @@ Action AgentMachine::Finishing(Kv& kv, const JobRecord& rec, Time now) {
 Action AgentMachine::Leave(Kv& kv) {
   const std::string by = "stopped by " + signal_name_;
   // Best effort: the store may be gone too.
-  if (round_ >= 0) {
+  if (s_.hosts_store) {
+    // The job ends with its store, whatever round runs or forms.
+    Cause c;
+    c.cls = FailureClass::kSignal;
+    c.exit_code = exit_code::ForSignal(signal_);
+    c.what = "the agent hosting the store (" + s_.self.name + ") was " + by;
+    (void)Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
+  } else if (round_ >= 0) {
     // Between rounds it has no node rank: named by its host and agent.
     const std::string who = node_rank_ >= 0
                                 ? "node " + std::to_string(node_rank_) + " (" + s_.self.name + ")"
@@ -407,13 +414,6 @@ Action AgentMachine::Leave(Kv& kv) {
     (void)Apply(kv, [&](const JobRecord& r) {
       return EndRoundByMembership(r, round_, reason, s_.self.agent_id, s_.rdzv.min_nodes);
     });
-  }
-  if (s_.hosts_store) {
-    Cause c;
-    c.cls = FailureClass::kSignal;
-    c.exit_code = exit_code::ForSignal(signal_);
-    c.what = "the agent hosting the store (" + s_.self.name + ") was " + by;
-    (void)Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
   }
   return Exit(exit_code::ForSignal(signal_), "received " + signal_name_);
 }

@@ -231,6 +231,10 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
       signal_filter_(sig, sender)) {
     return;  // the workers have it from its sender
   }
+  if (forward_only_.count(sig) == 0) {
+    ++signals_received_;
+    last_signal_ = sig;
+  }
   if (running_ != nullptr) {
     const bool was_done = running_->done();
     running_->OnSignal(sig);

@@ -67,6 +67,10 @@ class Supervisor {
   const std::set<int>& forward_only() const { return forward_only_; }
   // A terminating signal received while no group ran, or 0.
   int pending_signal() const { return pending_signal_; }
+  // Terminating signals received so far (every one, not only the first), and
+  // the last of them: whether one came after a moment.
+  int signals_received() const { return signals_received_; }
+  int last_signal() const { return last_signal_; }
   // Between groups: handles the signals that arrived since the last call (the
   // loop runs only inside RunGroup otherwise), so pending_signal() is current.
   void PollSignals();
@@ -193,6 +197,8 @@ class Supervisor {
   std::unique_ptr<Containment> containment_;
   GroupState* running_ = nullptr;
   int pending_signal_ = 0;
+  int signals_received_ = 0;
+  int last_signal_ = 0;
   sigset_t workers_ignore_{};  // SetWorkersIgnore
   UniqueFd dev_null_in_;
   UniqueFd dev_null_out_;

@@ -13,7 +13,10 @@ to disagree (docs/elastic-invariants.md), each now decided by the one job record
    neighbour's death);
 6. an agent stopped by SIGTERM while it waits for a restart's round is not counted in it: the
    others form that round without it (it used to be counted, its workers awaited, and the round
-   ended again once its keep-alive stopped).
+   ended again once its keep-alive stopped);
+7. the store host stopped by SIGHUP while another node's workers take their grace: that node
+   says the store is gone, not that it did not run itself, and the host tells its one SIGHUP
+   once.
 
 The pauses are the faults under test (their length is the input), not waits for an event; every
 wait for an outcome polls with a deadline.
@@ -210,3 +213,27 @@ def test_sigterm_in_a_restarts_rendezvous_leaves_that_round(launch, tmp_path):
             seen = [(s[1], s[2]) for s in starts(out, node, lr)]
             assert seen == [(6, 0), (4, 1)], (node, lr, seen, outputs(agents))
     assert "before round 1 formed: it forms without it" in agents[0].stderr(), outputs(agents)
+
+
+# Node 0's workers fail; node 1's ignore SIGTERM and take their whole grace.
+HOST_FAILS = r'''
+if [ "$NODE" = 0 ]; then sleep 1; exit 3; fi
+trap '' TERM
+while [ ! -e "$OUTDIR/stop" ]; do sleep 0.2; done
+'''
+
+
+def test_store_host_gone_during_anothers_grace_is_told_as_such(launch, tmp_path):
+    out, agents = c10d_agents(launch, tmp_path, "2:2", 2, HOST_FAILS,
+                              extra=["--max_restarts=1", "--shutdown_timeout=7"])
+    wait_for(lambda: "stopping the workers" in agents[1].stderr(), 20,
+             what="node 1 stopping its workers")
+    agents[0].signal(signal.SIGHUP)
+    assert agents[0].wait(15) == 128 + signal.SIGHUP, outputs(agents)
+    assert agents[1].wait(15) == 1, outputs(agents)
+    # The grace outlasts the host's wait for it (5 s): it finds the store gone. It ran the whole
+    # time: its machine was stepped (and kept alive) through the grace.
+    err = agents[1].stderr()
+    assert "is gone" in err, outputs(agents)
+    assert "did not run" not in err, outputs(agents)
+    assert agents[0].stderr().count("SIGHUP") == 1, outputs(agents)
