@@ -179,7 +179,8 @@ Status Agent::Setup() {
   settings.peer_settle =
       stores_.settings.keep_alive_interval * (stores_.settings.keep_alive_max_attempt + 1);
   auto driver =
-      rendezvous::AgentDriver::Connect(stores_.rdzv_host, stores_.rdzv_port, std::move(settings));
+      rendezvous::AgentDriver::Connect(stores_.rdzv_host, stores_.rdzv_port, std::move(settings),
+                                       [this] { return PendingSignal()().first != 0; });
   if (!driver.ok()) return driver.status();
   driver_ = std::move(*driver);
   return Status::Ok();
@@ -530,10 +531,14 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
 
 int Agent::Run() {
   if (Status s = Setup(); !s.ok()) {
+    const int sig = s.code() == StatusCode::kAborted ? sup_->pending_signal() : 0;
+    if (sig != 0)
+      s = Status(s.code(), "received " + supervisor::SignalName(sig) + ": " + s.message());
     spdlog::error("{}", s.message());
     if (coordinator_) coordinator_->Stop();
-    const int code =
-        exit_code::ForStatus(s) == exit_code::kUsage ? exit_code::kUsage : exit_code::kFailure;
+    const int code = sig != 0                                       ? exit_code::ForSignal(sig)
+                     : exit_code::ForStatus(s) == exit_code::kUsage ? exit_code::kUsage
+                                                                    : exit_code::kFailure;
     rendezvous::Action exit;
     exit.kind = rendezvous::ActionKind::kExit;
     exit.exit_code = code;

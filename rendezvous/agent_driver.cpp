@@ -11,9 +11,11 @@
 namespace ddprun::rendezvous {
 
 StatusOr<std::unique_ptr<AgentDriver>> AgentDriver::Connect(const std::string& host, int port,
-                                                            AgentSettings settings) {
+                                                            AgentSettings settings,
+                                                            const Interrupted& interrupted) {
   auto client = StoreClient::Connect(host, port, settings.rdzv.read_timeout, settings.rdzv.token,
-                                     StoreRole::kAgent);
+                                     StoreRole::kAgent, interrupted);
+  if (client.status().code() == StatusCode::kAborted) return client.status();
   if (!client.ok()) return client.status().Annotate("rendezvous");
   std::unique_ptr<AgentDriver> driver(
       new AgentDriver(std::move(*client), host, port, std::move(settings)));

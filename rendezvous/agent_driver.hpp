@@ -26,7 +26,8 @@ class AgentDriver {
  public:
   // Connects to the rendezvous store and checks it coordinates this job.
   static StatusOr<std::unique_ptr<AgentDriver>> Connect(const std::string& host, int port,
-                                                        AgentSettings settings);
+                                                        AgentSettings settings,
+                                                        const Interrupted& interrupted = {});
   ~AgentDriver() { StopWatching(); }
   AgentDriver(const AgentDriver&) = delete;
   AgentDriver& operator=(const AgentDriver&) = delete;

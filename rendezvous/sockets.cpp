@@ -182,7 +182,8 @@ Status ConnectOnce(const addrinfo* ai, Clock::time_point deadline, UniqueFd* out
 
 }  // namespace
 
-StatusOr<UniqueFd> ConnectWithRetry(const std::string& host, int port, Clock::time_point deadline) {
+StatusOr<UniqueFd> ConnectWithRetry(const std::string& host, int port, Clock::time_point deadline,
+                                    const Interrupted& interrupted) {
   auto addrs = Resolve(host, port, /*passive=*/false);
   if (!addrs.ok()) return addrs.status();
   auto delay = std::chrono::milliseconds(10);
@@ -195,6 +196,7 @@ StatusOr<UniqueFd> ConnectWithRetry(const std::string& host, int port, Clock::ti
       if (last.code() == StatusCode::kUnavailable) return last;  // out of fds: waiting won't help
     }
     if (Clock::now() + delay >= deadline) break;
+    if (interrupted && interrupted()) return Status(StatusCode::kAborted, "interrupted");
     std::this_thread::sleep_for(delay);  // backoff between attempts on a store not up yet
     delay = std::min(delay * 2, std::chrono::milliseconds(500));
   }

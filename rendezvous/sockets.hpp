@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "base/status.hpp"
@@ -25,10 +26,15 @@ int LocalPort(int fd);
 // "127.0.0.1" or "::1" (IPv4-mapped IPv6 addresses are shown as IPv4).
 std::string AddressString(const sockaddr_storage& addr);
 
+// Asked between connection attempts: true ends the wait (ddprun got a
+// terminating signal).
+using Interrupted = std::function<bool()>;
+
 // A connected, blocking TCP socket with TCP_NODELAY. Retries refused and
-// reset connections (a store that is not up yet) until `deadline`; a host
-// that does not resolve fails at once.
-StatusOr<UniqueFd> ConnectWithRetry(const std::string& host, int port, Clock::time_point deadline);
+// reset connections (a store that is not up yet) until `deadline`, or until
+// `interrupted` says so (kAborted); a host that does not resolve fails at once.
+StatusOr<UniqueFd> ConnectWithRetry(const std::string& host, int port, Clock::time_point deadline,
+                                    const Interrupted& interrupted = {});
 
 // "host:port", with brackets around IPv6 literals.
 std::string HostPort(const std::string& host, int port);

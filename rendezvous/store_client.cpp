@@ -24,12 +24,13 @@ Encoder& KeyList(Encoder& e, const std::vector<std::string>& keys) {
 }  // namespace
 
 StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Duration timeout,
-                                           const std::string& token, StoreRole role) {
+                                           const std::string& token, StoreRole role,
+                                           const Interrupted& interrupted) {
   const auto deadline = Clock::now() + timeout;
   auto delay = std::chrono::milliseconds(100);
   for (int attempt = 0;; ++attempt) {
     bool closed = false;
-    auto client = ConnectOnce(host, port, timeout, deadline, token, role, &closed);
+    auto client = ConnectOnce(host, port, timeout, deadline, token, role, interrupted, &closed);
     if (client.ok() || !closed || attempt == kHandshakeRetries ||
         Clock::now() + delay >= deadline) {
       return client;
@@ -41,9 +42,14 @@ StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Du
 
 StatusOr<StoreClient> StoreClient::ConnectOnce(const std::string& host, int port, Duration timeout,
                                                Clock::time_point deadline, const std::string& token,
-                                               StoreRole role, bool* closed) {
+                                               StoreRole role, const Interrupted& interrupted,
+                                               bool* closed) {
   const std::string address = HostPort(host, port);
-  auto fd = ConnectWithRetry(host, port, deadline);
+  auto fd = ConnectWithRetry(host, port, deadline, interrupted);
+  if (fd.status().code() == StatusCode::kAborted) {
+    return Status(StatusCode::kAborted,
+                  "interrupted while connecting to the store at " + address + " (not up yet)");
+  }
   if (!fd.ok()) {
     return fd.status().Annotate("store " + address +
                                 " cannot be reached (is the hosting agent running and the "

@@ -36,9 +36,11 @@ class StoreClient {
   // within `timeout`. A refused token closes the connection the same way, so
   // its error comes after the retries (about 1.5 s).
   static constexpr int kHandshakeRetries = 3;
+  // `interrupted` ends the wait for a store not up yet (kAborted).
   static StatusOr<StoreClient> Connect(const std::string& host, int port, Duration timeout,
                                        const std::string& token = "",
-                                       StoreRole role = StoreRole::kWorker);
+                                       StoreRole role = StoreRole::kWorker,
+                                       const Interrupted& interrupted = {});
 
   Status Set(const std::string& key, const std::string& value);
   // Waits for the key (up to the operation timeout), then reads it.
@@ -77,7 +79,8 @@ class StoreClient {
   // store closed the connection before answering (worth another try).
   static StatusOr<StoreClient> ConnectOnce(const std::string& host, int port, Duration timeout,
                                            Clock::time_point deadline, const std::string& token,
-                                           StoreRole role, bool* closed);
+                                           StoreRole role, const Interrupted& interrupted,
+                                           bool* closed);
 
   Status SendBytes(const std::string& bytes);
   Status ReadExact(void* out, size_t n, Clock::time_point deadline);

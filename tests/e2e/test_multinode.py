@@ -176,6 +176,20 @@ def test_static_timeout_names_round_and_count(launch, tmp_path):
     assert_timeout_reason(agents[0].stderr(), agents)
 
 
+def test_static_node_waiting_for_the_store_host_acts_on_sigterm(launch, tmp_path):
+    """Node rank 1 waits for node 0's store to come up: SIGTERM ends that wait at once (it used
+    to go on until the read timeout, a minute, then exit 1)."""
+    port = free_port()
+    agent = launch(static_args(2, 1, port, extra=sh("exit 0")))
+    time.sleep(1)  # it is retrying its connection (the fault's moment, not an event)
+    agent.signal(signal.SIGTERM)
+    sent = time.monotonic()
+    assert agent.wait(10) == 128 + signal.SIGTERM, agent.output()
+    assert time.monotonic() - sent < 2, agent.output()
+    assert (f"received SIGTERM: interrupted while connecting to the store at 127.0.0.1:{port}"
+            in agent.stderr()), agent.output()
+
+
 def assert_timeout_reason(err, agents):
     assert re.search(r"round 0\b", err), outputs(agents)
     assert re.search(r"\b2\b[^\n]*joined|joined[^\n]*\b2\b", err), outputs(agents)
