@@ -240,8 +240,31 @@ std::optional<Action> AgentMachine::ClaimRank(Kv& kv) {
   return Exit(1, c.what);
 }
 
+std::optional<Action> AgentMachine::CheckSettings(Kv& kv) {
+  if (settings_checked_) return std::nullopt;
+  const RendezvousSettings& r = s_.rdzv;
+  const std::string mine = "--nnodes=" + std::to_string(r.min_nodes) +
+                           (r.min_nodes == r.max_nodes ? "" : ":" + std::to_string(r.max_nodes)) +
+                           " --max_restarts=" + std::to_string(s_.max_restarts);
+  auto stored = kv.CompareSet(keys_.Settings(), "", mine + "\n" + s_.self.name);
+  if (!stored.ok()) return StoreGone(stored.status());
+  const size_t newline = stored->find('\n');
+  const std::string theirs = stored->substr(0, newline);
+  if (theirs == mine) {
+    settings_checked_ = true;
+    return std::nullopt;
+  }
+  const std::string host = newline == std::string::npos ? "" : stored->substr(newline + 1);
+  return Exit(exit_code::kUsage,
+              "this node's " + mine + " differ from the job's " + theirs +
+                  " (given by the first agent to join, on " + host +
+                  "): every node must give the same --nnodes and --max_restarts, or the nodes "
+                  "would disagree on the job's size and on when it fails");
+}
+
 Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {
   if (rec.final()) return ExitByRecord(rec);
+  if (auto refused = CheckSettings(kv)) return *refused;
   if (auto refused = ClaimRank(kv)) return *refused;
   const int r = std::max(min_round_, rec.round + 1);
   auto arrival = kv.Add(keys_.Join(r), 1);

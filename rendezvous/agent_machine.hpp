@@ -111,6 +111,9 @@ class AgentMachine {
   Action Join(Kv& kv, const JobRecord& rec, Time now);
   // exclusive_rank: claims the node rank; an exit action when another agent holds it.
   std::optional<Action> ClaimRank(Kv& kv);
+  // The first agent to join records the settings all must share; an exit
+  // action (exit 2) when this agent's differ.
+  std::optional<Action> CheckSettings(Kv& kv);
   Action WaitRound(Kv& kv, const JobRecord& rec, Time now);
   Action Clearing(Kv& kv, const JobRecord& rec, Time now);
   Action Running(const JobRecord& rec, Time now);
@@ -143,6 +146,7 @@ class AgentMachine {
   std::optional<Time> first_join_;
   bool cleared_ = false;
   bool rank_claimed_ = false;  // exclusive_rank: the claim key holds our NodeInfo
+  bool settings_checked_ = false;
   WorkersOutcome outcome_;
   Time settle_until_{};
   int signal_ = 0;

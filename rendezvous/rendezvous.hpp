@@ -71,6 +71,9 @@ class RendezvousKeys {
   std::string Cleared(int r) const { return R(r) + "cleared"; }
   // Static backend: the agent that holds node rank `rank` (its NodeInfo).
   std::string Claim(int rank) const { return p_ + "claim/" + std::to_string(rank); }
+  // The settings every agent must share ("--nnodes=1:2 --max_restarts=3"),
+  // as the first agent to join gave them, then a newline and its host.
+  std::string Settings() const { return p_ + "settings"; }
 
  private:
   std::string R(int r) const { return p_ + "r" + std::to_string(r) + "/"; }

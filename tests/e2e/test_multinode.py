@@ -373,6 +373,20 @@ def test_c10d_different_rdzv_ids_do_not_join(launch, tmp_path):
 
 # --------------------------------------------------------------------------- 8. job token
 
+def test_c10d_a_node_with_other_limits_is_refused(launch, tmp_path):
+    """--max_restarts (or --nnodes) that differ between nodes: the later node is refused; the
+    nodes would otherwise each judge failures by their own limit."""
+    port = free_port()
+    a = launch(c10d_args("2", 0, port, extra=["--max_restarts=0", *sh("exit 0")]))
+    wait_listening(port)
+    b = launch(c10d_args("2", 1, port, extra=["--max_restarts=2", *sh("exit 0")]))
+    assert b.wait(AGENT_TIMEOUT) == 2, outputs([a, b])
+    assert ("this node's --nnodes=2 --max_restarts=2 differ from the job's --nnodes=2 "
+            "--max_restarts=0") in b.stderr(), outputs([a, b])
+    a.signal(signal.SIGTERM)
+    assert a.wait(AGENT_TIMEOUT) == 128 + signal.SIGTERM, outputs([a, b])
+
+
 def test_c10d_wrong_token_is_refused(launch, tmp_path):
     port = free_port()
     host = launch(c10d_args("2", 0, port, conf=FAST + ",token=secret", extra=sh("exit 0")))

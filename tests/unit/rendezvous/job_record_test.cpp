@@ -427,6 +427,33 @@ TEST_CASE("machines: a static node rank claimed twice fails the job at once, nam
   }
 }
 
+TEST_CASE("machines: an agent whose --nnodes or --max_restarts differ from the job's is refused") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kv1 = store.Connect(), kv2 = store.Connect();
+  AgentSettings s;
+  s.rdzv.run_id = "t";
+  s.rdzv.min_nodes = 1;
+  s.rdzv.max_nodes = 3;
+  s.max_restarts = 2;
+  s.self = Member("0");
+  AgentMachine first(s);
+  s.self = Member("1");
+  AgentMachine same(s);
+  s.self = Member("2");
+  s.max_restarts = 0;
+  AgentMachine other(s);
+  auto now = Clock::time_point(std::chrono::hours(1));
+  CHECK(first.Step(kv0, now).kind == ActionKind::kWait);
+  CHECK(same.Step(kv1, now).kind == ActionKind::kWait);
+  Action refused = other.Step(kv2, now);
+  REQUIRE(refused.kind == ActionKind::kExit);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.message.rfind(
+            "this node's --nnodes=1:3 --max_restarts=0 differ from the job's --nnodes=1:3 "
+            "--max_restarts=2 (given by the first agent to join, on host-0)",
+            0) == 0);
+}
+
 TEST_CASE("machines: an agent's own claim is no conflict when it joins again") {
   LocalStore store;
   auto kv = store.Connect();
