@@ -234,6 +234,16 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
   if (forward_only_.count(sig) == 0) {
     ++signals_received_;
     last_signal_ = sig;
+  } else if (running_ == nullptr || running_->done()) {
+    // SIGUSR1/2 with no workers to take it (a rendezvous, a restart). Not
+    // held for the next workers: they would die of it before their handler
+    // is installed, and have no progress to save yet.
+    spdlog::warn(
+        "received {} while no workers run (between groups or before the first): no worker gets "
+        "it; a checkpoint request this early finds nothing to save (under Slurm, give "
+        "--signal=USR1@N an N longer than the workers' start-up)",
+        SignalName(sig));
+    return;
   }
   if (running_ != nullptr) {
     const bool was_done = running_->done();

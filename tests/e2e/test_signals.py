@@ -3,6 +3,7 @@
 import os
 import re
 import signal
+import socket
 import subprocess
 import time
 
@@ -276,3 +277,21 @@ def test_usr1_is_forwarded_inside_a_slurm_step(tmp_path, launch, pid_reaper):
     p.signal(signal.SIGUSR1)
     assert p.wait(timeout=15) == 0, p.output()
     assert (tmp_path / "got_0").read_text().strip() == "USR1"
+
+
+def test_usr1_before_any_worker_is_told_and_the_job_goes_on(launch):
+    """SIGUSR1 while the rendezvous waits (no worker yet): told, not passed on, the job goes on
+    (it was dropped without a word)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = launch(["--nnodes=2", "--node_rank=0", f"--master_port={port}",
+                "--rdzv_conf=join_timeout=30", "--signals_to_handle=SIGTERM,SIGUSR1",
+                *sh("exit 0")])
+    time.sleep(1)  # waiting for node 1 (the fault's moment, not an event)
+    p.signal(signal.SIGUSR1)
+    wait_for(lambda: "received SIGUSR1 while no workers run" in p.stderr(), 10,
+             what="SIGUSR1 told")
+    assert p.proc.poll() is None, p.output()  # still waiting for node 1
+    p.signal(signal.SIGTERM)
+    assert p.wait(timeout=10) == 128 + signal.SIGTERM, p.output()
