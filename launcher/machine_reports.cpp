@@ -58,9 +58,10 @@ json WorkerJson(const supervisor::WorkerRecord& w) {
 // The worker's error file as written (torchrun's JSON), or null.
 json ErrorFileJson(const std::string& path) {
   if (path.empty() || path == "<N/A>") return nullptr;
-  std::ifstream in(path);
-  if (!in) return nullptr;
-  return json::parse(in, nullptr, /*allow_exceptions=*/false);
+  // Never waits (a named pipe); a record that does not parse is null (the
+  // failure's message says what it holds).
+  json data = json::parse(ReadSmallFile(path), nullptr, /*allow_exceptions=*/false);
+  return data.is_discarded() ? json(nullptr) : data;
 }
 
 json FailureJson(const supervisor::FailureRecord& f) {

@@ -90,11 +90,45 @@ std::string CoreDumpOf(const WorkerRecord& w) {
 
 }  // namespace
 
+namespace {
+
+// A worker wrote its error file, but not as PyTorch's record: what it holds,
+// shown (the start of it, bytes outside printable ASCII as \xNN).
+bool Unreadable(const std::string& path, const std::string& text, const std::string& why,
+                FailureRecord& record) {
+  constexpr size_t kShown = 300;
+  std::string shown;
+  for (size_t i = 0; i < text.size() && i < kShown; ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f) {
+      shown += static_cast<char>(c);
+    } else {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
+      shown += hex;
+    }
+  }
+  record.error_file = path;
+  record.message = "the worker's error file is not a record ddprun can read (" + why + ", " +
+                   std::to_string(text.size()) + " bytes); it begins: " + shown +
+                   (text.size() > kShown ? "..." : "");
+  return true;
+}
+
+}  // namespace
+
 bool ReadErrorFile(const std::string& path, FailureRecord& record) {
   if (path.empty()) return false;
   // Never waits: the worker may have left a named pipe there.
-  json data = json::parse(ReadSmallFile(path), nullptr, /*allow_exceptions=*/false);
-  if (data.is_discarded() || !data.is_object() || !data.contains("message")) return false;
+  const std::string text = ReadSmallFile(path);
+  if (text.empty()) return false;
+  json data = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (data.is_discarded()) {
+    return Unreadable(path, text, "not JSON: cut off, or not UTF-8", record);
+  }
+  if (!data.is_object() || !data.contains("message")) {
+    return Unreadable(path, text, "JSON without a \"message\"", record);
+  }
   const json& msg = data["message"];
   if (msg.is_string()) {
     record.message = msg.get<std::string>();
@@ -107,7 +141,7 @@ bool ReadErrorFile(const std::string& path, FailureRecord& record) {
     std::string ts = extra.value("timestamp", std::string());
     if (!ts.empty()) record.timestamp = std::atoll(ts.c_str());
   } else {
-    return false;
+    return Unreadable(path, text, "its \"message\" is neither text nor an object", record);
   }
   record.error_file = path;
   return true;

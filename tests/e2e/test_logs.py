@@ -162,6 +162,23 @@ def test_record_error_file_shows_in_report(tmp_path):
     assert "fails.py FAILED" in r.stderr, r
 
 
+def test_an_error_file_cut_off_is_named_and_shown_not_taken_for_none(tmp_path):
+    """A worker killed while writing its error file (or writing bytes that are not UTF-8): the
+    report named no file and advised @record."""
+    logs = tmp_path / "logs"
+    cut = r"""printf '{"message": {"message": "RuntimeError: boom\351' > "$TORCHELASTIC_ERROR_FILE"; exit 2"""
+    r = run_ddprun([f"--log_dir={logs}", *sh(cut)])
+    assert r.rc == 2, r
+    error_file = run_dir(logs) / "attempt_0" / "0" / "error.json"
+    assert f"error_file: {error_file}" in r.stderr, r
+    assert ("the worker's error file is not a record ddprun can read (not JSON: cut off, or not "
+            "UTF-8, 44 bytes); it begins: {\"message\": {\"message\": \"RuntimeError: boom\\xe9"
+            in r.stderr), r
+    assert "wrote no error file" not in r.stderr, r
+    incident = json.loads((run_dir(logs) / "incident.json").read_text())
+    assert incident["root_cause"]["failure"]["error_file_contents"] is None, incident
+
+
 def test_duplicate_stdout_filters(tmp_path):
     script = 'echo "info $LOCAL_RANK"; echo "ERROR bad $LOCAL_RANK"; echo ok; echo "x ERROR y"'
     r = run_ddprun(["--nproc_per_node=2", "--duplicate_stdout_filters=ERROR",

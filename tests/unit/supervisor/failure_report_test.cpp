@@ -32,8 +32,19 @@ TEST_CASE("error files in torchrun's nested and flat forms are read") {
   CHECK(flat.message == "oops");
   CHECK(flat.timestamp == 5);
   FailureRecord bad;
-  CHECK_FALSE(ReadErrorFile(TempFile("ddprun_err3.json", "{not json"), bad));
   CHECK_FALSE(ReadErrorFile("/nonexistent/error.json", bad));
+  CHECK_FALSE(ReadErrorFile(TempFile("ddprun_err0.json", ""), bad));
+  // Written, but cut off (killed mid-write) or not UTF-8: named and shown, not taken for none.
+  auto p3 = TempFile("ddprun_err3.json", "{\"message\": {\"message\": \"caf\xe9");
+  REQUIRE(ReadErrorFile(p3, bad));
+  CHECK(bad.error_file == p3);
+  CHECK(bad.message ==
+        "the worker's error file is not a record ddprun can read (not JSON: cut off, or not "
+        "UTF-8, 29 bytes); it begins: {\"message\": {\"message\": \"caf\\xe9");
+  FailureRecord other;
+  REQUIRE(ReadErrorFile(TempFile("ddprun_err4.json", "[1, 2]"), other));
+  CHECK(other.message.find("(JSON without a \"message\", 6 bytes)") != std::string::npos);
+  std::remove(p3.c_str());
   std::remove(p1.c_str());
   std::remove(p2.c_str());
 }
