@@ -27,9 +27,13 @@ CoordinatorMachine::CoordinatorMachine(RendezvousSettings settings, std::string 
 StatusOr<bool> CoordinatorMachine::Step(Kv& kv, Time now) {
   if (last_step_ && now - *last_step_ > s_.keep_alive_interval) {
     // This process did not run for a while (SIGSTOP, a starved host): it saw
-    // no keep-alive meanwhile, so it cannot tell anyone was silent.
+    // no keep-alive meanwhile, so it cannot tell anyone was silent; and no
+    // agent could join while its store was stopped, so the time does not
+    // count against the round's join timeout and last call either.
     for (auto& [agent, seen] : seen_) seen.second = now;
     resumed_at_ = now;
+    gather_start_ += now - *last_step_;
+    if (last_call_until_) *last_call_until_ += now - *last_step_;
   }
   last_step_ = now;
   next_wake_ = now + kPoll;

@@ -538,5 +538,38 @@ TEST_CASE("machines: a round with enough nodes tells that the last call waits fo
                    0) == 0);
 }
 
+TEST_CASE("machines: a coordinator's own pause does not count against the join timeout") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kvc = store.Connect(), observer = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = rdzv.max_nodes = 2;
+  rdzv.join_timeout = std::chrono::seconds(20);
+  AgentSettings s;
+  s.rdzv = rdzv;
+  s.self = Member("0");
+  s.hosts_store = true;
+  AgentMachine a0(s);
+  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
+  const auto start = Clock::time_point(std::chrono::hours(1));
+  for (int ms = 0; ms <= 5000; ms += 100) {
+    (void)coordinator.Step(kvc, start + std::chrono::milliseconds(ms));
+    (void)a0.Step(kv0, start + std::chrono::milliseconds(ms));
+  }
+  // SIGSTOP of the store host for 30 s (past the join timeout), then it runs again.
+  const auto resumed = start + std::chrono::seconds(35);
+  (void)coordinator.Step(kvc, resumed);
+  auto rec = ReadRecord(observer, RendezvousKeys("t"));
+  REQUIRE(rec.ok());
+  CHECK_FALSE(rec->final());  // 5 s of the 20 had passed when it stopped
+  int failed_at = -1;
+  for (int ms = 100; ms <= 20000 && failed_at < 0; ms += 100) {
+    (void)coordinator.Step(kvc, resumed + std::chrono::milliseconds(ms));
+    if (ReadRecord(observer, RendezvousKeys("t"))->final()) failed_at = ms;
+  }
+  CHECK(failed_at >= 14900);  // the 15 s left
+  CHECK(failed_at <= 15200);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
