@@ -187,6 +187,9 @@ Action AgentMachine::ExitByRecord(const JobRecord& rec) {
   std::string message;
   if (failed) {
     message = "the job failed: " + rec.final_cause.Describe();
+  } else if (!ran_workers_ && rec.MemberRank(s_.self.agent_id) < 0) {
+    message = "the job succeeded while this agent waited to join round " + std::to_string(round_) +
+              ": no worker ran here";
   } else if (std::find(rec.gone.begin(), rec.gone.end(), true) != rec.gone.end()) {
     message = "the job is complete without a node: " + rec.gone_reason;
   }
@@ -198,7 +201,13 @@ Action AgentMachine::ExitByRecord(const JobRecord& rec) {
 
 Action AgentMachine::StoreGone(const Status& s) {
   std::string message = s.Annotate("rendezvous").message();
-  if (away_.count() > 0) {
+  if (s.code() == StatusCode::kDeadlineExceeded) {
+    // The store took that long, not this agent: the gap between its steps
+    // was the wait for the reply.
+    message +=
+        ": the agent hosting it is stopped, starved or hung, or the network failed "
+        "(read_timeout in --rdzv_conf bounds the wait)";
+  } else if (away_.count() > 0) {
     // The likely story: the job went on without this node and is over.
     message += "; this agent did not run for " + Seconds(away_) +
                " (stopped or starved) and may have been dropped from the job, which then "
@@ -299,26 +308,34 @@ Action AgentMachine::WaitRound(Kv& kv, const JobRecord& rec, Time now) {
     if (now >= next_progress_) {
       next_progress_ = now + kProgressEvery;
       const auto left = std::chrono::round<std::chrono::seconds>(deadline_ - now);
-      wait.message =
-          (rec.round >= 0 && rec.end == RoundEnd::kNone
-               ? "waiting for a place in the job, which runs round " + std::to_string(rec.round) +
-                     " with " + std::to_string(rec.members.size()) + " of at most " +
-                     std::to_string(s_.rdzv.max_nodes) + " nodes"
-               : "waiting for round " + std::to_string(round_) + ": " +
-                     Joined(kv, keys_, s_.rdzv, rec, round_)) +
-          "; join_timeout ends the wait in " + Seconds(left);
+      const int finished = static_cast<int>(std::count(rec.done.begin(), rec.done.end(), true));
+      const std::string running = "the job runs round " + std::to_string(rec.round) + " with " +
+                                  std::to_string(rec.members.size()) + " of at most " +
+                                  std::to_string(s_.rdzv.max_nodes) + " nodes";
+      wait.message = (rec.round < 0 || rec.end != RoundEnd::kNone
+                          ? "waiting for round " + std::to_string(round_) + ": " +
+                                Joined(kv, keys_, s_.rdzv, rec, round_)
+                      : finished > 0 ? "waiting to join: " + running + ", and the workers of " +
+                                           std::to_string(finished) +
+                                           " of them finished: no new round forms now (it would "
+                                           "train again); the job may end "
+                                           "without this node"
+                      : static_cast<int>(rec.members.size()) < s_.rdzv.max_nodes
+                          ? "waiting to join: " + running +
+                                "; it re-forms with this node once every member "
+                                "answers"
+                          : "waiting for a place in the job: " + running) +
+                     "; join_timeout ends the wait in " + Seconds(left);
     }
     return wait;
   }
   if (rec.round >= 0 && rec.end == RoundEnd::kNone) {
     // The job runs at its maximum size: no place for this node, but nothing
     // wrong with the job.
-    return StoreGone(Status(StatusCode::kDeadlineExceeded,
-                            "waited " + Seconds(s_.rdzv.join_timeout) +
-                                " (join_timeout) for a place in the job, which runs round " +
-                                std::to_string(rec.round) + " with " +
-                                std::to_string(rec.members.size()) + " of at most " +
-                                std::to_string(s_.rdzv.max_nodes) + " nodes"));
+    return Exit(1, "rendezvous: waited " + Seconds(s_.rdzv.join_timeout) +
+                       " (join_timeout) for a place in the job, which runs round " +
+                       std::to_string(rec.round) + " with " + std::to_string(rec.members.size()) +
+                       " of at most " + std::to_string(s_.rdzv.max_nodes) + " nodes");
   }
   Cause c;
   c.cls = FailureClass::kRendezvous;
@@ -349,6 +366,7 @@ Action AgentMachine::Clearing(Kv& kv, const JobRecord& rec, Time now) {
     if (!*cleared) return Wait(now);
   }
   phase_ = Phase::kRunning;
+  ran_workers_ = true;
   return start;
 }
 

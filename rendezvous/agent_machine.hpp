@@ -147,6 +147,7 @@ class AgentMachine {
   bool cleared_ = false;
   bool rank_claimed_ = false;  // exclusive_rank: the claim key holds our NodeInfo
   bool settings_checked_ = false;
+  bool ran_workers_ = false;  // in some round of this job
   WorkersOutcome outcome_;
   Time settle_until_{};
   int signal_ = 0;

@@ -538,6 +538,59 @@ TEST_CASE("machines: a round with enough nodes tells that the last call waits fo
                    0) == 0);
 }
 
+TEST_CASE("machines: a late joiner is told the job is finishing, and how it ended") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kv1 = store.Connect(), kv2 = store.Connect(), kvc = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = 2;
+  rdzv.max_nodes = 3;
+  rdzv.last_call_timeout = std::chrono::seconds(1);
+  AgentSettings s;
+  s.rdzv = rdzv;
+  s.self = Member("0");
+  s.hosts_store = true;
+  AgentMachine a0(s);
+  s.hosts_store = false;
+  s.self = Member("1");
+  AgentMachine a1(s);
+  s.self = Member("2");
+  AgentMachine a2(s);
+  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
+  auto now = Clock::time_point(std::chrono::hours(1));
+  auto step_all = [&](AgentMachine& m, LocalStore::Handle& kv) {
+    (void)coordinator.Step(kvc, now);
+    Action a = m.Step(kv, now);
+    if (a.kind == ActionKind::kClearWorkerStore) m.WorkerStoreCleared();
+    return a;
+  };
+  for (int i = 0; i < 40; ++i, now += std::chrono::milliseconds(100)) {
+    (void)step_all(a0, kv0);
+    (void)step_all(a1, kv1);
+  }
+  REQUIRE(a0.phase() == AgentMachine::Phase::kRunning);
+  REQUIRE(a1.phase() == AgentMachine::Phase::kRunning);
+  WorkersOutcome ok;
+  a0.WorkersExited(ok, now);
+  (void)step_all(a0, kv0);  // node 0's workers finished
+  std::string told;
+  for (int i = 0; i < 60 && told.empty(); ++i, now += std::chrono::milliseconds(100)) {
+    told = step_all(a2, kv2).message;
+    (void)step_all(a1, kv1);
+  }
+  CHECK(told.rfind("waiting to join: the job runs round 0 with 2 of at most 3 nodes, and the "
+                   "workers of 1 of them finished: no new round forms now",
+                   0) == 0);
+  a1.WorkersExited(ok, now);
+  (void)step_all(a1, kv1);
+  Action end = step_all(a2, kv2);
+  REQUIRE(end.kind == ActionKind::kExit);
+  CHECK(end.exit_code == 0);
+  CHECK(end.message ==
+        "the job succeeded while this agent waited to join round 1: no worker ran "
+        "here");
+}
+
 TEST_CASE("machines: a coordinator's own pause does not count against the join timeout") {
   LocalStore store;
   auto kv0 = store.Connect(), kvc = store.Connect(), observer = store.Connect();
