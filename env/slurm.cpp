@@ -108,6 +108,14 @@ StatusOr<std::optional<SlurmStep>> ReadSlurmStep(const Environ& environ) {
     s.nodelist = *list;
     s.first_host = *first;
   }
+  if (s.num_nodes > 1 && s.first_host.empty()) {
+    // Real steps always say where they run: a half-copied environment.
+    return InvalidArgument(std::string("a Slurm step of ") + std::to_string(s.num_nodes) +
+                           " nodes without its node list: " + kSlurmStepNodelist + " (or " +
+                           kSlurmNodelist +
+                           ") is not set; run ddprun under srun, or give the "
+                           "store's host with --master_addr / --rdzv_endpoint and --slurm=off");
+  }
   s.node_name = Lookup(environ, kSlurmdNodename).value_or("");
   if (auto restarts = Lookup(environ, kSlurmRestartCount); restarts && !restarts->empty()) {
     auto n = Count(kSlurmRestartCount, *restarts, 0);

@@ -67,7 +67,7 @@ Status CheckNnodes(const std::string& given, const env::SlurmStep& step,
 Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLine& parsed) {
   std::string mode = raw.Said("slurm").value_or("auto");
   auto m = ParseWord("slurm", mode);
-  if (!m.ok()) return m.status();
+  if (!m.ok()) return raw.NameEnvironmentSource(m.status());
   if (mode == "off") return Status::Ok();
   auto read = env::ReadSlurmStep(environ);
   if (!read.ok()) return read.status().Annotate("--slurm=" + mode + " (--slurm=off ignores it)");

@@ -67,6 +67,9 @@ BAD_VARIABLES = [
     ({"PET_SHUTDOWN_TIMEOUT": "nan"},
      ["PET_SHUTDOWN_TIMEOUT=nan: invalid --shutdown_timeout=nan: " + SECONDS]),
     ({"PET_RDZV_ID": "../x"}, ["PET_RDZV_ID=../x: invalid --rdzv_id=../x"]),
+    ({"PET_SLURM": "bogus"}, ["PET_SLURM=bogus: invalid --slurm=bogus: auto, node or off"]),
+    ({"SLURM_STEP_ID": "0", "SLURM_JOB_ID": "5", "SLURM_STEP_NUM_NODES": "2",
+      "SLURM_NODEID": "0"}, ["a Slurm step of 2 nodes without its node list"]),
     ({"PET_RDZV_CONF": "read_timeout=-1"}, ["invalid --rdzv_conf read_timeout=-1: " + SECONDS]),
 ]
 

@@ -84,6 +84,13 @@ TEST_CASE("slurm: broken variables are named") {
   Environ no_job = TwoNodeStep();
   no_job.erase("SLURM_JOB_ID");
   CHECK_FALSE(ReadSlurmStep(no_job).ok());
+  // Several nodes but no node list (a half-copied environment): where is the store?
+  Environ no_list = TwoNodeStep();
+  no_list.erase("SLURM_STEP_NODELIST");
+  auto step = ReadSlurmStep(no_list);
+  REQUIRE_FALSE(step.ok());
+  CHECK(step.status().message().find("a Slurm step of 2 nodes without its node list") !=
+        std::string::npos);
 }
 
 TEST_CASE("slurm: tasks per node expand as Slurm writes them") {
