@@ -17,6 +17,15 @@ NodeInfo Member(const std::string& id) {
   return n;
 }
 
+// An agent of `rdzv` named `id`; agent "0" hosts the store.
+AgentSettings For(const RendezvousSettings& rdzv, const std::string& id) {
+  AgentSettings s;
+  s.rdzv = rdzv;
+  s.self = Member(id);
+  s.hosts_store = id == "0";
+  return s;
+}
+
 Cause WorkerCause(int code) {
   Cause c;
   c.cls = FailureClass::kWorker;
@@ -520,11 +529,7 @@ TEST_CASE("machines: a round with enough nodes tells that the last call waits fo
   rdzv.min_nodes = 1;
   rdzv.max_nodes = 2;
   rdzv.last_call_timeout = std::chrono::seconds(30);
-  AgentSettings s;
-  s.rdzv = rdzv;
-  s.self = Member("0");
-  s.hosts_store = true;
-  AgentMachine a0(s);
+  AgentMachine a0(For(rdzv, "0"));
   CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
   const auto start = Clock::time_point(std::chrono::hours(1));
   std::string told;
@@ -546,16 +551,7 @@ TEST_CASE("machines: a late joiner is told the job is finishing, and how it ende
   rdzv.min_nodes = 2;
   rdzv.max_nodes = 3;
   rdzv.last_call_timeout = std::chrono::seconds(1);
-  AgentSettings s;
-  s.rdzv = rdzv;
-  s.self = Member("0");
-  s.hosts_store = true;
-  AgentMachine a0(s);
-  s.hosts_store = false;
-  s.self = Member("1");
-  AgentMachine a1(s);
-  s.self = Member("2");
-  AgentMachine a2(s);
+  AgentMachine a0(For(rdzv, "0")), a1(For(rdzv, "1")), a2(For(rdzv, "2"));
   CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
   auto now = Clock::time_point(std::chrono::hours(1));
   auto step_all = [&](AgentMachine& m, LocalStore::Handle& kv) {
@@ -598,11 +594,7 @@ TEST_CASE("machines: a coordinator's own pause does not count against the join t
   rdzv.run_id = "t";
   rdzv.min_nodes = rdzv.max_nodes = 2;
   rdzv.join_timeout = std::chrono::seconds(20);
-  AgentSettings s;
-  s.rdzv = rdzv;
-  s.self = Member("0");
-  s.hosts_store = true;
-  AgentMachine a0(s);
+  AgentMachine a0(For(rdzv, "0"));
   CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
   const auto start = Clock::time_point(std::chrono::hours(1));
   for (int ms = 0; ms <= 5000; ms += 100) {
