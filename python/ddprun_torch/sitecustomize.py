@@ -3,8 +3,8 @@ PYTHONPATH. It changes nothing in the user's program: a daemon thread reads PyTo
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
 $DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>" (and once, in python_<RANK>,
-"<pid> <sys.executable>": where the rank's Python is, for ddprun's dump). After destroy_process_group, once
-the main module has finished (before the interpreter joins the program's threads), and when the
+"<pid> <sys.executable>": where the rank's Python is, for ddprun's dump). After
+destroy_process_group, once the main module has finished (before the interpreter joins the program's threads), and when the
 interpreter exits (after the program's own exit handlers), it removes the heartbeat file: the
 rank is finishing, no beat is due any more, only its exit (ddprun's --exit_timeout); a process
 group made again, or a collective made after that, creates the file again.
