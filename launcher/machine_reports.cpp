@@ -60,7 +60,8 @@ json ErrorFileJson(const std::string& path) {
   if (path.empty() || path == "<N/A>") return nullptr;
   // Never waits (a named pipe); a record that does not parse is null (the
   // failure's message says what it holds).
-  json data = json::parse(ReadSmallFile(path), nullptr, /*allow_exceptions=*/false);
+  json data = json::parse(supervisor::WithoutLoneSurrogates(ReadSmallFile(path)), nullptr,
+                          /*allow_exceptions=*/false);
   return data.is_discarded() ? json(nullptr) : data;
 }
 

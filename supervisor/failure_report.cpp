@@ -117,12 +117,51 @@ bool Unreadable(const std::string& path, const std::string& text, const std::str
 
 }  // namespace
 
+std::string WithoutLoneSurrogates(const std::string& text) {
+  auto escape_at = [&](size_t i) -> long {  // the code of "\uXXXX" at i, or -1
+    if (i + 6 > text.size() || text[i] != '\\' || text[i + 1] != 'u') return -1;
+    long code = 0;
+    for (size_t k = i + 2; k < i + 6; ++k) {
+      const char c = text[k];
+      const int digit = c >= '0' && c <= '9'   ? c - '0'
+                        : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                        : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                               : -1;
+      if (digit < 0) return -1;
+      code = code * 16 + digit;
+    }
+    return code;
+  };
+  auto high = [](long c) { return c >= 0xd800 && c <= 0xdbff; };
+  auto low = [](long c) { return c >= 0xdc00 && c <= 0xdfff; };
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '\\' || i + 1 >= text.size()) {
+      out += text[i];
+      continue;
+    }
+    const long code = escape_at(i);
+    if (high(code) && low(escape_at(i + 6))) {  // a pair: kept
+      out.append(text, i, 12);
+      i += 11;
+    } else if (high(code) || low(code)) {
+      out += "\\ufffd";
+      i += 5;
+    } else {  // any other escape, the escaped character included
+      out.append(text, i, 2);
+      i += 1;
+    }
+  }
+  return out;
+}
+
 bool ReadErrorFile(const std::string& path, FailureRecord& record) {
   if (path.empty()) return false;
   // Never waits: the worker may have left a named pipe there.
   const std::string text = ReadSmallFile(path);
   if (text.empty()) return false;
-  json data = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json data = json::parse(WithoutLoneSurrogates(text), nullptr, /*allow_exceptions=*/false);
   if (data.is_discarded()) {
     return Unreadable(path, text, "not JSON: cut off, or not UTF-8", record);
   }

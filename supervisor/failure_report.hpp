@@ -34,6 +34,11 @@ struct FailureRecord {
 // false, leaving `record` alone, when the file is missing or unreadable.
 bool ReadErrorFile(const std::string& path, FailureRecord& record);
 
+// JSON text with each \uXXXX escape of an unpaired UTF-16 surrogate replaced
+// by \ufffd. Python's json writes them (a file name that is not UTF-8 comes
+// as "\udcff") and reads them back; strict parsers refuse the whole text.
+std::string WithoutLoneSurrogates(const std::string& json_text);
+
 // A failed group's workers that the stop found already failing on their own
 // become failures too (after the root cause), as torchrun lists every rank
 // that failed: a worker counted as stopped whose error file exists (it raised)

@@ -41,6 +41,16 @@ TEST_CASE("error files in torchrun's nested and flat forms are read") {
   CHECK(bad.message ==
         "the worker's error file is not a record ddprun can read (not JSON: cut off, or not "
         "UTF-8, 29 bytes); it begins: {\"message\": {\"message\": \"caf\\xe9");
+  // Python's json writes a name that is not UTF-8 with lone surrogates: still a record.
+  FailureRecord surrogate;
+  auto p5 = TempFile(
+      "ddprun_err5.json",
+      R"({"message": {"message": "FileNotFoundError: /tmp/a\udcff \ud83d\ude00 \\udcff"}})");
+  REQUIRE(ReadErrorFile(p5, surrogate));
+  CHECK(surrogate.message == "FileNotFoundError: /tmp/a\xef\xbf\xbd \xf0\x9f\x98\x80 \\udcff");
+  std::remove(p5.c_str());
+  CHECK(WithoutLoneSurrogates(R"("\ud800x\\ud800\udc00\ud83d\ude00\"")") ==
+        R"("\ufffdx\\ud800\ufffd\ud83d\ude00\"")");  // an escaped backslash is no escape
   FailureRecord other;
   REQUIRE(ReadErrorFile(TempFile("ddprun_err4.json", "[1, 2]"), other));
   CHECK(other.message.find("(JSON without a \"message\", 6 bytes)") != std::string::npos);
