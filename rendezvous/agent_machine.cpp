@@ -242,7 +242,8 @@ std::optional<Action> AgentMachine::ClaimRank(Kv& kv) {
                        : std::string("another agent")) +
            ", then by " + s_.self.name + " (" + s_.self.addr + ", agent " + s_.self.agent_id +
            "), which was refused: give every node its own --node_rank (under Slurm, run one agent "
-           "per node with srun --ntasks-per-node=1 and leave --node_rank to ddprun)";
+           "per node with srun --ntasks-per-node=1 and leave --node_rank to ddprun); an agent "
+           "killed (SIGKILL) keeps its claim for the job: then start the whole job again";
   auto applied = Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
   if (!applied.ok()) return StoreGone(applied.status());
   if (applied->record.final()) return ExitByRecord(applied->record);
@@ -444,16 +445,20 @@ Action AgentMachine::Leave(Kv& kv) {
     if (node_rank_ < 0) {
       // Joined a round that may not have closed: it must close without
       // this agent. Should it have closed with it, the round ends below.
+      const auto joining = JoinedAgents(kv, keys_, round_);
       (void)Apply(kv, [&](const JobRecord& r) {
-        return Withdraw(r, round_, s_.self.agent_id, reason, s_.rdzv.min_nodes);
+        return Withdraw(r, round_, s_.self.agent_id, reason, s_.rdzv.min_nodes,
+                        joining.ok() ? *joining : std::vector<std::string>{});
       });
       // Its node rank is free again for an agent started in its place.
       if (rank_claimed_) {
         (void)kv.CompareSet(keys_.Claim(s_.self.requested_rank), s_.self.Encode(), "");
       }
     }
+    const auto joining = JoinedAgents(kv, keys_, round_ + 1);
     (void)Apply(kv, [&](const JobRecord& r) {
-      return EndRoundByMembership(r, round_, reason, s_.self.agent_id, s_.rdzv.min_nodes);
+      return EndRoundByMembership(r, round_, reason, s_.self.agent_id, s_.rdzv.min_nodes,
+                                  joining.ok() ? *joining : std::vector<std::string>{});
     });
   }
   return Exit(exit_code::ForSignal(signal_), "received " + signal_name_);

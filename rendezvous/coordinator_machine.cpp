@@ -161,8 +161,10 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
       return Apply(kv, [&](const JobRecord& cur) { return ExcuseLost(cur, r, gone, m.agent_id); });
     }
     log_("rendezvous: " + why.str());
+    auto joining = JoinedAgents(kv, keys_, r + 1);
+    if (!joining.ok()) return joining.status();
     return Apply(kv, [&](const JobRecord& cur) {
-      return EndRoundByMembership(cur, r, why.str(), m.agent_id, s_.min_nodes);
+      return EndRoundByMembership(cur, r, why.str(), m.agent_id, s_.min_nodes, *joining);
     });
   }
   TellWithdrawn(rec, r + 1);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <set>
 
 namespace ddprun::rendezvous {
 
@@ -119,6 +120,19 @@ JobRecord Fail(JobRecord next, const Cause& cause) {
   next.outcome = JobOutcome::kFailed;
   next.final_cause = cause;
   return next;
+}
+
+// The agents a next round can still form with: the members of `rec`'s round
+// but the one it lost, and the agents that joined the next round
+// (`joining`), less those that withdrew from it.
+int Remaining(const JobRecord& rec, const std::vector<std::string>& joining) {
+  std::set<std::string> agents(joining.begin(), joining.end());
+  for (const NodeInfo& m : rec.members) {
+    if (m.agent_id != rec.lost_agent) agents.insert(m.agent_id);
+  }
+  int n = 0;
+  for (const std::string& a : agents) n += !rec.Withdrew(a);
+  return n;
 }
 
 // A member left (lost, signalled) and fewer than --nnodes' minimum remain.
@@ -266,25 +280,26 @@ StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& 
 }
 
 StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std::string& reason,
-                                         const std::string& lost_agent, int min_nodes) {
+                                         const std::string& lost_agent, int min_nodes,
+                                         const std::vector<std::string>& joining) {
   if (Status s = CheckRunning(rec, r); !s.ok()) return s;
-  int remain = static_cast<int>(rec.members.size());
   if (!lost_agent.empty()) {
     int lost = rec.MemberRank(lost_agent);
     if (lost < 0) return Rejected("agent " + lost_agent + " is not a member");
     if (rec.done[lost]) return Rejected("agent " + lost_agent + "'s workers finished");
-    --remain;
   }
   JobRecord next = Next(rec);
   next.end = RoundEnd::kMembership;
   next.end_reason = reason;
   next.lost_agent = lost_agent;
+  const int remain = Remaining(next, joining);
   if (remain >= min_nodes) return next;
   return Fail(std::move(next), TooFewNodes(reason, remain, min_nodes));
 }
 
 StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& agent_id,
-                             const std::string& reason, int min_nodes) {
+                             const std::string& reason, int min_nodes,
+                             const std::vector<std::string>& joining) {
   if (rec.final()) return Rejected("the job is over");
   if (r != rec.round + 1) return Rejected("round " + std::to_string(r) + " is not gathering");
   if (rec.Withdrew(agent_id)) return Rejected("agent " + agent_id + " withdrew already");
@@ -292,10 +307,7 @@ StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& age
   next.withdrawn.push_back({agent_id, reason});
   if (rec.MemberRank(agent_id) < 0) return next;
   // A member of the round before leaves as it would have from that round.
-  int remain = 0;
-  for (const NodeInfo& m : rec.members) {
-    remain += m.agent_id != rec.lost_agent && !next.Withdrew(m.agent_id);
-  }
+  const int remain = Remaining(next, joining);
   if (remain >= min_nodes) return next;
   return Fail(std::move(next), TooFewNodes(reason, remain, min_nodes));
 }
@@ -344,6 +356,19 @@ StatusOr<JobRecord> ExcuseLost(const JobRecord& rec, int r, const std::string& r
 StatusOr<JobRecord> CloseJob(const JobRecord& rec, const Cause& cause) {
   if (rec.final()) return Rejected("the job is over");
   return Fail(Next(rec), cause);
+}
+
+StatusOr<std::vector<std::string>> JoinedAgents(Kv& kv, const RendezvousKeys& keys, int r) {
+  std::vector<std::string> agents;
+  auto joined = kv.Add(keys.Join(r), 0);
+  if (!joined.ok()) return joined.status();
+  for (int64_t i = 0; i < *joined; ++i) {
+    auto text = kv.TryGet(keys.Node(r, static_cast<int>(i)));
+    if (!text.ok()) return text.status();
+    if (!*text) continue;  // on its way
+    if (auto node = NodeInfo::Decode(**text); node.ok()) agents.push_back(node->agent_id);
+  }
+  return agents;
 }
 
 StatusOr<JobRecord> ReadRecord(Kv& kv, const RendezvousKeys& keys) {

@@ -111,15 +111,19 @@ StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& 
                                       int max_restarts);
 // A membership change ends round `r` (a member lost or leaving, new nodes
 // waiting). `lost_agent`, when given, leaves the job; the job fails when
-// fewer than `min_nodes` remain. A member whose workers finished is never lost.
+// fewer than `min_nodes` remain of the members and the agents `joining`
+// round `r` + 1. A member whose workers finished is never lost.
 StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std::string& reason,
-                                         const std::string& lost_agent, int min_nodes);
+                                         const std::string& lost_agent, int min_nodes,
+                                         const std::vector<std::string>& joining = {});
 // The agent `agent_id`, which joined round `r` (not closed yet), leaves: the
 // round closes without it (CloseRound rejects members that withdrew). When
 // it was a member of the round before, the job fails as when a member
-// leaves if fewer than `min_nodes` of that round's members remain.
+// leaves if fewer than `min_nodes` remain of that round's members and the
+// agents `joining` round `r`.
 StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& agent_id,
-                             const std::string& reason, int min_nodes);
+                             const std::string& reason, int min_nodes,
+                             const std::vector<std::string>& joining = {});
 // New agents wait to join round `r` + 1: round `r` ends so it can re-form
 // with them (no restart used).
 StatusOr<JobRecord> EndRoundForNewNodes(const JobRecord& rec, int r, const std::string& reason);
@@ -140,6 +144,8 @@ StatusOr<JobRecord> CloseJob(const JobRecord& rec, const Cause& cause);
 
 // Reading and changing the stored record.
 StatusOr<JobRecord> ReadRecord(Kv& kv, const RendezvousKeys& keys);
+// The agents that joined round `r` so far (withdrawn ones included).
+StatusOr<std::vector<std::string>> JoinedAgents(Kv& kv, const RendezvousKeys& keys, int r);
 
 struct Applied {
   JobRecord record;     // what the store holds now

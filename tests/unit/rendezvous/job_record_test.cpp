@@ -114,6 +114,15 @@ TEST_CASE(
   CHECK(second->final_cause.what ==
         "the agent on host-1 was stopped by SIGTERM; 1 node(s) remain, fewer than the minimum "
         "of 2 (--nnodes)");
+  // A new node that joined round 1 counts: the two can form it (rounds end for new nodes so).
+  auto with_newcomer = Withdraw(*left, 1, "1", "the agent on host-1 was stopped by SIGTERM", 2,
+                                {"0", "1", "2", "7"});
+  REQUIRE(with_newcomer.ok());
+  CHECK_FALSE(with_newcomer->final());
+  // So does one waiting while a round runs, when a member of it is lost.
+  JobRecord running = Closed(2);
+  CHECK(EndRoundByMembership(running, 0, "lost host-1", "1", 2)->final());
+  CHECK_FALSE(EndRoundByMembership(running, 0, "lost host-1", "1", 2, {"7"})->final());
   // An agent that was in no round before only withdraws: others may still come.
   auto first = Withdraw(JobRecord(), 0, "5", "x", 2);
   REQUIRE(first.ok());
