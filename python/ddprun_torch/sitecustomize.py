@@ -77,6 +77,7 @@ _exiting = False
 # When the main module finished: the flight recorder's last record then. Progress of that record
 # or an earlier one (seen late) is the main module's own and does not make the rank run again.
 _finished_through = None
+_rank_pid = None  # the rank's own process: the one that started the hook
 
 
 def _beat(heartbeat, record_id=None):
@@ -139,8 +140,8 @@ def _watch(torch_dir, heartbeat, rank):
 def _finishing(heartbeat, through=None):
     global _finished_through
     with _lock:
-        if not heartbeat:
-            return
+        if not heartbeat or os.getpid() != _rank_pid:
+            return  # a forked child's exit (a DataLoader worker's) is not the rank's
         _finished_through = through
         try:
             os.unlink(heartbeat)
@@ -180,9 +181,18 @@ def _wrap_thread_shutdown(heartbeat):
 
 
 def _start():
+    global _rank_pid
     torch_dir = os.environ.get("DDPRUN_TORCH_DIR", "")
     if not torch_dir:
         return
+    # The rank's own Python only: a child it starts (multiprocessing, a DataLoader worker, by fork
+    # or spawn) inherits the environment and must neither beat for the rank nor, exiting, say
+    # the rank is finishing.
+    owner = os.environ.get("DDPRUN_TORCH_HOOK_PID")
+    if owner is not None and owner != str(os.getpid()):
+        return
+    os.environ["DDPRUN_TORCH_HOOK_PID"] = str(os.getpid())
+    _rank_pid = os.getpid()
     os.makedirs(torch_dir, exist_ok=True)
     heartbeat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
     if heartbeat:

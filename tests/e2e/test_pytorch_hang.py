@@ -276,3 +276,33 @@ def test_hook_off_by_default(tmp_path):
     r = ddprun(tmp_path / "logs", str(script))
     assert r.returncode == 0, r.stderr
     assert r.stdout.count(f"PP={os.environ.get('PYTHONPATH', '')} FR=") == 2, r.stdout
+
+
+DATALOADER_JOB = """
+import os, time, torch, torch.distributed as dist
+from torch.utils.data import DataLoader, TensorDataset
+dist.init_process_group("gloo")
+t = torch.ones(4)
+loader = DataLoader(TensorDataset(torch.arange(16.0)), batch_size=4, num_workers=2)
+for epoch in range(2):
+    for (x,) in loader:
+        dist.all_reduce(t)
+        time.sleep(0.4)  # a step's work
+    time.sleep(1.5)  # the loader's worker processes have exited
+    print("heartbeat after epoch", epoch, os.path.exists(os.environ["DDPRUN_HEARTBEAT_FILE"]),
+          flush=True)
+dist.destroy_process_group()
+"""
+
+
+def test_dataloader_workers_exiting_do_not_make_the_rank_finishing(tmp_path):
+    """Each DataLoader worker inherited the hook and, exiting at the end of an epoch, removed its
+    rank's heartbeat file: the rank was taken for finishing, so a hang after it was a hang at exit
+    (never restarted) and a pause longer than --exit_timeout killed a healthy job."""
+    script = tmp_path / "loader.py"
+    script.write_text(DATALOADER_JOB)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT + 10}", "--exit_timeout=20",
+               "--hang_detect=torch", str(script), timeout=120)
+    assert r.returncode == 0, r.stderr
+    said = re.findall(r"heartbeat after epoch (\d) (\w+)", r.stdout)
+    assert sorted(said) == [("0", "True")] * 2 + [("1", "True")] * 2, r.stdout
