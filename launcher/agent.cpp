@@ -265,7 +265,7 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
   for (const auto& w : report.hung) {
     auto quiet = std::chrono::duration_cast<std::chrono::system_clock::duration>(
         std::chrono::duration<double>(w.quiet_seconds));
-    request.hung.push_back({w.rank, now - quiet, w.finishing, w.silent_seconds});
+    request.hung.push_back({w.rank, now - quiet, w.finishing, w.silent_seconds, now});
   }
   request.beating = report.beating_ranks;
   std::string verdict;

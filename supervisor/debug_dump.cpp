@@ -164,7 +164,8 @@ std::string LocalTime(Clock::time_point t) {
 // ", 3.0 s of it counted" when pauses (a stopped worker, a stalled console)
 // were left out of the time since; "" otherwise.
 std::string Counted(const HungRank& h, Clock::time_point now) {
-  const double since = std::chrono::duration<double>(now - h.since).count();
+  const Clock::time_point at = h.observed == Clock::time_point{} ? now : h.observed;
+  const double since = std::chrono::duration<double>(at - h.since).count();
   if (h.counted_seconds < 0 || since - h.counted_seconds < 0.5) return "";
   char text[80];
   std::snprintf(text, sizeof(text), ", %.1f s of it counted: the rest was paused",

@@ -42,6 +42,9 @@ struct HungRank {
   std::chrono::system_clock::time_point since;  // its last beat (or finishing), by the clock
   bool at_exit = false;
   double counted_seconds = -1;  // of the time since, what its limit counted (-1: all of it)
+  // When counted_seconds was taken (the hang's finding; the summary comes
+  // after the dump's own seconds, which are no pause); epoch: at the summary.
+  std::chrono::system_clock::time_point observed{};
 };
 
 struct DumpRequest {

@@ -189,6 +189,11 @@ TEST_CASE("the summary names hung and beating ranks, the verdict and the main st
   request.hung[0].counted_seconds = 3;  // the rest of the 15 s was a pause (a stalled console)
   CHECK(Has(FormatSummary(request, dumps, analysis, now),
             " (15.0 s, 3.0 s of it counted: the rest was paused)\n"));
+  // Found hung after 6 s all counted; the dump then took 9 s: no pause to claim.
+  request.hung[0].counted_seconds = 6;
+  request.hung[0].observed = now - std::chrono::seconds(9);
+  CHECK(Has(FormatSummary(request, dumps, analysis, now), " (15.0 s)\n"));
+  request.hung[0].observed = {};
   request.hung[0].counted_seconds = -1;
   CHECK(Has(s, "ranks still beating: 0\n"));
   CHECK(
