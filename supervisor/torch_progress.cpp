@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -157,7 +158,31 @@ TorchSide NameLaggards(const std::vector<TorchProgress>& progress) {
           "  rank " + Rank(p.rank) + (p.entered ? " waits in " : " finished ") + last + "\n";
     }
   }
-  if (latest < 0) {
+  // Ranks at the newest number that called different collectives there.
+  std::map<std::string, std::vector<int>> by_op;
+  for (const TorchProgress& p : progress) {
+    if (p.seq == latest && latest >= 0) by_op[p.op].push_back(p.rank);
+  }
+  if (by_op.size() > 1) {
+    std::string calls;
+    size_t fewest = progress.size();
+    for (const auto& [name, ranks] : by_op) {
+      calls += (calls.empty() ? "" : ", ") + Ranks(ranks) + " " + name;
+      fewest = std::min(fewest, ranks.size());
+    }
+    side.state =
+        "the ranks called different collectives as #" + std::to_string(latest) + ": " + calls;
+    side.verdict = side.state + ": a collective mismatch, each waits for the others in its own";
+    // The ranks of the one rarest call stray from the others (a tie blames none).
+    std::vector<const std::vector<int>*> rarest;
+    for (const auto& [name, ranks] : by_op) {
+      if (ranks.size() == fewest) rarest.push_back(&ranks);
+    }
+    if (rarest.size() == 1) {
+      side.laggards.insert(side.laggards.end(), rarest[0]->begin(), rarest[0]->end());
+      std::sort(side.laggards.begin(), side.laggards.end());
+    }
+  } else if (latest < 0) {
     side.verdict = "no rank recorded a collective yet: the hang is before the first one";
   } else if (!side.laggards.empty()) {
     side.verdict = Ranks(side.laggards) + " did not enter " + newest;

@@ -94,6 +94,17 @@ TEST_CASE("NameLaggards without a laggard says where the hang is, never guesses 
     CHECK(Has(side.verdict, "before the first one"));
     CHECK(Has(side.text, "rank 1: no collective recorded"));
   }
+  SUBCASE("ranks that called different collectives as one number: the odd one is named") {
+    std::vector<TorchProgress> at = {At(0, 6, true), At(1, 6, true), At(2, 6, true)};
+    at[1].op = "gloo:broadcast";
+    const TorchSide side = NameLaggards(at);
+    CHECK(side.laggards == std::vector<int>{1});
+    CHECK(side.verdict ==
+          "the ranks called different collectives as #6: ranks 0,2 gloo:all_reduce, rank 1 "
+          "gloo:broadcast: a collective mismatch, each waits for the others in its own");
+    at.pop_back();  // two ranks, two calls: no odd one out
+    CHECK(NameLaggards(at).laggards.empty());
+  }
   SUBCASE("a rank without a record is said, not blamed") {
     const TorchSide side = NameLaggards({At(0, 5, true), At(1, -1, false)});
     CHECK(side.laggards.empty());
