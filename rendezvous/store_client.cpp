@@ -56,7 +56,20 @@ StatusOr<StoreClient> StoreClient::ConnectOnce(const std::string& host, int port
                                 "address right?)");
   }
   StoreClient client(std::move(*fd), address, timeout);
+  client.interrupted_ = interrupted;  // for the handshake only
   const uint32_t nonce = static_cast<uint32_t>(getpid());
+  // A store that takes the connection and never answers: a stopped or hung
+  // agent, or another program on the port.
+  auto silent = [&](const Status& s) {
+    *closed = false;  // no retry: it took the connection
+    return s.code() == StatusCode::kAborted
+               ? Status(StatusCode::kAborted, "interrupted while waiting for the store at " +
+                                                  address + " to answer the handshake")
+               : Status(s.code(), "store " + address + " took the connection but did not answer " +
+                                      "within " + std::to_string(timeout.count()) +
+                                      " ms (the process listening there is stopped, hung, or "
+                                      "not a ddprun store)");
+  };
   // The token goes right after VALIDATE: a store with a token refuses
   // anything else from a host it has not admitted yet.
   Encoder e;
@@ -71,6 +84,7 @@ StatusOr<StoreClient> StoreClient::ConnectOnce(const std::string& host, int port
   if (!token.empty()) {
     auto ok = client.ReadU8(deadline);
     *closed = !ok.ok();
+    if (!ok.ok() && ok.status().code() != StatusCode::kUnavailable) return silent(ok.status());
     if (!ok.ok() || *ok != kAuthOk) {
       return Status(StatusCode::kPermissionDenied,
                     "store " + address +
@@ -81,6 +95,7 @@ StatusOr<StoreClient> StoreClient::ConnectOnce(const std::string& host, int port
   if (role == StoreRole::kAgent) {
     auto ok = client.ReadU8(deadline);
     *closed = !ok.ok();
+    if (!ok.ok() && ok.status().code() != StatusCode::kUnavailable) return silent(ok.status());
     if (!ok.ok() || *ok != kAuthOk) {
       return Status(StatusCode::kPermissionDenied,
                     "store " + address +
@@ -91,9 +106,10 @@ StatusOr<StoreClient> StoreClient::ConnectOnce(const std::string& host, int port
   uint32_t echo = 0;
   if (Status s = client.ReadExact(&echo, 4, deadline); !s.ok()) {
     *closed = true;
-    return s;
+    return s.code() == StatusCode::kUnavailable ? s : silent(s);
   }
   if (echo != nonce) return Internal("store " + address + ": PING answered with a wrong nonce");
+  client.interrupted_ = nullptr;  // its reads from now on may come from any thread
   return client;
 }
 
@@ -127,9 +143,14 @@ Status StoreClient::ReadExact(void* out, size_t n, Clock::time_point deadline) {
   while (n > 0) {
     if (broken_) return Gone("connection already closed");
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    // While it can be interrupted, it looks now and then.
+    const long slice = interrupted_ ? std::min<long>(left.count(), 200) : left.count();
     pollfd pfd{fd_.get(), POLLIN, 0};
-    int rc = poll(&pfd, 1, static_cast<int>(std::max<long>(0, left.count())));
+    int rc = poll(&pfd, 1, static_cast<int>(std::max<long>(0, slice)));
     if (rc < 0 && errno == EINTR) continue;
+    if (rc == 0 && interrupted_ && interrupted_())
+      return Status(StatusCode::kAborted, "interrupted");
+    if (rc == 0 && Clock::now() < deadline) continue;
     if (rc == 0) {
       return Status(StatusCode::kDeadlineExceeded, "store " + address_ + ": no reply within " +
                                                        std::to_string(timeout_.count()) + " ms");

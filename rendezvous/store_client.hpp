@@ -92,6 +92,7 @@ class StoreClient {
 
   UniqueFd fd_;  // set at construction, closed only by the destructor
   bool broken_ = false;
+  Interrupted interrupted_;  // while connecting: ends a read (kAborted)
   std::string address_;
   Duration timeout_;
 };

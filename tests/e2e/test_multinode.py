@@ -190,6 +190,24 @@ def test_static_node_waiting_for_the_store_host_acts_on_sigterm(launch, tmp_path
             in agent.stderr()), agent.output()
 
 
+def test_static_node_acts_on_sigterm_while_the_store_does_not_answer(launch, tmp_path):
+    """Something takes the connection and never answers (a stopped store host): SIGTERM ends
+    the handshake's wait at once (it waited out the read timeout and then said the store had
+    refused this agent)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        port = silent.getsockname()[1]
+        agent = launch(static_args(2, 1, port, extra=sh("exit 0")))
+        time.sleep(1)  # connected, waiting for the handshake's answer (the fault's moment)
+        agent.signal(signal.SIGTERM)
+        sent = time.monotonic()
+        assert agent.wait(10) == 128 + signal.SIGTERM, agent.output()
+        assert time.monotonic() - sent < 2, agent.output()
+    assert (f"received SIGTERM: interrupted while waiting for the store at 127.0.0.1:{port} to "
+            "answer the handshake" in agent.stderr()), agent.output()
+
+
 def assert_timeout_reason(err, agents):
     assert re.search(r"round 0\b", err), outputs(agents)
     assert re.search(r"\b2\b[^\n]*joined|joined[^\n]*\b2\b", err), outputs(agents)
