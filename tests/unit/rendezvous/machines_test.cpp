@@ -1,0 +1,384 @@
+// The agent and coordinator machines over an in-process store, stepped by
+// hand: what agents decide together (the simulation, tests/sim, does the
+// same at random).
+#include <doctest/doctest.h>
+
+#include "rendezvous/agent_machine.hpp"
+#include "rendezvous/coordinator_machine.hpp"
+#include "tests/unit/rendezvous/record_test_util.hpp"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using record_test::For;
+using record_test::Member;
+using record_test::WorkerCause;
+
+struct TwoAgents {
+  using Time = Clock::time_point;
+  LocalStore store;
+  LocalStore::Handle kv0 = store.Connect(), kv1 = store.Connect(), kvc = store.Connect();
+  RendezvousSettings rdzv;
+  std::optional<AgentMachine> a0, a1;
+  std::optional<CoordinatorMachine> coordinator;
+  Time now = Time(std::chrono::hours(1));
+
+  explicit TwoAgents(int max_restarts) {
+    rdzv.run_id = "t";
+    rdzv.min_nodes = rdzv.max_nodes = 2;
+    AgentSettings s;
+    s.rdzv = rdzv;
+    s.max_restarts = max_restarts;
+    s.self = Member("0");
+    s.hosts_store = true;
+    a0.emplace(s);
+    s.self = Member("1");
+    s.hosts_store = false;
+    a1.emplace(s);
+    coordinator.emplace(rdzv, "0", [](const std::string&) {});
+  }
+  // Steps everyone until both agents ask for something; returns (a0's, a1's).
+  std::pair<Action, Action> Until() {
+    std::optional<Action> r0, r1;
+    for (int i = 0; i < 100 && !(r0 && r1); ++i) {
+      now += std::chrono::milliseconds(50);
+      (void)coordinator->Step(kvc, now);
+      for (auto [m, kv, r] : {std::tuple(&*a0, &kv0, &r0), std::tuple(&*a1, &kv1, &r1)}) {
+        if (*r) continue;
+        Action a = m->Step(*kv, now);
+        if (a.kind == ActionKind::kClearWorkerStore) {
+          m->WorkerStoreCleared();
+        } else if (a.kind != ActionKind::kWait) {
+          *r = a;
+        }
+      }
+    }
+    REQUIRE(r0);
+    REQUIRE(r1);
+    return {*r0, *r1};
+  }
+};
+
+TEST_CASE("machines: a failure restarts both nodes with the same restart count") {
+  TwoAgents t(1);
+  auto [s0, s1] = t.Until();
+  REQUIRE(s0.kind == ActionKind::kStartWorkers);
+  REQUIRE(s1.kind == ActionKind::kStartWorkers);
+  CHECK(s0.round.node_rank + s1.round.node_rank == 1);
+  CHECK(s0.round.world_size == 4);
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause = WorkerCause(3);
+  t.a1->WorkersExited(failed, t.now);
+  (void)t.a1->Step(t.kv1, t.now);  // records the failure
+  CHECK(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
+  WorkersOutcome stopped;
+  stopped.kind = WorkersOutcome::Kind::kStopped;
+  t.a0->WorkersExited(stopped, t.now);
+  auto [r0, r1] = t.Until();
+  REQUIRE(r0.kind == ActionKind::kStartWorkers);
+  REQUIRE(r1.kind == ActionKind::kStartWorkers);
+  CHECK(r0.round.restart_count == 1);
+  CHECK(r1.round.restart_count == 1);
+}
+
+TEST_CASE("machines: with no restarts left both agents exit with the root cause's code") {
+  TwoAgents t(0);
+  (void)t.Until();
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause = WorkerCause(7);
+  t.a1->WorkersExited(failed, t.now);
+  Action e1 = t.a1->Step(t.kv1, t.now);
+  REQUIRE(e1.kind == ActionKind::kExit);
+  CHECK(e1.exit_code == 7);
+  CHECK(e1.failed);
+  REQUIRE(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
+  // Its own worker died of the broken connection: not the root cause.
+  WorkersOutcome peer;
+  peer.kind = WorkersOutcome::Kind::kFailed;
+  peer.cause.cls = FailureClass::kPeer;
+  peer.cause.exit_code = 141;
+  t.a0->WorkersExited(peer, t.now);
+  Action e0 = t.a0->Step(t.kv0, t.now);
+  REQUIRE(e0.kind == ActionKind::kExit);
+  CHECK(e0.exit_code == 7);
+  CHECK(e0.message == e1.message);
+}
+
+TEST_CASE("machines: an agent signalled in a restart's rendezvous is not counted in the round") {
+  TwoAgents t(2);
+  (void)t.Until();
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause = WorkerCause(3);
+  t.a1->WorkersExited(failed, t.now);
+  (void)t.a1->Step(t.kv1, t.now);  // records the failure and joins round 1
+  REQUIRE(t.a1->phase() == AgentMachine::Phase::kWaitRound);
+  REQUIRE(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
+  // Node 0's workers take their grace to stop; node 1's agent gets SIGTERM meanwhile.
+  t.a1->Interrupted(15, "SIGTERM");
+  Action left = t.a1->Step(t.kv1, t.now);
+  REQUIRE(left.kind == ActionKind::kExit);
+  CHECK(left.exit_code == 143);
+  WorkersOutcome stopped;
+  stopped.kind = WorkersOutcome::Kind::kStopped;
+  t.now += std::chrono::seconds(10);
+  t.a0->WorkersExited(stopped, t.now);
+  Action a0 = t.a0->Step(t.kv0, t.now);
+  for (int i = 0; i < 20 && a0.kind == ActionKind::kWait; ++i) {
+    t.now += std::chrono::milliseconds(50);
+    (void)t.coordinator->Step(t.kvc, t.now);
+    a0 = t.a0->Step(t.kv0, t.now);
+  }
+  // Not a round of two with a departed node: the job ends, naming why.
+  REQUIRE(a0.kind == ActionKind::kExit);
+  CHECK(a0.exit_code == 1);
+  CHECK(a0.message ==
+        "the job failed: the agent on host-1 (1, joining round 1) was stopped by SIGTERM; 1 "
+        "node(s) remain, fewer than the minimum of 2 (--nnodes)");
+}
+
+TEST_CASE("machines: a peer-class failure waits for the failure that caused it") {
+  TwoAgents t(0);
+  (void)t.Until();
+  WorkersOutcome peer;
+  peer.kind = WorkersOutcome::Kind::kFailed;
+  peer.cause.cls = FailureClass::kPeer;
+  peer.cause.exit_code = 141;
+  t.a0->WorkersExited(peer, t.now);
+  CHECK(t.a0->Step(t.kv0, t.now).kind == ActionKind::kWait);  // settling
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause = WorkerCause(4);
+  t.a1->WorkersExited(failed, t.now + std::chrono::milliseconds(500));
+  CHECK(t.a1->Step(t.kv1, t.now + std::chrono::milliseconds(500)).exit_code == 4);
+  Action e0 = t.a0->Step(t.kv0, t.now + std::chrono::milliseconds(600));
+  REQUIRE(e0.kind == ActionKind::kExit);
+  CHECK(e0.exit_code == 4);
+}
+
+TEST_CASE("machines: a static node rank claimed twice fails the job at once, naming both") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kv1 = store.Connect(), kv2 = store.Connect(), kvc = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = rdzv.max_nodes = 2;
+  AgentSettings s;
+  s.rdzv = rdzv;
+  s.exclusive_rank = true;
+  s.self = Member("0");
+  s.self.requested_rank = 0;
+  s.hosts_store = true;
+  AgentMachine a0(s);
+  s.hosts_store = false;
+  s.self = Member("1");
+  s.self.name = "host-b";
+  s.self.requested_rank = 1;
+  AgentMachine a1(s);
+  s.self = Member("2");
+  s.self.name = "host-c";
+  s.self.requested_rank = 1;  // the mistake: a second agent given --node_rank=1
+  AgentMachine a2(s);
+  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
+  auto now = Clock::time_point(std::chrono::hours(1));
+  (void)coordinator.Step(kvc, now);
+  CHECK(a0.Step(kv0, now).kind == ActionKind::kWait);
+  CHECK(a1.Step(kv1, now).kind == ActionKind::kWait);
+  Action refused = a2.Step(kv2, now);
+  REQUIRE(refused.kind == ActionKind::kExit);
+  CHECK(refused.exit_code != 0);
+  CHECK(refused.message.find("node rank 1 was claimed twice") != std::string::npos);
+  CHECK(refused.message.find("host-b") != std::string::npos);
+  CHECK(refused.message.find("host-c") != std::string::npos);
+  // The others learn it from the record at their next step, not at the join timeout.
+  now += std::chrono::milliseconds(200);
+  for (auto [m, kv] : {std::pair{&a0, &kv0}, std::pair{&a1, &kv1}}) {
+    Action a = m->Step(*kv, now);
+    REQUIRE(a.kind == ActionKind::kExit);
+    CHECK(a.message == refused.message);
+  }
+}
+
+TEST_CASE("machines: an agent whose --nnodes or --max_restarts differ from the job's is refused") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kv1 = store.Connect(), kv2 = store.Connect();
+  AgentSettings s;
+  s.rdzv.run_id = "t";
+  s.rdzv.min_nodes = 1;
+  s.rdzv.max_nodes = 3;
+  s.max_restarts = 2;
+  s.self = Member("0");
+  AgentMachine first(s);
+  s.self = Member("1");
+  AgentMachine same(s);
+  s.self = Member("2");
+  s.max_restarts = 0;
+  AgentMachine other(s);
+  auto now = Clock::time_point(std::chrono::hours(1));
+  CHECK(first.Step(kv0, now).kind == ActionKind::kWait);
+  CHECK(same.Step(kv1, now).kind == ActionKind::kWait);
+  Action refused = other.Step(kv2, now);
+  REQUIRE(refused.kind == ActionKind::kExit);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.message.rfind(
+            "this node's --nnodes=1:3 --max_restarts=0 differ from the job's --nnodes=1:3 "
+            "--max_restarts=2 (given by the first agent to join, on host-0)",
+            0) == 0);
+}
+
+TEST_CASE("machines: an agent's own claim is no conflict when it joins again") {
+  LocalStore store;
+  auto kv = store.Connect();
+  AgentSettings s;
+  s.rdzv.run_id = "t";
+  s.rdzv.min_nodes = s.rdzv.max_nodes = 2;
+  s.exclusive_rank = true;
+  s.self = Member("1");
+  s.self.requested_rank = 1;
+  AgentMachine first(s);
+  auto now = Clock::time_point(std::chrono::hours(1));
+  CHECK(first.Step(kv, now).kind == ActionKind::kWait);
+  // The same agent (same NodeInfo) after a restart of its machine: still its rank.
+  AgentMachine again(s);
+  CHECK(again.Step(kv, now).kind == ActionKind::kWait);
+}
+
+TEST_CASE("machines: a forming round tells who joined after 5 s, then every 30 s, until it forms") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kv1 = store.Connect(), kvc = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = rdzv.max_nodes = 2;
+  AgentSettings s;
+  s.rdzv = rdzv;
+  s.self = Member("0");
+  s.self.name = "host-a";
+  s.hosts_store = true;
+  AgentMachine a0(s);
+  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
+  const auto start = Clock::time_point(std::chrono::hours(1));
+  std::vector<std::string> told;
+  for (int ms = 0; ms <= 40000; ms += 100) {
+    const auto now = start + std::chrono::milliseconds(ms);
+    (void)coordinator.Step(kvc, now);
+    Action a = a0.Step(kv0, now);
+    REQUIRE(a.kind == ActionKind::kWait);
+    if (!a.message.empty()) told.push_back(std::to_string(ms) + " " + a.message);
+  }
+  REQUIRE(told.size() == 2);
+  CHECK(told[0].rfind("5000 waiting for round 0: 1 of at least 2 nodes joined; seen: host-a", 0) ==
+        0);
+  CHECK(told[0].find("join_timeout ends the wait in 595 s") != std::string::npos);
+  CHECK(told[1].rfind("35000 ", 0) == 0);
+  // The second node comes: the round forms, and nothing more is told.
+  s.self = Member("1");
+  s.hosts_store = false;
+  AgentMachine a1(s);
+  auto now = start + std::chrono::seconds(41);
+  for (int i = 0; i < 50 && a0.phase() == AgentMachine::Phase::kWaitRound; ++i) {
+    now += std::chrono::milliseconds(100);
+    (void)coordinator.Step(kvc, now);
+    (void)a1.Step(kv1, now);
+    CHECK(a0.Step(kv0, now).message.empty());
+  }
+  CHECK(a0.phase() != AgentMachine::Phase::kWaitRound);
+}
+
+TEST_CASE("machines: a round with enough nodes tells that the last call waits for more") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kvc = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = 1;
+  rdzv.max_nodes = 2;
+  rdzv.last_call_timeout = std::chrono::seconds(30);
+  AgentMachine a0(For(rdzv, "0"));
+  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
+  const auto start = Clock::time_point(std::chrono::hours(1));
+  std::string told;
+  for (int ms = 0; ms <= 6000 && told.empty(); ms += 100) {
+    const auto now = start + std::chrono::milliseconds(ms);
+    (void)coordinator.Step(kvc, now);
+    told = a0.Step(kv0, now).message;
+  }
+  CHECK(told.rfind("waiting for round 0: 1 of 1 to 2 nodes joined; the round forms when 2 have or "
+                   "last_call_timeout (30 s) runs out; seen: host-0",
+                   0) == 0);
+}
+
+TEST_CASE("machines: a late joiner is told the job is finishing, and how it ended") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kv1 = store.Connect(), kv2 = store.Connect(), kvc = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = 2;
+  rdzv.max_nodes = 3;
+  rdzv.last_call_timeout = std::chrono::seconds(1);
+  AgentMachine a0(For(rdzv, "0")), a1(For(rdzv, "1")), a2(For(rdzv, "2"));
+  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
+  auto now = Clock::time_point(std::chrono::hours(1));
+  auto step_all = [&](AgentMachine& m, LocalStore::Handle& kv) {
+    (void)coordinator.Step(kvc, now);
+    Action a = m.Step(kv, now);
+    if (a.kind == ActionKind::kClearWorkerStore) m.WorkerStoreCleared();
+    return a;
+  };
+  for (int i = 0; i < 40; ++i, now += std::chrono::milliseconds(100)) {
+    (void)step_all(a0, kv0);
+    (void)step_all(a1, kv1);
+  }
+  REQUIRE(a0.phase() == AgentMachine::Phase::kRunning);
+  REQUIRE(a1.phase() == AgentMachine::Phase::kRunning);
+  WorkersOutcome ok;
+  a0.WorkersExited(ok, now);
+  (void)step_all(a0, kv0);  // node 0's workers finished
+  std::string told;
+  for (int i = 0; i < 60 && told.empty(); ++i, now += std::chrono::milliseconds(100)) {
+    told = step_all(a2, kv2).message;
+    (void)step_all(a1, kv1);
+  }
+  CHECK(told.rfind("waiting to join: the job runs round 0 with 2 of at most 3 nodes, and the "
+                   "workers of 1 of them finished: no new round forms now",
+                   0) == 0);
+  a1.WorkersExited(ok, now);
+  (void)step_all(a1, kv1);
+  Action end = step_all(a2, kv2);
+  REQUIRE(end.kind == ActionKind::kExit);
+  CHECK(end.exit_code == 0);
+  CHECK(end.message ==
+        "the job succeeded while this agent waited to join round 1: no worker ran "
+        "here");
+}
+
+TEST_CASE("machines: a coordinator's own pause does not count against the join timeout") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kvc = store.Connect(), observer = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = rdzv.max_nodes = 2;
+  rdzv.join_timeout = std::chrono::seconds(20);
+  AgentMachine a0(For(rdzv, "0"));
+  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
+  const auto start = Clock::time_point(std::chrono::hours(1));
+  for (int ms = 0; ms <= 5000; ms += 100) {
+    (void)coordinator.Step(kvc, start + std::chrono::milliseconds(ms));
+    (void)a0.Step(kv0, start + std::chrono::milliseconds(ms));
+  }
+  // SIGSTOP of the store host for 30 s (past the join timeout), then it runs again.
+  const auto resumed = start + std::chrono::seconds(35);
+  (void)coordinator.Step(kvc, resumed);
+  auto rec = ReadRecord(observer, RendezvousKeys("t"));
+  REQUIRE(rec.ok());
+  CHECK_FALSE(rec->final());  // 5 s of the 20 had passed when it stopped
+  int failed_at = -1;
+  for (int ms = 100; ms <= 20000 && failed_at < 0; ms += 100) {
+    (void)coordinator.Step(kvc, resumed + std::chrono::milliseconds(ms));
+    if (ReadRecord(observer, RendezvousKeys("t"))->final()) failed_at = ms;
+  }
+  CHECK(failed_at >= 14900);  // the 15 s left
+  CHECK(failed_at <= 15200);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
