@@ -26,4 +26,14 @@ std::string FormatSeconds(double seconds) {
   return buf;
 }
 
+std::string JoinRanks(const std::vector<int>& ranks) {
+  std::string out;
+  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
+  return out;
+}
+
+std::string RanksNoun(const std::vector<int>& ranks) {
+  return (ranks.size() == 1 ? "rank " : "ranks ") + JoinRanks(ranks);
+}
+
 }  // namespace ddprun

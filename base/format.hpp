@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ddprun {
 
@@ -10,5 +11,9 @@ namespace ddprun {
 std::string FormatBytes(uint64_t bytes);
 // "600", "2.5": seconds to a tenth, without trailing zeros.
 std::string FormatSeconds(double seconds);
+// "0,2,3"; "" for none.
+std::string JoinRanks(const std::vector<int>& ranks);
+// "rank 1" or "ranks 0,2,3".
+std::string RanksNoun(const std::vector<int>& ranks);
 
 }  // namespace ddprun

@@ -21,6 +21,7 @@
 #include <system_error>
 #include <thread>
 
+#include "base/format.hpp"
 #include "base/read_file.hpp"
 #include "base/unique_fd.hpp"
 #include "env/trace_file.hpp"
@@ -186,10 +187,8 @@ std::string Indent(const std::string& lines) {
   return out;
 }
 
-std::string JoinRanks(const std::vector<int>& ranks) {
-  std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
-  return out.empty() ? "none" : out;
+std::string RankList(const std::vector<int>& ranks) {
+  return ranks.empty() ? "none" : JoinRanks(ranks);
 }
 
 Status WriteFile(const std::string& path, const std::string& text) {
@@ -387,14 +386,14 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
                      std::to_string(dumps.size()) + " workers, in " + request.dir + "\n";
   std::vector<int> hung;
   for (const HungRank& h : request.hung) hung.push_back(h.rank);
-  text += "hung ranks: " + JoinRanks(hung) + "\n";
+  text += "hung ranks: " + RankList(hung) + "\n";
   for (const HungRank& h : request.hung) {
     text += "  rank " + std::to_string(h.rank) +
             (h.at_exit ? ": hung at exit, finishing (heartbeat file removed) since "
                        : ": silent since ") +
             LocalTime(h.since) + " (" + SecondsSince(h.since, now) + Counted(h, now) + ")\n";
   }
-  text += "ranks still beating: " + JoinRanks(request.beating) + "\n\n";
+  text += "ranks still beating: " + RankList(request.beating) + "\n\n";
   // A PyTorch job has no ddprun flight recorder: its section says nothing then.
   if (torch_text.empty() || analysis.verdict != TraceVerdict::kNoTraces)
     text += analysis.text + "\n";

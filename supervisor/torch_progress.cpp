@@ -23,13 +23,6 @@ constexpr size_t kAnalysisLines = 30;
 
 std::string Rank(int r) { return std::to_string(r); }
 
-// "rank 1", "ranks 0,2".
-std::string Ranks(const std::vector<int>& ranks) {
-  std::string out = ranks.size() == 1 ? "rank " : "ranks ";
-  for (size_t i = 0; i < ranks.size(); ++i) out += (i ? "," : "") + Rank(ranks[i]);
-  return out;
-}
-
 // PyTorch's heartbeat monitor (NCCL) reads one line from the pipe and dumps.
 // No reader (Gloo, or a process gone): open fails with ENXIO, and the hook's
 // request file asks instead.
@@ -117,94 +110,33 @@ std::vector<TorchProgress> ReadTorchProgress(const std::string& dir,
                                              const std::vector<int>& ranks) {
   std::vector<TorchProgress> out;
   for (int r : ranks) {
-    TorchProgress p;
-    p.rank = r;
+    const size_t before = out.size();
     std::ifstream in(dir + "/progress_" + Rank(r));
-    std::string state;
-    if (in >> p.seq >> p.op >> state) {
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream fields(line);
+      TorchProgress p;
+      p.rank = r;
+      std::string state, members = "*";
+      if (!(fields >> p.seq >> p.op >> state) || p.seq < 0) continue;
       p.entered = state == "entered";
-    } else {
-      p.seq = -1;
+      fields >> p.group >> members;
+      std::getline(fields >> std::ws, p.desc);
+      p.everyone = members == "*";
+      std::istringstream list(members);
+      for (std::string m; !p.everyone && std::getline(list, m, ',');) {
+        if (!m.empty() && std::all_of(m.begin(), m.end(), ::isdigit)) {
+          p.members.push_back(std::stoi(m));
+        }
+      }
+      out.push_back(p);
     }
-    out.push_back(p);
+    if (out.size() == before) {  // no file, or nothing in it the hook writes
+      TorchProgress none;
+      none.rank = r;
+      out.push_back(none);
+    }
   }
   return out;
-}
-
-TorchSide NameLaggards(const std::vector<TorchProgress>& progress) {
-  TorchSide side;
-  side.text = "pytorch collectives (ddprun's hook on the flight recorder):\n";
-  long latest = -1;
-  std::string op;
-  for (const TorchProgress& p : progress) {
-    if (p.seq > latest) latest = p.seq, op = p.op;
-  }
-  const std::string newest = op + " #" + std::to_string(latest);
-  std::vector<int> waiting, finished, silent;
-  for (const TorchProgress& p : progress) {
-    if (p.seq < 0) {
-      silent.push_back(p.rank);
-      side.text += "  rank " + Rank(p.rank) + ": no collective recorded\n";
-      continue;
-    }
-    const std::string last = p.op + " #" + std::to_string(p.seq);
-    if (p.seq < latest) {
-      side.laggards.push_back(p.rank);
-      side.text += "  rank " + Rank(p.rank) + " did not enter " + newest + ": its last is " + last +
-                   (p.entered ? " (entered)" : " (finished)") + "\n";
-    } else {
-      (p.entered ? waiting : finished).push_back(p.rank);
-      side.text +=
-          "  rank " + Rank(p.rank) + (p.entered ? " waits in " : " finished ") + last + "\n";
-    }
-  }
-  // Ranks at the newest number that called different collectives there.
-  std::map<std::string, std::vector<int>> by_op;
-  for (const TorchProgress& p : progress) {
-    if (p.seq == latest && latest >= 0) by_op[p.op].push_back(p.rank);
-  }
-  if (by_op.size() > 1) {
-    std::string calls;
-    size_t fewest = progress.size();
-    for (const auto& [name, ranks] : by_op) {
-      calls += (calls.empty() ? "" : ", ") + Ranks(ranks) + " " + name;
-      fewest = std::min(fewest, ranks.size());
-    }
-    side.state =
-        "the ranks called different collectives as #" + std::to_string(latest) + ": " + calls;
-    side.verdict = side.state + ": a collective mismatch, each waits for the others in its own";
-    // The ranks of the one rarest call stray from the others (a tie blames none).
-    std::vector<const std::vector<int>*> rarest;
-    for (const auto& [name, ranks] : by_op) {
-      if (ranks.size() == fewest) rarest.push_back(&ranks);
-    }
-    if (rarest.size() == 1) {
-      side.laggards.insert(side.laggards.end(), rarest[0]->begin(), rarest[0]->end());
-      std::sort(side.laggards.begin(), side.laggards.end());
-    }
-  } else if (latest < 0) {
-    side.verdict = "no rank recorded a collective yet: the hang is before the first one";
-  } else if (!side.laggards.empty()) {
-    side.verdict = Ranks(side.laggards) + " did not enter " + newest;
-    if (!waiting.empty()) {
-      side.verdict +=
-          " (" + Ranks(waiting) + (waiting.size() == 1 ? " waits" : " wait") + " in it)";
-    }
-  } else if (!waiting.empty() && finished.empty()) {
-    side.state = "every local rank waits in " + newest;
-    side.verdict =
-        side.state + ": the collective itself is stuck, or a rank on another node never entered it";
-  } else {
-    side.state = Ranks(finished) + " finished " + newest +
-                 (waiting.empty() ? "" : " and " + Ranks(waiting) + " wait in it");
-    side.verdict = side.state + ": the hang is outside PyTorch's collectives";
-  }
-  if (side.state.empty()) side.state = side.verdict;
-  if (!silent.empty() && latest >= 0) {
-    side.verdict += "; " + Ranks(silent) + " recorded none";
-    side.state += "; " + Ranks(silent) + " recorded none";
-  }
-  return side;
 }
 
 TorchSide CollectTorchSide(const TorchQuery& q) {

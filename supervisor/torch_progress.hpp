@@ -16,12 +16,18 @@
 
 namespace ddprun::supervisor {
 
-// One rank's "<seq> <op> <entered|retired>".
+// One rank's last collective in one process group: a line of its progress
+// file, "<seq> <op> <entered|retired> <group> <ranks|*|?> <desc>" (the hook
+// writes the newest last; lines of three fields are the default group's).
 struct TorchProgress {
   int rank = 0;
   long seq = -1;  // -1: no progress file
   std::string op;
-  bool entered = false;  // entered #seq and not seen finishing it
+  bool entered = false;      // entered #seq and not seen finishing it
+  std::string group = "0";   // the process group's name (PyTorch's group_name)
+  std::string desc;          // its group_desc ("default_pg", "undefined", the user's)
+  bool everyone = true;      // the default group: every rank of the job
+  std::vector<int> members;  // otherwise its global ranks; none known: those that recorded it
 };
 
 struct TorchSide {
@@ -39,13 +45,19 @@ struct TorchPython {
 };
 std::optional<TorchPython> ReadTorchPython(const std::string& dir, int rank);
 
-// Parses <dir>/progress_<rank> for each rank.
+// Parses <dir>/progress_<rank> for each rank: its lines in file order, or one
+// with seq -1 for a rank without any.
 std::vector<TorchProgress> ReadTorchProgress(const std::string& dir, const std::vector<int>& ranks);
 
-// Names the ranks that did not enter the latest collective any rank entered;
-// when none lags, the verdict says whether every rank waits inside one
-// collective (the collective itself, or a rank this agent cannot see) or all
-// finished their last one (the hang is outside collectives).
+// Names the ranks that did not enter the latest collective of a process group
+// another member entered, and are not themselves waiting for someone in a
+// collective (a rank blocked in one group falls behind in the others: it is
+// not the cause); ranks that wait for each other are a deadlock. Ranks that
+// called different collectives at one number of a group are a mismatch. When
+// none lags, the verdict says whether every rank waits inside a collective
+// (the collective itself, or a rank this agent cannot see) or all finished
+// their last one (the hang is outside collectives). Defined in
+// torch_verdict.cpp.
 TorchSide NameLaggards(const std::vector<TorchProgress>& progress);
 
 struct TorchQuery {

@@ -73,17 +73,6 @@ std::string Name(const OpRef& op) {
   return op.op + " #" + std::to_string(op.seq) + " (" + FormatBytes(op.bytes) + ")";
 }
 
-std::string JoinRanks(const std::vector<int>& ranks) {
-  std::string out;
-  for (int r : ranks) out += (out.empty() ? "" : ",") + std::to_string(r);
-  return out;
-}
-
-// "rank 1" or "ranks 0,2,3".
-std::string RanksNoun(const std::vector<int>& ranks) {
-  return (ranks.size() == 1 ? "rank " : "ranks ") + JoinRanks(ranks);
-}
-
 // The highest seq reached by the rank, in any state; -1 when none.
 int64_t Reached(const std::vector<TraceEntry>& entries) {
   return entries.empty() ? -1 : static_cast<int64_t>(entries.back().seq);

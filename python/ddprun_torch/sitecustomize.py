@@ -2,7 +2,8 @@
 PYTHONPATH. It changes nothing in the user's program: a daemon thread reads PyTorch's own flight
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
-$DDPRUN_TORCH_DIR/progress_<RANK>: "<seq> <op> <entered|retired>" (and once, in python_<RANK>,
+$DDPRUN_TORCH_DIR/progress_<RANK>: one line per process group the rank used, its last collective
+there, "<seq> <op> <entered|retired> <group> <ranks|*> <desc>", the newest last (and once, in python_<RANK>,
 "<pid> <sys.executable>": where the rank's Python is, for ddprun's dump). After
 destroy_process_group, once the main module has finished (before the interpreter joins the program's threads), and when the
 interpreter exits (after the program's own exit handlers), it removes the heartbeat file: the
@@ -36,20 +37,68 @@ def _read(path):
         return None
 
 
+def _entries(c10d):
+    return pickle.loads(c10d._dump_fr_trace(True, False, False)).get("entries", [])
+
+
 def _last_entry(c10d):
-    entries = pickle.loads(c10d._dump_fr_trace(True, False, False)).get("entries", [])
+    entries = _entries(c10d)
     return entries[-1] if entries else None
 
 
-def _name_default_group(trace):
-    """Gloo's flight recorder (torch 2.12) registers the default group without its name:
+_members = {}  # process group name -> (its global ranks, "*" for the whole world; its desc)
+
+
+def _group_members(dist, name):
+    """The global ranks of the process group named `name`, from PyTorch's own registry (the
+    flight recorder of Gloo does not say them); ("?", "") while it cannot tell."""
+    if name not in _members:
+        try:
+            c10d_py = dist.distributed_c10d
+            default = c10d_py._get_default_group()
+            for pg, pg_name in list(c10d_py._world.pg_names.items()):
+                ranks = "*" if pg is default else ",".join(
+                    str(r) for r in sorted(dist.get_process_group_ranks(pg)))
+                _members[pg_name] = (ranks, getattr(pg, "group_desc", "") or "")
+        except Exception:  # the main thread is changing the registry: asked again next time
+            return ("?", "")
+    return _members.get(name, ("?", ""))
+
+
+def _word(text):
+    return "".join(c if c.isprintable() and not c.isspace() else "_" for c in str(text)) or "_"
+
+
+def _progress(dist, entries, last):
+    """Each process group's last collective in `entries` merged into `last` (group name ->
+    (record id, line)): a group whose records left the recorder's ring keeps its last."""
+    for e in entries:
+        name = str((e.get("process_group") or ("0",))[0])
+        ranks, desc = _group_members(dist, name)
+        state = "retired" if e.get("retired") else "entered"
+        last[name] = (e.get("record_id", 0), "%d %s %s %s %s %s\n" % (
+            e.get("collective_seq_id", 0), _word(e.get("profiling_name", "?")), state,
+            _word(name), ranks, desc.replace("\n", " ")))
+    return "".join(line for _, line in sorted(last.values(), key=lambda v: v[0]))
+
+
+def _name_groups(trace, dist):
+    """Gloo's flight recorder (torch 2.12) registers its groups without their names or ranks:
     pg_config {"": ...} while the entries say process_group ("0", "default_pg"), and fr_trace
-    cannot match the two (KeyError). With one group in both, the entries' name is the group's."""
+    cannot match the two (KeyError). Each group the entries name gets its entry here, its ranks
+    from PyTorch's registry."""
     config = trace.get("pg_config", {})
-    groups = {tuple(e.get("process_group", ())) for e in trace.get("entries", [])}
-    if list(config) == [""] and len(groups) == 1:
-        (name, desc), = groups
-        config[name] = dict(config.pop(""), name=name, desc=desc)
+    if list(config) != [""]:
+        return trace  # PyTorch named them (NCCL)
+    blank = config.pop("")
+    world = list(range(dist.get_world_size()))
+    for e in trace.get("entries", []):
+        name, desc = (tuple(e.get("process_group", ())) + ("", ""))[:2]
+        ranks, _ = _group_members(dist, name)
+        if ranks == "?":
+            return dict(trace, pg_config={"": blank})  # unknown: as PyTorch wrote it
+        ranks = world if ranks == "*" else [int(r) for r in ranks.split(",")]
+        config[name] = dict(blank, name=name, desc=desc, ranks=str(ranks))
     return trace
 
 
@@ -58,7 +107,8 @@ def _dump(c10d, rank):
     if not prefix or os.path.exists(os.environ.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "\0") +
                                     rank + ".pipe"):
         return  # none wanted, or PyTorch's own pipe (NCCL) dumps it
-    data = pickle.dumps(_name_default_group(pickle.loads(c10d._dump_fr_trace())))
+    trace = pickle.loads(c10d._dump_fr_trace())
+    data = pickle.dumps(_name_groups(trace, sys.modules["torch.distributed"]))
     with open(prefix + rank + ".tmp", "wb") as f:
         f.write(data)
     os.replace(prefix + rank + ".tmp", prefix + rank)
@@ -99,6 +149,7 @@ def _beat(heartbeat, record_id=None):
 
 def _watch(torch_dir, heartbeat, rank):
     seen, answered, was_initialized, finished = None, None, False, False
+    groups = {}  # each process group's last collective (_progress)
     request = os.path.join(torch_dir, "dump_request")
     while True:
         time.sleep(_PERIOD)
@@ -115,19 +166,20 @@ def _watch(torch_dir, heartbeat, rank):
         if not was_initialized:  # the rank's training process (under a wrapper script, too)
             _write(os.path.join(torch_dir, "python_" + rank),
                    "%d %s\n" % (os.getpid(), sys.executable))
+            _members.clear()  # a process group made again: its groups are new
+            groups.clear()
         was_initialized = True
         import torch._C._distributed_c10d as c10d
         try:
-            last = _last_entry(c10d)
-            if last is not None:
-                state = "retired" if last.get("retired") else "entered"
-                now = (last.get("record_id"), state)
+            entries = _entries(c10d)
+            if entries:
+                last = entries[-1]
+                now = (last.get("record_id"), bool(last.get("retired")))
                 if now != seen:
                     seen = now
                     _beat(heartbeat, last.get("record_id"))
                     _write(os.path.join(torch_dir, "progress_" + rank),
-                           "%d %s %s\n" % (last.get("collective_seq_id", 0),
-                                           last.get("profiling_name", "?"), state))
+                           _progress(sys.modules["torch.distributed"], entries, groups))
             token = _read(request)
             if token is not None and token != answered:  # each request once
                 answered = token

@@ -6,7 +6,8 @@ made again after that. With --hang-after-destroy rank --hang-rank sleeps forever
 destroy_process_group; with --hang-at-exit it hangs in its interpreter's teardown (a finalizer that
 never returns, as a stuck destructor would); with --forgotten-thread it starts a thread that never
 ends and is not a daemon (the interpreter joins it at exit). --no-destroy leaves the process group
-undestroyed, as many scripts do."""
+undestroyed, as many scripts do. With --subgroup ranks 0 and 1 also all_reduce in a process group of
+their own after each step, and the hang rank stops before that one instead."""
 import argparse
 import os
 import threading
@@ -47,6 +48,8 @@ def main():
     p.add_argument("--forgotten-thread", action="store_true",
                    help="rank --hang-rank starts a non-daemon thread that never ends")
     p.add_argument("--no-destroy", action="store_true")
+    p.add_argument("--subgroup", action="store_true",
+                   help="ranks 0,1 all_reduce in a group of their own after each step")
     p.add_argument("--again", type=int, default=0,
                    help="then a process group again for this many more steps")
     a = p.parse_args()
@@ -80,17 +83,23 @@ def train(a, steps, init):
     dev = torch.device("cuda", rank % torch.cuda.device_count()) if a.backend == "nccl" else "cpu"
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(8, 2).to(dev))
+    pair = dist.new_group([0, 1]) if a.subgroup else None
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(steps):
         loss = model(torch.randn(4, 8, device=dev)).sum()
         opt.zero_grad()
         loss.backward()
         opt.step()
-        if step == a.hang_step and rank == a.hang_rank:
+        if step == a.hang_step and rank == a.hang_rank and not a.subgroup:
             print(f"rank {rank} stops before all_reduce at step {step}", flush=True)
             stuck_before_all_reduce()
         total = loss.detach().clone()
         dist.all_reduce(total)
+        if pair is not None and rank in (0, 1):
+            if step == a.hang_step and rank == a.hang_rank:
+                print(f"rank {rank} stops before its group's all_reduce at step {step}", flush=True)
+                stuck_before_all_reduce()
+            dist.all_reduce(total.clone(), group=pair)
         if step % 20 == 0:
             print(f"step {step} loss {total.item():.3f}", flush=True)
         time.sleep(a.step_sleep)

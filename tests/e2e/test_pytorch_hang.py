@@ -202,6 +202,26 @@ def test_the_rank_that_never_joined_is_the_root_cause_not_the_one_waiting_for_it
     assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", r.stderr), r.stderr
 
 
+def test_with_a_subgroup_the_rank_that_stopped_is_named_not_the_one_blocked_by_it(tmp_path):
+    """Ranks 0,1 all_reduce in a process group of their own; rank 1 stops before that one. Rank 0
+    waits in it and so falls behind rank 2 in the default group. Numbers of different groups were
+    compared as one (rank 0 blamed), and PyTorch's analyser failed with a KeyError on the hook's
+    dumps of several groups (found in review)."""
+    rc, lines = timed_lines([DDPRUN, "--nproc_per_node=3", "--shutdown_timeout=2",
+                             f"--log_dir={tmp_path}", f"--hang_timeout={HANG_TIMEOUT}",
+                             "--hang_detect=torch", JOB, "--subgroup", "--hang-step", "20",
+                             "--step-sleep", "0.02"], timeout=120)
+    out = "".join(line for _, line in lines)
+    assert rc == 124, out
+    assert re.search(r"hang, by PyTorch's collectives: rank 1 did not enter gloo:all_reduce #\d+ "
+                     r"\(rank 2 waits in it\), nor gloo:all_reduce #\d+ of process group \S+ "
+                     r"\(ranks 0,1\) \(rank 0 waits in it\);", out), out
+    assert re.search(r"rank 0 waits in gloo:all_reduce #\d+ of process group \S+ \(ranks 0,1\)",
+                     out), out
+    assert "KeyError" not in out and "missing ranks: {1}" in out, out
+    assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", out), out
+
+
 def test_a_job_under_a_wrapper_script_gets_its_python_dumped_and_analysed(tmp_path):
     """`ddprun ./run.sh` where run.sh runs python as a child: the dump read only the shell
     (its wait4), and said the program does not run under Python, with no analysis (found by an

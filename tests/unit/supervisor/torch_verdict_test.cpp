@@ -1,0 +1,116 @@
+// NameLaggards over several process groups: numbers are compared within a
+// group only, a rank blocked in one group is not blamed for falling behind in
+// another, and ranks that wait for each other are a deadlock.
+#include <doctest/doctest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "supervisor/torch_progress.hpp"
+
+namespace ddprun::supervisor {
+namespace {
+
+bool Has(const std::string& text, const std::string& what) {
+  return text.find(what) != std::string::npos;
+}
+
+// Rank `rank`'s last collective in process group `group` (members "": the
+// default group, every rank).
+TorchProgress In(int rank, const std::string& group, std::vector<int> members, long seq,
+                 bool entered) {
+  TorchProgress p;
+  p.rank = rank;
+  p.seq = seq;
+  p.op = "gloo:all_reduce";
+  p.entered = entered;
+  p.group = group;
+  p.everyone = group == "0";
+  p.desc = p.everyone ? "default_pg" : "undefined";
+  p.members = std::move(members);
+  return p;
+}
+
+TEST_CASE("ReadTorchProgress reads one line per process group, the newest last") {
+  const auto dir = std::filesystem::temp_directory_path() / "ddprun_torch_verdict_read";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "progress_0") << "20 gloo:all_reduce retired 0 * default_pg\n"
+                                       "7 gloo:broadcast entered 1 0,1 tensor parallel\n";
+  std::ofstream(dir / "progress_1") << "19 gloo:all_reduce retired 0 *\n";
+  const auto p = ReadTorchProgress(dir.string(), {0, 1});
+  REQUIRE(p.size() == 3);
+  CHECK((p[0].group == "0" && p[0].everyone && p[0].seq == 20 && !p[0].entered));
+  CHECK((p[1].group == "1" && !p[1].everyone && p[1].members == std::vector<int>{0, 1}));
+  CHECK((p[1].desc == "tensor parallel" && p[1].op == "gloo:broadcast" && p[1].entered));
+  CHECK((p[2].rank == 1 && p[2].seq == 19 && p[2].desc.empty()));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("A rank blocked in a subgroup is not blamed for falling behind in the default group") {
+  // Ranks 0,1 all_reduce in group 1 after each step; rank 1 stopped before it.
+  // Rank 2 went on to the next step's all_reduce of the default group.
+  const std::vector<TorchProgress> progress = {
+      In(0, "0", {}, 20, false), In(0, "1", {0, 1}, 7, true),   // waits for rank 1
+      In(1, "1", {0, 1}, 6, false), In(1, "0", {}, 20, false),  // stopped: the cause
+      In(2, "0", {}, 21, true)};                                // waits for ranks 0,1
+  const TorchSide side = NameLaggards(progress);
+  CHECK(side.laggards == std::vector<int>{1});
+  CHECK(side.verdict ==
+        "rank 1 did not enter gloo:all_reduce #21 (rank 2 waits in it), nor gloo:all_reduce #7 "
+        "of process group 1 (ranks 0,1) (rank 0 waits in it)");
+  CHECK(Has(side.text, "rank 0 waits in gloo:all_reduce #7 of process group 1 (ranks 0,1)"));
+  CHECK(Has(side.text,
+            "rank 0 did not enter gloo:all_reduce #21: its last is gloo:all_reduce "
+            "#20 (finished)"));
+}
+
+TEST_CASE("Numbers of different groups are never compared") {
+  // Group 1's numbers run behind the default group's; everyone is level in each.
+  const TorchSide side = NameLaggards({In(0, "0", {}, 40, false), In(0, "1", {0, 1}, 9, true),
+                                       In(1, "0", {}, 40, false), In(1, "1", {0, 1}, 9, true)});
+  CHECK(side.laggards.empty());
+  CHECK(side.verdict ==
+        "every local rank waits in gloo:all_reduce #9 of process group 1 (ranks 0,1): the "
+        "collective itself is stuck, or a rank on another node never entered it");
+}
+
+TEST_CASE("A member that never entered its group's collective is behind in it") {
+  const TorchSide side = NameLaggards(
+      {In(0, "0", {}, 5, false), In(0, "3", {0, 1}, 1, true), In(1, "0", {}, 5, false)});
+  CHECK(side.laggards == std::vector<int>{1});
+  CHECK(Has(side.verdict, "rank 1 did not enter gloo:all_reduce #1 of process group 3"));
+  CHECK(Has(side.text,
+            "rank 1 did not enter gloo:all_reduce #1 of process group 3 (ranks 0,1): "
+            "none of this group's yet"));
+}
+
+TEST_CASE("Ranks waiting for each other in different groups are a deadlock, none blamed") {
+  const TorchSide side = NameLaggards({In(0, "1", {0, 1}, 4, false), In(0, "2", {0, 1}, 5, true),
+                                       In(1, "2", {0, 1}, 4, false), In(1, "1", {0, 1}, 5, true)});
+  CHECK(side.laggards.empty());
+  CHECK(side.verdict ==
+        "ranks 0,1 wait for each other: rank 0 waits in gloo:all_reduce #5 of process group 2 "
+        "(ranks 0,1) for rank 1; rank 1 waits in gloo:all_reduce #5 of process group 1 (ranks "
+        "0,1) for rank 0: a deadlock, the ranks call the collectives of their process groups in "
+        "different orders");
+}
+
+TEST_CASE("A group's label names its description and shortens a long member list") {
+  std::vector<int> many;
+  for (int r = 0; r < 12; ++r) many.push_back(r);
+  TorchProgress a = In(0, "5", many, 3, true);
+  a.desc = "tp";
+  TorchProgress b = a;
+  b.rank = 1;
+  b.seq = 2;
+  b.entered = false;
+  const TorchSide side = NameLaggards({a, b});
+  CHECK(side.verdict ==
+        "rank 1 did not enter gloo:all_reduce #3 of process group 5 'tp' (ranks 0,1,2,3,4,5,6,7,"
+        "... 12 in all) (rank 0 waits in it)");
+}
+
+}  // namespace
+}  // namespace ddprun::supervisor
