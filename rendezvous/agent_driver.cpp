@@ -9,6 +9,24 @@
 #include "rendezvous/sockets.hpp"
 
 namespace ddprun::rendezvous {
+namespace {
+
+// For one call: the store requests `client` is blocked in end once `stop`
+// says so (StoreClient::set_interrupted).
+class AbandonWhen {
+ public:
+  AbandonWhen(StoreClient& client, Interrupted stop) : client_(client) {
+    client_.set_interrupted(std::move(stop));
+  }
+  ~AbandonWhen() { client_.set_interrupted({}); }
+  AbandonWhen(const AbandonWhen&) = delete;
+  AbandonWhen& operator=(const AbandonWhen&) = delete;
+
+ private:
+  StoreClient& client_;
+};
+
+}  // namespace
 
 StatusOr<std::unique_ptr<AgentDriver>> AgentDriver::Connect(const std::string& host, int port,
                                                             AgentSettings settings,
@@ -36,6 +54,19 @@ Status AgentDriver::CheckHostedJob() {
 
 Action AgentDriver::Next(const SignalQuery& pending_signal, const ProgressFn& on_progress) {
   ClientKv kv(client_);
+  // A signal the store keeps this agent from acting on: the request is
+  // abandoned (the connection with it) kSignalGrace after the signal came.
+  std::pair<int, std::string> abandoned;
+  std::optional<Clock::time_point> signalled;
+  AbandonWhen abandon(client_, [&] {
+    auto signal = pending_signal();
+    if (signal.first == 0) return false;
+    const auto now = Clock::now();
+    if (!signalled) signalled = now;
+    if (now - *signalled < kSignalGrace) return false;
+    abandoned = std::move(signal);
+    return true;
+  });
   while (true) {
     Action action;
     std::string key;
@@ -47,12 +78,18 @@ Action AgentDriver::Next(const SignalQuery& pending_signal, const ProgressFn& on
       key = machine_.wake_key();
       wake = machine_.next_wake();
     }
-    if (action.kind != ActionKind::kWait) return action;
-    if (!action.message.empty() && on_progress) {
-      on_progress("rendezvous at " + HostPort(host_, port_) + ": " + action.message);
+    if (action.kind != ActionKind::kWait && abandoned.first == 0) return action;
+    if (abandoned.first == 0) {
+      if (!action.message.empty() && on_progress) {
+        on_progress("rendezvous at " + HostPort(host_, port_) + ": " + action.message);
+      }
+      // A store failure shows at the next step.
+      (void)WaitForKey(client_, key, wake);
     }
-    // A store failure shows at the next step.
-    (void)WaitForKey(client_, key, wake);
+    if (abandoned.first != 0) {  // whatever that step made of the broken connection
+      std::lock_guard<std::mutex> lock(mu_);
+      return machine_.Abandoned(abandoned.first, abandoned.second, client_.address());
+    }
   }
 }
 
@@ -131,7 +168,13 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
   left_ = true;
   ClientKv kv(client_);
   const std::string& self = machine_.settings().self.agent_id;
-  if (!kv.Set(keys_.Left(self), "1").ok() || !hosts_store) return 0;
+  {
+    // A courtesy to the store host: not worth more than kLeaveSaid, or a new signal.
+    const auto until = Clock::now() + kLeaveSaid;
+    AbandonWhen abandon(client_,
+                        [&] { return Clock::now() >= until || pending_signal().first != 0; });
+    if (!kv.Set(keys_.Left(self), "1").ok() || !hosts_store) return 0;
+  }
   // The others that may still read the record: the last round's members and
   // the agents waiting to join the next one, for `timeout`; agents lost
   // (paused, or killed: nothing tells which) for the keep-alive limit, past

@@ -34,7 +34,9 @@ class AgentDriver {
 
   // Steps until the machine asks for something other than waiting.
   // `pending_signal` is asked between steps: a terminating signal ddprun
-  // received (0: none) makes the agent leave the job. `on_progress` gets what
+  // received (0: none) makes the agent leave the job. It is asked during a
+  // store request too: one the store has not answered kSignalGrace after the
+  // signal is abandoned, and the agent leaves without a word to the others. `on_progress` gets what
   // the wait is worth telling (which nodes joined a forming round, now and then).
   using SignalQuery = std::function<std::pair<int, std::string>()>;
   using ProgressFn = std::function<void(const std::string&)>;
@@ -47,11 +49,15 @@ class AgentDriver {
   void StopWatching();
   void WorkersExited(const WorkersOutcome& outcome);
 
-  // After the last action (kExit): this agent says it leaves; the store host
+  static constexpr std::chrono::milliseconds kSignalGrace{1000};
+
+  // After the last action (kExit): this agent says it leaves (given up after
+  // kLeaveSaid when the store does not answer); the store host
   // waits (bounded by `timeout`) for the others to have said so too, so the
   // store outlives their last requests. A terminating signal (asked of
   // `pending_signal` while it waits) ends the wait; returns that signal, or 0.
   int Leave(bool hosts_store, std::chrono::milliseconds timeout, const SignalQuery& pending_signal);
+  static constexpr std::chrono::milliseconds kLeaveSaid{2000};
 
  private:
   AgentDriver(StoreClient client, std::string host, int port, AgentSettings settings)

@@ -216,6 +216,15 @@ Action AgentMachine::StoreGone(const Status& s) {
   return Exit(1, message);
 }
 
+Action AgentMachine::Abandoned(int signal, std::string name, const std::string& store) {
+  Interrupted(signal, std::move(name));
+  return Exit(exit_code::ForSignal(signal),
+              "received " + signal_name_ + " while the rendezvous store at " + store +
+                  " did not answer (the agent hosting it is stopped, starved or hung, or the "
+                  "network failed): this agent left without saying so, and the others lose it "
+                  "by keep-alive");
+}
+
 Action AgentMachine::Follow(Kv& kv, const JobRecord& rec, Time now) {
   if (rec.final()) return ExitByRecord(rec);
   min_round_ = std::max(min_round_, round_ + 1);

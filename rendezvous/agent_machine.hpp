@@ -98,6 +98,11 @@ class AgentMachine {
     signal_name_ = std::move(name);
   }
 
+  // ddprun received a terminating signal and the store did not answer the
+  // request this agent was blocked in (abandoned; `store` is its address):
+  // the agent leaves without a word to the others, who lose it by keep-alive.
+  Action Abandoned(int signal, std::string name, const std::string& store);
+
   Phase phase() const { return phase_; }
   Time next_wake() const { return next_wake_; }
   // The store key whose appearance should wake the caller before

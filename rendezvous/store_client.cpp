@@ -148,8 +148,10 @@ Status StoreClient::ReadExact(void* out, size_t n, Clock::time_point deadline) {
     pollfd pfd{fd_.get(), POLLIN, 0};
     int rc = poll(&pfd, 1, static_cast<int>(std::max<long>(0, slice)));
     if (rc < 0 && errno == EINTR) continue;
-    if (rc == 0 && interrupted_ && interrupted_())
+    if (rc == 0 && interrupted_ && interrupted_()) {
+      broken_ = true;  // the reply may come later and be taken for the next one's
       return Status(StatusCode::kAborted, "interrupted");
+    }
     if (rc == 0 && Clock::now() < deadline) continue;
     if (rc == 0) {
       return Status(StatusCode::kDeadlineExceeded, "store " + address_ + ": no reply within " +

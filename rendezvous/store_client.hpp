@@ -70,6 +70,11 @@ class StoreClient {
 
   const std::string& address() const { return address_; }
   void set_timeout(Duration d) { timeout_ = d; }
+  // A read this client is blocked in asks `interrupted` every 200 ms and,
+  // when it says so, fails with kAborted; the connection is then unusable (its
+  // reply may still come). Only from the thread that makes the requests; {}
+  // for none.
+  void set_interrupted(Interrupted interrupted) { interrupted_ = std::move(interrupted); }
 
  private:
   StoreClient(UniqueFd fd, std::string address, Duration timeout)
@@ -92,7 +97,7 @@ class StoreClient {
 
   UniqueFd fd_;  // set at construction, closed only by the destructor
   bool broken_ = false;
-  Interrupted interrupted_;  // while connecting: ends a read (kAborted)
+  Interrupted interrupted_;  // ends a read (kAborted): while connecting, or set_interrupted
   std::string address_;
   Duration timeout_;
 };

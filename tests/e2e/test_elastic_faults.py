@@ -16,7 +16,10 @@ to disagree (docs/elastic-invariants.md), each now decided by the one job record
    ended again once its keep-alive stopped);
 7. the store host stopped by SIGHUP while another node's workers take their grace: that node
    says the store is gone, not that it did not run itself, and the host tells its one SIGHUP
-   once.
+   once;
+8. an agent waiting for a round gets SIGTERM while the store host is paused (SIGSTOP): it
+   abandons its unanswered request a second later and exits 143, saying so (it used to wait
+   out read_timeout twice).
 
 The pauses are the faults under test (their length is the input), not waits for an event; every
 wait for an outcome polls with a deadline.
@@ -237,3 +240,25 @@ def test_store_host_gone_during_anothers_grace_is_told_as_such(launch, tmp_path)
     assert "is gone" in err, outputs(agents)
     assert "did not run" not in err, outputs(agents)
     assert agents[0].stderr().count("SIGHUP") == 1, outputs(agents)
+
+
+def test_sigterm_while_the_store_host_is_paused_exits_at_once(launch, tmp_path):
+    conf = "join_timeout=60,read_timeout=30,keep_alive_interval=1,keep_alive_max_attempt=3"
+    out, agents = c10d_agents(launch, tmp_path, "3:3", 2, FINISH,
+                              extra=[f"--rdzv_conf={conf}"])
+    wait_for(lambda: "waiting for" in agents[1].stderr() or "joined" in agents[1].stderr(), 20,
+             what="node 1 waiting in round 0")
+    agents[0].signal(signal.SIGSTOP)
+    try:
+        time.sleep(0.5)  # node 1's next request meets the paused store (the fault's moment)
+        agents[1].signal(signal.SIGTERM)
+        sent = time.monotonic()
+        assert agents[1].wait(40) == 128 + signal.SIGTERM, outputs(agents)
+        took = time.monotonic() - sent
+        assert took < 5, f"{took:.1f} s\n{outputs(agents)}"  # read_timeout is 30 s
+        assert re.search(r"received SIGTERM while the rendezvous store at 127\.0\.0\.1:\d+ did "
+                         r"not answer", agents[1].stderr()), outputs(agents)
+    finally:
+        agents[0].signal(signal.SIGCONT)
+    agents[0].signal(signal.SIGTERM)
+    assert agents[0].wait(20) == 128 + signal.SIGTERM, outputs(agents)
