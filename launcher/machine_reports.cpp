@@ -60,7 +60,9 @@ json ErrorFileJson(const std::string& path) {
   if (path.empty() || path == "<N/A>") return nullptr;
   // Never waits (a named pipe); a record that does not parse is null (the
   // failure's message says what it holds).
-  json data = json::parse(supervisor::WithoutLoneSurrogates(ReadSmallFile(path)), nullptr,
+  const std::string text = ReadSmallFile(path);
+  if (supervisor::NestsTooDeep(text)) return nullptr;
+  json data = json::parse(supervisor::WithoutLoneSurrogates(text), nullptr,
                           /*allow_exceptions=*/false);
   return data.is_discarded() ? json(nullptr) : data;
 }

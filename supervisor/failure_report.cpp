@@ -4,10 +4,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "base/read_file.hpp"
@@ -156,11 +158,68 @@ std::string WithoutLoneSurrogates(const std::string& text) {
   return out;
 }
 
+bool NestsTooDeep(const std::string& text) {
+  size_t depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;  // the escaped character
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) return true;
+    } else if ((c == ']' || c == '}') && depth > 0) {
+      --depth;
+    }
+  }
+  return false;
+}
+
+namespace {
+
+// A field a worker wrote as text, whatever JSON type it used (a C++ or
+// hand-written writer may put a number or a list where torchrun puts text).
+std::string TextOf(const json& value) {
+  if (value.is_string()) return value.get<std::string>();
+  if (value.is_null()) return "";
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+// A time in seconds since the epoch, as a number or decimal text; nullopt for
+// anything else (garbage must not make a failure the earliest, the root cause).
+std::optional<long long> TimestampOf(const json& value) {
+  constexpr double kLatest = 1e11;  // the year 5138
+  double seconds = -1;
+  if (value.is_number()) {
+    seconds = value.get<double>();
+  } else if (value.is_string()) {
+    const std::string& t = value.get_ref<const std::string&>();
+    if (t.empty() || t.size() > 12 || !std::all_of(t.begin(), t.end(), ::isdigit)) {
+      return std::nullopt;
+    }
+    seconds = std::stod(t);
+  }
+  if (!(seconds >= 0 && seconds < kLatest)) return std::nullopt;
+  return static_cast<long long>(seconds);
+}
+
+}  // namespace
+
 bool ReadErrorFile(const std::string& path, FailureRecord& record) {
   if (path.empty()) return false;
   // Never waits: the worker may have left a named pipe there.
   const std::string text = ReadSmallFile(path);
   if (text.empty()) return false;
+  if (NestsTooDeep(text)) {
+    return Unreadable(path, text,
+                      "JSON nested more than " + std::to_string(kMaxJsonDepth) + " levels deep",
+                      record);
+  }
   json data = json::parse(WithoutLoneSurrogates(text), nullptr, /*allow_exceptions=*/false);
   if (data.is_discarded()) {
     return Unreadable(path, text, "not JSON: cut off, or not UTF-8", record);
@@ -169,19 +228,22 @@ bool ReadErrorFile(const std::string& path, FailureRecord& record) {
     return Unreadable(path, text, "JSON without a \"message\"", record);
   }
   const json& msg = data["message"];
+  std::optional<long long> when;
   if (msg.is_string()) {
     record.message = msg.get<std::string>();
-    if (data.contains("timestamp") && data["timestamp"].is_number()) {
-      record.timestamp = data["timestamp"].get<long long>();
-    }
+    if (data.contains("timestamp")) when = TimestampOf(data["timestamp"]);
   } else if (msg.is_object()) {
-    json extra = msg.value("extraInfo", json::object());
-    record.message = extra.value("py_callstack", msg.value("message", std::string(kNotAvailable)));
-    std::string ts = extra.value("timestamp", std::string());
-    if (!ts.empty()) record.timestamp = std::atoll(ts.c_str());
+    const json none = json::object();
+    const json& extra =
+        msg.contains("extraInfo") && msg["extraInfo"].is_object() ? msg["extraInfo"] : none;
+    record.message = extra.contains("py_callstack") ? TextOf(extra["py_callstack"])
+                     : msg.contains("message")      ? TextOf(msg["message"])
+                                                    : std::string(kNotAvailable);
+    if (extra.contains("timestamp")) when = TimestampOf(extra["timestamp"]);
   } else {
     return Unreadable(path, text, "its \"message\" is neither text nor an object", record);
   }
+  if (when) record.timestamp = *when;  // else the time ddprun saw the exit
   record.error_file = path;
   return true;
 }
@@ -292,7 +354,10 @@ std::string FormatReport(const std::string& name, const std::string& host,
 
 Status DumpRootCause(const FailureRecord& root, const std::string& path) {
   json data;
-  if (!root.error_file.empty()) data = json::parse(ReadSmallFile(root.error_file), nullptr, false);
+  if (!root.error_file.empty()) {
+    const std::string text = ReadSmallFile(root.error_file);
+    if (!NestsTooDeep(text)) data = json::parse(WithoutLoneSurrogates(text), nullptr, false);
+  }
   if (!data.is_object() || !data.contains("message")) {
     data = {{"message",
              {{"message", root.message},

@@ -39,6 +39,12 @@ bool ReadErrorFile(const std::string& path, FailureRecord& record);
 // as "\udcff") and reads them back; strict parsers refuse the whole text.
 std::string WithoutLoneSurrogates(const std::string& json_text);
 
+// Whether JSON text nests its arrays and objects deeper than kMaxJsonDepth:
+// the JSON library copies and prints a value recursively, so a worker's file
+// of 100,000 brackets would overflow ddprun's stack. Such a file is not read.
+constexpr size_t kMaxJsonDepth = 100;
+bool NestsTooDeep(const std::string& json_text);
+
 // A failed group's workers that the stop found already failing on their own
 // become failures too (after the root cause), as torchrun lists every rank
 // that failed: a worker counted as stopped whose error file exists (it raised)

@@ -59,6 +59,44 @@ TEST_CASE("error files in torchrun's nested and flat forms are read") {
   std::remove(p2.c_str());
 }
 
+TEST_CASE("error files with other JSON types, odd times or deep nesting are read, never thrown") {
+  // A C++ or hand-written writer: a number for the time, a list for the call stack.
+  FailureRecord typed;
+  typed.timestamp = 99;
+  auto p1 = TempFile("ddprun_err_t1.json",
+                     R"({"message": {"message": 42, "extraInfo": {"py_callstack": ["a", "b"], )"
+                     R"("timestamp": 1700000000}}})");
+  REQUIRE(ReadErrorFile(p1, typed));
+  CHECK(typed.message == R"(["a","b"])");
+  CHECK(typed.timestamp == 1700000000);
+  FailureRecord number;
+  auto p2 = TempFile("ddprun_err_t2.json", R"({"message": {"message": 42, "extraInfo": "x"}})");
+  REQUIRE(ReadErrorFile(p2, number));
+  CHECK(number.message == "42");
+  // A time that is not one keeps the time ddprun saw the exit: garbage never wins the root cause.
+  for (const char* ts : {R"("abc")", R"("1e3")", R"("99999999999999999999999")", "-5", "1e300"}) {
+    FailureRecord odd;
+    odd.timestamp = 1234;
+    auto p = TempFile(
+        "ddprun_err_t3.json",
+        std::string(R"({"message": {"message": "m", "extraInfo": {"timestamp": )") + ts + "}}}");
+    REQUIRE(ReadErrorFile(p, odd));
+    CHECK_MESSAGE(odd.timestamp == 1234, ts);
+    std::remove(p.c_str());
+  }
+  // 100,000 brackets deep: named as unreadable (the library would recurse off the stack).
+  FailureRecord deep;
+  const std::string nested(100000, '[');
+  auto p4 = TempFile("ddprun_err_t4.json", R"({"message": )" + nested);
+  REQUIRE(ReadErrorFile(p4, deep));
+  CHECK(deep.message.find("JSON nested more than 100 levels deep") != std::string::npos);
+  CHECK_FALSE(NestsTooDeep(R"({"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["})"));
+  CHECK(NestsTooDeep(std::string(101, '{')));
+  CHECK_FALSE(NestsTooDeep(std::string(100, '{')));
+  CHECK(DumpRootCause(deep, TempFile("ddprun_err_t5.json", "")).ok());  // the fallback record
+  for (const auto& p : {p1, p2, p4}) std::remove(p.c_str());
+}
+
 TEST_CASE("the root cause is the earliest error file, and the report keeps torchrun's layout") {
   GroupResult r;
   auto t = std::chrono::system_clock::from_time_t(100);
