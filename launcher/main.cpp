@@ -41,6 +41,7 @@
 #include "supervisor/containment.hpp"
 #include "supervisor/late_signals.hpp"
 #include "supervisor/self_exec.hpp"
+#include "supervisor/supervisor.hpp"
 
 #ifndef DDPRUN_VERSION
 #define DDPRUN_VERSION "0.0.0"
@@ -288,8 +289,11 @@ int main(int argc, char** argv) {
   }
   const int code = launcher::RunAgent(parsed->config, *program, environ);
   // Workers are gone; what the console has not taken yet gets written while
-  // it reads, with a bounded wait for one that does not.
-  supervisor::FlushConsole(kConsoleFlushWait);
+  // it reads. One that does not is given up after kConsoleFlushWait where log
+  // files keep what it holds, or ddprun was told to stop (a signal), and
+  // waited for where nothing else keeps it.
+  supervisor::FlushConsole(kConsoleFlushWait,
+                           /*wait_for_unkept=*/supervisor::TerminatingSignalsReceived() == 0);
   // Output lost there is lost for good (a log file may keep a copy): said, and
   // a job that succeeded exits as for an incomplete log file.
   int final_code = code;

@@ -17,6 +17,7 @@
 #include <set>
 #include <system_error>
 #include <thread>
+#include <tuple>
 
 #include "base/unique_fd.hpp"
 
@@ -55,14 +56,20 @@ struct ConsoleWriter::State {
   std::mutex mu;
   std::condition_variable work;  // the writer waits for lines
   std::condition_variable idle;  // Flush waits for an empty queue
-  std::deque<std::string> queue;
-  size_t bytes = 0;  // queued, including the chunk being written
+  struct Chunk {
+    std::string text;
+    bool unkept = false;  // no log file keeps it: a worker's, or the launcher's own
+  };
+  std::deque<Chunk> queue;
+  size_t bytes = 0;   // queued, including the chunk being written
+  size_t unkept = 0;  // chunks queued or being written that no log file keeps
   size_t capacity = kDefaultCapacity;
   bool in_flight = false;
   bool broken = false;  // write failed (closed console): nothing more is written
   int error = 0;        // that write's errno
   bool started = false;
   bool threadless = false;            // no thread could be made: writes are synchronous
+  bool never_stalls = false;          // a regular file: nothing is dropped, producers wait
   bool want_room = false;             // WriteOrHold() found the queue full: notify when it empties
   std::function<void()> notify_room;  // SetRoomNotifier
   uint64_t chunks_written = 0;        // the console's progress, for Flush()
@@ -94,7 +101,7 @@ struct ConsoleWriter::State {
     kept_in.clear();
     if (EndLine()) notice.insert(0, "\n");
     bytes += notice.size();
-    queue.push_back(std::move(notice));
+    queue.push_back({std::move(notice), false});
   }
 
   void Run() {
@@ -104,15 +111,16 @@ struct ConsoleWriter::State {
     std::unique_lock lock(mu);
     for (;;) {
       work.wait(lock, [this] { return !queue.empty(); });
-      std::string chunk = std::move(queue.front());
+      Chunk chunk = std::move(queue.front());
       queue.pop_front();
       in_flight = true;
       lock.unlock();
-      const bool ok = broken || WriteAll(fd, chunk.data(), chunk.size());
+      const bool ok = broken || WriteAll(fd, chunk.text.data(), chunk.text.size());
       const int err = errno;
       lock.lock();
       in_flight = false;
-      bytes -= chunk.size();
+      bytes -= chunk.text.size();
+      if (chunk.unkept) --unkept;
       if (!ok) Broke(err);
       if (want_room && (broken || bytes <= capacity / 2)) {
         want_room = false;
@@ -124,7 +132,11 @@ struct ConsoleWriter::State {
   }
 };
 
-ConsoleWriter::ConsoleWriter(int fd) : state_(new State) { state_->fd = fd; }
+ConsoleWriter::ConsoleWriter(int fd) : state_(new State) {
+  state_->fd = fd;
+  struct stat st {};
+  state_->never_stalls = fstat(fd, &st) == 0 && (S_ISREG(st.st_mode) || S_ISBLK(st.st_mode));
+}
 
 ConsoleWriter& ConsoleWriter::For(int fd) {
   static std::mutex mu;
@@ -150,8 +162,8 @@ ConsoleWriter& ConsoleWriter::For(int fd) {
   return *w;
 }
 
-void ConsoleWriter::Write(std::string_view data, std::string_view where_kept) {
-  Put(data, where_kept, false, false);
+bool ConsoleWriter::Write(std::string_view data, std::string_view where_kept) {
+  return Put(data, where_kept, false, false);
 }
 
 bool ConsoleWriter::WriteOrHold(std::string_view data) { return Put(data, {}, false, true); }
@@ -193,20 +205,25 @@ bool ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool
   }
   // The launcher's own lines (a failure report) have room beyond the bound
   // that the workers' output fills while the console does not read.
+  // A regular file takes everything, only slower than the workers at times:
+  // they wait for it instead (as they would writing to it themselves).
   const size_t bound = own_line ? 2 * s.capacity : s.capacity;
-  if (!keep && !s.queue.empty() && s.bytes + data.size() > bound) {
+  const bool waits = keep || s.never_stalls;  // its producer waits at the bound: nothing lost
+  if (!waits && !s.queue.empty() && s.bytes + data.size() > bound) {
     const uint64_t lines = CountLines(data);
     s.dropped_pending += lines;
     s.dropped_total += lines;
     if (!where_kept.empty() && s.kept_in.size() < kMaxNamed) s.kept_in.emplace(where_kept);
-    return false;
+    return true;  // nothing to wait for: the log file has them
   }
   s.QueueNotice();
   s.bytes += data.size();
-  s.queue.emplace_back(data);
+  const bool unkept = own_line || where_kept.empty();
+  s.unkept += unkept ? 1 : 0;
+  s.queue.push_back({std::string(data), unkept});
   s.Queued(data);
   s.work.notify_one();
-  if (s.bytes < s.capacity) return true;
+  if (!waits || s.bytes < s.capacity) return true;
   s.want_room = true;
   return false;
 }
@@ -231,6 +248,16 @@ bool ConsoleWriter::Flush(std::chrono::milliseconds idle_limit) {
   }
 }
 
+bool ConsoleWriter::holds_unkept() const {
+  std::lock_guard lock(state_->mu);
+  return state_->unkept > 0 && !state_->broken;
+}
+
+size_t ConsoleWriter::queued_bytes() const {
+  std::lock_guard lock(state_->mu);
+  return state_->bytes;
+}
+
 int ConsoleWriter::write_error() const {
   std::lock_guard lock(state_->mu);
   return state_->error;
@@ -251,27 +278,42 @@ uint64_t ConsoleWriter::chunks_written() const {
   return state_->chunks_written;
 }
 
-void FlushConsole(std::chrono::milliseconds idle_limit) {
+void FlushConsole(std::chrono::milliseconds idle_limit, bool wait_for_unkept) {
   ConsoleWriter& out = ConsoleWriter::For(STDOUT_FILENO);
   ConsoleWriter& err = ConsoleWriter::For(STDERR_FILENO);
-  if (&out == &err) {
-    out.Flush(idle_limit);
-    return;
-  }
+  const bool shared = &out == &err;
   // Both at once: given up when neither took anything for `idle_limit`.
   constexpr std::chrono::milliseconds kSlice{50};
-  auto progress = [&] { return out.chunks_written() + err.chunks_written(); };
+  auto progress = [&] { return out.chunks_written() + (shared ? 0 : err.chunks_written()); };
   uint64_t seen = progress();
   auto last = std::chrono::steady_clock::now();
+  bool told = false;
   for (;;) {
     const bool out_done = out.Flush(kSlice);
-    if (err.Flush(kSlice) && out_done) return;
+    if ((shared || err.Flush(kSlice)) && out_done) return;
     const auto now = std::chrono::steady_clock::now();
     if (const uint64_t p = progress(); p != seen) {
       seen = p;
       last = now;
-    } else if (now - last >= idle_limit) {
-      return;
+      continue;
+    }
+    if (now - last < idle_limit) continue;
+    if (!wait_for_unkept || (!out.holds_unkept() && (shared || !err.holds_unkept()))) return;
+    // What no log file keeps is never dropped: waited for, as a worker writing
+    // to the console itself would wait, and said where it can be seen.
+    if (!told) {
+      told = true;
+      for (auto [name, stalled, other] :
+           {std::tuple{"stdout", &out, &err}, std::tuple{"stderr", &err, &out}}) {
+        if (shared || !stalled->holds_unkept() || other->queued_bytes() > 0) continue;
+        const std::string text =
+            "ddprun: its " + std::string(name) + " has taken nothing for " +
+            std::to_string(idle_limit.count() / 1000) + " s; " +
+            std::to_string(stalled->queued_bytes()) +
+            " bytes of output that no log file keeps wait for it (SIGINT or SIGTERM gives them "
+            "up)\n";
+        other->WriteOwnLine(text);
+      }
     }
   }
 }

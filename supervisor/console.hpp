@@ -3,7 +3,8 @@
 //
 // Each destination has a writer thread and a bounded queue, and nothing here
 // blocks. When the queue is full (a pager left open, Ctrl-S, a stuck log
-// shipper), lines that a log file also keeps are dropped and counted, and
+// shipper), lines that a log file also keeps are dropped and counted (never
+// on a regular file, which only falls behind for a moment), and
 // once the console reads again a notice says how many it missed and where
 // they are kept ("[ddprun: 12345 lines not shown: console not reading; see
 // <log>]"). Lines kept nowhere else are never dropped: WriteOrHold() queues
@@ -35,10 +36,11 @@ class ConsoleWriter {
   // (`2>&1`) share one.
   static ConsoleWriter& For(int fd);
 
-  // Queues `data` (whole lines); drops and counts them when the queue is full.
-  // `where_kept` names where dropped lines can be read instead (a log file or
-  // directory), "" when nowhere.
-  void Write(std::string_view data, std::string_view where_kept = {});
+  // Queues `data` (whole lines); drops and counts them when the queue is full,
+  // unless the console is a regular file (it never stalls: queued, and false
+  // returned at the bound as by WriteOrHold). `where_kept` names where dropped
+  // lines can be read instead (a log file or directory), "" when nowhere.
+  bool Write(std::string_view data, std::string_view where_kept = {});
   // Queues `data` (whole lines, or a line's piece), which nothing else keeps,
   // whatever the queue holds. Returns false when the queue is now at its
   // bound: the caller stops producing until the room notifier runs.
@@ -60,6 +62,11 @@ class ConsoleWriter {
   uint64_t chunks_written() const;
   // Lines dropped since the start.
   uint64_t dropped_lines() const;
+  // Whether lines that no log file keeps are queued (or being written) on a
+  // console that can still take them.
+  bool holds_unkept() const;
+  // Bytes queued, including the chunk being written.
+  size_t queued_bytes() const;
   // The errno of the write that failed (nothing is written after it); 0 if none.
   int write_error() const;
   // How many times a line of the launcher's own (WriteOwnLine, a dropped-lines
@@ -79,8 +86,11 @@ class ConsoleWriter {
 };
 
 // Flushes both console writers at once, as long as one of them takes some
-// of what is queued every `idle_limit`.
-void FlushConsole(std::chrono::milliseconds idle_limit);
+// of what is queued every `idle_limit`. With `wait_for_unkept` (at exit), a
+// console that holds lines no log file keeps is waited for without bound
+// after that, said once on the other stream where that one takes output (a
+// terminating signal ends the launcher: supervisor/late_signals.hpp).
+void FlushConsole(std::chrono::milliseconds idle_limit, bool wait_for_unkept = false);
 
 // ddprun's stdout and stderr whose writes failed for a reason other than a
 // closed reader (EPIPE: `| head` is not an error): "stdout: No space left on

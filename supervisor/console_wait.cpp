@@ -58,7 +58,9 @@ bool Supervisor::LookForConsoleWait(SteadyTime now) {
   for (const auto& r : readers_) {
     if (r->held() && r->worker < workers.size()) {
       waiting = r->worker;
-      what = "to write its output (ddprun holds it: no log file keeps it)";
+      what = r->file.valid() ? "to write its output (ddprun holds it: the console, a file, "
+                               "falls behind)"
+                             : "to write its output (ddprun holds it: no log file keeps it)";
       break;
     }
   }

@@ -71,11 +71,12 @@ std::chrono::steady_clock::time_point Supervisor::PipeReader::ShowWaiting(
 
 void Supervisor::PipeReader::Flush() {
   if (out.empty()) return;
-  if (file.valid()) {
-    console->Write(out, spec.file);  // never blocks: an unread console drops lines, counted
-  } else if (!console->WriteOrHold(out) && !draining && !pipe.paused()) {
-    // Kept nowhere else: never dropped. Until the console reads again, the
-    // worker waits to write, as it would writing to the console itself.
+  // Never blocks: an unread console drops lines a log file keeps, counted.
+  // Lines kept nowhere else are never dropped, nor any on a console that is a
+  // regular file: until it has room again, the worker waits to write, as it
+  // would writing to the console itself.
+  const bool room = file.valid() ? console->Write(out, spec.file) : console->WriteOrHold(out);
+  if (!room && !draining && !pipe.paused()) {
     pipe.Pause();
     held_since = std::chrono::steady_clock::now();
   }

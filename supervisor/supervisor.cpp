@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -46,7 +47,11 @@ void CloseIfOpen(void* handle) {
   if (h->type != UV_UNKNOWN_HANDLE && !uv_is_closing(h)) uv_close(h, nullptr);
 }
 
+std::atomic<int> terminating_signals{0};  // TerminatingSignalsReceived()
+
 }  // namespace
+
+int TerminatingSignalsReceived() { return terminating_signals.load(); }
 
 // Adapts the group's one deadline to a libuv timer; `before` runs first at
 // each expiry (reading exits the loop has not seen yet).
@@ -233,6 +238,7 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
   }
   if (forward_only_.count(sig) == 0) {
     ++signals_received_;
+    ++terminating_signals;
     last_signal_ = sig;
   } else if (running_ == nullptr || running_->done()) {
     // SIGUSR1/2 with no workers to take it (a rendezvous, a restart). Not

@@ -42,6 +42,10 @@ struct GroupResult {
   std::vector<size_t> failures;  // indices into workers, in observed order
 };
 
+// Terminating signals that any Supervisor of this process received and acted
+// on (not SIGUSR1/2): the launcher was told to stop.
+int TerminatingSignalsReceived();
+
 class Supervisor {
   struct Key {
     explicit Key() = default;

@@ -1,7 +1,9 @@
 """Output that cannot be written never stops supervision: a console nobody reads drops lines that a
 log file keeps (counted, with a notice) and holds the others (the worker waits to write, the hang
-limits wait with it) instead of stalling the launcher; a log file that cannot be written
-(full disk) is reported once, named, in the failure report, and in the exit code."""
+limits wait with it) instead of stalling the launcher; at exit, what no log file keeps is waited
+for (a signal gives it up), the rest given up after 5 s; a console that is a regular file never
+drops a line; a log file that cannot be written (full disk) is reported once, named, in the
+failure report, and in the exit code."""
 
 import os
 import re
@@ -82,7 +84,10 @@ KEPT_OR_HELD = [pytest.param(["--tee=3"], {}, id="kept"),
 @pytest.mark.parametrize("args,env", KEPT_OR_HELD)
 def test_unread_console_does_not_delay_failure_handling(tmp_path, args, env):
     """Nobody reads ddprun's stdout or stderr: a worker that fails at +1 s still gets its
-    neighbours SIGTERMed at once and ddprun exits with its code, before anyone reads."""
+    neighbours SIGTERMed at once. Where log files keep the output, ddprun exits with its code
+    before anyone reads; where nothing else keeps it, ddprun waits for its console (it used to
+    give the output up after 5 s without a word: found by an attacking helper), and whoever reads
+    then gets it all, the failure report last."""
     proc, out = start(tmp_path, ["--nproc_per_node=2", *args, "--log_dir", tmp_path / "logs",
                                  "--shutdown_timeout=5"], FAIL="1", **env)
     try:
@@ -90,11 +95,18 @@ def test_unread_console_does_not_delay_failure_handling(tmp_path, args, env):
         failed_at = float((out / "failed").read_text())
         assert wait_file(out / "term.1", 10), "the failure was not acted on within 10 s"
         lag = float((out / "term.1").read_text()) - failed_at
-        rc = exit_unread(proc, 15)
+        rc = exit_unread(proc, 15 if args else 9)
+        if not args:
+            assert rc is None, "ddprun exited while output no log file keeps was unread"
+            out_text, err_text = proc.communicate(timeout=60)
+            rc = proc.returncode
+            err = err_text.decode(errors="replace")
+            assert "Root Cause (first observed failure)" in err, err[-2000:]
+            assert err.count("rank 1 line ") > 1000, err[-2000:]
     finally:
         if proc.poll() is None:
             proc.kill()
-        out_text, err_text = proc.communicate()
+        proc.communicate()
     assert lag < 3.0, f"rank 1 got SIGTERM {lag:.1f} s after rank 0 failed"
     assert rc == 7, f"ddprun did not exit (rc {rc}) while its console was not read"
     if args:  # the log file is complete: rank 1's last line there is its last before SIGTERM
@@ -265,13 +277,13 @@ TWO_STREAMS = textwrap.dedent("""\
     """)
 
 
-def start_two_streams(tmp_path, lines, merged):
+def start_two_streams(tmp_path, lines, merged, args=()):
     script = tmp_path / "two_streams.py"
     script.write_text(TWO_STREAMS)
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     proc = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--hang_detect=output",
-                             "--hang_timeout=3", "--no_python", PYTHON, str(script)],
+                             "--hang_timeout=3", *args, "--no_python", PYTHON, str(script)],
                             env=base_env(OUT_DIR=str(out_dir), LINES=str(lines)),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT if merged else subprocess.PIPE,
@@ -296,10 +308,11 @@ def test_launcher_lines_never_split_a_worker_line_on_one_console(tmp_path):
 
 
 def test_exit_waits_once_for_both_unread_streams(tmp_path):
-    """stdout and stderr two pipes, both never read, output queued on each: once the workers
-    are done ddprun gives both up together after 5 s without progress (it waited 5 s for each in
-    turn), and exits 0."""
-    proc, out_dir = start_two_streams(tmp_path, 8000, merged=False)
+    """stdout and stderr two pipes, both never read, output that log files keep queued on each:
+    once the workers are done ddprun gives both up together after 5 s without progress (it
+    waited 5 s for each in turn), and exits 0."""
+    proc, out_dir = start_two_streams(tmp_path, 8000, merged=False,
+                                      args=["--tee=3", f"--log_dir={tmp_path / 'logs'}"])
     try:
         assert wait_file(out_dir / "done.0", 30) and wait_file(out_dir / "done.1", 30)
         done = time.monotonic()
@@ -311,6 +324,25 @@ def test_exit_waits_once_for_both_unread_streams(tmp_path):
         proc.communicate()
     assert rc == 0
     assert 4.0 < waited < 8.0, f"ddprun exited {waited:.1f} s after the workers"
+
+
+def test_exit_waits_for_unread_output_that_nothing_else_keeps(tmp_path):
+    """The same without log files: ddprun waits for its consoles past the 5 s, and a reader that
+    comes 8 s late gets every line of both streams (they used to be given up without a word)."""
+    proc, out_dir = start_two_streams(tmp_path, 8000, merged=False)
+    try:
+        assert wait_file(out_dir / "done.0", 30) and wait_file(out_dir / "done.1", 30)
+        assert exit_unread(proc, 8) is None, "ddprun gave up output that nothing else keeps"
+        out_text, err_text = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    for name, text in (("out", out_text), ("err", err_text)):
+        lines = text.decode(errors="replace").splitlines()
+        for r in (0, 1):
+            got = sum(1 for line in lines if line.startswith(f"R{r} {name} "))
+            assert got == 8000, f"rank {r}'s {name}: {got} of 8000 lines"
 
 
 @pytest.mark.parametrize("args,env", KEPT_OR_HELD)

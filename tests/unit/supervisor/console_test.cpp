@@ -121,6 +121,39 @@ TEST_CASE("lines kept nowhere else are held, never dropped, and the caller is to
   w.SetRoomNotifier(nullptr);
 }
 
+TEST_CASE("lines a log file keeps never hold their caller on a pipe; what no log keeps is told") {
+  StalledConsole c(740);
+  const std::string line(99, 'x');
+  bool held = false;
+  for (int i = 0; i < 500; ++i) held |= !c.w->Write(line + "\n", "/logs/0/stdout.log");
+  CHECK_FALSE(held);  // dropped and counted instead
+  CHECK(c.w->dropped_lines() > 0);
+  CHECK_FALSE(c.w->holds_unkept());  // at exit, given up: the log file has them
+  c.w->WriteOrHold(line + "\n");
+  CHECK(c.w->holds_unkept());  // at exit, waited for
+  c.ReadAllQueued();
+  CHECK_FALSE(c.w->holds_unkept());
+}
+
+TEST_CASE("a console that is a regular file drops nothing: its producers wait at the bound") {
+  char path[] = "/tmp/ddprun_console_fileXXXXXX";
+  const int tmp = mkstemp(path);
+  REQUIRE(tmp >= 0);
+  const int fd = fcntl(tmp, F_DUPFD_CLOEXEC, 760);
+  close(tmp);
+  ConsoleWriter& w = ConsoleWriter::For(fd);
+  w.set_capacity(8192);
+  const std::string line(99, 'x');
+  int held = 0;
+  for (int i = 0; i < 2000; ++i) held += w.Write(line + "\n", "/logs/0/stdout.log") ? 0 : 1;
+  REQUIRE(w.Flush(std::chrono::milliseconds(5000)));
+  CHECK(w.dropped_lines() == 0);
+  CHECK(held > 0);  // the caller was told to wait (and here did not): nothing lost all the same
+  CHECK(lseek(fd, 0, SEEK_END) == 2000 * 100);
+  close(fd);
+  unlink(path);
+}
+
 TEST_CASE("the launcher's own lines are not crowded out by a queue full of workers' output") {
   StalledConsole c(660);
   ConsoleWriter& w = *c.w;
