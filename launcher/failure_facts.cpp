@@ -9,15 +9,24 @@
 #include "env/limits.hpp"
 #include "env/names.hpp"
 #include "env/port_holder.hpp"
+#include "env/trace_file.hpp"
+#include "supervisor/trace_analysis.hpp"
 
 namespace ddprun::launcher {
 
 void FailureFacts::GroupStarting(const std::vector<supervisor::WorkerSpec>& specs) {
   memory_at_start_ = env::ReadMemoryFacts();
   writes_own_logs_.assign(specs.size(), false);
+  trace_files_.clear();
+  const std::string trace = std::string(env::kTraceFile) + "=";
   for (size_t i = 0; i < specs.size(); ++i) {
     auto own = [](const supervisor::StreamSpec& s) { return !s.file.empty() && !s.NeedsPipe(); };
     writes_own_logs_[i] = own(specs[i].out) || own(specs[i].err);
+    for (const std::string& e : specs[i].envp) {
+      if (e.size() > trace.size() && e.compare(0, trace.size(), trace) == 0) {
+        trace_files_[specs[i].rank] = e.substr(trace.size());
+      }
+    }
   }
 }
 
@@ -33,6 +42,12 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
   root_code_ = root.hung || root.timer || root.exit.signal != 0 ? 0 : root.exit.code;
   const auto rank = static_cast<size_t>(root.local_rank);
   root_writes_own_logs_ = rank < writes_own_logs_.size() && writes_own_logs_[rank];
+  // A DDP worker's flight recorder outlives it: who never entered what the others timed out in.
+  std::map<int, std::vector<env::TraceEntry>> traces;
+  for (const auto& [r, path] : trace_files_) {
+    if (auto entries = env::ReadTraceFile(path); entries.ok()) traces[r] = std::move(*entries);
+  }
+  never_entered_ = supervisor::NeverEntered(traces);
 }
 
 namespace {
@@ -90,6 +105,7 @@ supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Pr
     x.signal_via_shell = true;
   }
   x.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
+  x.never_entered = never_entered_;
   return x;
 }
 

@@ -6,6 +6,7 @@
 // Not thread-safe: the agent's thread.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,7 +46,9 @@ class FailureFacts {
   int unasked_signal_ = 0;   // the root cause's death signal, when ddprun did not send it
   bool multi_node_ = false;  // the failed group spanned other hosts too
   int root_code_ = 0;        // the root cause's exit code (0: a signal, a hang or a timer)
-  std::vector<bool> writes_own_logs_;  // by local rank, for the group running or last run
+  std::vector<bool> writes_own_logs_;       // by local rank, for the group running or last run
+  std::map<int, std::string> trace_files_;  // rank -> its DDPRUN_TRACE_FILE, same group
+  std::string never_entered_;               // ExplainContext::never_entered
   bool root_writes_own_logs_ = false;
 };
 

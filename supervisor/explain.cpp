@@ -199,6 +199,7 @@ const std::vector<Entry>& Catalogue() {
       {"model differs across ranks", ModelMismatch},
       {"in-place modified tensor", InplaceModified},
       {"collective timeout", CollectiveTimeout},
+      {"DDP collective timeout", DdpCollectiveTimeout},
       {"CUDA out of memory", CudaOutOfMemory},
       {"CUDA device-side assert", DeviceAssert},
       {"duplicate GPU", DuplicateGpu},

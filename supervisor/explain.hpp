@@ -67,6 +67,10 @@ struct ExplainContext {
   // The OOM kills since the failed worker's group started (env::OomKillsSince)
   // and the memory facts now; nullopt: not read.
   std::optional<env::MemoryFacts> memory;
+  // From the DDP core's flight recorders of the failed group: the ranks that
+  // never entered the collective the others timed out in
+  // (supervisor::NeverEntered); "" when none is known.
+  std::string never_entered;
 };
 
 struct Explanation {

@@ -22,6 +22,29 @@ Match CollectiveTimeout(const std::string& text, const ExplainContext&) {
                    "legitimately that slow");
 }
 
+// ddp/gloo_process_group.cpp and the NCCL one: the DDP core's collective
+// timeout. The rank that timed out is a victim: the flight recorders name the
+// ones that never came (ExplainContext::never_entered).
+Match DdpCollectiveTimeout(const std::string& text, const ExplainContext& c) {
+  auto m = Find(text, R"(ddp: (?:rank (\d+): )?(\w+ #\d+)[^\n]* timed out after ([\d.]+) s)"
+                      R"((?: \(collective timeout ([\d.]+) s)?)");
+  if (!m) return {};
+  const std::string fix =
+      " hung, crashed or took another code path before it: --hang_timeout below the collective "
+      "timeout dumps every rank's stack before the timeout fires; raise --collective-timeout "
+      "(or the program's own) if a step is legitimately that slow";
+  if (!c.never_entered.empty()) {
+    const std::string limit = (*m)[4].matched ? ", " + (*m)[4].str() + " s" : "";
+    return Lines(c.never_entered + " (the collective timeout" + limit +
+                     "): the ranks that timed out are its victims",
+                 "look at what the rank(s) that never entered it were doing: one" + fix);
+  }
+  const std::string who = (*m)[1].matched ? "rank " + (*m)[1].str() : "the rank";
+  return Lines(who + " waited " + (*m)[3].str() + " s in " + (*m)[2].str() +
+                   " (the collective timeout) for a rank that stopped taking part",
+               "look for the rank that never entered " + (*m)[2].str() + ": it" + fix);
+}
+
 // c10/cuda/CUDACachingAllocator.cpp, the OutOfMemoryError message.
 Match CudaOutOfMemory(const std::string& text, const ExplainContext&) {
   auto m =

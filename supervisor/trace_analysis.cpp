@@ -242,6 +242,22 @@ TraceAnalysis AnalyzeTraces(const std::map<int, std::vector<TraceEntry>>& traces
   return a;
 }
 
+std::string NeverEntered(const std::map<int, std::vector<TraceEntry>>& traces) {
+  std::optional<OpRef> failed;  // the highest failed op of any rank
+  for (const auto& [rank, entries] : traces) {
+    const RankTraceStatus s = StatusOf(rank, entries);
+    if (s.failed && (!failed || s.failed->seq > failed->seq)) failed = s.failed;
+  }
+  if (!failed) return "";
+  std::vector<int> entered, never;
+  for (const auto& [rank, entries] : traces) {
+    (Reached(entries) >= static_cast<int64_t>(failed->seq) ? entered : never).push_back(rank);
+  }
+  if (never.empty()) return "";
+  return RanksNoun(never) + " never entered " + Name(*failed) + ", in which " + RanksNoun(entered) +
+         " waited until it failed";
+}
+
 std::string FormatTraceEntry(const TraceEntry& e, Clock::time_point now) {
   char head[96];
   std::snprintf(head, sizeof(head), "#%-8" PRIu64 " %-15s %10s %-8s ", e.seq, e.op,

@@ -83,6 +83,12 @@ TraceAnalysis AnalyzeTraces(const std::map<int, std::vector<env::TraceEntry>>& t
                             const std::map<int, std::string>& no_trace,
                             std::chrono::system_clock::time_point now);
 
+// After a collective failed (timed out) on some ranks: the ranks that never
+// entered the highest failed one, e.g. "rank 1 never entered allreduce #9
+// (548.0 KiB), in which ranks 0,2 waited until it failed"; "" when every rank
+// with a recorder entered it.
+std::string NeverEntered(const std::map<int, std::vector<env::TraceEntry>>& traces);
+
 using ddprun::FormatBytes;  // base/format.hpp
 
 // "#1043 allreduce 25.0 MiB float32 started 12.3 s ago" style, one line, for

@@ -92,6 +92,9 @@ def test_a_rank_that_stops_participating_makes_the_others_time_out_not_hang():
     assert r.returncode != 0
     assert elapsed < 30, elapsed
     assert re.search(r"allreduce #\d+ \([^)]*float32\) timed out after \d", r.stderr), r.stderr
+    # Rank 0 timed out (the root cause by time); the flight recorders name rank 1 as why.
+    assert re.search(r"cause     : rank 1 never entered allreduce #\d+ \([^)]*\), in which rank 0 "
+                     r"waited until it failed", r.stderr), r.stderr
 
 
 def test_a_job_suspended_whole_inside_a_collective_does_not_time_it_out(launch):

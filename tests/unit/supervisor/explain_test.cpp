@@ -112,6 +112,38 @@ TEST_CASE("explain: a collective timeout names the rank, the collective and the 
   CHECK(e->fix.find("--hang_timeout") != std::string::npos);
 }
 
+// ddp/gloo_process_group.cpp: the DDP core's collective timeout, with and without the recorders.
+TEST_CASE("explain: the DDP core's collective timeout names the rank that never came") {
+  const std::string text =
+      "train: rank 0: step 3: backward: ddp: rank 0: allreduce #9 (548.0 KiB float32) timed out "
+      "after 3 s (collective timeout 3 s; a rank stopped participating): connections shut down\n";
+  ExplainContext c;
+  auto bare = Explain(Failed("", text), c);
+  REQUIRE(bare.has_value());
+  CHECK(bare->signature == "DDP collective timeout");
+  CHECK(bare->cause ==
+        "rank 0 waited 3 s in allreduce #9 (the collective timeout) for a rank that stopped "
+        "taking part");
+  c.never_entered =
+      "rank 1 never entered allreduce #9 (548.0 KiB), in which ranks 0,2 waited "
+      "until it failed";
+  auto named = Explain(Failed("", text), c);
+  REQUIRE(named.has_value());
+  CHECK(named->cause == c.never_entered +
+                            " (the collective timeout, 3 s): the ranks that timed out are its "
+                            "victims");
+  CHECK(named->fix.find("--hang_timeout below the collective timeout") != std::string::npos);
+  // The NCCL communicator's watchdog in the DDP core says it without the rank or the limit.
+  auto nccl = Explain(Failed("",
+                             "ddp: allreduce #9 (548.0 KiB float32) on nccl timed out after "
+                             "5 s: communicator aborted\n"),
+                      c);
+  REQUIRE(nccl.has_value());
+  CHECK(nccl->cause == c.never_entered +
+                           " (the collective timeout): the ranks that timed out "
+                           "are its victims");
+}
+
 TEST_CASE("explain: a worker hung at exit is told apart from what its output says") {
   auto e = Explain(Failed("hung at exit: removed its heartbeat file 5.0 s ago and has not exited "
                           "(--exit_timeout=5)",

@@ -140,6 +140,16 @@ TEST_CASE("a failed collective is reported with its rank") {
   CHECK(Has(a.text, "rank 1 failed allreduce #1043 (25.0 MiB) 10.0 s ago"));
 }
 
+TEST_CASE("NeverEntered names the ranks that never came to the collective others timed out in") {
+  auto timed_out = Ran(1042);
+  timed_out.push_back(Op(1043, OpState::kFailed));
+  CHECK(NeverEntered({{0, timed_out}, {1, Ran(1042)}, {2, timed_out}}) ==
+        "rank 1 never entered allreduce #1043 (25.0 MiB), in which ranks 0,2 waited until it "
+        "failed");
+  CHECK(NeverEntered({{0, timed_out}, {1, Ran(1042, 1043)}}).empty());  // it came: no laggard
+  CHECK(NeverEntered({{0, Ran(1042, 1043)}, {1, Ran(1042)}}).empty());  // nothing failed yet
+}
+
 TEST_CASE("different collectives at the same seq are reported as a mismatch") {
   auto r0 = Ran(1042);
   r0.push_back(Op(1043, OpState::kStarted, "allreduce"));
