@@ -71,12 +71,12 @@ void GroupState::OnStartFailure(int local_rank, int rank, ExitStatus as_exit, Wa
   FinishIfAllExited();
 }
 
-void GroupState::OnSignal(int sig) {
+void GroupState::OnSignal(int sig, WallTime now) {
   if (options_.forward_only.count(sig) != 0) {
     if (phase_ != Phase::kDone) SignalSurvivors(sig);
     return;
   }
-  if (sig == SIGINT) ++interrupts_;
+  if (sig == SIGINT && interrupts_++ == 0) first_interrupt_ = now;
   if (phase_ == Phase::kRunning) {
     received_signal_ = sig;
     BeginStop(sig);
@@ -88,7 +88,8 @@ void GroupState::OnSignal(int sig) {
   // out the grace. Repeated SIGTERMs are one request (slurmstepd sends two,
   // ~30 ms apart, at the time limit) and must not cost the workers their
   // checkpoint.
-  const bool impatient = sig == SIGINT && !(received_signal_ == SIGINT && interrupts_ == 1);
+  const bool again = interrupts_ > 1 && now - first_interrupt_ >= kOnePress;
+  const bool impatient = sig == SIGINT && (received_signal_ != SIGINT || again);
   if (phase_ == Phase::kStopping && impatient) OnTimer();
 }
 

@@ -98,10 +98,14 @@ class GroupState {
   // A signal the launcher received and handles: the first terminating one
   // stops the group (SIGTERM/SIGINT/... to every worker, the grace, SIGKILL);
   // more of them change nothing, but a SIGINT while stopping (Ctrl-C twice,
-  // or once during a stop for a failure) skips the grace. Workers that died of that same signal
-  // before the launcher saw it count as stopped, not failed. Also after the group is done (their
-  // exits may be read first).
-  void OnSignal(int sig);
+  // or once during a stop for a failure) skips the grace; a SIGINT within
+  // kOnePress of the first is that Ctrl-C delivered twice (the terminal and a
+  // wrapper such as `timeout --foreground` both pass it on), not a second one.
+  // Workers that died of that same signal before the launcher saw it count as
+  // stopped, not failed. Also after the group is done (their exits may be
+  // read first).
+  static constexpr std::chrono::milliseconds kOnePress{150};
+  void OnSignal(int sig, WallTime now);
   // Workers the launcher found hung: failures like a crash, then the usual
   // teardown. False (nothing done) when none of them runs any more: each
   // exited before it was declared (during the dump), and its exit decides.
@@ -140,7 +144,8 @@ class GroupState {
   Phase phase_ = Phase::kRunning;
   int received_signal_ = 0;
   bool stop_requested_ = false;
-  int interrupts_ = 0;  // SIGINTs received: Ctrl-C while stopping skips the grace
+  int interrupts_ = 0;          // SIGINTs received: Ctrl-C while stopping skips the grace
+  WallTime first_interrupt_{};  // when the first came
 };
 
 }  // namespace ddprun::supervisor

@@ -253,7 +253,7 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
   }
   if (running_ != nullptr) {
     const bool was_done = running_->done();
-    running_->OnSignal(sig);
+    running_->OnSignal(sig, std::chrono::system_clock::now());
     // Its own (or, done and draining output, its workers died of it); else it
     // ends what comes next: no restart after a failing or done group.
     const int own = running_->received_signal();
@@ -536,7 +536,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   outputs_.clear();
   running_ = &state;
   timer_->Target(&state);
-  if (pending_signal_ != 0) state.OnSignal(pending_signal_);
+  if (pending_signal_ != 0) state.OnSignal(pending_signal_, std::chrono::system_clock::now());
   if (stop_requested_) state.OnStopRequest();
   StartJobControl();  // before the first worker: a Ctrl-Z meanwhile stops them all once started
   for (const auto& spec : specs) {

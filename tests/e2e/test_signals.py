@@ -103,6 +103,7 @@ def test_second_ctrl_c_skips_the_grace_period(tmp_path, launch, pid_reaper):
     p.signal(signal.SIGINT)
     wait_for_files([tmp_path / "got_0"])  # the first SIGINT reached the worker, which lives on
     assert p.proc.poll() is None, p.output()
+    time.sleep(0.2)  # a second press (within 150 ms it would be the same one, delivered twice)
     p.signal(signal.SIGINT)
     assert p.wait(timeout=10) == 128 + signal.SIGINT, p.output()
     assert time.monotonic() - sent < 5, p.output()
@@ -265,6 +266,21 @@ def test_sigterm_burst_keeps_the_grace(tmp_path, launch, pid_reaper):
     assert p.wait(timeout=15) == 128 + signal.SIGTERM, p.output()
     assert (tmp_path / "saved_0").exists() and (tmp_path / "saved_1").exists(), p.output()
     assert "FAILED" not in p.stderr(), p.output()
+
+
+def test_one_ctrl_c_delivered_twice_keeps_the_grace(tmp_path, launch, pid_reaper):
+    """A Ctrl-C under `timeout --foreground`: the terminal signals ddprun's group and the wrapper
+    passes the SIGINT on, so it comes twice within microseconds. That is one press: the workers
+    keep their grace and finish their checkpoint (they were SIGKILLed at once: found by an
+    attacking helper)."""
+    p = launch(["--nproc_per_node=2", "--shutdown_timeout=20",
+                *sh(CHECKPOINTS_ON_TERM.replace("TERM", "INT").format(d=tmp_path))])
+    pids = [int(x) for x in wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])]
+    pid_reaper.extend(pids)
+    p.signal(signal.SIGINT)
+    p.signal(signal.SIGINT)
+    assert p.wait(timeout=15) == 128 + signal.SIGINT, p.output()
+    assert (tmp_path / "saved_0").exists() and (tmp_path / "saved_1").exists(), p.output()
 
 
 def test_usr1_is_forwarded_inside_a_slurm_step(tmp_path, launch, pid_reaper):

@@ -89,7 +89,7 @@ TEST_CASE_FIXTURE(Fixture, "grace expiry escalates to SIGKILL, then abandons the
 TEST_CASE_FIXTURE(Fixture,
                   "a handled signal is forwarded as itself and the outcome is interrupted") {
   GroupState s = Make(2);
-  s.OnSignal(SIGINT);
+  s.OnSignal(SIGINT, now);
   CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGINT}, {101, SIGINT}});
   s.OnExits({{100, ExitStatus::Signaled(SIGINT)}, {101, ExitStatus::Exited(0)}}, now);
   CHECK(s.done());
@@ -99,15 +99,20 @@ TEST_CASE_FIXTURE(Fixture,
 
 TEST_CASE_FIXTURE(Fixture, "a burst of SIGTERMs is one request; a second Ctrl-C skips the grace") {
   GroupState s = Make(1);
-  s.OnSignal(SIGTERM);
-  s.OnSignal(SIGTERM);  // slurmstepd's second SIGTERM, 30 ms later
-  s.OnSignal(SIGHUP);
+  s.OnSignal(SIGTERM, now);
+  s.OnSignal(SIGTERM, now);  // slurmstepd's second SIGTERM, 30 ms later
+  s.OnSignal(SIGHUP, now);
   CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGTERM}});
   CHECK(s.phase() == Phase::kStopping);
   GroupState t = Make(1);
-  t.OnSignal(SIGINT);
+  t.OnSignal(SIGINT, now);
   CHECK(t.phase() == Phase::kStopping);
-  t.OnSignal(SIGINT);
+  // One Ctrl-C seen twice (the terminal, and `timeout --foreground` passing it on): the grace
+  // stays.
+  t.OnSignal(SIGINT, now + std::chrono::milliseconds(1));
+  CHECK(control.sent.back() == std::pair<pid_t, int>{100, SIGINT});
+  CHECK(t.phase() == Phase::kStopping);
+  t.OnSignal(SIGINT, now + GroupState::kOnePress);  // pressed again
   CHECK(control.sent.back() == std::pair<pid_t, int>{100, SIGKILL});
   CHECK(t.phase() == Phase::kKilling);
 }
@@ -115,7 +120,7 @@ TEST_CASE_FIXTURE(Fixture, "a burst of SIGTERMs is one request; a second Ctrl-C 
 TEST_CASE_FIXTURE(Fixture, "Ctrl-C while a failure stops the group skips the grace") {
   GroupState s = Make(2);
   s.OnExits({{101, ExitStatus::Exited(3)}}, now);
-  s.OnSignal(SIGINT);
+  s.OnSignal(SIGINT, now);
   CHECK(control.sent.back() == std::pair<pid_t, int>{100, SIGKILL});
   CHECK(s.outcome() == Outcome::kRunning);
 }
@@ -127,7 +132,7 @@ TEST_CASE_FIXTURE(Fixture,
   // Slurm signals every process of the step: worker 1's death is read before ddprun's SIGTERM.
   s.OnExits({{101, ExitStatus::Signaled(SIGTERM)}}, now);
   CHECK(s.failures().size() == 1);
-  s.OnSignal(SIGTERM);
+  s.OnSignal(SIGTERM, now);
   CHECK(s.failures().empty());
   CHECK(s.received_signal() == SIGTERM);
   s.OnExits({{100, ExitStatus::Signaled(SIGTERM)}}, now);
@@ -136,18 +141,18 @@ TEST_CASE_FIXTURE(Fixture,
   GroupState t = Make(1);
   t.OnExits({{100, ExitStatus::Signaled(SIGINT)}}, now);
   REQUIRE(t.done());
-  t.OnSignal(SIGINT);
+  t.OnSignal(SIGINT, now);
   CHECK(t.outcome() == Outcome::kInterrupted);
   // A worker that died of another signal stays a failure.
   GroupState u = Make(1);
   u.OnExits({{100, ExitStatus::Signaled(SIGSEGV)}}, now);
-  u.OnSignal(SIGTERM);
+  u.OnSignal(SIGTERM, now);
   CHECK(u.outcome() == Outcome::kFailed);
 }
 
 TEST_CASE_FIXTURE(Fixture, "forward-only signals reach the workers without a teardown") {
   GroupState s = Make(2);
-  s.OnSignal(SIGUSR1);
+  s.OnSignal(SIGUSR1, now);
   CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGUSR1}, {101, SIGUSR1}});
   CHECK(s.phase() == Phase::kRunning);
   CHECK_FALSE(timer.armed);
