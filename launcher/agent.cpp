@@ -446,7 +446,8 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
     case supervisor::Outcome::kFailed:
       break;
   }
-  local_failures_ = supervisor::CollectFailures(result, ErrorFiles(round.restart_count));
+  local_failures_ = supervisor::CollectFailures(result, ErrorFiles(round.restart_count),
+                                                /*python=*/!program_.interpreter.empty());
   const auto& root = local_failures_.front();
   facts_.GroupFailed(round.world_size, result, root);
   o.kind = Kind::kFailed;

@@ -217,6 +217,7 @@ const std::vector<Entry>& Catalogue() {
       {"checkpoint cut short", CheckpointShortWrite},
       {"no space left", NoSpace},
       {"file too large", FileTooLarge},
+      {"too many open files", TooManyOpenFiles},
       {"native crash", NativeCrash},                   // what the text names says more
       {"signal through a shell", SignalThroughShell},  // last: only what the exit code says
   };

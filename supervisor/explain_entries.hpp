@@ -41,6 +41,7 @@ Match DataLoaderBusError(const std::string& text, const ExplainContext& c);
 Match ThreadLimit(const std::string& text, const ExplainContext& c);
 Match NoSpace(const std::string& text, const ExplainContext& c);
 Match FileTooLarge(const std::string& text, const ExplainContext& c);
+Match TooManyOpenFiles(const std::string& text, const ExplainContext& c);
 Match CheckpointShortWrite(const std::string& text, const ExplainContext& c);
 Match AddressSpaceLimit(const std::string& text, const ExplainContext& c);
 Match NetworkInterface(const std::string& text, const ExplainContext& c);

@@ -241,6 +241,36 @@ Match FileTooLarge(const std::string& text, const ExplainContext& c) {
                    user + " hard fsize unlimited\" in /etc/security/limits.d/");
 }
 
+// EMFILE and ENFILE as strerror, Python's OSError and errno names print
+// them: the process's open-file limit (RLIMIT_NOFILE), or the system's table.
+Match TooManyOpenFiles(const std::string& text, const ExplainContext& c) {
+  const bool system =
+      Has(text, "Too many open files in system") || Has(text, "[Errno 23]") || Has(text, "ENFILE");
+  const bool process = Find(text, R"(Too many open files(?! in system))") ||
+                       Has(text, "[Errno 24]") || Has(text, "EMFILE");
+  if (!system && !process) return {};
+  if (!process) {
+    return Lines("a worker found the system's table of open files full (ENFILE, fs.file-max)",
+                 "find what holds so many (lsof | awk '{print $2}' | sort | uniq -c | sort -n | "
+                 "tail), or as root raise it: sysctl -w fs.file-max=N");
+  }
+  auto count = [](uint64_t n) {
+    return n == env::kUnlimited ? std::string("unlimited") : std::to_string(n);
+  };
+  const std::string user = c.limits ? c.limits->user : "USER";
+  return Lines(
+      "a worker opened more files than its open-file limit allows (EMFILE, RLIMIT_NOFILE" +
+          (c.limits ? ": soft " + count(c.limits->nofile.soft) + ", hard " +
+                          count(c.limits->nofile.hard) +
+                          "; ddprun raises the workers' soft limit to the hard one"
+                    : std::string()) +
+          ")",
+      "close what the program leaves open (files, sockets, DataLoader workers' shared tensors: "
+      "torch.multiprocessing.set_sharing_strategy('file_system') opens one per tensor), or as "
+      "root raise the hard limit: ulimit -Hn N in the shell that starts ddprun, or \"" +
+          user + " hard nofile N\" in /etc/security/limits.d/");
+}
+
 // torch.save's zip writer (caffe2/serialize/inline_container.cc) checks its
 // position after each write and reports a short one without the errno:
 // "unexpected pos N vs M" (PyTorch 2.x), "PytorchStreamWriter failed writing

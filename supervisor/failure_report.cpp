@@ -65,13 +65,33 @@ size_t Widest(const std::string& text) {
   return widest;
 }
 
-std::string DefaultMessage(const FailureRecord& f) {
+// The last line of `text` with something in it, at most kMaxShown bytes.
+std::string LastLine(const std::string& text) {
+  constexpr size_t kMaxShown = 300;
+  size_t end = text.find_last_not_of(" \t\r\n");
+  if (end == std::string::npos) return "";
+  const size_t start = text.rfind('\n', end);
+  std::string line = text.substr(start == std::string::npos ? 0 : start + 1,
+                                 end + 1 - (start == std::string::npos ? 0 : start + 1));
+  if (line.size() > kMaxShown) line = line.substr(0, kMaxShown) + "...";
+  return line;
+}
+
+std::string DefaultMessage(const FailureRecord& f, bool python) {
   if (f.exit.signal != 0) {
     return "Signal " + std::to_string(f.exit.signal) + " (" + SignalName(f.exit.signal) +
            ") received by PID " + std::to_string(f.pid);
   }
-  return "no traceback: the worker wrote no error file (Python: decorate the entry point with "
-         "torch.distributed.elastic.multiprocessing.errors.record)";
+  std::string message = "no traceback: the worker wrote no error file";
+  if (const std::string last = LastLine(f.output_tail); !last.empty()) {
+    message += "; its last output line: " + last;
+  }
+  if (python) {
+    message +=
+        " (Python: decorate the entry point with "
+        "torch.distributed.elastic.multiprocessing.errors.record)";
+  }
+  return message;
 }
 
 // Where the kernel put the core of a worker whose wait status said it dumped
@@ -288,7 +308,8 @@ void CountOwnFailures(GroupResult& result, const std::vector<std::string>& error
 }
 
 std::vector<FailureRecord> CollectFailures(const GroupResult& result,
-                                           const std::vector<std::string>& error_files) {
+                                           const std::vector<std::string>& error_files,
+                                           bool python) {
   std::vector<FailureRecord> out;
   for (size_t idx : result.failures) {
     const WorkerRecord& w = result.workers[idx];
@@ -314,7 +335,7 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
       f.message = w.start_error;
     } else if (static_cast<size_t>(w.local_rank) >= error_files.size() ||
                !ReadErrorFile(error_files[w.local_rank], f)) {
-      f.message = DefaultMessage(f);
+      f.message = DefaultMessage(f, python);
     }
     out.push_back(std::move(f));
   }

@@ -58,9 +58,12 @@ void CountOwnFailures(GroupResult& result, const std::vector<std::string>& error
 void FillTailsFromLogs(GroupResult& result, const std::vector<std::string>& stderr_logs);
 
 // One record per failed worker of `result`, root cause first.
-// `error_files[i]` is the error file path of local rank i.
+// `error_files[i]` is the error file path of local rank i. A worker that
+// wrote none has its last output line shown, and, when the workers run under
+// Python (`python`), the advice to decorate its entry point with @record.
 std::vector<FailureRecord> CollectFailures(const GroupResult& result,
-                                           const std::vector<std::string>& error_files);
+                                           const std::vector<std::string>& error_files,
+                                           bool python);
 
 // The report text, starting and ending with a border line.
 // `cause` and `fix`, when given, follow the root cause (supervisor/explain.hpp).

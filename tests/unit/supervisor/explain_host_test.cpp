@@ -114,6 +114,21 @@ TEST_CASE("explain: a write past the file size limit, said by Python or a SIGXFS
   CHECK(fs->fix.find("another filesystem") != std::string::npos);
 }
 
+TEST_CASE("explain: too many open files names the open-file limit, or the system's table") {
+  ExplainContext c = WithLimits({}, {});
+  c.limits->nofile = {100, 100};
+  auto e = Explain(Failed("OSError: [Errno 24] Too many open files: '/data/shard_97'"), c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "too many open files");
+  CHECK(e->cause ==
+        "a worker opened more files than its open-file limit allows (EMFILE, RLIMIT_NOFILE: soft "
+        "100, hard 100; ddprun raises the workers' soft limit to the hard one)");
+  CHECK(e->fix.find("\"alice hard nofile N\"") != std::string::npos);
+  auto system = Explain(Failed("OSError: [Errno 23] Too many open files in system"), c);
+  REQUIRE(system.has_value());
+  CHECK(system->cause.find("the system's table of open files full (ENFILE") != std::string::npos);
+}
+
 // PyTorch 2.12's torch.save under ulimit -f 64: the short write surfaces at the end.
 TEST_CASE("explain: a checkpoint torch.save cut short names the file size limit or the space") {
   const std::string text =

@@ -113,7 +113,7 @@ TEST_CASE("the root cause is the earliest error file, and the report keeps torch
   auto err = TempFile("ddprun_err4.json",
                       R"({"message": {"message": "x", "extraInfo": {"py_callstack": "tb", )"
                       R"("timestamp": "50"}}})");
-  auto failures = CollectFailures(r, {"", err});
+  auto failures = CollectFailures(r, {"", err}, true);
   REQUIRE(failures.size() == 2);
   CHECK(failures[0].rank == 1);
   CHECK(failures[1].message == "Signal 9 (SIGKILL) received by PID 10");
@@ -128,6 +128,30 @@ TEST_CASE("the root cause is the earliest error file, and the report keeps torch
   CHECK(border.find_first_not_of('=') == border.size() - 1);
   CHECK(report.substr(report.size() - border.size()) == border);
   std::remove(err.c_str());
+}
+
+TEST_CASE(
+    "a worker without an error file has its last output line, and Python advice only "
+    "under Python") {
+  GroupResult r;
+  WorkerRecord w;
+  w.state = WorkerState::kFailed;
+  w.exit = ExitStatus::Exited(1);
+  w.output_tail = "step 1\ntrain: rank 0: crashing at step 2 as asked\n\n";
+  r.workers.push_back(w);
+  r.failures = {0};
+  const auto native = CollectFailures(r, {""}, false);
+  CHECK(native.front().message ==
+        "no traceback: the worker wrote no error file; its last output line: train: rank 0: "
+        "crashing at step 2 as asked");
+  CHECK(CollectFailures(r, {""}, true)
+            .front()
+            .message.find(
+                "; its last output line: train: rank 0: crashing at step 2 as asked (Python: "
+                "decorate the entry point with") != std::string::npos);
+  r.workers[0].output_tail.clear();
+  CHECK(CollectFailures(r, {""}, false).front().message ==
+        "no traceback: the worker wrote no error file");
 }
 
 TEST_CASE("the root cause is copied to the launcher's own error file with its code") {
@@ -199,7 +223,7 @@ TEST_CASE("workers that failed on their own while the group stopped are failures
   // Its timestamps earlier than the root cause's: still listed after it.
   r.workers[0].exit_time = std::chrono::system_clock::from_time_t(2000);
   r.workers[1].exit_time = std::chrono::system_clock::from_time_t(1000);
-  auto records = CollectFailures(r, error_files);
+  auto records = CollectFailures(r, error_files, true);
   REQUIRE(records.size() == 3);
   CHECK(records[0].rank == 0);
   CHECK(records[0].message != "RuntimeError: mine");
