@@ -115,8 +115,14 @@ std::string NofileNeed(const LimitFacts& f, const JobShape& job) {
 }
 
 std::string NofileFix(const LimitFacts& f, const JobShape& job) {
-  return "raise it in the shell that starts ddprun: ulimit -n " +
-         std::to_string(RoundUp(NofileWanted(f, job), 1024));
+  const std::string n = std::to_string(RoundUp(NofileWanted(f, job), 1024));
+  // Above the hard limit only root may go (the soft one ddprun raises itself).
+  if (f.uid == 0 && !f.user_namespace) {
+    return "raise it in the shell that starts ddprun: ulimit -n " + n;
+  }
+  return "as root raise the hard limit: \"" + f.user + " hard nofile " + n +
+         "\" in /etc/security/limits.d/90-nofile.conf (then log in again), or ulimit -Hn " + n +
+         " in a root shell that starts ddprun";
 }
 
 void CheckNofile(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
@@ -160,8 +166,12 @@ void CheckMemlock(const LimitFacts& f, LimitPlan& plan) {
 // classic "failed to extend /dev/shm" case for 8 GPUs (224 MiB).
 void CheckShm(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   const uint64_t n = static_cast<uint64_t>(job.nproc_per_node);
-  const uint64_t needed = f.nccl_buffsize * n * (n - 1);
+  const bool nccl = job.gpus != 0;  // no GPU visible: no NCCL
+  const uint64_t needed = nccl ? f.nccl_buffsize * n * (n - 1) : 0;
   LimitCheck c{kShmCheck, CheckStatus::kOk, "", ""};
+  const std::string users =
+      "nothing can be made there (NCCL's shared memory, DataLoader workers' shared tensors, "
+      "Python's multiprocessing locks)";
   const uint64_t size_mib = RoundUp(needed, 64 * kMiB) / kMiB;
   const std::string fix = "give /dev/shm at least " + MiB(needed) +
                           ": docker run --shm-size=" + std::to_string(size_mib) +
@@ -171,10 +181,26 @@ void CheckShm(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
     c.measured = "missing; NCCL's shared-memory transport needs about " + MiB(needed);
     c.status = needed > 0 ? CheckStatus::kWarn : CheckStatus::kOk;
     if (needed > 0) c.fix = "mount a tmpfs on /dev/shm; or NCCL_SHM_DISABLE=1";
+  } else if (f.shm_read_only) {
+    c.status = CheckStatus::kWarn;
+    c.measured = "mounted read-only: " + users;
+    c.fix = "as root mount -o remount,rw /dev/shm (docker: drop --read-only's hold on it)";
+  } else if (f.shm_inodes_free && *f.shm_inodes_free == 0) {
+    c.status = CheckStatus::kWarn;
+    c.measured = "no inode free (nr_inodes reached): " + users;
+    c.fix =
+        "remove stale files there (ls /dev/shm), or as root mount -o remount,nr_inodes=N "
+        "/dev/shm";
   } else {
-    c.measured = MiB(*f.shm_free_bytes) + " free, NCCL's shared-memory transport needs about " +
-                 MiB(needed) + " for " + std::to_string(n) + " local ranks";
-    if (*f.shm_free_bytes < needed) {
+    c.measured = f.shm_unlimited ? std::string("no size limit (tmpfs size=0)")
+                                 : MiB(*f.shm_free_bytes) + " free";
+    if (!nccl) {
+      c.measured += "; no GPU visible: NCCL's shared-memory transport is not used";
+    } else {
+      c.measured += ", NCCL's shared-memory transport needs about " + MiB(needed) + " for " +
+                    std::to_string(n) + " local ranks";
+    }
+    if (!f.shm_unlimited && *f.shm_free_bytes < needed) {
       c.status = CheckStatus::kWarn;
       c.fix = fix;
     }
@@ -191,7 +217,19 @@ std::optional<uint64_t> ParseCount(const std::string& s) {
 void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   LimitCheck c{kOmpCheck, CheckStatus::kOk, "", ""};
   const uint64_t n = static_cast<uint64_t>(job.nproc_per_node);
-  auto threads = f.omp_num_threads ? ParseCount(*f.omp_num_threads) : std::nullopt;
+  // OpenMP reads a list ("4,2") as the threads of each nesting level: the
+  // first is the outer one's.
+  std::optional<uint64_t> threads;
+  if (f.omp_num_threads) {
+    const std::string& v = *f.omp_num_threads;
+    threads = ParseCount(v.substr(0, v.find(',')));
+    for (size_t at = v.find(','); threads && at != std::string::npos; at = v.find(',', at + 1)) {
+      const size_t next = v.find(',', at + 1);
+      const auto level =
+          ParseCount(v.substr(at + 1, next == std::string::npos ? next : next - at - 1));
+      if (!level || *level == 0) threads.reset();
+    }
+  }
   if (!f.omp_num_threads) {
     const int each = DefaultOmpThreads(f.cpus, job.nproc_per_node);
     c.measured = n > 1 ? "unset: each of the " + std::to_string(n) + " workers gets " +
@@ -201,6 +239,12 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
     c.measured = "\"" + *f.omp_num_threads + "\" is not a thread count";
     c.status = CheckStatus::kWarn;
     c.fix = "set OMP_NUM_THREADS to a number";
+  } else if (*threads == 0) {
+    c.measured =
+        "0 is no thread count: OpenMP rejects it (libgomp: \"Invalid value\") and each "
+        "worker then uses every CPU";
+    c.status = CheckStatus::kWarn;
+    c.fix = "OMP_NUM_THREADS=" + std::to_string(std::max<uint64_t>(1, f.cpus / n));
   } else {
     const uint64_t total = *threads * n;
     c.measured = *f.omp_num_threads + " x " + std::to_string(n) +
@@ -462,6 +506,9 @@ LimitFacts ReadLimitFacts(const Environ& environ, const OsPaths& paths) {
   struct statvfs vfs {};
   if (statvfs(paths.shm.c_str(), &vfs) == 0) {
     f.shm_free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
+    f.shm_read_only = (vfs.f_flag & ST_RDONLY) != 0;
+    f.shm_unlimited = vfs.f_blocks == 0;  // tmpfs size=0
+    if (vfs.f_files > 0) f.shm_inodes_free = static_cast<uint64_t>(vfs.f_favail);
   }
   if (auto b = Lookup(environ, "NCCL_BUFFSIZE"); b && ParseCount(*b)) {
     f.nccl_buffsize = *ParseCount(*b);

@@ -65,6 +65,9 @@ struct LimitFacts {
   uint64_t open_fds = 0;                       // fds open in ddprun when it starts
   bool infiniband = false;                     // /sys/class/infiniband has devices
   std::optional<uint64_t> shm_free_bytes;      // statvfs(/dev/shm); none: no /dev/shm
+  bool shm_read_only = false;                  // mounted ro: nothing can be made there
+  bool shm_unlimited = false;                  // a tmpfs of size=0: no size limit
+  std::optional<uint64_t> shm_inodes_free;     // none: the filesystem counts no inodes
   uint64_t nccl_buffsize = 4u << 20;           // NCCL_BUFFSIZE, NCCL's default 4 MiB
   int cpus = 1;
   std::optional<std::string> omp_num_threads;  // OMP_NUM_THREADS as set
@@ -73,6 +76,7 @@ struct LimitFacts {
 struct JobShape {
   int nproc_per_node = 1;
   int threads_per_worker = kDefaultThreadsPerWorker;
+  int gpus = -1;  // GPUs the workers see; -1: unknown. None: NCCL's /dev/shm need is none
 };
 
 enum class CheckStatus { kOk, kWarn, kFail };

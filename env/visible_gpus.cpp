@@ -262,4 +262,9 @@ std::vector<std::optional<std::string>> LocalRankBusIds(const VisibleGpus& visib
   return out;
 }
 
+int GpusSeen(const VisibleGpus& visible, const GpuInventory& host) {
+  if (visible.checked) return static_cast<int>(visible.gpus.size());
+  return host.source == GpuSource::kNone && !host.library_loaded ? 0 : -1;
+}
+
 }  // namespace ddprun::env

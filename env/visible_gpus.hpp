@@ -59,6 +59,10 @@ StatusOr<VisibleGpus> ResolveVisibleGpus(const std::optional<std::string>& gpus_
 // "CUDA_VISIBLE_DEVICES=0,1", "SLURM_STEP_GPUS=2,3" or "every GPU of the host".
 std::string VisibleSourceText(const VisibleGpus& visible);
 
+// How many GPUs the workers see: those checked, or none on a host without
+// NVIDIA's driver; -1 when unknown (a driver that did not answer).
+int GpusSeen(const VisibleGpus& visible, const GpuInventory& host);
+
 // The PCI bus id (sysfs form) of the GPU local rank r uses, for r in
 // [0, nproc_per_node): the r-th visible GPU (a worker's cuda:LOCAL_RANK, or its
 // only device under --virtual_local_rank); nullopt where there is none or it

@@ -361,7 +361,8 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   auto parsed = ParseCommandLine(args, environ, host);
   if (!parsed.ok()) return parsed.status();
   const LaunchConfig& c = parsed->config;
-  const env::JobShape job{c.nproc_per_node, c.threads_per_worker};
+  const int gpus = env::GpusSeen(c.visible_gpus, host.gpus);
+  const env::JobShape job{c.nproc_per_node, c.threads_per_worker, gpus};
   const env::LimitFacts facts = env::ReadLimitFacts(environ);
   DoctorReport report;
   report.checks = env::PlanLimits(facts, job).checks;

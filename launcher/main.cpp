@@ -92,8 +92,10 @@ void WarnFailedChecks(const std::vector<ddprun::env::LimitCheck>& checks) {
 // Raises the soft limits the job needs and logs what changed and what looks
 // short; fails (before any worker starts) when RLIMIT_NPROC cannot be raised enough.
 ddprun::Status PrepareLimits(const ddprun::launcher::LaunchConfig& c,
-                             const ddprun::env::Environ& environ) {
-  auto plan = ddprun::env::PrepareLimits({c.nproc_per_node, c.threads_per_worker}, environ);
+                             const ddprun::env::Environ& environ,
+                             const ddprun::env::GpuInventory& host_gpus) {
+  const int gpus = ddprun::env::GpusSeen(c.visible_gpus, host_gpus);
+  auto plan = ddprun::env::PrepareLimits({c.nproc_per_node, c.threads_per_worker, gpus}, environ);
   if (!plan.ok()) return plan.status();
   for (const auto& note : plan->debug_notes) spdlog::debug("{}", note);
   for (const auto& notice : plan->notices) spdlog::info("{}", notice);
@@ -273,7 +275,7 @@ int main(int argc, char** argv) {
     spdlog::info("workers run {} under {} (from {})", parsed->config.program, program->interpreter,
                  program->interpreter_source);
   }
-  if (Status s = PrepareLimits(parsed->config, environ); !s.ok()) {
+  if (Status s = PrepareLimits(parsed->config, environ, host.gpus); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return exit_code::ForStatus(s);
   }

@@ -167,6 +167,57 @@ TEST_CASE("/dev/shm smaller than NCCL's SHM buffers for the local ranks warns") 
   CHECK(Find(PlanLimits(f, {2, 64}), "/dev/shm").status == CheckStatus::kWarn);
 }
 
+TEST_CASE("/dev/shm read-only, out of inodes or without a size limit, and no NCCL without GPUs") {
+  LimitFacts f = Facts();
+  f.shm_read_only = true;
+  auto ro = Find(PlanLimits(f, {2, 64}), "/dev/shm");
+  CHECK(ro.status == CheckStatus::kWarn);
+  CHECK(ro.measured.rfind("mounted read-only: nothing can be made there", 0) == 0);
+  f.shm_read_only = false;
+  f.shm_inodes_free = 0;
+  auto inodes = Find(PlanLimits(f, {2, 64}), "/dev/shm");
+  CHECK(inodes.status == CheckStatus::kWarn);
+  CHECK(inodes.fix.find("nr_inodes") != std::string::npos);
+  f.shm_inodes_free = 10;
+  f.shm_unlimited = true;  // a tmpfs of size=0
+  f.shm_free_bytes = 0;
+  auto unlimited = Find(PlanLimits(f, {8, 64}), "/dev/shm");
+  CHECK(unlimited.status == CheckStatus::kOk);
+  CHECK(unlimited.measured.rfind("no size limit (tmpfs size=0)", 0) == 0);
+  f.shm_unlimited = false;
+  f.shm_free_bytes = 64 * kMiB;
+  auto cpu = Find(PlanLimits(f, {200, 64, /*gpus=*/0}), "/dev/shm");
+  CHECK(cpu.status == CheckStatus::kOk);
+  CHECK(cpu.measured == "64 MiB free; no GPU visible: NCCL's shared-memory transport is not used");
+}
+
+TEST_CASE("OMP_NUM_THREADS=0 warns; a list of nesting levels counts its outer level") {
+  LimitFacts f = Facts();
+  f.omp_num_threads = "0";
+  auto zero = Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS");
+  CHECK(zero.status == CheckStatus::kWarn);
+  CHECK(zero.measured.find("OpenMP rejects it") != std::string::npos);
+  CHECK(zero.fix == "OMP_NUM_THREADS=4");
+  f.omp_num_threads = "4,2";
+  auto list = Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS");
+  CHECK(list.status == CheckStatus::kOk);
+  CHECK(list.measured == "4,2 x 4 workers = 16 threads on 16 allowed CPUs");
+  f.omp_num_threads = "4,";
+  CHECK(Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS").measured.find("not a thread count") !=
+        std::string::npos);
+}
+
+TEST_CASE("a hard RLIMIT_NOFILE too low: root raises it in its shell, a user asks root") {
+  LimitFacts f = Facts();
+  f.nofile = {16, 16};
+  auto user = Find(PlanLimits(f, {4, 64}), "RLIMIT_NOFILE");
+  CHECK(user.status == CheckStatus::kFail);
+  CHECK(user.fix.rfind("as root raise the hard limit: \"alice hard nofile ", 0) == 0);
+  f.uid = 0;
+  CHECK(Find(PlanLimits(f, {4, 64}), "RLIMIT_NOFILE")
+            .fix.rfind("raise it in the shell that starts ddprun: ulimit -n ", 0) == 0);
+}
+
 TEST_CASE("size limits: unlimited is left alone") {
   auto plan = PlanLimits(Facts(), {2, 64});
   for (const char* name : {"RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_DATA"}) {
