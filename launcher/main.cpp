@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <string>
 #include <vector>
@@ -181,6 +182,19 @@ ddprun::Status BindCpus(ddprun::launcher::LaunchConfig& c) {
   return ddprun::Status::Ok();
 }
 
+// Prints `text` for a command that only prints (help, version, doctor) and
+// returns `code`, or 74 when stdout took it only in part (a full disk,
+// /dev/full); a reader that went away (`| head`) is no error.
+int Print(const std::string& text, int code) {
+  const bool written =
+      std::fwrite(text.data(), 1, text.size(), stdout) == text.size() && std::fflush(stdout) == 0;
+  const int err = errno;
+  if (written || err == EPIPE) return code;
+  std::fprintf(stderr, "ddprun: writing to its stdout: %s: the text is incomplete; exit code 74\n",
+               std::strerror(err));
+  return ddprun::exit_code::kLogLost;
+}
+
 // ddprun doctor [--json]: prints the table (or its JSON, launcher/machine_reports.hpp);
 // 0 when nothing fails, 1 otherwise, 2 on bad options.
 int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ,
@@ -193,16 +207,16 @@ int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ
     std::fprintf(stderr, "ddprun doctor: %s\n", report.status().message().c_str());
     return ddprun::exit_code::kUsage;
   }
+  const int code = report->failed ? 1 : 0;
   if (as_json) {
-    std::puts(ddprun::launcher::DoctorJson(report->host, report->nproc_per_node,
-                                           report->threads_per_worker, report->checks,
-                                           report->failed)
-                  .dump(2)
-                  .c_str());
-  } else {
-    std::fputs(report->text.c_str(), stdout);
+    return Print(
+        ddprun::launcher::DoctorJson(report->host, report->nproc_per_node,
+                                     report->threads_per_worker, report->checks, report->failed)
+                .dump(2) +
+            "\n",
+        code);
   }
-  return report->failed ? 1 : 0;
+  return Print(report->text, code);
 }
 
 }  // namespace
@@ -241,16 +255,13 @@ int main(int argc, char** argv) {
     return ddprun::exit_code::kUsage;
   }
   if (parsed->action == launcher::Action::kHelp) {
-    std::fputs(launcher::HelpText().c_str(), stdout);
-    return 0;
+    return Print(launcher::HelpText(), 0);
   }
   if (parsed->action == launcher::Action::kVersion) {
-    std::printf("ddprun %s\n", DDPRUN_VERSION);
-    return 0;
+    return Print(std::string("ddprun ") + DDPRUN_VERSION + "\n", 0);
   }
   if (parsed->action == launcher::Action::kPrintCompletion) {
-    std::fputs(launcher::CompletionScript(parsed->completion_shell).c_str(), stdout);
-    return 0;
+    return Print(launcher::CompletionScript(parsed->completion_shell), 0);
   }
   for (const auto& name : closed_fds) {
     spdlog::warn("ddprun's {} was closed: /dev/null stands in for it, for ddprun and the workers",

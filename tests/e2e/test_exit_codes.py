@@ -3,10 +3,11 @@
 import os
 import re
 import signal
+import subprocess
 
 import pytest
 
-from conftest import (FD_PROBE, PYTHON, base_env, run_ddprun, sh, write_script)
+from conftest import (DDPRUN, FD_PROBE, PYTHON, base_env, run_ddprun, sh, write_script)
 
 # Rank 1 exits with $CODE; rank 0 sleeps until ddprun stops it (sleep dies on SIGTERM).
 RANK1_EXITS = 'if [ "$LOCAL_RANK" = 1 ]; then exit {code}; fi; exec sleep 30'
@@ -331,3 +332,19 @@ def test_temporary_log_dir_removed_after_success(tmp_path):
     r = run_ddprun(sh("echo hi"), env=base_env(TMPDIR=str(tmp)))
     assert r.rc == 0, r
     assert list(tmp.iterdir()) == [], r
+
+
+@pytest.mark.parametrize("args", [["--version"], ["--help"], ["doctor", "--json"],
+                                  ["--print_completion", "bash"]])
+def test_printing_to_a_full_stdout_exits_74(args):
+    """The text went nowhere (a full disk, /dev/full): said, and exit 74, not 0 (found by an
+    attacking helper); a reader that went away (| head) is no error."""
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([str(DDPRUN), *args], stdout=full, stderr=subprocess.PIPE, text=True,
+                           env=base_env(), timeout=60)
+    assert r.returncode == 74, r.stderr
+    assert "writing to its stdout: No space left on device" in r.stderr, r.stderr
+    head = subprocess.run(f"'{DDPRUN}' {' '.join(args)} | head -c 10 > /dev/null; "
+                          "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
+                          capture_output=True, text=True, env=base_env(), timeout=60)
+    assert head.stdout.strip() in ("0", "1"), head  # doctor: 1 when a check fails
