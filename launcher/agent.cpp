@@ -171,6 +171,7 @@ Status Agent::Setup() {
   settings.rdzv = stores_.settings;
   settings.self = stores_.self;
   settings.max_restarts = c_.max_restarts;
+  settings.role = c_.role;
   settings.hosts_store = stores_.rdzv_server != nullptr;
   settings.exclusive_rank = c_.rdzv_backend == "static";
   // Long enough for the coordinator to find a lost node (keep-alive limit

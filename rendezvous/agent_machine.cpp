@@ -264,7 +264,8 @@ std::optional<Action> AgentMachine::CheckSettings(Kv& kv) {
   const RendezvousSettings& r = s_.rdzv;
   const std::string mine = "--nnodes=" + std::to_string(r.min_nodes) +
                            (r.min_nodes == r.max_nodes ? "" : ":" + std::to_string(r.max_nodes)) +
-                           " --max_restarts=" + std::to_string(s_.max_restarts);
+                           " --max_restarts=" + std::to_string(s_.max_restarts) +
+                           (s_.role == "default" ? "" : " --role=" + s_.role);
   auto stored = kv.CompareSet(keys_.Settings(), "", mine + "\n" + s_.self.name);
   if (!stored.ok()) return StoreGone(stored.status());
   const size_t newline = stored->find('\n');
@@ -277,8 +278,10 @@ std::optional<Action> AgentMachine::CheckSettings(Kv& kv) {
   return Exit(exit_code::kUsage,
               "this node's " + mine + " differ from the job's " + theirs +
                   " (given by the first agent to join, on " + host +
-                  "): every node must give the same --nnodes and --max_restarts, or the nodes "
-                  "would disagree on the job's size and on when it fails");
+                  "): every node must give the same --nnodes, --max_restarts and --role, or the "
+                  "nodes would disagree on the job's size, on when it fails, and on the ranks "
+                  "within a role (ddprun runs one role per job: ROLE_RANK and ROLE_WORLD_SIZE "
+                  "are RANK and WORLD_SIZE)");
 }
 
 Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {

@@ -32,6 +32,8 @@ struct AgentSettings {
   RendezvousSettings rdzv;
   NodeInfo self;
   int max_restarts = 0;
+  // --role: one per job (ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE).
+  std::string role = "default";
   bool hosts_store = false;
   // Static backend: self.requested_rank is this node's alone. The first agent
   // to claim a rank holds it; a second claimant fails the job at once, naming

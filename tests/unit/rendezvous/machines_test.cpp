@@ -225,6 +225,17 @@ TEST_CASE("machines: an agent whose --nnodes or --max_restarts differ from the j
             "this node's --nnodes=1:3 --max_restarts=0 differ from the job's --nnodes=1:3 "
             "--max_restarts=2 (given by the first agent to join, on host-0)",
             0) == 0);
+  // Another --role: ROLE_RANK and ROLE_WORLD_SIZE would count ranks of both roles.
+  s.self = Member("3");
+  s.max_restarts = 2;
+  s.role = "trainer";
+  AgentMachine role(s);
+  auto kv3 = store.Connect();
+  Action mixed = role.Step(kv3, now);
+  REQUIRE(mixed.kind == ActionKind::kExit);
+  CHECK(mixed.message.rfind("this node's --nnodes=1:3 --max_restarts=2 --role=trainer differ", 0) ==
+        0);
+  CHECK(mixed.message.find("one role per job") != std::string::npos);
 }
 
 TEST_CASE("machines: an agent's own claim is no conflict when it joins again") {
