@@ -62,7 +62,7 @@ json ErrorFileJson(const std::string& path) {
   // failure's message says what it holds).
   const std::string text = ReadSmallFile(path);
   if (supervisor::NestsTooDeep(text)) return nullptr;
-  json data = json::parse(supervisor::WithoutLoneSurrogates(text), nullptr,
+  json data = json::parse(supervisor::StrictJson(text), nullptr,
                           /*allow_exceptions=*/false);
   return data.is_discarded() ? json(nullptr) : data;
 }

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
+#include <string_view>
 
 #include "base/read_file.hpp"
 #include "env/core_dump.hpp"
@@ -178,6 +179,37 @@ std::string WithoutLoneSurrogates(const std::string& text) {
   return out;
 }
 
+std::string StrictJson(const std::string& python_json) {
+  const std::string text = WithoutLoneSurrogates(python_json);
+  std::string out;
+  out.reserve(text.size());
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < text.size()) {
+        out += text[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    bool replaced = false;
+    for (const std::string_view token : {"-Infinity", "Infinity", "NaN"}) {
+      if (text.compare(i, token.size(), token) == 0) {
+        out += "null";
+        i += token.size() - 1;
+        replaced = true;
+        break;
+      }
+    }
+    if (!replaced) out += c;
+  }
+  return out;
+}
+
 bool NestsTooDeep(const std::string& text) {
   size_t depth = 0;
   bool in_string = false;
@@ -240,7 +272,7 @@ bool ReadErrorFile(const std::string& path, FailureRecord& record) {
                       "JSON nested more than " + std::to_string(kMaxJsonDepth) + " levels deep",
                       record);
   }
-  json data = json::parse(WithoutLoneSurrogates(text), nullptr, /*allow_exceptions=*/false);
+  json data = json::parse(StrictJson(text), nullptr, /*allow_exceptions=*/false);
   if (data.is_discarded()) {
     return Unreadable(path, text, "not JSON: cut off, or not UTF-8", record);
   }
@@ -377,7 +409,7 @@ Status DumpRootCause(const FailureRecord& root, const std::string& path) {
   json data;
   if (!root.error_file.empty()) {
     const std::string text = ReadSmallFile(root.error_file);
-    if (!NestsTooDeep(text)) data = json::parse(WithoutLoneSurrogates(text), nullptr, false);
+    if (!NestsTooDeep(text)) data = json::parse(StrictJson(text), nullptr, false);
   }
   if (!data.is_object() || !data.contains("message")) {
     data = {{"message",

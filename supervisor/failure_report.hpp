@@ -39,6 +39,11 @@ bool ReadErrorFile(const std::string& path, FailureRecord& record);
 // as "\udcff") and reads them back; strict parsers refuse the whole text.
 std::string WithoutLoneSurrogates(const std::string& json_text);
 
+// What Python's json writes that strict JSON is not, made strict: lone
+// surrogates (above), and NaN, Infinity and -Infinity outside strings (its
+// json.dump writes a float field so by default) as null.
+std::string StrictJson(const std::string& python_json);
+
 // Whether JSON text nests its arrays and objects deeper than kMaxJsonDepth:
 // the JSON library copies and prints a value recursively, so a worker's file
 // of 100,000 brackets would overflow ddprun's stack. Such a file is not read.

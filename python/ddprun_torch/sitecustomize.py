@@ -78,7 +78,7 @@ def _progress(dist, entries, last):
         state = "retired" if e.get("retired") else "entered"
         last[name] = (e.get("record_id", 0), "%d %s %s %s %s %s\n" % (
             e.get("collective_seq_id", 0), _word(e.get("profiling_name", "?")), state,
-            _word(name), ranks, desc.replace("\n", " ")))
+            _word(name), ranks, " ".join(str(desc).split())))
     return "".join(line for _, line in sorted(last.values(), key=lambda v: v[0]))
 
 
@@ -86,19 +86,23 @@ def _name_groups(trace, dist):
     """Gloo's flight recorder (torch 2.12) registers its groups without their names or ranks:
     pg_config {"": ...} while the entries say process_group ("0", "default_pg"), and fr_trace
     cannot match the two (KeyError). Each group the entries name gets its entry here, its ranks
-    from PyTorch's registry."""
+    from PyTorch's registry (or as the hook saw them); the entries of a group destroyed before
+    the hook ever saw it are left out (nothing says its ranks, and it waits for nothing now)."""
     config = trace.get("pg_config", {})
     if list(config) != [""]:
         return trace  # PyTorch named them (NCCL)
     blank = config.pop("")
     world = list(range(dist.get_world_size()))
+    kept = []
     for e in trace.get("entries", []):
         name, desc = (tuple(e.get("process_group", ())) + ("", ""))[:2]
         ranks, _ = _group_members(dist, name)
         if ranks == "?":
-            return dict(trace, pg_config={"": blank})  # unknown: as PyTorch wrote it
+            continue
+        kept.append(e)
         ranks = world if ranks == "*" else [int(r) for r in ranks.split(",")]
         config[name] = dict(blank, name=name, desc=desc, ranks=str(ranks))
+    trace["entries"] = kept
     return trace
 
 

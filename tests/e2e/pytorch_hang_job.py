@@ -7,7 +7,8 @@ destroy_process_group; with --hang-at-exit it hangs in its interpreter's teardow
 never returns, as a stuck destructor would); with --forgotten-thread it starts a thread that never
 ends and is not a daemon (the interpreter joins it at exit). --no-destroy leaves the process group
 undestroyed, as many scripts do. With --subgroup ranks 0 and 1 also all_reduce in a process group of
-their own after each step, and the hang rank stops before that one instead."""
+their own after each step (and once in a group destroyed at once), and the hang rank stops before
+that one instead."""
 import argparse
 import os
 import threading
@@ -84,6 +85,11 @@ def train(a, steps, init):
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(8, 2).to(dev))
     pair = dist.new_group([0, 1]) if a.subgroup else None
+    if a.subgroup:  # a group used and destroyed at once: its records outlive it
+        once = dist.new_group([0, 1])
+        if rank in (0, 1):
+            dist.all_reduce(torch.ones(1), group=once)
+        dist.destroy_process_group(once)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     for step in range(steps):
         loss = model(torch.randn(4, 8, device=dev)).sum()

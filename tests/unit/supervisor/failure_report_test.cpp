@@ -84,6 +84,17 @@ TEST_CASE("error files with other JSON types, odd times or deep nesting are read
     CHECK_MESSAGE(odd.timestamp == 1234, ts);
     std::remove(p.c_str());
   }
+  // Python's json.dump writes a float field that is not finite as NaN or Infinity.
+  FailureRecord nan;
+  auto p6 = TempFile("ddprun_err_t6.json",
+                     R"({"message": {"message": "m", "extraInfo": {"py_callstack": "tb NaN", )"
+                     R"("loss": NaN, "grad": -Infinity, "lr": Infinity, "timestamp": "7"}}})");
+  REQUIRE(ReadErrorFile(p6, nan));
+  CHECK(nan.message == "tb NaN");  // inside a string: untouched
+  CHECK(nan.timestamp == 7);
+  CHECK(StrictJson(R"(["NaN", NaN, "\"Infinity", -Infinity])") ==
+        R"(["NaN", null, "\"Infinity", null])");
+  std::remove(p6.c_str());
   // 100,000 brackets deep: named as unreadable (the library would recurse off the stack).
   FailureRecord deep;
   const std::string nested(100000, '[');
