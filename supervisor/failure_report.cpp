@@ -84,13 +84,14 @@ std::string DefaultMessage(const FailureRecord& f, bool python) {
            ") received by PID " + std::to_string(f.pid);
   }
   std::string message = "no traceback: the worker wrote no error file";
-  if (const std::string last = LastLine(f.output_tail); !last.empty()) {
-    message += "; its last output line: " + last;
-  }
   if (python) {
     message +=
         " (Python: decorate the entry point with "
         "torch.distributed.elastic.multiprocessing.errors.record)";
+  }
+  // On a line of its own: the diagnosis reads it as the worker printed it.
+  if (const std::string last = LastLine(f.output_tail); !last.empty()) {
+    message += "\nits last output line: " + last;
   }
   return message;
 }

@@ -153,13 +153,12 @@ TEST_CASE(
   r.failures = {0};
   const auto native = CollectFailures(r, {""}, false);
   CHECK(native.front().message ==
-        "no traceback: the worker wrote no error file; its last output line: train: rank 0: "
+        "no traceback: the worker wrote no error file\nits last output line: train: rank 0: "
         "crashing at step 2 as asked");
   CHECK(CollectFailures(r, {""}, true)
             .front()
-            .message.find(
-                "; its last output line: train: rank 0: crashing at step 2 as asked (Python: "
-                "decorate the entry point with") != std::string::npos);
+            .message.find("errors.record)\nits last output line: train: rank 0: crashing at "
+                          "step 2 as asked") != std::string::npos);
   r.workers[0].output_tail.clear();
   CHECK(CollectFailures(r, {""}, false).front().message ==
         "no traceback: the worker wrote no error file");
