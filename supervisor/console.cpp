@@ -27,6 +27,11 @@ namespace {
 
 constexpr size_t kDefaultCapacity = 4 << 20;
 
+// A write to a regular file that takes longer than this is stuck (an NFS
+// server gone, a disk failing): the file is then treated as any console that
+// does not read, and lines a log file keeps are dropped again.
+constexpr std::chrono::seconds kStuckAfter{2};
+
 // The log files a notice names at most; beyond, their directory.
 constexpr size_t kMaxNamed = 64;
 
@@ -65,6 +70,7 @@ struct ConsoleWriter::State {
   size_t unkept = 0;  // chunks queued or being written that no log file keeps
   size_t capacity = kDefaultCapacity;
   bool in_flight = false;
+  std::chrono::steady_clock::time_point in_flight_since{};
   bool broken = false;  // write failed (closed console): nothing more is written
   int error = 0;        // that write's errno
   bool started = false;
@@ -85,6 +91,9 @@ struct ConsoleWriter::State {
     return true;
   }
   void Queued(std::string_view data) { mid_line = data.back() != '\n'; }
+  bool Stuck() const {
+    return in_flight && std::chrono::steady_clock::now() - in_flight_since >= kStuckAfter;
+  }
   void Broke(int err) {
     broken = true;
     error = err;
@@ -114,6 +123,7 @@ struct ConsoleWriter::State {
       Chunk chunk = std::move(queue.front());
       queue.pop_front();
       in_flight = true;
+      in_flight_since = std::chrono::steady_clock::now();
       lock.unlock();
       const bool ok = broken || WriteAll(fd, chunk.text.data(), chunk.text.size());
       const int err = errno;
@@ -208,7 +218,7 @@ bool ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool
   // A regular file takes everything, only slower than the workers at times:
   // they wait for it instead (as they would writing to it themselves).
   const size_t bound = own_line ? 2 * s.capacity : s.capacity;
-  const bool waits = keep || s.never_stalls;  // its producer waits at the bound: nothing lost
+  const bool waits = keep || (s.never_stalls && !s.Stuck());  // the producer waits: none lost
   if (!waits && !s.queue.empty() && s.bytes + data.size() > bound) {
     const uint64_t lines = CountLines(data);
     s.dropped_pending += lines;
@@ -246,6 +256,11 @@ bool ConsoleWriter::Flush(std::chrono::milliseconds idle_limit) {
     if (!moved) return false;
     if (s.queue.empty() && !s.in_flight) return true;
   }
+}
+
+bool ConsoleWriter::stuck() const {
+  std::lock_guard lock(state_->mu);
+  return state_->Stuck();
 }
 
 bool ConsoleWriter::holds_unkept() const {

@@ -3,8 +3,9 @@
 //
 // Each destination has a writer thread and a bounded queue, and nothing here
 // blocks. When the queue is full (a pager left open, Ctrl-S, a stuck log
-// shipper), lines that a log file also keeps are dropped and counted (never
-// on a regular file, which only falls behind for a moment), and
+// shipper), lines that a log file also keeps are dropped and counted (on a
+// regular file, which only falls behind for a moment, only once a write is
+// stuck), and
 // once the console reads again a notice says how many it missed and where
 // they are kept ("[ddprun: 12345 lines not shown: console not reading; see
 // <log>]"). Lines kept nowhere else are never dropped: WriteOrHold() queues
@@ -62,6 +63,9 @@ class ConsoleWriter {
   uint64_t chunks_written() const;
   // Lines dropped since the start.
   uint64_t dropped_lines() const;
+  // Whether a write has been in flight for seconds (a file on a server that
+  // went away): a console that is a regular file then drops kept lines again.
+  bool stuck() const;
   // Whether lines that no log file keeps are queued (or being written) on a
   // console that can still take them.
   bool holds_unkept() const;
