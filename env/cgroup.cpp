@@ -68,15 +68,23 @@ std::optional<CgroupV2> OwnCgroupV2(const std::string& proc_root) {
   return Mounted(proc_root, own, "");
 }
 
-std::optional<MemoryCgroup> OwnMemoryCgroup(const std::string& proc_root) {
-  const std::string v1 = OwnPath(proc_root, "memory");
+std::optional<ControllerCgroup> OwnControllerCgroup(const std::string& controller,
+                                                    const std::string& probe,
+                                                    const std::string& proc_root) {
+  const std::string v1 = OwnPath(proc_root, controller);
   if (!v1.empty()) {
-    if (auto m = Mounted(proc_root, v1, "memory")) return MemoryCgroup{m->mount, m->dir(), 1};
+    if (auto m = Mounted(proc_root, v1, controller)) {
+      return ControllerCgroup{m->mount, m->dir(), 1};
+    }
     return std::nullopt;
   }
   auto v2 = OwnCgroupV2(proc_root);
-  if (!v2 || access((v2->dir() + "/memory.events").c_str(), R_OK) != 0) return std::nullopt;
-  return MemoryCgroup{v2->mount, v2->dir(), 2};
+  if (!v2 || access((v2->dir() + "/" + probe).c_str(), R_OK) != 0) return std::nullopt;
+  return ControllerCgroup{v2->mount, v2->dir(), 2};
+}
+
+std::optional<MemoryCgroup> OwnMemoryCgroup(const std::string& proc_root) {
+  return OwnControllerCgroup("memory", "memory.events", proc_root);
 }
 
 }  // namespace ddprun::env

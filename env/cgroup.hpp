@@ -17,14 +17,21 @@ struct CgroupV2 {
 // nullopt without a cgroup v2 this process can name.
 std::optional<CgroupV2> OwnCgroupV2(const std::string& proc_root = "/proc");
 
-// The cgroup that accounts this process's memory: a cgroup v1 memory
-// hierarchy's where one is mounted (hybrid hosts), else the v2 one when its
-// memory controller is enabled there (memory.events exists).
-struct MemoryCgroup {
+// The cgroup of this process that `controller` ("memory", "pids") accounts
+// it in: the cgroup v1 hierarchy's with that controller where one is mounted
+// (hybrid hosts), else the v2 one when the controller is enabled there
+// (`probe`, a file of the controller's, exists in it).
+struct ControllerCgroup {
   std::string mount;  // the hierarchy's mount point
   std::string dir;    // the cgroup's directory, under `mount`
   int version = 2;    // 1 or 2
 };
+std::optional<ControllerCgroup> OwnControllerCgroup(const std::string& controller,
+                                                    const std::string& probe,
+                                                    const std::string& proc_root = "/proc");
+
+using MemoryCgroup = ControllerCgroup;
+// OwnControllerCgroup("memory", "memory.events").
 std::optional<MemoryCgroup> OwnMemoryCgroup(const std::string& proc_root = "/proc");
 
 }  // namespace ddprun::env

@@ -14,6 +14,7 @@
 
 #include "base/format.hpp"
 #include "base/parse.hpp"
+#include "env/cgroup.hpp"
 #include "env/cpus.hpp"
 #include "env/names.hpp"
 
@@ -38,6 +39,7 @@ constexpr char kNofileCheck[] = "RLIMIT_NOFILE (ulimit -n)";
 constexpr char kMemlockCheck[] = "RLIMIT_MEMLOCK (ulimit -l)";
 constexpr char kShmCheck[] = "/dev/shm";
 constexpr char kOmpCheck[] = "OMP_NUM_THREADS";
+constexpr char kPidsCheck[] = "cgroup pids.max";
 constexpr uint64_t kMiB = 1u << 20;
 
 std::string Num(uint64_t n) { return n == kUnlimited ? "unlimited" : std::to_string(n); }
@@ -99,6 +101,31 @@ void CheckNproc(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   } else {
     c.status = CheckStatus::kFail;
     c.fix = NprocFix(f, job);
+  }
+  plan.checks.push_back(std::move(c));
+}
+
+// A cgroup's pids.max counts every thread and process in it, root's too, and
+// only whoever manages the cgroup raises it: a warning, never a refusal (the
+// job's threads are an estimate).
+void CheckPids(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
+  LimitCheck c{kPidsCheck, CheckStatus::kOk, "", ""};
+  if (!f.pids_max) {
+    c.measured = f.pids_cgroup.empty() ? "no pids controller here: no limit"
+                                       : "max (no limit) in " + f.pids_cgroup;
+    plan.checks.push_back(std::move(c));
+    return;
+  }
+  const uint64_t needed = JobThreads(job) + kNprocMargin;
+  const uint64_t left = *f.pids_max > f.pids_current ? *f.pids_max - f.pids_current : 0;
+  c.measured = Num(*f.pids_max) + " in " + f.pids_cgroup + ", " + std::to_string(f.pids_current) +
+               " in use, the job needs about " + std::to_string(needed);
+  if (left < needed) {
+    c.status = CheckStatus::kWarn;
+    c.fix =
+        "have the cgroup's limit raised (docker run --pids-limit, the pod's pid limit, systemd "
+        "TasksMax=, Slurm's cgroup.conf): ulimit does not lift it, nor does root; or lower "
+        "--threads_per_worker if the workers use fewer threads, or run fewer workers";
   }
   plan.checks.push_back(std::move(c));
 }
@@ -322,6 +349,7 @@ void CheckSize(const LimitFacts& f, const Rlimit& r, const SizeLimit& k,
 LimitPlan PlanLimits(const LimitFacts& facts, const JobShape& job) {
   LimitPlan plan;
   CheckNproc(facts, job, plan);
+  CheckPids(facts, job, plan);
   CheckNofile(facts, job, plan);
   CheckMemlock(facts, plan);
   CheckShm(facts, job, plan);
@@ -453,6 +481,28 @@ std::optional<T> ReadNumber(const std::string& path) {
   return std::nullopt;
 }
 
+// The lowest pids.max from this process's pids cgroup (v1 or v2) up to the
+// hierarchy's root ("max": none), with that cgroup's pids.current.
+void ReadPidsLimit(const std::string& proc_root, LimitFacts& f) {
+  const std::optional<ControllerCgroup> own = OwnControllerCgroup("pids", "pids.max", proc_root);
+  if (!own) return;
+  for (std::string dir = own->dir; dir.size() >= own->mount.size();) {
+    std::ifstream in(dir + "/pids.max");
+    std::string value;
+    if (in >> value) {
+      if (f.pids_cgroup.empty()) f.pids_cgroup = dir;
+      const std::optional<uint64_t> n = value == "max" ? std::nullopt : ParseCount(value);
+      if (n && (!f.pids_max || *n < *f.pids_max)) {
+        f.pids_max = n;
+        f.pids_cgroup = dir;
+        f.pids_current = ReadNumber<uint64_t>(dir + "/pids.current").value_or(0);
+      }
+    }
+    if (dir.size() == own->mount.size()) break;
+    dir.erase(dir.rfind('/'));
+  }
+}
+
 // The initial user namespace maps every uid to itself: "0 0 4294967295".
 bool InitialUserNamespace(const std::string& uid_map) {
   std::ifstream in(uid_map);
@@ -515,6 +565,7 @@ LimitFacts ReadLimitFacts(const Environ& environ, const OsPaths& paths) {
   }
   f.cpus = AllowedCpuCount(environ);
   f.omp_num_threads = Lookup(environ, kOmpNumThreads);
+  ReadPidsLimit(paths.proc_root, f);
   return f;
 }
 

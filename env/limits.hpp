@@ -71,6 +71,11 @@ struct LimitFacts {
   uint64_t nccl_buffsize = 4u << 20;           // NCCL_BUFFSIZE, NCCL's default 4 MiB
   int cpus = 1;
   std::optional<std::string> omp_num_threads;  // OMP_NUM_THREADS as set
+  // The lowest cgroup v2 pids.max over this process's cgroup and those above
+  // it (it counts every thread, root's too), where it is, and its pids.current.
+  std::optional<uint64_t> pids_max;
+  std::string pids_cgroup;  // "" without a cgroup v2 with the pids controller
+  uint64_t pids_current = 0;
 };
 
 struct JobShape {

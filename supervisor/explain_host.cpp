@@ -167,6 +167,18 @@ Match ThreadLimit(const std::string& text, const ExplainContext& c) {
   if (!hit) return {};
   const std::string numbers = c.limits ? ": " + NprocNumbers(*c.limits) : "";
   const std::string user = c.limits ? c.limits->user : "USER";
+  if (c.limits && c.limits->pids_max) {
+    const env::LimitFacts& l = *c.limits;
+    return Lines("a worker could not start a thread or process (EAGAIN): the cgroup's pids.max (" +
+                     std::to_string(*l.pids_max) + " in " + l.pids_cgroup + ", " +
+                     std::to_string(l.pids_current) +
+                     " in use now) counts every thread of the job, root's too; or the user's "
+                     "limit" +
+                     numbers,
+                 "have the cgroup's limit raised (docker run --pids-limit, the pod's pid limit, "
+                 "systemd TasksMax=, Slurm's cgroup.conf; ulimit does not lift it), or start "
+                 "fewer threads: OMP_NUM_THREADS, DataLoader num_workers");
+  }
   return Lines(
       "a worker could not start a thread or process (EAGAIN): the user's process and "
       "thread limit or the cgroup's pids.max is reached" +

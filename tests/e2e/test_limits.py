@@ -194,3 +194,41 @@ def test_doctor_marks_a_low_hard_nproc_as_fail_and_exits_one(test_user, user_dir
                      re.M), r.stdout
     assert re.search(r"^\s+fix: .*ulimit -u \d+", r.stdout, re.M), r.stdout
     assert r.stdout.rstrip().endswith("FAILED"), r.stdout
+
+
+def pids_cgroup_root():
+    """Where a pids cgroup can be made here: the v1 hierarchy, or v2 with the controller."""
+    if os.geteuid() != 0:
+        return None
+    v1 = Path("/sys/fs/cgroup/pids")
+    if (v1 / "cgroup.procs").exists():
+        return v1
+    v2 = Path("/sys/fs/cgroup")
+    control = v2 / "cgroup.subtree_control"
+    if control.exists() and "pids" in control.read_text().split():
+        return v2
+    return None
+
+
+def test_a_cgroup_pids_max_below_the_jobs_threads_is_named():
+    """docker --pids-limit, a pod's pid limit, TasksMax: counted for root too, never lifted by
+    ulimit. The doctor and the check before spawning name it (they said nothing: found by an
+    attacking helper)."""
+    root = pids_cgroup_root()
+    if root is None:
+        pytest.skip("needs root and a writable pids cgroup (v1 hierarchy, or v2 with pids)")
+    cg = root / f"ddprun_test_{os.getpid()}"
+    try:
+        cg.mkdir()
+        (cg / "pids.max").write_text("20\n")
+        r = subprocess.run(["sh", "-c", f"echo $$ > {cg}/cgroup.procs && exec '{DDPRUN}' doctor "
+                            "--nproc_per_node=2 --threads_per_worker=30"],
+                           capture_output=True, text=True, env=base_env(), timeout=60)
+    except OSError as e:
+        pytest.skip(f"cannot make a pids cgroup here: {e}")
+    finally:
+        if cg.exists():
+            cg.rmdir()
+    assert re.search(rf"warn  cgroup pids\.max\s+20 in {cg}, \d+ in use, the job needs about 92",
+                     r.stdout), r.stdout
+    assert "--pids-limit" in r.stdout, r.stdout

@@ -273,17 +273,35 @@ TEST_CASE("size limits: a finite hard value warns with what fails there and the 
   CHECK(Find(plan, "RLIMIT_AS").status == CheckStatus::kOk);
 }
 
+TEST_CASE("a cgroup pids.max below the job's threads warns, for root too; none is no limit") {
+  LimitFacts f = Facts();
+  f.uid = 0;
+  f.pids_cgroup = "/sys/fs/cgroup/job";
+  f.pids_max = 20;
+  f.pids_current = 5;
+  auto c = Find(PlanLimits(f, {2, 64}), "cgroup pids.max");
+  CHECK(c.status == CheckStatus::kWarn);
+  CHECK(c.measured == "20 in /sys/fs/cgroup/job, 5 in use, the job needs about 160");
+  CHECK(c.fix.find("--pids-limit") != std::string::npos);
+  f.pids_max = 100000;
+  CHECK(Find(PlanLimits(f, {2, 64}), "cgroup pids.max").status == CheckStatus::kOk);
+  f.pids_max.reset();
+  CHECK(Find(PlanLimits(f, {2, 64}), "cgroup pids.max").measured ==
+        "max (no limit) in /sys/fs/cgroup/job");
+}
+
 TEST_CASE("every check has a line and the names the doctor prints") {
   auto plan = PlanLimits(Facts(), {2, 64});
-  REQUIRE(plan.checks.size() == 8);
+  REQUIRE(plan.checks.size() == 9);
   CHECK(plan.checks[0].check == "RLIMIT_NPROC (ulimit -u)");
-  CHECK(plan.checks[1].check == "RLIMIT_NOFILE (ulimit -n)");
-  CHECK(plan.checks[2].check == "RLIMIT_MEMLOCK (ulimit -l)");
-  CHECK(plan.checks[3].check == "/dev/shm");
-  CHECK(plan.checks[4].check == "OMP_NUM_THREADS");
-  CHECK(plan.checks[5].check == "RLIMIT_FSIZE (ulimit -f)");
-  CHECK(plan.checks[6].check == "RLIMIT_AS (ulimit -v)");
-  CHECK(plan.checks[7].check == "RLIMIT_DATA (ulimit -d)");
+  CHECK(plan.checks[1].check == "cgroup pids.max");
+  CHECK(plan.checks[2].check == "RLIMIT_NOFILE (ulimit -n)");
+  CHECK(plan.checks[3].check == "RLIMIT_MEMLOCK (ulimit -l)");
+  CHECK(plan.checks[4].check == "/dev/shm");
+  CHECK(plan.checks[5].check == "OMP_NUM_THREADS");
+  CHECK(plan.checks[6].check == "RLIMIT_FSIZE (ulimit -f)");
+  CHECK(plan.checks[7].check == "RLIMIT_AS (ulimit -v)");
+  CHECK(plan.checks[8].check == "RLIMIT_DATA (ulimit -d)");
   CHECK(std::string(CheckStatusName(CheckStatus::kWarn)) == "warn");
 }
 
