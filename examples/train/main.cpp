@@ -10,6 +10,7 @@
 // This executable has only the CPU path; --device cuda runs in the CUDA
 // plugin (cuda_plugin.hpp), loaded only then.
 #include <cstdio>
+#include <new>
 
 #include "examples/train/cuda_plugin.hpp"
 #include "examples/train/distributed_run.hpp"
@@ -45,6 +46,27 @@ int RunOnCuda(const ddprun::train::TrainOptions& options) {
 
 }  // namespace
 
+namespace {
+
+int Run(const ddprun::train::TrainOptions& options, char** argv) {
+  // The host's GEMMs: the CPU path's and the reference's (before either starts).
+  if (options.reference || options.device != "cuda") {
+    ddprun::train::UseTheCpusOpenBlasKernels(argv);
+  }
+  if (options.reference) return ddprun::train::RunReference(options);  // always on the host
+  if (options.device == "cuda") {
+    const char* why = CudaUnsupported(options);
+    if (why != nullptr) {
+      std::fprintf(stderr, "train: --device cuda: %s\n", why);
+      return 2;
+    }
+    return RunOnCuda(options);
+  }
+  return ddprun::train::RunDistributed(options);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   using ddprun::train::TrainOptions;
   ddprun::StatusOr<TrainOptions> options = ddprun::train::ParseOptions(argc, argv);
@@ -56,18 +78,15 @@ int main(int argc, char** argv) {
     std::fputs(options->help_text.c_str(), stdout);
     return 0;
   }
-  // The host's GEMMs: the CPU path's and the reference's (before either starts).
-  if (options->reference || options->device != "cuda") {
-    ddprun::train::UseTheCpusOpenBlasKernels(argv);
+  try {
+    return Run(*options, argv);
+  } catch (const std::bad_alloc&) {
+    // The model's and the batch's buffers on the host: --width and --batch
+    // decide their size.
+    std::fprintf(stderr,
+                 "train: out of host memory for the model and the batch (--width %d, --depth %d, "
+                 "--batch %d): use smaller values, or check ulimit -v and the memory cgroup\n",
+                 options->width, options->depth, options->batch);
+    return 1;
   }
-  if (options->reference) return ddprun::train::RunReference(*options);  // always on the host
-  if (options->device == "cuda") {
-    const char* why = CudaUnsupported(*options);
-    if (why != nullptr) {
-      std::fprintf(stderr, "train: --device cuda: %s\n", why);
-      return 2;
-    }
-    return RunOnCuda(*options);
-  }
-  return ddprun::train::RunDistributed(*options);
 }

@@ -169,6 +169,14 @@ def test_without_the_launcher_the_worker_says_how_to_start_it():
     assert "RANK" in r.stderr and "WORLD_SIZE" in r.stderr and "ddprun" in r.stderr, r.stderr
 
 
+def test_a_model_too_large_for_the_host_is_said_not_aborted():
+    # It died of an uncaught std::bad_alloc (SIGABRT, exit 134; found by an attacking helper).
+    r = subprocess.run([TRAIN, "--reference", "--width", "2147483647", "--steps", "1"], env=env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "train: out of host memory for the model and the batch (--width 2147483647" in r.stderr
+
+
 @pytest.mark.parametrize("args, says", [
     (["--collective-timeout", "inf"], "--collective-timeout: a number of seconds from 0 to"),
     (["--collective-timeout", "nan"], "--collective-timeout: a number of seconds from 0 to"),
