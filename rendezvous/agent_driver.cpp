@@ -52,6 +52,14 @@ Status AgentDriver::CheckHostedJob() {
                          "--rdzv_endpoint");
 }
 
+Action AgentDriver::TimedStep(Kv& kv) {
+  const auto began = Clock::now();
+  Action action = machine_.Step(kv, began);
+  if (action.kind != ActionKind::kExit) return action;
+  return machine_.StepTook(
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began));
+}
+
 Action AgentDriver::Next(const SignalQuery& pending_signal, const ProgressFn& on_progress) {
   ClientKv kv(client_);
   // A signal the store keeps this agent from acting on: the request is
@@ -74,7 +82,7 @@ Action AgentDriver::Next(const SignalQuery& pending_signal, const ProgressFn& on
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (auto [sig, name] = pending_signal(); sig != 0) machine_.Interrupted(sig, name);
-      action = machine_.Step(kv, Clock::now());
+      action = TimedStep(kv);
       key = machine_.wake_key();
       wake = machine_.next_wake();
     }
@@ -149,7 +157,7 @@ void AgentDriver::Watch(const std::function<void(const std::string&)>& on_stop) 
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (stop_watching_) return;
-      action = machine_.Step(kv, Clock::now());
+      action = TimedStep(kv);
       key = machine_.wake_key();
       wake = machine_.next_wake();
     }

@@ -67,6 +67,8 @@ class AgentDriver {
         keys_(settings.rdzv.run_id),
         machine_(std::move(settings)) {}
   Status CheckHostedJob();
+  // machine_.Step now, then StepTook with how long it took. Under mu_.
+  Action TimedStep(Kv& kv);
   // Every other agent the job has seen, with how long the store host waits
   // for it to leave: until `current` for the last round's members and the
   // agents waiting to join, until `earlier` for the rest.

@@ -199,7 +199,18 @@ Action AgentMachine::ExitByRecord(const JobRecord& rec) {
   return done_;
 }
 
+Action AgentMachine::StepTook(std::chrono::milliseconds took) {
+  if (!gone_ || phase_ != Phase::kDone || away_.count() > 0 ||
+      took <= s_.rdzv.keep_alive_interval) {
+    return phase_ == Phase::kDone ? done_ : Action{};
+  }
+  away_ = took;
+  inside_step_ = true;
+  return StoreGone(*gone_);
+}
+
 Action AgentMachine::StoreGone(const Status& s) {
+  gone_ = s;
   std::string message = s.Annotate("rendezvous").message();
   if (s.code() == StatusCode::kDeadlineExceeded) {
     // The store took that long, not this agent: the gap between its steps
@@ -209,9 +220,13 @@ Action AgentMachine::StoreGone(const Status& s) {
         "(read_timeout in --rdzv_conf bounds the wait)";
   } else if (away_.count() > 0) {
     // The likely story: the job went on without this node and is over.
-    message += "; this agent did not run for " + Seconds(away_) +
-               " (stopped or starved) and may have been dropped from the job, which then "
-               "ended: its outcome is in the other agents' logs";
+    message += inside_step_ ? "; its request took " + Seconds(away_) +
+                                  " (this agent, or the store's host, did not run meanwhile): "
+                                  "this agent may have been dropped from the job, which then "
+                                  "ended: its outcome is in the other agents' logs"
+                            : "; this agent did not run for " + Seconds(away_) +
+                                  " (stopped or starved) and may have been dropped from the job, "
+                                  "which then ended: its outcome is in the other agents' logs";
   }
   return Exit(1, message);
 }

@@ -104,6 +104,11 @@ class AgentMachine {
   // request this agent was blocked in (abandoned; `store` is its address):
   // the agent leaves without a word to the others, who lose it by keep-alive.
   Action Abandoned(int signal, std::string name, const std::string& store);
+  // The last Step took `took` by the clock (the caller measures it): a
+  // store found gone at the end of a step this agent was stopped inside of
+  // (SIGSTOP during a request) is told as a pause of that length, as one
+  // between steps is. Returns the step's action, amended so.
+  Action StepTook(std::chrono::milliseconds took);
 
   Phase phase() const { return phase_; }
   Time next_wake() const { return next_wake_; }
@@ -162,6 +167,8 @@ class AgentMachine {
   Time next_beat_{};
   std::optional<Time> last_step_;
   std::chrono::milliseconds away_{0};  // the longest time this agent did not run
+  std::optional<Status> gone_;         // the store failure the agent exited for
+  bool inside_step_ = false;           // away_ was one step's request (StepTook)
   Time next_wake_{};
   int64_t version_ = 0;
 };

@@ -393,3 +393,35 @@ TEST_CASE("machines: a coordinator's own pause does not count against the join t
 
 }  // namespace
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+TEST_CASE("machines: a store gone at the end of a long step is told as a pause inside it") {
+  // SIGSTOP while a request waits: the clock the step began with cannot show it; the driver
+  // measures the step (StepTook), and the agent says it may have been dropped.
+  LocalStore store;
+  auto kv = store.Connect();
+  AgentSettings s;
+  s.rdzv.run_id = "t";
+  s.rdzv.min_nodes = s.rdzv.max_nodes = 2;
+  s.self = Member("0");
+  AgentMachine m(s);
+  auto now = Clock::time_point(std::chrono::hours(1));
+  REQUIRE(m.Step(kv, now).kind == ActionKind::kWait);
+  store.SetDown(true);
+  Action gone = m.Step(kv, now + std::chrono::milliseconds(200));
+  REQUIRE(gone.kind == ActionKind::kExit);
+  CHECK(gone.message.find("may have been dropped") == std::string::npos);
+  CHECK(m.StepTook(std::chrono::milliseconds(100)).message == gone.message);  // a quick step
+  Action paused = m.StepTook(std::chrono::milliseconds(5100));
+  CHECK(paused.exit_code == 1);
+  CHECK(paused.message ==
+        gone.message +
+            "; its request took 5.1 s (this agent, or the store's host, did not run meanwhile): "
+            "this agent may have been dropped from the job, which then ended: its outcome is in "
+            "the other agents' logs");
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
