@@ -252,7 +252,8 @@ std::optional<long long> TimestampOf(const json& value) {
     seconds = value.get<double>();
   } else if (value.is_string()) {
     const std::string& t = value.get_ref<const std::string&>();
-    if (t.empty() || t.size() > 12 || !std::all_of(t.begin(), t.end(), ::isdigit)) {
+    if (t.empty() || t.size() > 12 ||
+        !std::all_of(t.begin(), t.end(), [](unsigned char c) { return c >= '0' && c <= '9'; })) {
       return std::nullopt;
     }
     seconds = std::stod(t);

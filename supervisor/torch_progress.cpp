@@ -124,7 +124,10 @@ std::vector<TorchProgress> ReadTorchProgress(const std::string& dir,
       p.everyone = members == "*";
       std::istringstream list(members);
       for (std::string m; !p.everyone && std::getline(list, m, ',');) {
-        if (!m.empty() && std::all_of(m.begin(), m.end(), ::isdigit)) {
+        const bool rank =
+            !m.empty() && m.size() <= 9 &&
+            std::all_of(m.begin(), m.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
+        if (rank) {
           p.members.push_back(std::stoi(m));
         }
       }

@@ -74,7 +74,8 @@ TEST_CASE("error files with other JSON types, odd times or deep nesting are read
   REQUIRE(ReadErrorFile(p2, number));
   CHECK(number.message == "42");
   // A time that is not one keeps the time ddprun saw the exit: garbage never wins the root cause.
-  for (const char* ts : {R"("abc")", R"("1e3")", R"("99999999999999999999999")", "-5", "1e300"}) {
+  for (const char* ts :
+       {R"("abc")", R"("1e3")", R"("99999999999999999999999")", "-5", "1e300", "\"\xc3\xa9\""}) {
     FailureRecord odd;
     odd.timestamp = 1234;
     auto p = TempFile(

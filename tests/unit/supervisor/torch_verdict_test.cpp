@@ -45,6 +45,11 @@ TEST_CASE("ReadTorchProgress reads one line per process group, the newest last")
   CHECK((p[1].group == "1" && !p[1].everyone && p[1].members == std::vector<int>{0, 1}));
   CHECK((p[1].desc == "tensor parallel" && p[1].op == "gloo:broadcast" && p[1].entered));
   CHECK((p[2].rank == 1 && p[2].seq == 19 && p[2].desc.empty()));
+  // A damaged line: ranks that are no numbers (or too long for one) are left out, never thrown.
+  std::ofstream(dir / "progress_2") << "3 gloo:all_reduce entered 4 0,99999999999,x\xff,2 d\n";
+  const auto damaged = ReadTorchProgress(dir.string(), {2});
+  REQUIRE(damaged.size() == 1);
+  CHECK(damaged[0].members == std::vector<int>{0, 2});
   std::filesystem::remove_all(dir);
 }
 
