@@ -42,6 +42,20 @@ struct StalledConsole {
   StalledConsole(const StalledConsole&) = delete;
   StalledConsole& operator=(const StalledConsole&) = delete;
 
+  // Blocks the writer on a full pipe (a line longer than it): from then on
+  // nothing drains until the test reads, whatever the writer thread's pace.
+  // Returns that line.
+  std::string BlockWriter() const {
+    std::string line = std::string(5000, 'b') + "\n";
+    REQUIRE(w->WriteOrHold(line));
+    int in_pipe = 0;
+    for (int i = 0; i < 500 && (ioctl(read_fd, FIONREAD, &in_pipe) != 0 || in_pipe < 4096); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    REQUIRE(in_pipe >= 4096);
+    return line;
+  }
+
   // Reads until everything queued was written.
   std::string ReadAllQueued() const {
     fcntl(read_fd, F_SETFL, O_NONBLOCK);
@@ -90,6 +104,7 @@ TEST_CASE("a console that does not read drops lines, counts them, and says so wh
 
 TEST_CASE("a notice for lines of several log files names the directory that holds them") {
   StalledConsole c(620);
+  c.BlockWriter();  // one stretch of drops, whatever the writer's pace
   const std::string line(99, 'z');
   for (int i = 0; i < 400; ++i) {
     c.w->Write(line + "\n", "/logs/run/attempt_0/" + std::to_string(i % 2) + "/stdout.log");
@@ -111,16 +126,9 @@ TEST_CASE("lines kept nowhere else are held, never dropped, and the caller is to
     sent += line;
     return w.WriteOrHold(line);
   };
-  // First the writer fills the pipe and blocks there (a line longer than the pipe): from then
-  // on nothing drains, whatever the writer thread's pace (it had lagged under ASan on a loaded
-  // host, and the queue's bound seemed to move).
-  sent = std::string(5000, 'z') + "\n";
-  REQUIRE(w.WriteOrHold(sent));
-  int in_pipe = 0;
-  for (int i = 0; i < 500 && (ioctl(c.read_fd, FIONREAD, &in_pipe) != 0 || in_pipe < 4096); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  REQUIRE(in_pipe >= 4096);
+  // The writer blocked first: the queue's bound cannot move under the test (the writer
+  // thread had lagged under ASan on a loaded host).
+  sent = c.BlockWriter();
   // Nobody reads: the queue fills and WriteOrHold says so.
   while (next()) REQUIRE(lines < 1000);  // the queue (8 KiB, the blocked line's 5 KiB in it)
   CHECK(lines > 20);
