@@ -200,10 +200,7 @@ Action AgentMachine::ExitByRecord(const JobRecord& rec) {
 }
 
 Action AgentMachine::StepTook(std::chrono::milliseconds took) {
-  if (!gone_ || phase_ != Phase::kDone || away_.count() > 0 ||
-      took <= s_.rdzv.keep_alive_interval) {
-    return phase_ == Phase::kDone ? done_ : Action{};
-  }
+  if (!gone_ || away_.count() > 0 || took <= s_.rdzv.keep_alive_interval) return done_;
   away_ = took;
   inside_step_ = true;
   return StoreGone(*gone_);

@@ -104,7 +104,8 @@ class AgentMachine {
   // request this agent was blocked in (abandoned; `store` is its address):
   // the agent leaves without a word to the others, who lose it by keep-alive.
   Action Abandoned(int signal, std::string name, const std::string& store);
-  // The last Step took `took` by the clock (the caller measures it): a
+  // After a Step that returned kExit, which took `took` by the clock (the
+  // caller measures it): a
   // store found gone at the end of a step this agent was stopped inside of
   // (SIGSTOP during a request) is told as a pause of that length, as one
   // between steps is. Returns the step's action, amended so.

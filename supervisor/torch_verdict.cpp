@@ -33,6 +33,8 @@ struct Group {
     const auto it = at.find(rank);
     return it == at.end() ? 0 : it->second->seq;
   }
+  bool Has(int rank) const { return std::count(members.begin(), members.end(), rank) > 0; }
+  bool Behind(int rank) const { return Has(rank) && SeqOf(rank) < latest; }
   std::vector<int> WaitingIn() const {  // the members inside its newest collective
     std::vector<int> out;
     for (const auto& [rank, p] : at) {
@@ -149,9 +151,7 @@ std::string LaggardVerdict(const Survey& s, const std::vector<int>& laggards) {
   for (int r : laggards) {
     std::string missed;
     for (const auto& [name, g] : s.groups) {
-      if (std::count(g.members.begin(), g.members.end(), r) == 0 || g.SeqOf(r) >= g.latest) {
-        continue;
-      }
+      if (!g.Behind(r)) continue;
       const std::vector<int> waiting = g.WaitingIn();
       missed += (missed.empty() ? "" : ", nor ") + g.Newest();
       if (!waiting.empty()) missed += " (" + RanksNoun(waiting) + WaitVerb(waiting) + " in it)";
@@ -215,7 +215,7 @@ void Describe(const Survey& s, TorchSide& side) {
       continue;
     }
     for (const auto& [name, g] : s.groups) {
-      if (std::count(g.members.begin(), g.members.end(), r) == 0) continue;
+      if (!g.Has(r)) continue;
       const auto it = g.at.find(r);
       if (it == g.at.end()) {
         side.text += rank + " did not enter " + g.Newest() + ": none of this group's yet\n";
@@ -249,10 +249,8 @@ TorchSide NameLaggards(const std::vector<TorchProgress>& progress) {
     // Behind in some group, and waiting for no one: a cause.
     std::vector<int> behind;
     for (int r : s.ranks) {
-      const bool lags = std::any_of(s.groups.begin(), s.groups.end(), [&](const auto& g) {
-        const auto& m = g.second.members;
-        return std::count(m.begin(), m.end(), r) && g.second.SeqOf(r) < g.second.latest;
-      });
+      const bool lags = std::any_of(s.groups.begin(), s.groups.end(),
+                                    [&](const auto& g) { return g.second.Behind(r); });
       if (!lags) continue;
       behind.push_back(r);
       if (WaitsFor(s, r).empty()) side.laggards.push_back(r);
