@@ -309,8 +309,10 @@ for epoch in range(2):
         dist.all_reduce(t)
         time.sleep(0.4)  # a step's work
     time.sleep(1.5)  # the loader's worker processes have exited
-    print("heartbeat after epoch", epoch, os.path.exists(os.environ["DDPRUN_HEARTBEAT_FILE"]),
-          flush=True)
+    # One write: the workers share the console (as under torchrun), and print() under
+    # PYTHONUNBUFFERED=1 writes each of its pieces apart, which another rank's can split.
+    beats = os.path.exists(os.environ["DDPRUN_HEARTBEAT_FILE"])
+    os.write(1, f"heartbeat after epoch {epoch} {beats}\\n".encode())
 dist.destroy_process_group()
 """
 
