@@ -38,7 +38,7 @@ po::options_description OptionTable(TrainOptions* o) {
        "keep the gradients in the model and copy them into and out of the reducer's buckets "
        "(default: gradients are views of the buckets)")
       ("collective-timeout", po::value(&o->collective_timeout_s),
-       "seconds a collective may take (default 600)")
+       "seconds a collective may take, at least 0.001 (0 or not given: 600)")
       ("crash-at-step", po::value(&o->crash_at_step), "rank --hang-rank exits 1 at step N")
       ("hang-at-step", po::value(&o->hang_at_step),
        "rank --hang-rank stops before step N's backward, forever")
@@ -48,7 +48,8 @@ po::options_description OptionTable(TrainOptions* o) {
       ("nan-at-step", po::value(&o->nan_at_step),
        "put a NaN into layers.1.weight's gradient at step N (rank 1, or 0 alone)")
       ("reference", po::bool_switch(&o->reference),
-       "one process, no DDP: train on the union of --world-size ranks' shards")
+       "one process on the host whatever --device, no DDP: train on the union of --world-size "
+       "ranks' shards (the checksum a DDP run on CPU or CUDA must reproduce)")
       ("world-size", po::value(&o->world_size)->default_value(1), "ranks simulated by --reference")
       ("time", po::bool_switch(&o->time),
        "every rank prints its per-step and backward wall times (us) and peak RSS (KiB)")
@@ -143,6 +144,11 @@ Status CheckRanges(const TrainOptions& o) {
   if (!(o.collective_timeout_s >= 0 && o.collective_timeout_s <= kMaxTimeoutS)) {
     return InvalidArgument("--collective-timeout: a number of seconds from 0 to " +
                            std::to_string(kMaxTimeoutS) + " (a year; 0: the default, 600)");
+  }
+  if (o.collective_timeout_s > 0 && o.collective_timeout_s < 0.001) {
+    return InvalidArgument(
+        "--collective-timeout: below a millisecond, the unit of Gloo's and NCCL's timeouts, it "
+        "would be none at all; give at least 0.001 (or 0 for the default, 600)");
   }
   return Status::Ok();
 }

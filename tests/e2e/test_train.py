@@ -180,6 +180,7 @@ def test_a_model_too_large_for_the_host_is_said_not_aborted():
 @pytest.mark.parametrize("args, says", [
     (["--collective-timeout", "inf"], "--collective-timeout: a number of seconds from 0 to"),
     (["--collective-timeout", "nan"], "--collective-timeout: a number of seconds from 0 to"),
+    (["--collective-timeout", "0.0001"], "--collective-timeout: below a millisecond"),
     (["--bucket-cap-mb", "1e30"], "--bucket-cap-mb: a number of MiB from 0 to"),
     (["--lr", "inf"], "--lr must be a positive, finite number"),
     (["--crash-at-step", "20"], "--crash-at-step 20: not a step of this run; use 0 to 19"),
