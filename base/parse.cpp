@@ -42,6 +42,28 @@ bool IsNameChar(char c) {
          c == '_' || c == '-';
 }
 
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// `text` with what Python's number syntax adds taken away (Spelling::kPython);
+// anything else is kept, for the parser to refuse.
+std::string Plain(std::string_view text, Spelling spelling) {
+  if (spelling == Spelling::kStrict) return std::string(text);
+  constexpr std::string_view kBlanks = " \t\n\r\f\v";
+  const size_t first = text.find_first_not_of(kBlanks);
+  if (first == std::string_view::npos) return std::string(text);
+  text = text.substr(first, text.find_last_not_of(kBlanks) - first + 1);
+  if (text.size() > 1 && text[0] == '+' && (IsDigit(text[1]) || text[1] == '.')) {
+    text.remove_prefix(1);
+  }
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const bool joins_digits = text[i] == '_' && i > 0 && i + 1 < text.size() &&
+                              IsDigit(text[i - 1]) && IsDigit(text[i + 1]);
+    if (!joins_digits) out.push_back(text[i]);
+  }
+  return out;
+}
+
 }  // namespace
 
 Status InvalidValue(std::string_view subject, std::string_view text, std::string_view accepted) {
@@ -50,23 +72,26 @@ Status InvalidValue(std::string_view subject, std::string_view text, std::string
 }
 
 StatusOr<long long> ParseInteger(std::string_view subject, std::string_view text, long long lo,
-                                 long long hi, std::string_view accepted) {
+                                 long long hi, std::string_view accepted, Spelling spelling) {
+  const std::string plain = Plain(text, spelling);
   long long n = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, n);
-  if (text.empty() || ec != std::errc() || ptr != end || n < lo || n > hi) {
+  const char* end = plain.data() + plain.size();
+  auto [ptr, ec] = std::from_chars(plain.data(), end, n);
+  if (plain.empty() || ec != std::errc() || ptr != end || n < lo || n > hi) {
     return InvalidValue(subject, text, accepted);
   }
   return n;
 }
 
-StatusOr<Seconds> ParseSeconds(std::string_view subject, std::string_view text, bool allow_zero) {
+StatusOr<Seconds> ParseSeconds(std::string_view subject, std::string_view text, bool allow_zero,
+                               Spelling spelling) {
+  const std::string plain = Plain(text, spelling);
   double d = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, d, std::chars_format::general);
+  const char* end = plain.data() + plain.size();
+  auto [ptr, ec] = std::from_chars(plain.data(), end, d, std::chars_format::general);
   const bool in_range =
       std::isfinite(d) && d >= 0 && (allow_zero || d > 0) && d <= kMaxSeconds.count();
-  if (text.empty() || ec != std::errc() || ptr != end || !in_range) {
+  if (plain.empty() || ec != std::errc() || ptr != end || !in_range) {
     return InvalidValue(
         subject, text,
         std::string(allow_zero ? "a number of seconds >= 0" : "a number of seconds > 0") +

@@ -29,14 +29,22 @@ inline constexpr Seconds kMaxSeconds{1e9};
 // shown escaped ("a\nb").
 Status InvalidValue(std::string_view subject, std::string_view text, std::string_view accepted);
 
-// A decimal integer in [lo, hi]: digits with an optional leading '-' and
-// nothing else. The error says `accepted`.
+// How a number may be written. kStrict: digits with an optional leading '-'
+// (and a fraction or exponent for seconds), nothing else. kPython: also as
+// Python's int() and float() read it, which is how torchrun reads its options
+// and rendezvous settings: blanks around it, a leading '+', and '_' between
+// two digits ("1_024").
+enum class Spelling { kStrict, kPython };
+
+// A decimal integer in [lo, hi]. The error quotes `text` and says `accepted`.
 StatusOr<long long> ParseInteger(std::string_view subject, std::string_view text, long long lo,
-                                 long long hi, std::string_view accepted);
+                                 long long hi, std::string_view accepted,
+                                 Spelling spelling = Spelling::kStrict);
 
 // A finite decimal number of seconds ("30", "0.5", "1e3"), at most
 // kMaxSeconds, > 0 or (with `allow_zero`) >= 0.
-StatusOr<Seconds> ParseSeconds(std::string_view subject, std::string_view text, bool allow_zero);
+StatusOr<Seconds> ParseSeconds(std::string_view subject, std::string_view text, bool allow_zero,
+                               Spelling spelling = Spelling::kStrict);
 
 // The index of the entry of `choices` that `text` is, compared exactly, or
 // ignoring ASCII case with `ignore_case`. The error lists the choices.

@@ -42,7 +42,7 @@ StatusOr<bool> ParseConfBool(const std::string& key, const std::string& v) {
 
 // Rounded up, so that a tiny timeout is 1 ms and never 0.
 StatusOr<std::chrono::milliseconds> ConfSeconds(const std::string& key, const std::string& v) {
-  auto seconds = ParseSeconds(ConfSubject(key), v, /*allow_zero=*/false);
+  auto seconds = ParseSeconds(ConfSubject(key), v, /*allow_zero=*/false, Spelling::kPython);
   if (!seconds.ok()) return seconds.status();
   return std::chrono::ceil<std::chrono::milliseconds>(*seconds);
 }
@@ -90,7 +90,8 @@ Status ApplyConfKey(const std::string& key, const std::string& v, const std::str
     return Status::Ok();
   }
   if (key == "keep_alive_max_attempt") {
-    auto n = ParseInteger(ConfSubject(key), v, 1, 1 << 20, "a whole number >= 1");
+    auto n =
+        ParseInteger(ConfSubject(key), v, 1, 1 << 20, "a whole number >= 1", Spelling::kPython);
     if (!n.ok()) return n.status();
     s.keep_alive_max_attempt = static_cast<int>(*n);
     return Status::Ok();

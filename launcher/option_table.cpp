@@ -194,6 +194,11 @@ const OptionDef* FindShortOption(char c) {
 
 namespace {
 
+void Record(const OptionDef& def, const std::optional<std::string>& value, SplitArgs& out) {
+  out.launcher.push_back("--" + std::string(def.name) + (value ? "=" + *value : ""));
+  out.values[def.name] = value.value_or("1");
+}
+
 // Rewrites one option token (and maybe takes the next one as its value).
 Status TakeOption(const std::vector<std::string>& args, size_t& i, SplitArgs& out) {
   const std::string& arg = args[i];
@@ -206,17 +211,25 @@ Status TakeOption(const std::vector<std::string>& args, size_t& i, SplitArgs& ou
     def = *found;
     if (eq != std::string::npos) value = arg.substr(eq + 1);
   } else {
-    def = FindShortOption(arg[1]);
-    if (def == nullptr) {
-      return InvalidArgument("unknown option " + arg.substr(0, 2) +
-                             ": the short options are -m, -r, -t and -h");
-    }
-    if (arg.size() > 2) {
-      if (def->value_name == nullptr) {
-        return InvalidArgument("option -" + std::string(1, arg[1]) + " takes no value (got " + arg +
-                               ")");
+    // As argparse: flags may be bundled, the last one taking a value ("-mt3"
+    // is -m -t 3).
+    size_t at = 1;
+    for (;; ++at) {
+      def = FindShortOption(arg[at]);
+      if (def == nullptr) {
+        return InvalidArgument("unknown option -" + std::string(1, arg[at]) +
+                               (at > 1 ? " in " + arg : "") +
+                               ": the short options are -m, -r, -t and -h");
       }
-      value = arg.substr(arg[2] == '=' ? 3 : 2);
+      if (def->value_name != nullptr || at + 1 >= arg.size() || arg[at + 1] == '=') break;
+      Record(*def, std::nullopt, out);
+    }
+    if (at + 1 < arg.size()) {
+      if (def->value_name == nullptr) {
+        return InvalidArgument("option -" + std::string(1, arg[at]) + " takes no value (got " +
+                               arg + ")");
+      }
+      value = arg.substr(arg[at + 1] == '=' ? at + 2 : at + 1);
     }
   }
   if (def->value_name == nullptr && value) {
@@ -240,8 +253,7 @@ Status TakeOption(const std::vector<std::string>& args, size_t& i, SplitArgs& ou
     }
     value = args[++i];
   }
-  out.launcher.push_back("--" + std::string(def->name) + (value ? "=" + *value : ""));
-  out.values[def->name] = value.value_or("1");
+  Record(*def, value, out);
   return Status::Ok();
 }
 

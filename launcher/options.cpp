@@ -373,7 +373,7 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     c.max_restarts = static_cast<int>(*n);
   }
   if (auto v = raw.Get("monitor_interval")) {
-    auto d = ParseSeconds("--monitor_interval", *v, /*allow_zero=*/false);
+    auto d = ParseSeconds("--monitor_interval", *v, /*allow_zero=*/false, Spelling::kPython);
     if (!d.ok()) return d.status();
     c.monitor_interval = d->count();
   }
@@ -390,7 +390,7 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
                              {"startup_timeout", &c.startup_timeout},
                              {"exit_timeout", &c.exit_timeout}}) {
     if (auto v = raw.Get(name)) {
-      auto d = ParseSeconds(std::string("--") + name, *v, /*allow_zero=*/true);
+      auto d = ParseSeconds(std::string("--") + name, *v, /*allow_zero=*/true, Spelling::kPython);
       if (!d.ok()) return d.status();
       *field = d->count();
     }
@@ -494,7 +494,7 @@ Status ApplyShutdown(const RawOptions& raw, const env::Environ& environ, LaunchC
     subject = env::kShutdownTimeout;
   }
   if (timeout) {
-    auto d = ParseSeconds(subject, *timeout, /*allow_zero=*/true);
+    auto d = ParseSeconds(subject, *timeout, /*allow_zero=*/true, Spelling::kPython);
     if (!d.ok()) return d.status();
     c.shutdown_timeout = d->count();
   }

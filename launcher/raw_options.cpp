@@ -10,7 +10,7 @@ Status Bad(const std::string& option, const std::string& value, const std::strin
 
 StatusOr<long long> ParseInt(const std::string& option, const std::string& v, long long lo,
                              long long hi, const std::string& accepted) {
-  return ParseInteger("--" + option, v, lo, hi, accepted);
+  return ParseInteger("--" + option, v, lo, hi, accepted, Spelling::kPython);
 }
 
 StatusOr<size_t> ParseWord(const std::string& option, const std::string& v) {

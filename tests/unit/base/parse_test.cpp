@@ -23,6 +23,21 @@ TEST_CASE("integers: decimal digits in range, nothing else") {
   }
 }
 
+TEST_CASE("integers and seconds as Python writes them, when asked") {
+  constexpr auto kPython = Spelling::kPython;
+  CHECK(*ParseInteger("--n", " +1_0\n", 0, 100, "", kPython) == 10);
+  CHECK(*ParseInteger("--n", "-0_7", -10, 10, "", kPython) == -7);
+  CHECK(ParseSeconds("--t", "\t+.5 ", false, kPython)->count() == doctest::Approx(0.5));
+  CHECK(ParseSeconds("--t", "1_0.2_5", false, kPython)->count() == doctest::Approx(10.25));
+  for (const char* bad : {"", " ", "+", "+-1", "-+1", "++1", "_1", "1_", "1__0", "1_.5", "1 0"}) {
+    CAPTURE(bad);
+    // The message quotes the value as given.
+    CHECK(Message(ParseInteger("--n", bad, -100, 100, "n", kPython).status()) ==
+          std::string("invalid --n=") + bad + ": n");
+    CHECK_FALSE(ParseSeconds("--t", bad, true, kPython).ok());
+  }
+}
+
 TEST_CASE("seconds: finite, bounded, zero only when allowed") {
   CHECK(ParseSeconds("--t", "30", false)->count() == doctest::Approx(30));
   CHECK(ParseSeconds("--t", "0.25", false)->count() == doctest::Approx(0.25));

@@ -253,7 +253,8 @@ TEST_CASE("duplicate filters treat ,, as a literal comma") {
 TEST_CASE("every duration option refuses nan, infinity and anything but a decimal number") {
   for (const char* option : {"monitor_interval", "shutdown_timeout", "hang_timeout",
                              "startup_timeout", "exit_timeout"}) {
-    for (const char* v : {"nan", "NaN", "inf", "-inf", "1e400", "0x10", " 3", "3s", "+3", "-1"}) {
+    for (const char* v : {"nan", "NaN", "inf", "-inf", "1e400", "0x10", "3s", "-1", "+-3", "3_",
+                          "_3", "3__0", "+ 3", ""}) {
       const std::string arg = std::string("--") + option + "=" + v;
       CAPTURE(arg);
       const std::string e = Error({arg, "t"});
@@ -262,6 +263,11 @@ TEST_CASE("every duration option refuses nan, infinity and anything but a decima
   }
   CHECK(Parse({"--shutdown_timeout=0.5", "t"})->config.shutdown_timeout == doctest::Approx(0.5));
   CHECK(Parse({"--hang_timeout=1e3", "t"})->config.hang_timeout == doctest::Approx(1000));
+  // As Python's float(), through which torchrun reads them.
+  CHECK(Parse({"--monitor_interval= +0.5\n", "t"})->config.monitor_interval ==
+        doctest::Approx(0.5));
+  CHECK(Parse({"--hang_timeout=1_000.5", "t"})->config.hang_timeout == doctest::Approx(1000.5));
+  CHECK(Parse({"--exit_timeout=+.5", "t"})->config.exit_timeout == doctest::Approx(0.5));
 }
 
 TEST_CASE("--exit_timeout is the --hang_timeout unless given; 0 waits for an exit unbounded") {
@@ -297,13 +303,23 @@ TEST_CASE("numeric environment variables are checked like options") {
   CHECK(Contains(Error({"t"}, {{"PET_NPROC_PER_NODE", "2.5"}}), "--nproc_per_node=2.5"));
 }
 
-TEST_CASE("integers are digits only") {
+TEST_CASE("integers are read as Python's int() reads them, as torchrun does, and nothing more") {
   for (const char* arg :
-       {"--nproc_per_node= 2", "--nproc_per_node=+2", "--nproc_per_node=2.0", "--max_restarts=1e3",
-        "--master_port=0x50", "--node_rank=0 ", "--threads_per_worker=99999999999999999999"}) {
+       {"--nproc_per_node=2.0", "--max_restarts=1e3", "--master_port=0x50", "--node_rank=0 x",
+        "--threads_per_worker=99999999999999999999", "--max_restarts=+-1", "--max_restarts=1__0",
+        "--max_restarts=_1", "--max_restarts=1_", "--max_restarts= ", "--max_restarts=++1"}) {
     CAPTURE(arg);
     CHECK(Contains(Error({arg, "t"}), std::string("invalid ") + arg + ":"));
   }
+  // Blanks around it (`wc -l` pads its count on some systems), a '+' and '_' between digits.
+  auto p = Parse({"--nproc_per_node= 2\t", "--max_restarts=+1_0", "--master_port=\n29500 ",
+                  "--local_ranks_filter=0, 1", "t"});
+  REQUIRE(p.ok());
+  CHECK(p->config.nproc_per_node == 2);
+  CHECK(p->config.max_restarts == 10);
+  CHECK(p->config.master_port == 29500);
+  CHECK(Contains(Error({"--rdzv_conf=keep_alive_max_attempt=0_", "t"}), "a whole number >= 1"));
+  CHECK(Parse({"--rdzv_conf=keep_alive_max_attempt= 3,join_timeout=+1_0", "t"}).ok());
 }
 
 TEST_CASE("stream selections name only local ranks that exist") {
@@ -434,6 +450,18 @@ TEST_CASE("one parser reads every spelling; an option given twice keeps the last
         std::vector<std::string>{"--module", "--nproc_per_node=2", "--rdzv_conf=a=b"});
   CHECK(*split->program == "x");
   CHECK(split->program_args == std::vector<std::string>{"-t", "1"});
+  // Short flags bundle as in argparse: the last one may take the rest as its value.
+  auto bundled = SplitCommandLine({"-mt3", "x"});
+  REQUIRE(bundled.ok());
+  CHECK(bundled->launcher == std::vector<std::string>{"--module", "--tee=3"});
+  CHECK(SplitCommandLine({"-mm", "x"})->launcher ==
+        std::vector<std::string>{"--module", "--module"});
+  CHECK(SplitCommandLine({"-mr=0:1", "x"})->launcher ==
+        std::vector<std::string>{"--module", "--redirects=0:1"});
+  CHECK(SplitCommandLine({"-mx", "x"}).status().message() ==
+        "unknown option -x in -mx: the short options are -m, -r, -t and -h");
+  CHECK(SplitCommandLine({"-m=1", "x"}).status().message() ==
+        "option -m takes no value (got -m=1)");
 }
 
 TEST_CASE("the first \"--\" ends the options, before the program or right after it, as torchrun") {
