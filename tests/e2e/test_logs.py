@@ -188,8 +188,11 @@ def test_duplicate_stdout_filters(tmp_path):
     assert filtered.endswith("\n")
     lines = filtered.splitlines()
     assert len(lines) == 4, filtered
-    assert sorted(l for l in lines if "bad" in l) == ["ERROR bad 0", "ERROR bad 1"], filtered
-    assert [l for l in lines if "bad" not in l] == ["x ERROR y", "x ERROR y"], filtered
+    # Each line names its rank, also when the console shows the lines without a prefix.
+    assert sorted(l for l in lines if "bad" in l) == ["[default0]:ERROR bad 0",
+                                                      "[default1]:ERROR bad 1"], filtered
+    assert sorted(l for l in lines if "bad" not in l) == ["[default0]:x ERROR y",
+                                                          "[default1]:x ERROR y"], filtered
     # The console still shows everything.
     assert sorted(r.stdout.splitlines()).count("ok") == 2, r
 
