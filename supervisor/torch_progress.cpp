@@ -50,6 +50,15 @@ std::string LastLines(const std::string& text, size_t n) {
   return out;
 }
 
+// A global rank as the hook writes it; kUnknownPeer for anything else (a
+// damaged line's, or one too long for a rank).
+int RankNumber(const std::string& text) {
+  const bool digits =
+      !text.empty() && text.size() <= 9 &&
+      std::all_of(text.begin(), text.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
+  return digits ? std::stoi(text) : TorchProgress::kUnknownPeer;
+}
+
 std::string DumpPath(const std::string& dir, int r) { return dir + "/" + kFrPrefix + Rank(r); }
 
 // Asks each rank for its flight recorder and waits for the files, then moves
@@ -117,19 +126,21 @@ std::vector<TorchProgress> ReadTorchProgress(const std::string& dir,
       TorchProgress p;
       p.rank = r;
       std::string state, members = "*";
-      if (!(fields >> p.seq >> p.op >> state) || p.seq < 0) continue;
-      p.entered = state == "entered";
+      if (line.rfind("p2p ", 0) == 0) {
+        std::string tag, peer;
+        if (!(fields >> tag >> p.op >> peer) || (p.op != "send" && p.op != "recv")) continue;
+        p.p2p = p.entered = true;
+        p.peer = peer == "*" ? TorchProgress::kAnyPeer : RankNumber(peer);
+      } else if (!(fields >> p.seq >> p.op >> state) || p.seq < 0) {
+        continue;
+      }
+      if (!p.p2p) p.entered = state == "entered";
       fields >> p.group >> members;
       std::getline(fields >> std::ws, p.desc);
       p.everyone = members == "*";
       std::istringstream list(members);
       for (std::string m; !p.everyone && std::getline(list, m, ',');) {
-        const bool rank =
-            !m.empty() && m.size() <= 9 &&
-            std::all_of(m.begin(), m.end(), [](unsigned char c) { return c >= '0' && c <= '9'; });
-        if (rank) {
-          p.members.push_back(std::stoi(m));
-        }
+        if (const int rank = RankNumber(m); rank >= 0) p.members.push_back(rank);
       }
       out.push_back(p);
     }

@@ -19,10 +19,16 @@ namespace ddprun::supervisor {
 // One rank's last collective in one process group: a line of its progress
 // file, "<seq> <op> <entered|retired> <group> <ranks|*|?> <desc>" (the hook
 // writes the newest last; lines of three fields are the default group's).
+// Or a point-to-point operation the rank waits in, which Gloo's flight
+// recorder does not record: "p2p <send|recv> <peer|*|?> <group> <ranks> <desc>".
 struct TorchProgress {
+  static constexpr int kAnyPeer = -1;      // a recv from any rank
+  static constexpr int kUnknownPeer = -2;  // the hook could not tell
   int rank = 0;
-  long seq = -1;  // -1: no progress file
-  std::string op;
+  long seq = -1;  // -1: no progress file (or a p2p line)
+  bool p2p = false;
+  int peer = kUnknownPeer;   // p2p: the other side's global rank
+  std::string op;            // p2p: "send" or "recv"
   bool entered = false;      // entered #seq and not seen finishing it
   std::string group = "0";   // the process group's name (PyTorch's group_name)
   std::string desc;          // its group_desc ("default_pg", "undefined", the user's)

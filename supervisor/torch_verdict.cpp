@@ -4,9 +4,11 @@
 // Sequence numbers count per process group, so they are compared only within
 // one. A rank that waits inside a collective of one group for a member that
 // never entered it falls behind in every other group it belongs to; it is
-// blocked, not a cause. The causes are the ranks that fell behind and wait
-// for no one; when every rank that fell behind waits for another, they wait
-// for each other (a deadlock).
+// blocked, not a cause. So is a rank waiting in a point-to-point operation
+// (send, recv) whose peer has not posted the other side. The causes are the
+// ranks that fell behind, or that a point-to-point operation waits for, and
+// that wait for no one; when every such rank waits for another, they wait for
+// each other (a deadlock).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -69,16 +71,63 @@ std::string WaitVerb(const std::vector<int>& ranks) {
 
 struct Survey {
   std::vector<int> ranks;                      // in the order given
-  std::vector<int> silent;                     // recorded no collective
+  std::vector<int> silent;                     // recorded no collective nor p2p operation
   std::map<int, const TorchProgress*> newest;  // each rank's newest, any group
   std::map<std::string, Group> groups;
+  std::map<int, std::vector<const TorchProgress*>> p2p;  // the p2p operations each waits in
+  bool InP2p(int rank) const { return p2p.count(rank) != 0; }
 };
+
+// "send to rank 1", "recv from any rank".
+std::string P2pName(const TorchProgress& p) {
+  const std::string peer = p.peer == TorchProgress::kAnyPeer ? "any rank"
+                           : p.peer == TorchProgress::kUnknownPeer
+                               ? "a rank"
+                               : "rank " + std::to_string(p.peer);
+  return p.op + (p.op == "send" ? " to " : " from ") + peer;
+}
+
+// Whether `q`, a p2p operation, is the other side of `p`.
+bool Pairs(const TorchProgress& p, const TorchProgress& q) {
+  auto toward = [](const TorchProgress& a, int rank) {
+    return a.peer == rank || (a.op == "recv" && a.peer == TorchProgress::kAnyPeer);
+  };
+  return p.op != q.op && toward(p, q.rank) && toward(q, p.rank);
+}
+
+// The local ranks a p2p operation waits for: its peer (any member of the
+// group, for a recv from any rank) unless the peer waits in the other side.
+// A peer this agent does not see (on another node) is listed too.
+std::vector<int> Awaited(const Survey& s, const TorchProgress& p) {
+  std::vector<int> peers;
+  if (p.peer >= 0) {
+    peers.push_back(p.peer);
+  } else if (p.peer == TorchProgress::kAnyPeer) {
+    for (int r : s.ranks) {
+      if (r != p.rank && (p.everyone || std::count(p.members.begin(), p.members.end(), r))) {
+        peers.push_back(r);
+      }
+    }
+  }
+  for (int q : peers) {
+    const auto it = s.p2p.find(q);
+    if (it == s.p2p.end()) continue;
+    for (const TorchProgress* other : it->second) {
+      if (Pairs(p, *other)) return {};  // both sides posted: the transfer itself waits
+    }
+  }
+  return peers;
+}
 
 Survey Gather(const std::vector<TorchProgress>& progress) {
   Survey s;
   for (const TorchProgress& p : progress) {
     if (std::find(s.ranks.begin(), s.ranks.end(), p.rank) == s.ranks.end()) {
       s.ranks.push_back(p.rank);
+    }
+    if (p.p2p) {
+      s.p2p[p.rank].push_back(&p);
+      continue;
     }
     if (p.seq < 0) continue;
     s.newest[p.rank] = &p;  // the hook writes the newest last
@@ -88,7 +137,7 @@ Survey Gather(const std::vector<TorchProgress>& progress) {
     if (p.seq > g.latest) g.latest = p.seq, g.op = p.op;
   }
   for (int r : s.ranks) {
-    if (!s.newest.count(r)) s.silent.push_back(r);
+    if (!s.newest.count(r) && !s.InP2p(r)) s.silent.push_back(r);
   }
   for (auto& [name, g] : s.groups) {
     const TorchProgress& any = *g.at.begin()->second;
@@ -103,8 +152,18 @@ Survey Gather(const std::vector<TorchProgress>& progress) {
 }
 
 // The members of the group that `rank` waits in which did not enter that
-// collective; empty when it waits for no local rank, or does not wait.
+// collective, or the peers its p2p operations wait for; empty when it waits
+// for no local rank, or does not wait.
 std::vector<int> WaitsFor(const Survey& s, int rank) {
+  if (const auto p2p = s.p2p.find(rank); p2p != s.p2p.end()) {
+    std::vector<int> out;
+    for (const TorchProgress* p : p2p->second) {
+      for (int q : Awaited(s, *p)) {
+        if (!std::count(out.begin(), out.end(), q)) out.push_back(q);
+      }
+    }
+    return out;
+  }
   const auto it = s.newest.find(rank);
   if (it == s.newest.end() || !it->second->entered) return {};
   const TorchProgress& p = *it->second;
@@ -153,9 +212,21 @@ std::string LaggardVerdict(const Survey& s, const std::vector<int>& laggards) {
     for (const auto& [name, g] : s.groups) {
       if (!g.Behind(r)) continue;
       const std::vector<int> waiting = g.WaitingIn();
-      missed += (missed.empty() ? "" : ", nor ") + g.Newest();
+      missed += (missed.empty() ? "enter " : ", nor ") + g.Newest();
       if (!waiting.empty()) missed += " (" + RanksNoun(waiting) + WaitVerb(waiting) + " in it)";
     }
+    std::string posted;  // the p2p operations that wait for it
+    for (const auto& [waiter, ops] : s.p2p) {
+      for (const TorchProgress* p : ops) {
+        const std::vector<int> peers = Awaited(s, *p);
+        if (!std::count(peers.begin(), peers.end(), r)) continue;
+        const std::string w = "rank " + std::to_string(waiter);
+        posted += std::string(posted.empty() ? "post " : ", nor ") + "the " +
+                  (p->op == "send" ? "recv" : "send") + " for " + w + "'s " + P2pName(*p) + " (" +
+                  w + " waits in it)";
+      }
+    }
+    if (!posted.empty()) missed += (missed.empty() ? "" : ", nor ") + posted;
     auto same = std::find_if(clauses.begin(), clauses.end(),
                              [&](const auto& c) { return c.first == missed; });
     if (same == clauses.end()) {
@@ -166,9 +237,56 @@ std::string LaggardVerdict(const Survey& s, const std::vector<int>& laggards) {
   }
   std::string out;
   for (const auto& [missed, ranks] : clauses) {
-    out += (out.empty() ? "" : "; ") + RanksNoun(ranks) + " did not enter " + missed;
+    out += (out.empty() ? "" : "; ") + RanksNoun(ranks) + " did not " + missed;
   }
   return out;
+}
+
+bool AwaitedByP2p(const Survey& s, int rank) {
+  return std::any_of(s.p2p.begin(), s.p2p.end(), [&](const auto& waiter) {
+    return std::any_of(waiter.second.begin(), waiter.second.end(), [&](const TorchProgress* p) {
+      const std::vector<int> peers = Awaited(s, *p);
+      return std::count(peers.begin(), peers.end(), rank) > 0;
+    });
+  });
+}
+
+// Whether `rank` waits inside a collective (its newest, entered).
+bool InCollective(const Survey& s, int rank) {
+  const auto it = s.newest.find(rank);
+  return it != s.newest.end() && it->second->entered;
+}
+
+// "rank 0 waits in send to rank 1" or "rank 1 waits in X for rank 0".
+std::string WaitClause(const Survey& s, int rank) {
+  const std::string who = RanksNoun({rank}) + " waits in ";
+  if (const auto p2p = s.p2p.find(rank); p2p != s.p2p.end()) {
+    std::string ops;
+    for (const TorchProgress* p : p2p->second) ops += (ops.empty() ? "" : " and ") + P2pName(*p);
+    return who + ops;
+  }
+  const TorchProgress& p = *s.newest.at(rank);
+  return who + Collective(p, s.groups.at(p.group).label) + " for " + RanksNoun(WaitsFor(s, rank));
+}
+
+// Every rank that is blocked waits for another: they wait for each other.
+// The ranks they wait for that wait inside a collective are in the circle too.
+void Deadlock(const Survey& s, std::vector<int> circle, TorchSide& side) {
+  for (size_t i = 0; i < circle.size(); ++i) {
+    for (int q : WaitsFor(s, circle[i])) {
+      const bool waits = InCollective(s, q) || s.InP2p(q);
+      if (waits && !WaitsFor(s, q).empty() && !std::count(circle.begin(), circle.end(), q)) {
+        circle.push_back(q);
+      }
+    }
+  }
+  std::sort(circle.begin(), circle.end());
+  for (int r : circle) side.state += (side.state.empty() ? "" : "; ") + WaitClause(s, r);
+  side.state = RanksNoun(circle) + " wait for each other: " + side.state;
+  const bool p2p = std::any_of(circle.begin(), circle.end(), [&](int r) { return s.InP2p(r); });
+  side.verdict = side.state + ": a deadlock, the ranks call the " +
+                 (p2p ? "collectives and point-to-point operations" : "collectives") +
+                 " of their process groups in different orders";
 }
 
 // No rank fell behind: where each rank's newest collective stands.
@@ -207,9 +325,32 @@ void Standing(const Survey& s, TorchSide& side) {
                                      : ": the hang is outside PyTorch's collectives");
 }
 
+// Ranks in p2p operations that no local rank is to blame for: both sides
+// posted, or the peer is on another node.
+void P2pStanding(const Survey& s, TorchSide& side) {
+  if (s.p2p.empty()) return;
+  std::string waits;
+  for (const auto& [r, ops] : s.p2p) waits += (waits.empty() ? "" : "; ") + WaitClause(s, r);
+  const std::string meaning =
+      ": the transfers themselves are stuck, or their peers on another node never posted theirs";
+  if (s.newest.empty()) {
+    side.state = waits;
+    side.verdict = waits + meaning;
+    return;
+  }
+  side.state = waits + "; " + side.state;
+  side.verdict = waits + meaning + "; " + side.verdict;
+}
+
 void Describe(const Survey& s, TorchSide& side) {
   for (int r : s.ranks) {
     const std::string rank = "  rank " + std::to_string(r);
+    if (const auto p2p = s.p2p.find(r); p2p != s.p2p.end()) {
+      for (const TorchProgress* p : p2p->second) {
+        side.text += rank + " waits in " + P2pName(*p) + Label(*p) +
+                     " (point to point, which Gloo's flight recorder leaves out)\n";
+      }
+    }
     if (!s.newest.count(r)) {
       side.text += rank + ": no collective recorded\n";
       continue;
@@ -240,36 +381,36 @@ TorchSide NameLaggards(const std::vector<TorchProgress>& progress) {
   side.text = "pytorch collectives (ddprun's hook on the flight recorder):\n";
   const Survey s = Gather(progress);
   Describe(s, side);
-  if (s.newest.empty()) {
+  if (s.newest.empty() && s.p2p.empty()) {
     side.verdict = side.state =
         "no rank recorded a collective yet: the hang is before the first one";
     return side;
   }
   if (!Mismatch(s, side)) {
-    // Behind in some group, and waiting for no one: a cause.
-    std::vector<int> behind;
+    // Behind in some group, or awaited by a p2p operation, and waiting for no
+    // one: a cause. The others behind, or in a p2p operation, are blocked.
+    std::vector<int> blocked;
     for (int r : s.ranks) {
       const bool lags = std::any_of(s.groups.begin(), s.groups.end(),
                                     [&](const auto& g) { return g.second.Behind(r); });
-      if (!lags) continue;
-      behind.push_back(r);
-      if (WaitsFor(s, r).empty()) side.laggards.push_back(r);
+      if (!lags && !s.InP2p(r) && !AwaitedByP2p(s, r)) continue;
+      const std::vector<int> awaited = WaitsFor(s, r);
+      const bool waits_here = std::any_of(awaited.begin(), awaited.end(), [&](int q) {
+        return std::count(s.ranks.begin(), s.ranks.end(), q) > 0;
+      });
+      if (waits_here) {
+        blocked.push_back(r);
+      } else if (awaited.empty() && !s.InP2p(r) && (lags || !InCollective(s, r))) {
+        side.laggards.push_back(r);
+      }  // else it waits for a rank on another node, or in a transfer both sides posted
     }
     if (!side.laggards.empty()) {
       side.verdict = LaggardVerdict(s, side.laggards);
-    } else if (!behind.empty()) {
-      for (int r : behind) {
-        const TorchProgress& p = *s.newest.at(r);
-        side.state += (side.state.empty() ? "" : "; ") + RanksNoun({r}) + " waits in " +
-                      Collective(p, s.groups.at(p.group).label) + " for " +
-                      RanksNoun(WaitsFor(s, r));
-      }
-      side.state = RanksNoun(behind) + " wait for each other: " + side.state;
-      side.verdict = side.state +
-                     ": a deadlock, the ranks call the collectives of their process groups in "
-                     "different orders";
+    } else if (!blocked.empty()) {
+      Deadlock(s, blocked, side);
     } else {
-      Standing(s, side);
+      if (!s.newest.empty()) Standing(s, side);
+      P2pStanding(s, side);
     }
   }
   if (side.state.empty()) side.state = side.verdict;

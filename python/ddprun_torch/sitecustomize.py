@@ -3,7 +3,10 @@ PYTHONPATH. It changes nothing in the user's program: a daemon thread reads PyTo
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
 $DDPRUN_TORCH_DIR/progress_<RANK>: one line per process group the rank used, its last collective
-there, "<seq> <op> <entered|retired> <group> <ranks|*> <desc>", the newest last (and once, in python_<RANK>,
+there, "<seq> <op> <entered|retired> <group> <ranks|*> <desc>", the newest last, then one line per
+point-to-point operation it waits in, "p2p <send|recv> <peer|*> <group> <ranks|*> <desc>" (Gloo's
+flight recorder does not record them: the hook wraps send, recv and batch_isend_irecv once a
+process group exists; completing one is progress too) (and once, in python_<RANK>,
 "<pid> <sys.executable>": where the rank's Python is, for ddprun's dump). After
 destroy_process_group, once the main module has finished (before the interpreter joins the program's threads), and when the
 interpreter exits (after the program's own exit handlers), it removes the heartbeat file: the
@@ -80,6 +83,156 @@ def _progress(dist, entries, last):
             e.get("collective_seq_id", 0), _word(e.get("profiling_name", "?")), state,
             _word(name), ranks, " ".join(str(desc).split())))
     return "".join(line for _, line in sorted(last.values(), key=lambda v: v[0]))
+
+
+_p2p = {}  # key -> (op, peer, group name, the Work of an async one or None): ops not finished
+_p2p_lock = threading.Lock()
+_p2p_changes = 0  # counts ops entered and finished: progress the flight recorder does not see
+
+
+def _p2p_enter(op, peer, group, work=None):
+    global _p2p_changes
+    with _p2p_lock:
+        _p2p_changes += 1
+        key = _p2p_changes
+        _p2p[key] = (op, peer, group, work)
+    return key
+
+
+def _p2p_leave(key):
+    global _p2p_changes
+    with _p2p_lock:
+        if _p2p.pop(key, None) is not None:
+            _p2p_changes += 1
+
+
+def _p2p_lines(dist):
+    """The point-to-point operations still waiting, as progress lines; the finished async ones
+    are dropped (each finished one is a change)."""
+    global _p2p_changes
+    lines = []
+    with _p2p_lock:
+        for key, (op, peer, group, work) in list(_p2p.items()):
+            try:
+                done = work is not None and work.is_completed()
+            except Exception:
+                done = True  # a Work that cannot say: not reported as waiting
+            if done:
+                del _p2p[key]
+                _p2p_changes += 1
+                continue
+            ranks, desc = _group_members(dist, group)
+            lines.append("p2p %s %s %s %s %s\n" % (op, peer, _word(group), ranks,
+                                                  " ".join(str(desc).split())))
+    return "".join(lines)
+
+
+def _peer(c10d_py, group, rank, group_rank):
+    """The global rank of a p2p operation's peer: "*" for any (recv without a source)."""
+    if rank is None and group_rank is None:
+        return "*"
+    if rank is not None:
+        return str(int(rank))
+    return str(int(c10d_py.get_global_rank(group, group_rank)))
+
+
+def _p2p_args(c10d_py, signature, args, kwargs, peer_name):
+    """(peer, group name) of one call of send or recv, "?" where it cannot tell."""
+    try:
+        bound = signature.bind_partial(*args, **kwargs).arguments
+        group = bound.get("group")
+        if group is None:
+            group = c10d_py._get_default_group()
+        name = c10d_py._get_process_group_name(group)
+        return _peer(c10d_py, group, bound.get(peer_name), bound.get("group_" + peer_name)), name
+    except Exception:
+        return "?", "?"
+
+
+def _wrap_p2p(c10d_py):
+    """Wraps send, recv and batch_isend_irecv in torch.distributed.distributed_c10d, where the
+    package (importing * from it), the program and PyTorch's own send_object_list find them, to
+    record the operations the flight recorder of Gloo leaves out. isend and irecv are not wrapped:
+    batch_isend_irecv's P2POp compares its op with them."""
+    if getattr(c10d_py, "_ddprun_p2p", False):
+        return
+    c10d_py._ddprun_p2p = True
+
+    def blocking(fn, op, peer_name):
+        import inspect
+        signature = inspect.signature(fn)
+
+        def wrapper(*args, **kwargs):
+            peer, group = _p2p_args(c10d_py, signature, args, kwargs, peer_name)
+            key = _p2p_enter(op, peer, group)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _p2p_leave(key)
+        return wrapper
+
+    def batch(fn):
+        def wrapper(p2p_op_list, *args, **kwargs):
+            works = fn(p2p_op_list, *args, **kwargs)
+            try:
+                for p, w in zip(p2p_op_list, works or []):
+                    op = "send" if "send" in getattr(p.op, "__name__", "") else "recv"
+                    group = p.group if p.group is not None else c10d_py._get_default_group()
+                    name = c10d_py._get_process_group_name(group)
+                    _p2p_enter(op, _peer(c10d_py, group, p.peer, None), name, w)
+            except Exception:
+                pass  # never disturb the job: these go unseen
+            return works
+        return wrapper
+
+    package = sys.modules.get("torch.distributed")
+    for name, make in (("send", lambda f: blocking(f, "send", "dst")),
+                       ("recv", lambda f: blocking(f, "recv", "src")),
+                       ("batch_isend_irecv", batch)):
+        original = getattr(c10d_py, name, None)
+        if original is None:
+            continue
+        wrapped = make(original)
+        for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
+            try:
+                setattr(wrapped, attr, getattr(original, attr))
+            except (AttributeError, TypeError):
+                pass
+        wrapped.__wrapped__ = original
+        setattr(c10d_py, name, wrapped)
+        if package is not None and getattr(package, name, None) is original:
+            setattr(package, name, wrapped)  # imported from it already
+
+
+class _P2pFinder:
+    """Finds nothing itself: when torch.distributed.distributed_c10d is first imported, it has the
+    usual finder find it and wraps its p2p functions (_wrap_p2p) as soon as it has run, before
+    the package or the program can take them."""
+    _NAME = "torch.distributed.distributed_c10d"
+
+    def find_spec(self, name, path, target=None):
+        if name != self._NAME or path is None:
+            return None
+        try:
+            sys.meta_path.remove(self)  # once
+        except ValueError:
+            pass
+        import importlib.machinery
+        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        loader = getattr(spec, "loader", None)
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module):
+            run(module)
+            try:
+                _wrap_p2p(module)
+            except Exception:
+                pass  # never disturb the job: p2p goes unseen
+
+        loader.exec_module = exec_module
+        return spec
 
 
 def _name_groups(trace, dist):
@@ -167,23 +320,26 @@ def _watch(torch_dir, heartbeat, rank):
         if finished:  # a process group again after a destroyed one: running again
             finished = False
             _beat(heartbeat)
+        dist = sys.modules["torch.distributed"]
         if not was_initialized:  # the rank's training process (under a wrapper script, too)
             _write(os.path.join(torch_dir, "python_" + rank),
                    "%d %s\n" % (os.getpid(), sys.executable))
             _members.clear()  # a process group made again: its groups are new
             groups.clear()
+            _wrap_p2p(dist.distributed_c10d)  # imported some other way than _P2pFinder saw
         was_initialized = True
         import torch._C._distributed_c10d as c10d
         try:
             entries = _entries(c10d)
-            if entries:
-                last = entries[-1]
-                now = (last.get("record_id"), bool(last.get("retired")))
-                if now != seen:
-                    seen = now
-                    _beat(heartbeat, last.get("record_id"))
-                    _write(os.path.join(torch_dir, "progress_" + rank),
-                           _progress(sys.modules["torch.distributed"], entries, groups))
+            p2p = _p2p_lines(dist)
+            last = entries[-1] if entries else {}
+            now = (last.get("record_id"), bool(last.get("retired")), _p2p_changes)
+            if now != seen and (entries or p2p or seen is not None):
+                collectives_moved = seen is None or now[:2] != seen[:2]
+                seen = now
+                _beat(heartbeat, last.get("record_id") if collectives_moved else None)
+                _write(os.path.join(torch_dir, "progress_" + rank),
+                       _progress(dist, entries, groups) + p2p)
             token = _read(request)
             if token is not None and token != answered:  # each request once
                 answered = token
@@ -254,6 +410,8 @@ def _start():
     if heartbeat:
         atexit.register(_at_exit, heartbeat)  # registered first: runs after the program's own
         _wrap_thread_shutdown(heartbeat)
+    if "torch.distributed.distributed_c10d" not in sys.modules:
+        sys.meta_path.insert(0, _P2pFinder())
     args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
     threading.Thread(target=_watch, args=args, name="ddprun-torch-hook", daemon=True).start()
 

@@ -222,6 +222,39 @@ def test_with_a_subgroup_the_rank_that_stopped_is_named_not_the_one_blocked_by_i
     assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", out), out
 
 
+P2P_JOB = """
+import sys, time, torch, torch.distributed as dist
+from torch.distributed import batch_isend_irecv, P2POp, isend
+dist.init_process_group("gloo"); r = dist.get_rank(); t = torch.ones(2)
+dist.all_reduce(t)
+if r == 0:  # at once: the hook must see p2p from the start
+    if sys.argv[1] == "send":
+        dist.send(t, 1)
+    else:
+        for w in batch_isend_irecv([P2POp(isend, t, 1)]):
+            w.wait()
+elif r == 1:
+    time.sleep(1000)  # never receives
+dist.all_reduce(t)
+"""
+
+
+@pytest.mark.parametrize("how", ["send", "batch"])
+def test_a_rank_blocked_in_a_send_is_not_blamed_the_one_that_never_receives_is(tmp_path, how):
+    """Gloo's flight recorder does not record send and recv: rank 0, blocked in a send to rank
+    1, was blamed with rank 1 (found by an attacking helper). The hook records them itself."""
+    script = tmp_path / "p2p.py"
+    script.write_text(P2P_JOB)
+    r = ddprun(tmp_path, "--nproc_per_node=3", f"--hang_timeout={HANG_TIMEOUT}",
+               "--hang_detect=torch", str(script), how, timeout=120)
+    assert r.returncode == 124, r.stderr
+    assert re.search(r"hang, by PyTorch's collectives: rank 1 did not enter gloo:all_reduce #2 "
+                     r"\(rank 2 waits in it\), nor post the recv for rank 0's send to rank 1 "
+                     r"\(rank 0 waits in it\);", r.stderr), r.stderr
+    assert "rank 0 waits in send to rank 1 (point to point" in r.stderr, r.stderr
+    assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", r.stderr), r.stderr
+
+
 def test_a_job_under_a_wrapper_script_gets_its_python_dumped_and_analysed(tmp_path):
     """`ddprun ./run.sh` where run.sh runs python as a child: the dump read only the shell
     (its wait4), and said the program does not run under Python, with no analysis (found by an

@@ -102,6 +102,81 @@ TEST_CASE("Ranks waiting for each other in different groups are a deadlock, none
         "different orders");
 }
 
+// Rank `rank` waits in a p2p operation ("send" or "recv") with `peer` in the default group.
+TorchProgress P2p(int rank, const std::string& op, int peer) {
+  TorchProgress p = In(rank, "0", {}, -1, true);
+  p.p2p = true;
+  p.op = op;
+  p.peer = peer;
+  return p;
+}
+
+TEST_CASE("ReadTorchProgress reads the p2p operations a rank waits in") {
+  const auto dir = std::filesystem::temp_directory_path() / "ddprun_torch_verdict_p2p";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "progress_0") << "1 gloo:all_reduce retired 0 * default_pg\n"
+                                       "p2p send 1 0 * default_pg\n"
+                                       "p2p recv * 3 0,1 pipeline\n"
+                                       "p2p xfer 1 0 * default_pg\n"  // no such operation
+                                       "p2p send 99999999999 0 *\n";  // no rank
+  const auto p = ReadTorchProgress(dir.string(), {0});
+  REQUIRE(p.size() == 4);
+  CHECK((!p[0].p2p && p[0].seq == 1));
+  CHECK((p[1].p2p && p[1].op == "send" && p[1].peer == 1 && p[1].everyone && p[1].entered));
+  CHECK((p[2].op == "recv" && p[2].peer == TorchProgress::kAnyPeer && p[2].group == "3"));
+  CHECK((p[2].members == std::vector<int>{0, 1} && p[2].desc == "pipeline"));
+  CHECK((p[3].peer == TorchProgress::kUnknownPeer && p[3].seq == -1));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("A rank blocked in a send is not blamed; the rank that never posted the recv is") {
+  // Rank 0 sends to rank 1, which stopped instead of receiving; rank 2 went on to #2.
+  const TorchSide side = NameLaggards({In(0, "0", {}, 1, false), P2p(0, "send", 1),
+                                       In(1, "0", {}, 1, false), In(2, "0", {}, 2, true)});
+  CHECK(side.laggards == std::vector<int>{1});
+  CHECK(side.verdict ==
+        "rank 1 did not enter gloo:all_reduce #2 (rank 2 waits in it), nor post the recv for "
+        "rank 0's send to rank 1 (rank 0 waits in it)");
+  CHECK(Has(side.text,
+            "rank 0 waits in send to rank 1 (point to point, which Gloo's flight "
+            "recorder leaves out)"));
+  // Nobody behind in a collective: the p2p operation alone names the cause.
+  const TorchSide alone =
+      NameLaggards({In(0, "0", {}, 1, false), P2p(0, "recv", 1), In(1, "0", {}, 1, false)});
+  CHECK(alone.laggards == std::vector<int>{1});
+  CHECK(alone.verdict ==
+        "rank 1 did not post the send for rank 0's recv from rank 1 (rank 0 waits in it)");
+}
+
+TEST_CASE("A send waiting for a rank inside a collective the sender never entered: a deadlock") {
+  const TorchSide side =
+      NameLaggards({In(0, "0", {}, 1, false), P2p(0, "send", 1), In(1, "0", {}, 2, true)});
+  CHECK(side.laggards.empty());
+  CHECK(side.verdict ==
+        "ranks 0,1 wait for each other: rank 0 waits in send to rank 1; rank 1 waits in "
+        "gloo:all_reduce #2 for rank 0: a deadlock, the ranks call the collectives and "
+        "point-to-point operations of their process groups in different orders");
+}
+
+TEST_CASE("A transfer both sides posted, or one with a rank elsewhere, blames no local rank") {
+  const TorchSide both =
+      NameLaggards({In(0, "0", {}, 1, false), P2p(0, "send", 1), In(1, "0", {}, 1, false),
+                    P2p(1, "recv", TorchProgress::kAnyPeer)});
+  CHECK(both.laggards.empty());
+  CHECK(both.verdict.rfind("rank 0 waits in send to rank 1; rank 1 waits in recv from any "
+                           "rank: the transfers themselves are stuck, or their peers on another "
+                           "node never posted theirs; ",
+                           0) == 0);
+  // Rank 5 is on another node.
+  const TorchSide elsewhere =
+      NameLaggards({In(0, "0", {}, 1, false), P2p(0, "send", 5), In(1, "0", {}, 1, false)});
+  CHECK(elsewhere.laggards.empty());
+  CHECK(Has(elsewhere.verdict, "rank 0 waits in send to rank 5: the transfers themselves"));
+  // Only p2p recorded, no collective yet.
+  const TorchSide first = NameLaggards({P2p(0, "send", 1), In(1, "0", {}, -1, false)});
+  CHECK(first.laggards == std::vector<int>{1});
+}
+
 TEST_CASE("A group's label names its description and shortens a long member list") {
   std::vector<int> many;
   for (int r = 0; r < 12; ++r) many.push_back(r);
