@@ -1,5 +1,6 @@
 """ddprun's PyTorch progress hook (--hang_detect=torch), loaded by the workers' Python through
-PYTHONPATH. It changes nothing in the user's program: a daemon thread reads PyTorch's own flight
+PYTHONPATH. It changes nothing the user's program does (it only wraps three p2p functions, below,
+which still return what they did and raise what they did): a daemon thread reads PyTorch's own flight
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
 $DDPRUN_TORCH_DIR/progress_<RANK>: one line per process group the rank used, its last collective
