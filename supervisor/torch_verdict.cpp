@@ -95,9 +95,9 @@ bool Pairs(const TorchProgress& p, const TorchProgress& q) {
   return p.op != q.op && toward(p, q.rank) && toward(q, p.rank);
 }
 
-// The local ranks a p2p operation waits for: its peer (any member of the
-// group, for a recv from any rank) unless the peer waits in the other side.
-// A peer this agent does not see (on another node) is listed too.
+// The ranks a p2p operation waits for: its peer (every other local member of
+// the group, for a recv from any rank), also one this agent does not see (on
+// another node); none when the peer waits in the other side.
 std::vector<int> Awaited(const Survey& s, const TorchProgress& p) {
   std::vector<int> peers;
   if (p.peer >= 0) {
