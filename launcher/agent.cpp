@@ -282,8 +282,8 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     // Named now: the stacks and PyTorch's own dumps take seconds more.
     std::vector<int> ranks;
     for (const auto& t : request.targets) ranks.push_back(t.rank);
-    const supervisor::TorchSide side =
-        supervisor::NameLaggards(supervisor::ReadTorchProgress(request.torch_dir, ranks));
+    const supervisor::TorchSide side = supervisor::NameLaggards(
+        supervisor::ReadTorchProgress(request.torch_dir, ranks), report.beating_ranks);
     verdict = side.verdict;
     if (report.hung.empty()) {  // a dump on request: nothing is said to hang
       spdlog::info(

@@ -431,9 +431,9 @@ StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
   if (!request.torch_dir.empty()) {
     std::vector<int> ranks;
     for (const DumpTarget& t : request.targets) ranks.push_back(t.rank);
-    torch =
-        CollectTorchSide({request.torch_dir, request.dir + "/torch", ranks, request.python,
-                          request.nccl_ras_addr, request.tool_timeout, 4 * request.tool_timeout});
+    torch = CollectTorchSide({request.torch_dir, request.dir + "/torch", ranks, request.python,
+                              request.nccl_ras_addr, request.tool_timeout, 4 * request.tool_timeout,
+                              request.beating});
   }
   const std::vector<RankDump> dumps = CollectAll(request);
   const Clock::time_point now = Clock::now();

@@ -62,6 +62,20 @@ void Supervisor::CheckHangs() {
       return std::find(culprits.begin(), culprits.end(), rank) != culprits.end();
     };
     std::stable_partition(hung.begin(), hung.end(), is_culprit);
+    // A culprit not found hung itself (it still beats elsewhere, or never
+    // beat) is the one the others wait for: it comes first, the root cause.
+    std::vector<HungWorker> named;
+    const auto& workers = running_->workers();
+    for (size_t i = 0; i < workers.size(); ++i) {
+      const bool culprit = std::count(culprits.begin(), culprits.end(), workers[i].rank) > 0;
+      const bool listed =
+          std::any_of(hung.begin(), hung.end(), [i](const HungWorker& h) { return h.index == i; });
+      if (culprit && !listed && workers[i].state == WorkerState::kRunning) {
+        named.push_back(
+            {i, "hung: the workers found hung wait for it (the hang's verdict names it)", false});
+      }
+    }
+    hung.insert(hung.begin(), named.begin(), named.end());
     // The dump took a while: a worker that exited meanwhile is judged by its
     // exit, and the dump's time is left out as a dump on request's (it was
     // not ddprun failing to run).

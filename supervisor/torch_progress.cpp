@@ -155,7 +155,7 @@ std::vector<TorchProgress> ReadTorchProgress(const std::string& dir,
 
 TorchSide CollectTorchSide(const TorchQuery& q) {
   const std::string out = q.out.empty() ? q.dir : q.out;
-  TorchSide side = NameLaggards(ReadTorchProgress(q.dir, q.ranks));
+  TorchSide side = NameLaggards(ReadTorchProgress(q.dir, q.ranks), q.beating);
   side.text += "pytorch flight recorder (" + out + "):\n";
   side.text += LastLines(RequestDumps(q.dir, out, q.ranks, q.wait), q.ranks.size());
   if (!q.nccl_ras_addr.empty()) {

@@ -62,9 +62,12 @@ std::vector<TorchProgress> ReadTorchProgress(const std::string& dir, const std::
 // called different collectives at one number of a group are a mismatch. When
 // none lags, the verdict says whether every rank waits inside a collective
 // (the collective itself, or a rank this agent cannot see) or all finished
-// their last one (the hang is outside collectives). Defined in
-// torch_verdict.cpp.
-TorchSide NameLaggards(const std::vector<TorchProgress>& progress);
+// their last one (the hang is outside collectives). A rank with no record
+// is behind in the collectives others wait in. A group all of whose members
+// are in `beating` (still making progress) makes no one behind: files read a
+// moment apart show them at different numbers. Defined in torch_verdict.cpp.
+TorchSide NameLaggards(const std::vector<TorchProgress>& progress,
+                       const std::vector<int>& beating = {});
 
 struct TorchQuery {
   std::string dir;  // the hook's directory (DDPRUN_TORCH_DIR)
@@ -74,6 +77,7 @@ struct TorchQuery {
   std::string nccl_ras_addr;                  // the job's NCCL_RAS_ADDR; "" asks no RAS
   std::chrono::milliseconds wait{0};          // for the flight-recorder files
   std::chrono::milliseconds tool_timeout{0};  // fr_trace, and the RAS query
+  std::vector<int> beating;                   // ranks still making progress (NameLaggards)
 };
 
 // NameLaggards, then asks every rank for its flight recorder (PyTorch's dump

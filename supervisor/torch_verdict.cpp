@@ -30,13 +30,14 @@ struct Group {
   std::vector<int> members;                // the local ranks that belong to it
   long latest = -1;                        // the newest number any member reached
   std::string op;                          // the collective at that number
+  bool progressing = false;                // every member still beats: none is behind
   std::string Newest() const { return op + " #" + std::to_string(latest) + label; }
   long SeqOf(int rank) const {  // 0: a member that never entered one of its collectives
     const auto it = at.find(rank);
     return it == at.end() ? 0 : it->second->seq;
   }
   bool Has(int rank) const { return std::count(members.begin(), members.end(), rank) > 0; }
-  bool Behind(int rank) const { return Has(rank) && SeqOf(rank) < latest; }
+  bool Behind(int rank) const { return !progressing && Has(rank) && SeqOf(rank) < latest; }
   std::vector<int> WaitingIn() const {  // the members inside its newest collective
     std::vector<int> out;
     for (const auto& [rank, p] : at) {
@@ -119,7 +120,7 @@ std::vector<int> Awaited(const Survey& s, const TorchProgress& p) {
   return peers;
 }
 
-Survey Gather(const std::vector<TorchProgress>& progress) {
+Survey Gather(const std::vector<TorchProgress>& progress, const std::vector<int>& beating) {
   Survey s;
   for (const TorchProgress& p : progress) {
     if (std::find(s.ranks.begin(), s.ranks.end(), p.rank) == s.ranks.end()) {
@@ -142,11 +143,13 @@ Survey Gather(const std::vector<TorchProgress>& progress) {
   for (auto& [name, g] : s.groups) {
     const TorchProgress& any = *g.at.begin()->second;
     for (int r : s.ranks) {
-      const bool member = g.at.count(r) ||
-                          (s.newest.count(r) &&
-                           (any.everyone || std::count(any.members.begin(), any.members.end(), r)));
+      const bool member =
+          g.at.count(r) || any.everyone || std::count(any.members.begin(), any.members.end(), r);
       if (member) g.members.push_back(r);
     }
+    g.progressing = !beating.empty() && std::all_of(g.members.begin(), g.members.end(), [&](int r) {
+      return std::count(beating.begin(), beating.end(), r) > 0;
+    });
   }
   return s;
 }
@@ -168,6 +171,7 @@ std::vector<int> WaitsFor(const Survey& s, int rank) {
   if (it == s.newest.end() || !it->second->entered) return {};
   const TorchProgress& p = *it->second;
   const Group& g = s.groups.at(p.group);
+  if (g.progressing) return {};  // it waits a moment, as each collective does
   std::vector<int> out;
   for (int m : g.members) {
     if (g.SeqOf(m) < p.seq) out.push_back(m);
@@ -364,7 +368,10 @@ void Describe(const Survey& s, TorchSide& side) {
       }
       const TorchProgress& p = *it->second;
       const std::string last = Collective(p, "");
-      if (p.seq < g.latest) {
+      if (g.progressing && p.seq < g.latest) {
+        side.text +=
+            rank + " is at " + last + g.label + ": its group makes progress (every member beats)\n";
+      } else if (p.seq < g.latest) {
         side.text += rank + " did not enter " + g.Newest() + ": its last is " + last +
                      (p.entered ? " (entered)" : " (finished)") + "\n";
       } else {
@@ -376,10 +383,11 @@ void Describe(const Survey& s, TorchSide& side) {
 
 }  // namespace
 
-TorchSide NameLaggards(const std::vector<TorchProgress>& progress) {
+TorchSide NameLaggards(const std::vector<TorchProgress>& progress,
+                       const std::vector<int>& beating) {
   TorchSide side;
   side.text = "pytorch collectives (ddprun's hook on the flight recorder):\n";
-  const Survey s = Gather(progress);
+  const Survey s = Gather(progress, beating);
   Describe(s, side);
   if (s.newest.empty() && s.p2p.empty()) {
     side.verdict = side.state =
@@ -391,8 +399,12 @@ TorchSide NameLaggards(const std::vector<TorchProgress>& progress) {
     // one: a cause. The others behind, or in a p2p operation, are blocked.
     std::vector<int> blocked;
     for (int r : s.ranks) {
-      const bool lags = std::any_of(s.groups.begin(), s.groups.end(),
-                                    [&](const auto& g) { return g.second.Behind(r); });
+      // A rank without a record lags only where another waits: elsewhere its
+      // hook may have recorded nothing (the others finished what it missed).
+      const bool silent = std::count(s.silent.begin(), s.silent.end(), r) > 0;
+      const bool lags = std::any_of(s.groups.begin(), s.groups.end(), [&](const auto& g) {
+        return g.second.Behind(r) && (!silent || !g.second.WaitingIn().empty());
+      });
       if (!lags && !s.InP2p(r) && !AwaitedByP2p(s, r)) continue;
       const std::vector<int> awaited = WaitsFor(s, r);
       const bool waits_here = std::any_of(awaited.begin(), awaited.end(), [&](int q) {
@@ -414,9 +426,13 @@ TorchSide NameLaggards(const std::vector<TorchProgress>& progress) {
     }
   }
   if (side.state.empty()) side.state = side.verdict;
-  if (!s.silent.empty()) {
-    side.verdict += "; " + RanksNoun(s.silent) + " recorded none";
-    side.state += "; " + RanksNoun(s.silent) + " recorded none";
+  std::vector<int> unnamed;  // without a record, and not named above
+  for (int r : s.silent) {
+    if (!std::count(side.laggards.begin(), side.laggards.end(), r)) unnamed.push_back(r);
+  }
+  if (!unnamed.empty()) {
+    side.verdict += "; " + RanksNoun(unnamed) + " recorded none";
+    side.state += "; " + RanksNoun(unnamed) + " recorded none";
   }
   return side;
 }

@@ -222,6 +222,29 @@ def test_with_a_subgroup_the_rank_that_stopped_is_named_not_the_one_blocked_by_i
     assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", out), out
 
 
+BEFORE_FIRST_JOB = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+if dist.get_rank() == 1:
+    time.sleep(1000)  # stuck before its first collective (loading data, say)
+dist.all_reduce(torch.ones(2))
+"""
+
+
+def test_a_rank_stuck_before_its_first_collective_is_named_and_the_root_cause(tmp_path):
+    """Rank 1 recorded no collective, so it was neither behind nor hung (it never beat): rank 0,
+    waiting in #1, was the root cause, and the verdict said "every local rank waits" (found by an
+    attacking helper)."""
+    script = tmp_path / "first.py"
+    script.write_text(BEFORE_FIRST_JOB)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", str(script))
+    assert r.returncode == 124, r.stderr
+    assert ("hang, by PyTorch's collectives: rank 1 did not enter gloo:all_reduce #1 (rank 0 "
+            "waits in it);") in r.stderr, r.stderr
+    assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1, pid \d+\) hung: the "
+                     r"workers found hung wait for it", r.stderr), r.stderr
+
+
 P2P_JOB = """
 import sys, time, torch, torch.distributed as dist
 from torch.distributed import batch_isend_irecv, P2POp, isend

@@ -105,11 +105,41 @@ TEST_CASE("NameLaggards without a laggard says where the hang is, never guesses 
     at.pop_back();  // two ranks, two calls: no odd one out
     CHECK(NameLaggards(at).laggards.empty());
   }
-  SUBCASE("a rank without a record is said, not blamed") {
-    const TorchSide side = NameLaggards({At(0, 5, true), At(1, -1, false)});
+  SUBCASE("a rank without a record, where the others finished theirs, is said, not blamed") {
+    // Its hook recorded nothing: the others could not have finished #5 without it.
+    const TorchSide side = NameLaggards({At(0, 5, false), At(1, -1, false)});
     CHECK(side.laggards.empty());
     CHECK(Has(side.verdict, "; rank 1 recorded none"));
   }
+}
+
+TEST_CASE("A rank without a record, where another waits in a collective, did not enter it") {
+  // Rank 1 stopped after init_process_group, before its first collective (found by an
+  // attacking helper: rank 0, the one waiting, was the root cause, "every local rank waits").
+  const TorchSide side = NameLaggards({At(0, 1, true), At(1, -1, false)});
+  CHECK(side.laggards == std::vector<int>{1});
+  CHECK(side.verdict == "rank 1 did not enter gloo:all_reduce #1 (rank 0 waits in it)");
+  CHECK(Has(side.text, "rank 1: no collective recorded"));
+}
+
+TEST_CASE("A group whose members all still beat makes no one behind") {
+  // Ranks 1,2 loop in their own group and never enter the default group's #6, where rank 0
+  // waits; their files, read a moment apart, show them at different numbers of their group.
+  TorchProgress r1 = At(1, 49, true), r2 = At(2, 47, false);
+  for (TorchProgress* p : {&r1, &r2}) {
+    p->group = "1";
+    p->everyone = false;
+    p->members = {1, 2};
+  }
+  const std::vector<TorchProgress> at = {At(0, 6, true), At(1, 5, false), r1, At(2, 5, false), r2};
+  const TorchSide side = NameLaggards(at, /*beating=*/{1, 2});
+  CHECK(side.laggards == std::vector<int>{1, 2});
+  CHECK(side.verdict == "ranks 1,2 did not enter gloo:all_reduce #6 (rank 0 waits in it)");
+  CHECK(Has(side.text,
+            "rank 2 is at gloo:all_reduce #47 of process group 1 (ranks 1,2): its "
+            "group makes progress (every member beats)"));
+  // Without knowing who beats, rank 1 seems to wait in #49 for rank 2.
+  CHECK(NameLaggards(at).laggards == std::vector<int>{2});
 }
 
 // ddprun's hook in a worker: once a request comes, writes the rank's dump.
