@@ -3,6 +3,7 @@ all_reduce is named within --hang_timeout of its last collective, with both rank
 and PyTorch's flight recorder; a slow but progressing job is not hung; the hook is off by default."""
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -243,6 +244,33 @@ def test_a_rank_stuck_before_its_first_collective_is_named_and_the_root_cause(tm
             "waits in it);") in r.stderr, r.stderr
     assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1, pid \d+\) hung: the "
                      r"workers found hung wait for it", r.stderr), r.stderr
+
+
+CHILD_JOB = """
+import subprocess, sys, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(2))
+if dist.get_rank() == 1:  # waits for a child that never ends (a DataLoader worker, say)
+    subprocess.run([sys.executable, "-c", "import time\\ndef child_stuck():\\n    time.sleep(1000)\\n"
+                    "child_stuck()"])
+dist.all_reduce(torch.ones(2))
+"""
+
+
+def test_the_dump_has_the_stacks_of_a_ranks_child_processes(tmp_path):
+    """A rank stuck waiting for its child (a DataLoader worker in __getitem__): the child's
+    frame, the cause, was in no dump (found by an attacking helper)."""
+    if shutil.which("py-spy", path=env()["PATH"]) is None:
+        pytest.skip("py-spy is not installed")
+    script = tmp_path / "child.py"
+    script.write_text(CHILD_JOB)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", str(script))
+    assert r.returncode == 124, r.stderr
+    dumps = list(tmp_path.glob("*/attempt_0/dumps/rank_1.txt"))
+    assert len(dumps) == 1, r.stderr
+    text = dumps[0].read_text()
+    assert "its child processes (py-spy dump --subprocesses):" in text, text
+    assert "child_stuck (<string>:3)" in text, text
 
 
 P2P_JOB = """
