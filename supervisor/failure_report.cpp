@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string_view>
 
+#include "base/format.hpp"
 #include "base/read_file.hpp"
 #include "env/core_dump.hpp"
 #include "env/host.hpp"
@@ -72,10 +73,10 @@ std::string LastLine(const std::string& text) {
   size_t end = text.find_last_not_of(" \t\r\n");
   if (end == std::string::npos) return "";
   const size_t start = text.rfind('\n', end);
-  std::string line = text.substr(start == std::string::npos ? 0 : start + 1,
-                                 end + 1 - (start == std::string::npos ? 0 : start + 1));
-  if (line.size() > kMaxShown) line = line.substr(0, kMaxShown) + "...";
-  return line;
+  const size_t from = start == std::string::npos ? 0 : start + 1;
+  // Shown as printed text: a terminal's escape sequences (clear the screen)
+  // and bytes that are no UTF-8 as \xNN.
+  return Printable(std::string_view(text).substr(from, end + 1 - from), kMaxShown);
 }
 
 std::string DefaultMessage(const FailureRecord& f, bool python) {
@@ -121,21 +122,9 @@ namespace {
 bool Unreadable(const std::string& path, const std::string& text, const std::string& why,
                 FailureRecord& record) {
   constexpr size_t kShown = 300;
-  std::string shown;
-  for (size_t i = 0; i < text.size() && i < kShown; ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f) {
-      shown += static_cast<char>(c);
-    } else {
-      char hex[8];
-      std::snprintf(hex, sizeof(hex), "\\x%02x", c);
-      shown += hex;
-    }
-  }
   record.error_file = path;
   record.message = "the worker's error file is not a record ddprun can read (" + why + ", " +
-                   std::to_string(text.size()) + " bytes); it begins: " + shown +
-                   (text.size() > kShown ? "..." : "");
+                   std::to_string(text.size()) + " bytes); it begins: " + Printable(text, kShown);
   return true;
 }
 
