@@ -180,6 +180,7 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
   for (const auto& [key, value] : c.rdzv_conf) {
     if (Status st = ApplyConfKey(key, value, c.rdzv_backend, s, notices); !st.ok()) return st;
   }
+  s.connect_timeout = c.rdzv_backend == "static" ? s.join_timeout : s.read_timeout;
   return s;
 }
 

@@ -5,6 +5,7 @@
 #include <system_error>
 #include <thread>
 
+#include "base/format.hpp"
 #include "rendezvous/coordinator.hpp"
 #include "rendezvous/sockets.hpp"
 
@@ -31,9 +32,17 @@ class AbandonWhen {
 StatusOr<std::unique_ptr<AgentDriver>> AgentDriver::Connect(const std::string& host, int port,
                                                             AgentSettings settings,
                                                             const Interrupted& interrupted) {
+  const auto within = settings.rdzv.connect_timeout;
   auto client = StoreClient::Connect(host, port, settings.rdzv.read_timeout, settings.rdzv.token,
-                                     StoreRole::kAgent, interrupted);
+                                     StoreRole::kAgent, interrupted, within);
   if (client.status().code() == StatusCode::kAborted) return client.status();
+  if (client.status().code() == StatusCode::kDeadlineExceeded) {
+    return Status(StatusCode::kDeadlineExceeded,
+                  "rendezvous: " + client.status().message() + " after " +
+                      FormatSeconds(std::chrono::duration<double>(within).count()) +
+                      " s (how long an agent waits for the store at its start: --rdzv_conf "
+                      "read_timeout under c10d, timeout under static)");
+  }
   if (!client.ok()) return client.status().Annotate("rendezvous");
   std::unique_ptr<AgentDriver> driver(
       new AgentDriver(std::move(*client), host, port, std::move(settings)));

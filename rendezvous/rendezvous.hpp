@@ -40,6 +40,9 @@ struct RendezvousSettings {
   std::chrono::milliseconds keep_alive_interval{5000};
   int keep_alive_max_attempt = 3;
   std::chrono::milliseconds read_timeout{60000};
+  // How long an agent waits for the store to come up at its start: the
+  // read_timeout (c10d), the join timeout (static), as torchrun's clients do.
+  std::chrono::milliseconds connect_timeout{60000};
   std::string token;
 };
 

@@ -25,8 +25,10 @@ Encoder& KeyList(Encoder& e, const std::vector<std::string>& keys) {
 
 StatusOr<StoreClient> StoreClient::Connect(const std::string& host, int port, Duration timeout,
                                            const std::string& token, StoreRole role,
-                                           const Interrupted& interrupted) {
-  const auto deadline = Clock::now() + timeout;
+                                           const Interrupted& interrupted,
+                                           Duration connect_within) {
+  const auto deadline =
+      Clock::now() + (connect_within > Duration::zero() ? connect_within : timeout);
   auto delay = std::chrono::milliseconds(100);
   for (int attempt = 0;; ++attempt) {
     bool closed = false;

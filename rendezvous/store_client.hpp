@@ -37,10 +37,13 @@ class StoreClient {
   // its error comes after the retries (about 1.5 s).
   static constexpr int kHandshakeRetries = 3;
   // `interrupted` ends the wait for a store not up yet (kAborted).
+  // `connect_within`, when given, is how long a store not up yet is waited
+  // for instead; requests still time out after `timeout`.
   static StatusOr<StoreClient> Connect(const std::string& host, int port, Duration timeout,
                                        const std::string& token = "",
                                        StoreRole role = StoreRole::kWorker,
-                                       const Interrupted& interrupted = {});
+                                       const Interrupted& interrupted = {},
+                                       Duration connect_within = Duration::zero());
 
   Status Set(const std::string& key, const std::string& value);
   // Waits for the key (up to the operation timeout), then reads it.

@@ -176,6 +176,28 @@ def test_static_timeout_names_round_and_count(launch, tmp_path):
     assert_timeout_reason(agents[0].stderr(), agents)
 
 
+def test_static_node_started_first_waits_for_the_store_host_the_rendezvous_timeout(launch,
+                                                                                   tmp_path):
+    """Node rank 1 comes up well before node 0: it waits for node 0's store for the static
+    backend's `timeout`, as torchrun does, not only the read timeout (it gave up after 60 s by
+    default; found by an attacking helper)."""
+    port = free_port()
+    conf = "timeout=20,read_timeout=1"
+    first = launch(static_args(2, 1, port, conf=conf, extra=sh("exit 0")))
+    time.sleep(3)  # three read timeouts
+    host = launch(static_args(2, 0, port, conf=conf, extra=sh("exit 0")))
+    assert [first.wait(AGENT_TIMEOUT), host.wait(AGENT_TIMEOUT)] == [0, 0], outputs([first, host])
+
+
+def test_static_node_gives_up_on_a_store_that_never_comes_naming_the_setting(launch, tmp_path):
+    port = free_port()
+    agent = launch(static_args(2, 1, port, conf="timeout=2", extra=sh("exit 0")))
+    assert agent.wait(AGENT_TIMEOUT) == 1, agent.output()
+    assert (f"store 127.0.0.1:{port} cannot be reached" in agent.stderr() and
+            "after 2 s (how long an agent waits for the store at its start: --rdzv_conf "
+            "read_timeout under c10d, timeout under static)" in agent.stderr()), agent.output()
+
+
 def test_static_node_waiting_for_the_store_host_acts_on_sigterm(launch, tmp_path):
     """Node rank 1 waits for node 0's store to come up: SIGTERM ends that wait at once (it used
     to go on until the read timeout, a minute, then exit 1)."""
