@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <string>
 
 namespace ddprun::supervisor {
 
@@ -47,9 +48,15 @@ HangVerdict FindHung(const std::vector<Beat>& beats, const HangLimits& limits, S
       continue;
     }
     v.report.hung.push_back(w);
-    char why[160];
+    char why[200];
     std::snprintf(why, sizeof(why), WhyFormat(b), silent, limit);
-    v.hung.push_back({i, why, b.finishing});
+    std::string text = why;
+    if (silent < limit) {  // within the slack: hung along with one past its limit
+      std::snprintf(why, sizeof(why), ", within %.1f s of the limit another worker passed",
+                    limit - silent);
+      text.insert(text.rfind(" ("), why);
+    }
+    v.hung.push_back({i, text, b.finishing});
   }
   return v;
 }

@@ -66,7 +66,8 @@ std::string DumpPath(const std::string& dir, int r) { return dir + "/" + kFrPref
 // until the deadline. Says of each rank how it was asked and whether its
 // dump came.
 std::string RequestDumps(const std::string& dir, const std::string& out,
-                         const std::vector<int>& ranks, std::chrono::milliseconds wait) {
+                         const std::vector<int>& ranks, std::chrono::milliseconds wait,
+                         bool* any_piped) {
   std::error_code ec;
   for (int r : ranks) std::filesystem::remove(DumpPath(dir, r), ec);  // an earlier dump's
   // A new token: the hook answers each request once.
@@ -76,6 +77,7 @@ std::string RequestDumps(const std::string& dir, const std::string& out,
   std::filesystem::rename(dir + "/dump_request.tmp", dir + "/dump_request", ec);
   std::vector<bool> piped;
   for (int r : ranks) piped.push_back(WritePipe(dir + "/pipe_" + Rank(r) + ".pipe"));
+  *any_piped = std::find(piped.begin(), piped.end(), true) != piped.end();
   const auto deadline = std::chrono::steady_clock::now() + wait;
   while (!AllDumped(dir, ranks) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -157,13 +159,18 @@ TorchSide CollectTorchSide(const TorchQuery& q) {
   const std::string out = q.out.empty() ? q.dir : q.out;
   TorchSide side = NameLaggards(ReadTorchProgress(q.dir, q.ranks), q.beating);
   side.text += "pytorch flight recorder (" + out + "):\n";
-  side.text += LastLines(RequestDumps(q.dir, out, q.ranks, q.wait), q.ranks.size());
+  bool nccl = false;  // a rank read PyTorch's NCCL dump pipe
+  side.text += LastLines(RequestDumps(q.dir, out, q.ranks, q.wait, &nccl), q.ranks.size());
   if (!q.nccl_ras_addr.empty()) {
     const RasReport ras = QueryNcclRas(q.nccl_ras_addr, q.tool_timeout);
+    // Nobody listening, in a job with no NCCL rank here (Gloo): nothing to say.
+    const bool none = !nccl && ras.raw.empty() && ras.error.find("refused") != std::string::npos;
     if (!ras.raw.empty()) {
       std::ofstream(out + (ras.json ? "/nccl_ras.json" : "/nccl_ras.txt")) << ras.raw;
     }
-    side.text += "nccl ras (NCCL_RAS_ADDR=" + q.nccl_ras_addr + "):\n" + SummarizeRas(ras);
+    if (!none) {
+      side.text += "nccl ras (NCCL_RAS_ADDR=" + q.nccl_ras_addr + "):\n" + SummarizeRas(ras);
+    }
   }
   if (q.python.empty()) {
     side.text += "  no analysis: the program does not run under Python\n";

@@ -44,6 +44,10 @@ TEST_CASE("once one rank is hung, a rank silent for nine tenths of the limit is 
   auto v = FindHung(beats, limits, kT0 + milliseconds(2000));
   REQUIRE(v.hung.size() == 2);
   CHECK(v.hung[1].index == 1);
+  // Said so: "1.9 s (--hang_timeout=2)" alone reads as a contradiction.
+  CHECK(v.hung[1].why ==
+        "hung: no heartbeat for 1.9 s, within 0.1 s of the limit another worker passed "
+        "(--hang_timeout=2)");
   CHECK(v.report.beating_ranks == std::vector<int>{2});
   // Without a rank past its limit there is no slack.
   v = FindHung(beats, limits, kT0 + milliseconds(1990));

@@ -170,12 +170,14 @@ TEST_CASE("CollectTorchSide asks through PyTorch's pipe where one is read, else 
     std::ofstream(dir + "/nccl_trace_rank_0") << "trace";
   });
   std::thread hook = AnswerAsTheHook(dir, 1);
+  // Port 1: nothing listens, as when NCCL is older than 2.24; an NCCL job is told so.
   const TorchSide side =
-      CollectTorchSide({dir, "", {0, 1}, "", "", milliseconds(3000), milliseconds(100)});
+      CollectTorchSide({dir, "", {0, 1}, "", "127.0.0.1:1", milliseconds(3000), milliseconds(100)});
   monitor.join();
   hook.join();
   close(reader);
   CHECK(side.laggards == std::vector<int>{1});
+  CHECK(Has(side.text, "nccl ras (NCCL_RAS_ADDR=127.0.0.1:1):\n  connect 127.0.0.1:1:"));
   CHECK(Has(side.text, "rank 0: dumped through PyTorch's pipe"));
   CHECK(Has(side.text, "rank 1: dumped by ddprun's hook"));
   CHECK(Has(side.text, "no analysis: the program does not run under Python"));
@@ -190,9 +192,11 @@ TEST_CASE("CollectTorchSide says which ranks' dumps did not come, and never coun
   // Only rank 0's hook answers; its dump goes to this request's own directory.
   std::thread hook = AnswerAsTheHook(dir, 0);
   const std::string out = dir + "/request_1/torch";
-  const TorchSide side =
-      CollectTorchSide({dir, out, {0, 1}, "/bin/true", "", milliseconds(700), milliseconds(100)});
+  const TorchSide side = CollectTorchSide(
+      {dir, out, {0, 1}, "/bin/true", "127.0.0.1:1", milliseconds(700), milliseconds(100)});
   hook.join();
+  // No rank used NCCL's pipe and no RAS service listens: a Gloo job, nothing to say of RAS.
+  CHECK_FALSE(Has(side.text, "nccl ras"));
   CHECK(Has(side.text, "pytorch flight recorder (" + out + ")"));
   CHECK(Has(side.text, "rank 0: dumped by ddprun's hook"));
   CHECK(Has(side.text, "rank 1: no dump within 0.7 s: ddprun's hook did not answer"));
