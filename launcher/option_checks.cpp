@@ -53,6 +53,11 @@ Status CheckCombinations(const env::Environ& environ, ParsedCommandLine& parsed)
         " finds no hang without --hang_timeout or --startup_timeout" +
         (c.hang_detect_torch ? " (its hook still serves `ddprun dump`)" : ""));
   }
+  if (c.hang_detect_torch && c.hang_timeout > 0 && c.startup_timeout <= 0) {
+    parsed.notices.push_back(
+        "--hang_detect=torch watches each rank from its first collective: a hang before every "
+        "rank's first (in init_process_group, say) is found only with --startup_timeout (off)");
+  }
   if (c.hang_detect_torch) {
     const auto size = env::Lookup(environ, env::kFrBufferSize);
     if (size && std::atol(size->c_str()) <= 0) {

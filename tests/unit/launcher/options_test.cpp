@@ -230,6 +230,17 @@ TEST_CASE("options with no effect in ddprun are said, not silently dropped") {
   CHECK(Contains(p->notices[0], "--monitor_interval=5 has no effect"));
 }
 
+TEST_CASE("--hang_detect=torch without --startup_timeout says what goes unwatched") {
+  auto p = Parse({"--hang_detect=torch", "--hang_timeout=30", "t.py"});
+  REQUIRE(p.ok());
+  REQUIRE(p->notices.size() == 1);
+  CHECK(Contains(p->notices[0],
+                 "a hang before every rank's first (in init_process_group, say) "
+                 "is found only with --startup_timeout"));
+  CHECK(Parse({"--hang_detect=torch", "--hang_timeout=30", "--startup_timeout=600", "t.py"})
+            ->notices.empty());
+}
+
 TEST_CASE("master_addr and master_port under c10d are said to have no effect") {
   auto p = Parse({"--rdzv_backend=c10d", "--rdzv_endpoint=h:1", "--master_port=7", "t"});
   REQUIRE(p.ok());
