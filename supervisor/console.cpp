@@ -101,11 +101,19 @@ struct ConsoleWriter::State {
   uint64_t dropped_total = 0;
   uint64_t dropped_pending = 0;   // not yet told in a notice
   std::set<std::string> kept_in;  // the log files that keep them
+  // Once lines are dropped, they are until half the queue is read: a console
+  // slower than the workers then shows whole stretches between few notices
+  // (not one notice every few hundred lines, as the queue freed room a line
+  // at a time).
+  bool dropping = false;
+  std::chrono::steady_clock::time_point last_written{};  // the console's last progress
 
   void QueueNotice() {
     if (dropped_pending == 0) return;
-    std::string notice = "[ddprun: " + std::to_string(dropped_pending) +
-                         " lines not shown: console not reading; " + WhereKept(kept_in) + "]\n";
+    const bool reads = std::chrono::steady_clock::now() - last_written < std::chrono::seconds(1);
+    std::string notice = "[ddprun: " + std::to_string(dropped_pending) + " lines not shown: " +
+                         (reads ? "console slower than the workers; " : "console not reading; ") +
+                         WhereKept(kept_in) + "]\n";
     dropped_pending = 0;
     kept_in.clear();
     if (EndLine()) notice.insert(0, "\n");
@@ -132,6 +140,7 @@ struct ConsoleWriter::State {
       bytes -= chunk.text.size();
       if (chunk.unkept) --unkept;
       if (!ok) Broke(err);
+      if (ok) last_written = std::chrono::steady_clock::now();
       if (want_room && (broken || bytes <= capacity / 2)) {
         want_room = false;
         if (notify_room) notify_room();
@@ -219,7 +228,10 @@ bool ConsoleWriter::Put(std::string_view data, std::string_view where_kept, bool
   // they wait for it instead (as they would writing to it themselves).
   const size_t bound = own_line ? 2 * s.capacity : s.capacity;
   const bool waits = keep || (s.never_stalls && !s.Stuck());  // the producer waits: none lost
-  if (!waits && !s.queue.empty() && s.bytes + data.size() > bound) {
+  if (s.bytes <= s.capacity / 2) s.dropping = false;  // half the queue read (State::dropping)
+  const bool full = !s.queue.empty() && s.bytes + data.size() > bound;
+  if (!waits && (full || (s.dropping && !own_line))) {
+    if (!own_line) s.dropping = true;
     const uint64_t lines = CountLines(data);
     s.dropped_pending += lines;
     s.dropped_total += lines;
