@@ -305,6 +305,27 @@ uint64_t ConsoleWriter::chunks_written() const {
   return state_->chunks_written;
 }
 
+namespace {
+
+// At exit, output queued for a stream that took nothing for `idle_limit` is
+// given up: said on the other stream, if that one reads.
+void SayGivenUp(ConsoleWriter& out, ConsoleWriter& err, std::chrono::milliseconds idle_limit) {
+  if (&out == &err) return;
+  for (auto [name, stalled, other] :
+       {std::tuple{"stdout", &out, &err}, std::tuple{"stderr", &err, &out}}) {
+    if (stalled->queued_bytes() == 0 || other->queued_bytes() > 0) continue;
+    other->WriteOwnLine("ddprun: its " + std::string(name) + " has taken nothing for " +
+                        std::to_string(idle_limit.count() / 1000) + " s: the " +
+                        std::to_string(stalled->queued_bytes()) +
+                        " bytes of output queued for it are not shown" +
+                        (stalled->holds_unkept() ? ", some of which no log file keeps\n"
+                                                 : " (the log files keep them)\n"));
+    other->Flush(idle_limit);
+  }
+}
+
+}  // namespace
+
 void FlushConsole(std::chrono::milliseconds idle_limit, bool wait_for_unkept) {
   ConsoleWriter& out = ConsoleWriter::For(STDOUT_FILENO);
   ConsoleWriter& err = ConsoleWriter::For(STDERR_FILENO);
@@ -325,7 +346,10 @@ void FlushConsole(std::chrono::milliseconds idle_limit, bool wait_for_unkept) {
       continue;
     }
     if (now - last < idle_limit) continue;
-    if (!wait_for_unkept || (!out.holds_unkept() && (shared || !err.holds_unkept()))) return;
+    if (!wait_for_unkept || (!out.holds_unkept() && (shared || !err.holds_unkept()))) {
+      SayGivenUp(out, err, idle_limit);
+      return;
+    }
     // What no log file keeps is never dropped: waited for, as a worker writing
     // to the console itself would wait, and said where it can be seen.
     if (!told) {

@@ -326,6 +326,33 @@ def test_exit_waits_once_for_both_unread_streams(tmp_path):
     assert 4.0 < waited < 8.0, f"ddprun exited {waited:.1f} s after the workers"
 
 
+def test_output_given_up_at_exit_is_said_on_the_stream_that_reads(tmp_path):
+    """stdout never read, stderr a file: the output queued for stdout that log files keep is given
+    up 5 s after the workers, as before, but now said on stderr (it went without a word; found
+    by an attacking helper)."""
+    script = tmp_path / "chatty.py"
+    script.write_text(CHATTY)
+    (tmp_path / "out").mkdir()
+    err_path = tmp_path / "stderr.txt"
+    with open(err_path, "wb") as err:
+        proc = subprocess.Popen([str(DDPRUN), "--nproc_per_node=1", "--tee=3",
+                                 f"--log_dir={tmp_path / 'logs'}", "--no_python", PYTHON,
+                                 str(script)],
+                                env=base_env(OUT_DIR=str(tmp_path / "out"), LINES="100000"),
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err,
+                                start_new_session=True)
+        try:
+            rc = exit_unread(proc, 60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            proc.communicate()
+    assert rc == 0
+    said = err_path.read_text(errors="replace")
+    assert re.search(r"ddprun: its stdout has taken nothing for 5 s: the \d+ bytes of output "
+                     r"queued for it are not shown \(the log files keep them\)", said), said[-2000:]
+
+
 def test_exit_waits_for_unread_output_that_nothing_else_keeps(tmp_path):
     """The same without log files: ddprun waits for its consoles past the 5 s, and a reader that
     comes 8 s late gets every line of both streams (they used to be given up without a word)."""
