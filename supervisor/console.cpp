@@ -107,10 +107,15 @@ struct ConsoleWriter::State {
   // at a time).
   bool dropping = false;
   std::chrono::steady_clock::time_point last_written{};  // the console's last progress
+  // The longest the console took nothing while lines were dropped: under a
+  // second, it reads, only slower than the workers write.
+  std::chrono::steady_clock::duration longest_gap{};
 
   void QueueNotice() {
     if (dropped_pending == 0) return;
-    const bool reads = std::chrono::steady_clock::now() - last_written < std::chrono::seconds(1);
+    const auto gap = std::max(longest_gap, std::chrono::steady_clock::now() - last_written);
+    const bool reads = gap < std::chrono::seconds(1);
+    longest_gap = {};
     std::string notice = "[ddprun: " + std::to_string(dropped_pending) + " lines not shown: " +
                          (reads ? "console slower than the workers; " : "console not reading; ") +
                          WhereKept(kept_in) + "]\n";
@@ -140,7 +145,11 @@ struct ConsoleWriter::State {
       bytes -= chunk.text.size();
       if (chunk.unkept) --unkept;
       if (!ok) Broke(err);
-      if (ok) last_written = std::chrono::steady_clock::now();
+      if (ok) {
+        const auto now = std::chrono::steady_clock::now();
+        if (dropped_pending > 0) longest_gap = std::max(longest_gap, now - last_written);
+        last_written = now;
+      }
       if (want_room && (broken || bytes <= capacity / 2)) {
         want_room = false;
         if (notify_room) notify_room();
