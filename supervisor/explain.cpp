@@ -200,6 +200,7 @@ const std::vector<Entry>& Catalogue() {
       {"in-place modified tensor", InplaceModified},
       {"collective timeout", CollectiveTimeout},
       {"DDP collective timeout", DdpCollectiveTimeout},
+      {"monitored barrier", MonitoredBarrier},
       {"CUDA out of memory", CudaOutOfMemory},
       {"CUDA device-side assert", DeviceAssert},
       {"duplicate GPU", DuplicateGpu},

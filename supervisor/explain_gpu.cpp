@@ -45,6 +45,24 @@ Match DdpCollectiveTimeout(const std::string& text, const ExplainContext& c) {
                "look for the rank that never entered " + (*m)[2].str() + ": it" + fix);
 }
 
+// torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, monitoredBarrier: the
+// rank that raised waited for the ranks it names, the causes.
+Match MonitoredBarrier(const std::string& text, const ExplainContext&) {
+  auto m = Find(text, R"((?:\[Rank (\d+)\]: )?Ranks? ([\d, ]+?) failed to pass monitoredBarrier)"
+                      R"( in (\d+) ms)");
+  if (!m) return {};
+  std::string ranks = (*m)[2].str();
+  const bool several = ranks.find(',') != std::string::npos;
+  const std::string waiter = (*m)[1].matched ? "rank " + (*m)[1].str() : "the rank that raised";
+  return Lines((several ? "ranks " : "rank ") + ranks + " did not reach monitored_barrier within " +
+                   (*m)[3].str() + " ms, while " + waiter +
+                   " waited in it: the cause; the rank that raised is its victim",
+               "look at what " + std::string(several ? "those ranks were" : "that rank was") +
+                   " doing: --hang_timeout below the barrier's timeout (with --hang_detect=torch) "
+                   "dumps every rank's stack first; raise monitored_barrier(timeout=...) if it "
+                   "is legitimately that slow");
+}
+
 // c10/cuda/CUDACachingAllocator.cpp, the OutOfMemoryError message.
 Match CudaOutOfMemory(const std::string& text, const ExplainContext&) {
   auto m =

@@ -51,7 +51,7 @@ HangVerdict FindHung(const std::vector<Beat>& beats, const HangLimits& limits, S
     char why[200];
     std::snprintf(why, sizeof(why), WhyFormat(b), silent, limit);
     std::string text = why;
-    if (silent < limit) {  // within the slack: hung along with one past its limit
+    if (limit - silent >= 0.05) {  // within the slack: hung along with one past its limit
       std::snprintf(why, sizeof(why), ", within %.1f s of the limit another worker passed",
                     limit - silent);
       text.insert(text.rfind(" ("), why);

@@ -112,6 +112,27 @@ TEST_CASE("explain: a collective timeout names the rank, the collective and the 
   CHECK(e->fix.find("--hang_timeout") != std::string::npos);
 }
 
+// torch/csrc/distributed/c10d/ProcessGroupGloo.cpp: monitoredBarrier names the ranks it missed.
+TEST_CASE("explain: monitored_barrier names the ranks that never reached it, not the raiser") {
+  auto e = Explain(Failed("",
+                          "RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in "
+                          "3000 ms\n Original exception: \n[../third_party/gloo/gloo/"
+                          "transport/tcp/pair.cc:534] Read error\n"),
+                   {});
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "monitored barrier");
+  CHECK(e->cause ==
+        "rank 1 did not reach monitored_barrier within 3000 ms, while rank 0 waited in it: the "
+        "cause; the rank that raised is its victim");
+  auto all = Explain(
+      Failed("", "RuntimeError: Ranks 1, 2 failed to pass monitoredBarrier in 5000 ms\n"), {});
+  REQUIRE(all.has_value());
+  CHECK(all->cause.rfind("ranks 1, 2 did not reach monitored_barrier within 5000 ms, while the "
+                         "rank that raised waited in it",
+                         0) == 0);
+  CHECK(all->fix.find("those ranks were") != std::string::npos);
+}
+
 // ddp/gloo_process_group.cpp: the DDP core's collective timeout, with and without the recorders.
 TEST_CASE("explain: the DDP core's collective timeout names the rank that never came") {
   const std::string text =
