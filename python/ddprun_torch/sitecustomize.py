@@ -6,8 +6,8 @@ entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and write
 $DDPRUN_TORCH_DIR/progress_<RANK>: one line per process group the rank used, its last collective
 there, "<seq> <op> <entered|retired> <group> <ranks|*> <desc>", the newest last, then one line per
 point-to-point operation it waits in, "p2p <send|recv> <peer|*> <group> <ranks|*> <desc>" (Gloo's
-flight recorder does not record them: the hook wraps send, recv and batch_isend_irecv once a
-process group exists; completing one is progress too) (and once, in python_<RANK>,
+flight recorder does not record them: the hook wraps send, recv and batch_isend_irecv as
+torch.distributed is imported; entering or finishing one is progress too) (and once, in python_<RANK>,
 "<pid> <sys.executable>": where the rank's Python is, for ddprun's dump). After
 destroy_process_group, once the main module has finished (before the interpreter joins the program's threads), and when the
 interpreter exits (after the program's own exit handlers), it removes the heartbeat file: the
