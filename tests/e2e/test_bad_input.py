@@ -29,7 +29,7 @@ BAD_OPTIONS = [
     (["--rdzv_conf=keep_alive_max_attempt=2.5"],
      ["invalid --rdzv_conf keep_alive_max_attempt=2.5: a whole number >= 1"]),
     (["--max_restarts=1.5"], ["invalid --max_restarts=1.5: a number from 0 to 1073741824"]),
-    (["--nproc_per_node=+2"], ["invalid --nproc_per_node=+2"]),
+    (["--nproc_per_node=+-2"], ["invalid --nproc_per_node=+-2"]),
     # A per-rank stream selection naming a local rank that does not exist.
     (["-t", "9:1"], ["invalid --tee=9:1", "local ranks from 0 to 0"]),
     (["--nproc_per_node=2", "-r", "0:3,2:3"], ["invalid --redirects=0:3,2:3", "from 0 to 1"]),
