@@ -6,13 +6,11 @@
 namespace ddprun {
 namespace {
 
-using std::string_view_literals::operator""sv;
-
 TEST_CASE("Printable keeps UTF-8 text and escapes what a terminal would act on") {
   CHECK(Printable("loss 0.5\tcafé ✓ 🚀", 100) == "loss 0.5\tcafé ✓ 🚀");
   // Clear screen and cursor home, a carriage return, DEL, NUL, a C1 CSI (U+009B).
-  CHECK(Printable("a\x1b[2J\x1b[Hb\rc\x7f\x00\xc2\x9b"sv, 100) ==
-        "a\\x1b[2J\\x1b[Hb\\x0dc\\x7f\\x00\\xc2\\x9b");
+  const std::string controls = std::string("a\x1b[2J\x1b[Hb\rc\x7f") + '\0' + "\xc2\x9b";
+  CHECK(Printable(controls, 100) == "a\\x1b[2J\\x1b[Hb\\x0dc\\x7f\\x00\\xc2\\x9b");
 }
 
 TEST_CASE("Printable writes bytes that are no UTF-8 as \\xNN") {
