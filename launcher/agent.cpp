@@ -173,7 +173,6 @@ Status Agent::Setup() {
   settings.max_restarts = c_.max_restarts;
   settings.role = c_.role;
   settings.hosts_store = stores_.rdzv_server != nullptr;
-  settings.exclusive_rank = c_.rdzv_backend == "static";
   // Long enough for the coordinator to find a lost node (keep-alive limit
   // plus one beat): a node's loss, which killed the workers whose peers then
   // die of SIGPIPE, is then a membership change, not a failure.

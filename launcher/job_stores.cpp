@@ -176,6 +176,7 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
   s.min_nodes = c.nnodes_min;
   s.max_nodes = c.nnodes_max;
   if (c.rdzv_backend == "static") s.join_timeout = std::chrono::seconds(900);
+  s.exclusive_ranks = c.rdzv_backend == "static";
   s.token = env::Lookup(environ, env::kStoreToken).value_or("");
   for (const auto& [key, value] : c.rdzv_conf) {
     if (Status st = ApplyConfKey(key, value, c.rdzv_backend, s, notices); !st.ok()) return st;

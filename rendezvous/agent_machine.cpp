@@ -33,40 +33,52 @@ std::string WhyEnded(const JobRecord& rec, int r) {
 std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
                    const JobRecord& rec, int round) {
   auto joined = kv.Add(keys.Join(round), 0);
-  const int n = joined.ok() ? static_cast<int>(*joined) : 0;
+  const int arrivals = joined.ok() ? static_cast<int>(*joined) : 0;
   const bool gathering = round == rec.round + 1;
-  const int left = gathering ? static_cast<int>(rec.withdrawn.size()) : 0;
-  std::ostringstream why;
-  if (n - left >= s.min_nodes && n - left < s.max_nodes) {
-    // Enough to train: the last call waits for more (--nnodes=MIN:MAX).
-    why << n - left << " of " << s.min_nodes << " to " << s.max_nodes
-        << " nodes joined; the round forms when " << s.max_nodes << " have or last_call_timeout ("
-        << Seconds(s.last_call_timeout) << ") runs out";
-  } else {
-    why << n - left << " of at least " << s.min_nodes << " nodes joined";
-  }
   std::vector<bool> rank_seen(s.max_nodes, false);
   bool ranked = false;
-  std::string seen;
-  for (int i = 0; i < n; ++i) {
+  int n = 0;
+  std::string seen, contested;
+  for (int i = 0; i < arrivals; ++i) {
     auto text = kv.TryGet(keys.Node(round, i));
     if (!text.ok() || !*text) continue;
     auto node = NodeInfo::Decode(**text);
     if (!node.ok() || (gathering && rec.Withdrew(node->agent_id))) continue;
-    seen += (seen.empty() ? "" : ", ") + node->name + " (" + node->addr + ")";
+    const std::string who = node->name + " (" + node->addr + ")";
+    if (s.exclusive_ranks && node->requested_rank >= 0) {
+      // Not counted while another agent holds its rank (it takes the rank
+      // over once that one is silent past the keep-alive limit).
+      auto holder = kv.TryGet(keys.Claim(node->requested_rank));
+      if (holder.ok() && (!*holder || **holder != node->Encode())) {
+        contested += "; " + who + " waits for node rank " + std::to_string(node->requested_rank) +
+                     ", which an earlier agent holds";
+        continue;
+      }
+    }
+    ++n;
+    seen += (seen.empty() ? "" : ", ") + who;
     if (node->requested_rank >= 0 && node->requested_rank < s.max_nodes) {
       rank_seen[node->requested_rank] = ranked = true;
     }
   }
-  if (!seen.empty()) why << "; seen: " << seen;
-  if (ranked) {
-    std::string missing;
-    for (int r = 0; r < s.max_nodes; ++r) {
-      if (!rank_seen[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
-    }
-    why << "; missing node ranks: " << missing;
+  std::ostringstream why;
+  if (n >= s.min_nodes && n < s.max_nodes) {
+    // Enough to train: the last call waits for more (--nnodes=MIN:MAX).
+    why << n << " of " << s.min_nodes << " to " << s.max_nodes
+        << " nodes joined; the round forms when " << s.max_nodes << " have or last_call_timeout ("
+        << Seconds(s.last_call_timeout) << ") runs out";
+  } else {
+    why << n << " of at least " << s.min_nodes << " nodes joined";
   }
-  for (int i = 0; i < left; ++i) why << "; left: " << rec.withdrawn[i].reason;
+  if (!seen.empty()) why << "; seen: " << seen;
+  std::string missing;
+  for (int r = 0; ranked && r < s.max_nodes; ++r) {
+    if (!rank_seen[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
+  }
+  if (!missing.empty()) why << "; missing node ranks: " << missing;
+  why << contested;
+  const size_t left = gathering ? rec.withdrawn.size() : 0;
+  for (size_t i = 0; i < left; ++i) why << "; left: " << rec.withdrawn[i].reason;
   return why.str();
 }
 
@@ -244,31 +256,93 @@ Action AgentMachine::Follow(Kv& kv, const JobRecord& rec, Time now) {
   return Join(kv, rec, now);
 }
 
-std::optional<Action> AgentMachine::ClaimRank(Kv& kv) {
-  if (!s_.exclusive_rank || s_.self.requested_rank < 0 || rank_claimed_) return std::nullopt;
+namespace {
+
+std::string Who(const StatusOr<NodeInfo>& node) {
+  return node.ok() ? node->name + " (" + node->addr + ", agent " + node->agent_id + ")"
+                   : std::string("another agent");
+}
+
+}  // namespace
+
+std::optional<Action> AgentMachine::ClaimRank(Kv& kv, Time now) {
+  if (!s_.rdzv.exclusive_ranks || s_.self.requested_rank < 0) return std::nullopt;
   const std::string mine = s_.self.Encode();
-  auto holder = kv.CompareSet(keys_.Claim(s_.self.requested_rank), "", mine);
+  const std::string rank = std::to_string(s_.self.requested_rank);
+  const std::string key = keys_.Claim(s_.self.requested_rank);
+  const auto limit = s_.rdzv.keep_alive_interval * s_.rdzv.keep_alive_max_attempt;
+  if (rank_claimed_) {
+    // Still ours, unless an agent started in our place took it while this
+    // one was silent (stopped or starved past the keep-alive limit).
+    auto holder = kv.TryGet(key);
+    if (!holder.ok()) return StoreGone(holder.status());
+    if (*holder && **holder == mine) return std::nullopt;
+    return Exit(1, "node rank " + rank + " was taken over by " +
+                       Who(NodeInfo::Decode(holder->value_or(""))) + " while this agent sent " +
+                       "no keep-alive for " + Seconds(limit) +
+                       " (it was stopped or starved): the job goes on without this agent");
+  }
+  auto holder = kv.CompareSet(key, "", mine);
   if (!holder.ok()) return StoreGone(holder.status());
   if (*holder == mine) {
     rank_claimed_ = true;
     return std::nullopt;
   }
   auto other = NodeInfo::Decode(*holder);
-  const std::string rank = std::to_string(s_.self.requested_rank);
+  auto beats = kv.Add(keys_.KeepAlive(other.ok() ? other->agent_id : *holder), 0);
+  if (!beats.ok()) return StoreGone(beats.status());
+  if (!contest_ || contest_->holder != *holder) {
+    // Is the holder alive? Its keep-alive counter says so within one interval.
+    contest_ = Contest{*holder, *beats, now};
+    return std::nullopt;
+  }
+  if (*beats == contest_->beats) {
+    if (now - contest_->since < limit) return std::nullopt;
+    // Silent past the limit, as the coordinator loses a member: killed, or
+    // stopped. This agent takes its place.
+    auto taken = kv.CompareSet(key, *holder, mine);
+    if (!taken.ok()) return StoreGone(taken.status());
+    contest_.reset();
+    if (*taken != mine) return std::nullopt;  // changed meanwhile: look again
+    rank_claimed_ = true;
+    const std::string why = "node rank " + rank + "'s agent " + Who(other) +
+                            " sent no keep-alive for " + Seconds(limit) + " and was replaced by " +
+                            s_.self.name + " (" + s_.self.addr + ", agent " + s_.self.agent_id +
+                            ")";
+    if (other.ok()) WithdrawDisplaced(kv, *other, why);
+    Action told = Wait(now);
+    told.message = why;
+    return told;
+  }
   Cause c;
   c.cls = FailureClass::kRendezvous;
   c.node = s_.self.name;
-  c.what = "node rank " + rank + " was claimed twice: by " +
-           (other.ok() ? other->name + " (" + other->addr + ", agent " + other->agent_id + ")"
-                       : std::string("another agent")) +
-           ", then by " + s_.self.name + " (" + s_.self.addr + ", agent " + s_.self.agent_id +
-           "), which was refused: give every node its own --node_rank (under Slurm, run one agent "
-           "per node with srun --ntasks-per-node=1 and leave --node_rank to ddprun); an agent "
-           "killed (SIGKILL) keeps its claim for the job: then start the whole job again";
+  c.what = "node rank " + rank + " was claimed twice: by " + Who(other) + ", then by " +
+           s_.self.name + " (" + s_.self.addr + ", agent " + s_.self.agent_id +
+           "), which was refused while the first sends keep-alives: give every node its own "
+           "--node_rank (under Slurm, run one agent per node with srun --ntasks-per-node=1 and "
+           "leave --node_rank to ddprun); an agent started in place of a killed one takes its "
+           "rank once the killed one has sent no keep-alive for " +
+           Seconds(limit);
   auto applied = Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
   if (!applied.ok()) return StoreGone(applied.status());
   if (applied->record.final()) return ExitByRecord(applied->record);
   return Exit(1, c.what);
+}
+
+void AgentMachine::WithdrawDisplaced(Kv& kv, const NodeInfo& holder, const std::string& reason) {
+  // Best effort: should it fail, the coordinator does not count an arrival
+  // that no longer holds its rank anyway.
+  auto rec = Read(kv);
+  if (!rec.ok()) return;
+  const int r = rec->round + 1;
+  auto joined = JoinedAgents(kv, keys_, r);
+  if (!joined.ok() || std::find(joined->begin(), joined->end(), holder.agent_id) == joined->end()) {
+    return;
+  }
+  (void)Apply(kv, [&](const JobRecord& cur) {
+    return Withdraw(cur, r, holder.agent_id, reason, s_.rdzv.min_nodes, *joined);
+  });
 }
 
 std::optional<Action> AgentMachine::CheckSettings(Kv& kv) {
@@ -287,19 +361,32 @@ std::optional<Action> AgentMachine::CheckSettings(Kv& kv) {
     return std::nullopt;
   }
   const std::string host = newline == std::string::npos ? "" : stored->substr(newline + 1);
-  return Exit(exit_code::kUsage,
-              "this node's " + mine + " differ from the job's " + theirs +
-                  " (given by the first agent to join, on " + host +
-                  "): every node must give the same --nnodes, --max_restarts and --role, or the "
-                  "nodes would disagree on the job's size, on when it fails, and on the ranks "
-                  "within a role (ddprun runs one role per job: ROLE_RANK and ROLE_WORLD_SIZE "
-                  "are RANK and WORLD_SIZE)");
+  const std::string why =
+      mine + " differ from the job's " + theirs + " (given by the first agent to join, on " + host +
+      "): every node must give the same --nnodes, --max_restarts and --role, or the nodes would "
+      "disagree on the job's size, on when it fails, and on the ranks within a role (ddprun runs "
+      "one role per job: ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE)";
+  if (s_.rdzv.exclusive_ranks) {
+    // Static: the job cannot form without this node; the others would wait
+    // for it until the join timeout. The whole job fails, naming it.
+    Cause c;
+    c.cls = FailureClass::kRendezvous;
+    c.exit_code = exit_code::kUsage;
+    c.node = s_.self.name;
+    c.what = "the node " + s_.self.name + " (" + s_.self.addr + ") was refused: its " + why;
+    auto applied = Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
+    if (!applied.ok()) return StoreGone(applied.status());
+    if (applied->record.final() && applied->record.final_cause.what != c.what) {
+      return ExitByRecord(applied->record);  // the job had failed already
+    }
+  }
+  return Exit(exit_code::kUsage, "this node's " + why);
 }
 
 Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {
   if (rec.final()) return ExitByRecord(rec);
   if (auto refused = CheckSettings(kv)) return *refused;
-  if (auto refused = ClaimRank(kv)) return *refused;
+  if (auto refused = ClaimRank(kv, now)) return *refused;
   const int r = std::max(min_round_, rec.round + 1);
   auto arrival = kv.Add(keys_.Join(r), 1);
   if (!arrival.ok()) return StoreGone(arrival.status());
@@ -319,6 +406,7 @@ Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {
 
 Action AgentMachine::WaitRound(Kv& kv, const JobRecord& rec, Time now) {
   if (rec.final()) return ExitByRecord(rec);
+  if (auto claim = ClaimRank(kv, now)) return *claim;
   if (rec.round >= round_) {
     const int rank = rec.round == round_ ? rec.MemberRank(s_.self.agent_id) : -1;
     if (rank < 0 || !rec.Running(round_)) return Follow(kv, rec, now);  // closed without us

@@ -35,11 +35,6 @@ struct AgentSettings {
   // --role: one per job (ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE).
   std::string role = "default";
   bool hosts_store = false;
-  // Static backend: self.requested_rank is this node's alone. The first agent
-  // to claim a rank holds it; a second claimant fails the job at once, naming
-  // both (two agents given one --node_rank would otherwise wait for the
-  // missing node until the join timeout).
-  bool exclusive_rank = false;
   // How long a failure of the kPeer class (a worker that died because a peer
   // went away) waits before it is recorded, so that the failure that caused
   // it, on another node, is recorded first.
@@ -122,8 +117,15 @@ class AgentMachine {
  private:
   // One per phase; `rec` is the record as the step read it.
   Action Join(Kv& kv, const JobRecord& rec, Time now);
-  // exclusive_rank: claims the node rank; an exit action when another agent holds it.
-  std::optional<Action> ClaimRank(Kv& kv);
+  // exclusive_ranks: claims the node rank, or takes it over from a holder
+  // silent past the keep-alive limit (a wait action telling so). An exit
+  // action when a live agent holds it, or when another took it from this
+  // one; nullopt otherwise (the claim may still be contested: the agent
+  // joins meanwhile, and the coordinator does not count it).
+  std::optional<Action> ClaimRank(Kv& kv, Time now);
+  // The agent that held the rank this one took over joined the round being
+  // gathered: it withdraws it, so the round never closes with it.
+  void WithdrawDisplaced(Kv& kv, const NodeInfo& holder, const std::string& reason);
   // The first agent to join records the settings all must share; an exit
   // action (exit 2) when this agent's differ.
   std::optional<Action> CheckSettings(Kv& kv);
@@ -158,7 +160,14 @@ class AgentMachine {
   static constexpr std::chrono::seconds kProgressEvery{30};
   std::optional<Time> first_join_;
   bool cleared_ = false;
-  bool rank_claimed_ = false;  // exclusive_rank: the claim key holds our NodeInfo
+  bool rank_claimed_ = false;  // exclusive_ranks: the claim key holds our NodeInfo
+  // exclusive_ranks: another agent holds our rank; whether it still beats.
+  struct Contest {
+    std::string holder;  // the claim key's value
+    int64_t beats = 0;   // its keep-alive counter when first read
+    Time since{};
+  };
+  std::optional<Contest> contest_;
   bool settings_checked_ = false;
   bool ran_workers_ = false;  // in some round of this job
   WorkersOutcome outcome_;

@@ -31,6 +31,8 @@ StatusOr<bool> CoordinatorMachine::Step(Kv& kv, Time now) {
     // agent could join while its store was stopped, so the time does not
     // count against the round's join timeout and last call either.
     for (auto& [agent, seen] : seen_) seen.second = now;
+    for (auto& [agent, heard] : heard_) heard.second = now;
+    for (auto& [arrival, since] : unwritten_) since = now;
     resumed_at_ = now;
     gather_start_ += now - *last_step_;
     if (last_call_until_) *last_call_until_ += now - *last_step_;
@@ -52,20 +54,60 @@ StatusOr<bool> CoordinatorMachine::Apply(Kv& kv, const Transition& t) {
   return !applied->record.final();
 }
 
-StatusOr<std::optional<std::vector<NodeInfo>>> CoordinatorMachine::Arrivals(Kv& kv,
-                                                                            const JobRecord& rec,
-                                                                            int r, int joined,
-                                                                            int n) {
-  std::vector<NodeInfo> nodes;
-  for (int i = 0; i < joined && static_cast<int>(nodes.size()) < n; ++i) {
+StatusOr<bool> CoordinatorMachine::Silent(Kv& kv, const std::string& id, Time now) {
+  if (id == self_) return false;
+  auto count = kv.Add(keys_.KeepAlive(id), 0);
+  if (!count.ok()) return count.status();
+  auto [it, first] = heard_.try_emplace(id, *count, now);
+  if (!first && it->second.first != *count) it->second = {*count, now};
+  return now - it->second.second > s_.keep_alive_interval * s_.keep_alive_max_attempt;
+}
+
+StatusOr<CoordinatorMachine::Present> CoordinatorMachine::Arrivals(Kv& kv, const JobRecord& rec,
+                                                                   int r, Time now) {
+  Present present;
+  auto joined = kv.Add(keys_.Join(r), 0);
+  if (!joined.ok()) return joined.status();
+  const auto limit = s_.keep_alive_interval * s_.keep_alive_max_attempt;
+  for (int i = 0; i < *joined; ++i) {
     auto text = kv.TryGet(keys_.Node(r, i));
     if (!text.ok()) return text.status();
-    if (!*text) return std::optional<std::vector<NodeInfo>>();
+    if (!*text) {
+      // Its agent bumped the counter a moment ago; one killed in between
+      // never writes it.
+      auto [it, first] = unwritten_.try_emplace({r, i}, now);
+      present.unsettled |= now - it->second <= limit;
+      continue;
+    }
     auto node = NodeInfo::Decode(**text);
     if (!node.ok()) return node.status();
-    if (!rec.Withdrew(node->agent_id)) nodes.push_back(std::move(*node));
+    // Those who withdrew are among the arrivals; they do not count. (A
+    // withdrawal recorded is of the round being gathered, rec.round + 1.)
+    if (r == rec.round + 1 && rec.Withdrew(node->agent_id)) continue;
+    auto silent = Silent(kv, node->agent_id, now);
+    if (!silent.ok()) return silent.status();
+    if (*silent) {
+      if (told_silent_.insert(std::to_string(r) + "/" + node->agent_id).second) {
+        std::ostringstream why;
+        why << "rendezvous: " << node->name << " (" << node->addr << ", agent " << node->agent_id
+            << "), which joined round " << r << ", has sent no keep-alive for "
+            << std::chrono::duration<double>(limit).count()
+            << " s (killed, or stopped): it is not counted in the round unless it beats again";
+        log_(why.str());
+      }
+      continue;
+    }
+    if (s_.exclusive_ranks && node->requested_rank >= 0) {
+      auto holder = kv.TryGet(keys_.Claim(node->requested_rank));
+      if (!holder.ok()) return holder.status();
+      if (!*holder || **holder != node->Encode()) {
+        present.unsettled = true;
+        continue;
+      }
+    }
+    present.nodes.push_back(std::move(*node));
   }
-  return std::optional<std::vector<NodeInfo>>(std::move(nodes));
+  return present;
 }
 
 void CoordinatorMachine::TellWithdrawn(const JobRecord& rec, int r) {
@@ -83,24 +125,27 @@ StatusOr<bool> CoordinatorMachine::Gather(Kv& kv, const JobRecord& rec, Time now
     gathering_ = r;
     gather_start_ = now;
     last_call_until_.reset();
+    unwritten_.erase(unwritten_.begin(), unwritten_.lower_bound({r, 0}));
   }
   TellWithdrawn(rec, r);
-  auto joined = kv.Add(keys_.Join(r), 0);
-  if (!joined.ok()) return joined.status();
-  // Those who withdrew are among the arrivals; they do not count.
-  const int present = static_cast<int>(*joined) - static_cast<int>(rec.withdrawn.size());
-  const int n = std::min(present, s_.max_nodes);
+  auto present = Arrivals(kv, rec, r, now);
+  if (!present.ok()) return present.status();
+  const int n = std::min(static_cast<int>(present->nodes.size()), s_.max_nodes);
   if (n < s_.min_nodes) last_call_until_.reset();
   if (n >= s_.min_nodes && !last_call_until_) last_call_until_ = now + s_.last_call_timeout;
-  const bool closing = n >= s_.max_nodes || (n >= s_.min_nodes && now >= *last_call_until_);
+  const bool closing =
+      !present->unsettled && (n >= s_.max_nodes || (n >= s_.min_nodes && now >= *last_call_until_));
   if (closing) {
-    auto arrivals = Arrivals(kv, rec, r, static_cast<int>(*joined), n);
-    if (!arrivals.ok()) return arrivals.status();
-    if (!*arrivals) return true;  // a record is on its way
-    auto members = AssignRanks(std::move(**arrivals));
+    present->nodes.resize(n);
+    auto members = AssignRanks(std::move(present->nodes));
     return Apply(kv, [&](const JobRecord& cur) { return CloseRound(cur, r, members); });
   }
-  if (last_call_until_) next_wake_ = std::min(next_wake_, *last_call_until_);
+  // (Past the last call while an arrival is unsettled: the poll.)
+  if (last_call_until_ && *last_call_until_ > now) {
+    next_wake_ = std::min(next_wake_, *last_call_until_);
+  }
+  auto joined = kv.Add(keys_.Join(r), 0);
+  if (!joined.ok()) return joined.status();
   wake_key_ = keys_.Node(r, static_cast<int>(*joined));  // the next arrival
   if (n >= s_.min_nodes || now < gather_start_ + s_.join_timeout) return true;
   Cause c;
@@ -168,9 +213,9 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
     });
   }
   TellWithdrawn(rec, r + 1);
-  auto joined = kv.Add(keys_.Join(r + 1), 0);
-  if (!joined.ok()) return joined.status();
-  const int64_t waiting = *joined - static_cast<int64_t>(rec.withdrawn.size());
+  auto joiners = Arrivals(kv, rec, r + 1, now);
+  if (!joiners.ok()) return joiners.status();
+  const size_t waiting = joiners->nodes.size();
   if (waiting > 0 && static_cast<int>(rec.members.size()) < s_.max_nodes &&
       AllResponsive(rec, now)) {
     const std::string why = std::to_string(waiting) + " new node(s) waiting to join";

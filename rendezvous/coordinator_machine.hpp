@@ -8,7 +8,8 @@
 // the job when MIN do not join within join_timeout; while a round runs it
 // watches the members' keep-alive counters and ends the round when a member
 // is lost (never itself, never a member whose workers finished) or when new
-// agents wait to join and there is room.
+// agents wait to join and there is room. An arrival silent past the
+// keep-alive limit (killed or stopped while it waits) counts for neither.
 //
 // Every Step re-reads the record first, so a coordinator that was paused
 // acts on what happened meanwhile; and after a pause it restarts its
@@ -19,6 +20,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,11 +52,21 @@ class CoordinatorMachine {
   StatusOr<bool> Watch(Kv& kv, const JobRecord& rec, Time now);
   StatusOr<bool> Apply(Kv& kv, const Transition& t);
   bool AllResponsive(const JobRecord& rec, Time now) const;
-  // The node records of the first `n` of the `joined` arrivals of round `r`
-  // that did not withdraw; nullopt while one is not written yet (its agent
-  // bumped the counter a moment ago).
-  StatusOr<std::optional<std::vector<NodeInfo>>> Arrivals(Kv& kv, const JobRecord& rec, int r,
-                                                          int joined, int n);
+  // The arrivals of round `r` that count: in arrival order, those that did
+  // not withdraw, sent a keep-alive within the limit (an agent killed or
+  // stopped while it waits is not closed in; it counts again once it
+  // beats), and, with exclusive ranks, hold their rank's claim.
+  struct Present {
+    std::vector<NodeInfo> nodes;
+    // An arrival waits for a rank another agent holds (its place is being
+    // taken over, or the job fails as the rank was claimed twice), or its
+    // record is not written yet: the round does not close meanwhile.
+    bool unsettled = false;
+  };
+  StatusOr<Present> Arrivals(Kv& kv, const JobRecord& rec, int r, Time now);
+  // Whether agent `id` sent no keep-alive for the limit, as this coordinator
+  // has watched it (never itself).
+  StatusOr<bool> Silent(Kv& kv, const std::string& id, Time now);
   // Logs each agent that withdrew from round `r` once.
   void TellWithdrawn(const JobRecord& rec, int r);
 
@@ -65,8 +77,11 @@ class CoordinatorMachine {
   int gathering_ = -1;  // the round being gathered
   Time gather_start_{};
   std::optional<Time> last_call_until_;
-  int watching_ = -1;                                     // the round being watched
-  std::map<std::string, std::pair<int64_t, Time>> seen_;  // agent -> (counter, when it changed)
+  int watching_ = -1;                                      // the round being watched
+  std::map<std::string, std::pair<int64_t, Time>> seen_;   // agent -> (counter, when it changed)
+  std::map<std::string, std::pair<int64_t, Time>> heard_;  // the same for arrivals
+  std::map<std::pair<int, int>, Time> unwritten_;          // (round, arrival) -> when first missing
+  std::set<std::string> told_silent_;                      // "round/agent" logged as not counted
   std::optional<Time> last_step_;
   Time resumed_at_{};  // when this coordinator last came back from a pause
   Time next_wake_{};

@@ -44,6 +44,12 @@ struct RendezvousSettings {
   // read_timeout (c10d), the join timeout (static), as torchrun's clients do.
   std::chrono::milliseconds connect_timeout{60000};
   std::string token;
+  // Static backend: a node's requested rank is its alone. The first agent to
+  // claim a rank holds it (the Claim key); a second claimant fails the job
+  // while the holder's keep-alives go on, and takes its place once the holder
+  // has been silent for the keep-alive limit (killed, then started again).
+  // The coordinator counts an arrival only while it holds its rank's claim.
+  bool exclusive_ranks = false;
 };
 
 struct RoundResult {

@@ -15,6 +15,11 @@ void Sim::Check() {
          std::to_string(rec.exit_code()));
   }
   if (rec.final() && !final_) {
+    // (h): only killed agents are started again here: a rank is never
+    // claimed twice by two live agents.
+    if (rec.final_cause.what.find("claimed twice") != std::string::npos) {
+      Fail("(h) " + rec.final_cause.what);
+    }
     final_ = rec;
     Log("record final: exit " + std::to_string(rec.exit_code()) + " " + rec.final_cause.Describe());
   }
@@ -69,11 +74,25 @@ void Sim::Check() {
     rounds_[rec.round].closed = now_;
     // (g): a round never closes with an agent that had already left it (a
     // signalled agent withdraws its join as it leaves).
-    for (const NodeInfo& m : rec.members) {
+    // (h): nor with an agent killed longer than the keep-alive limit before
+    // (plus a beat, and the coordinator's poll), unless the coordinator
+    // itself was stopped meanwhile (it restarts its silence clocks).
+    const auto silent = rdzv_.keep_alive_interval * (rdzv_.keep_alive_max_attempt + 1) + kWaitSlack;
+    for (int k = 0; k < static_cast<int>(rec.members.size()); ++k) {
+      const NodeInfo& m = rec.members[k];
       const SimAgent& x = agents_[std::stoi(m.agent_id.substr(5))];
       if (x.exit && x.signalled) {
         Fail("(g) round " + std::to_string(rec.round) + " closed with " + m.agent_id +
              ", which had left at " + std::to_string(Seconds(x.exit_time)) + " s");
+      }
+      if (x.crashed && now_ - x.crash_time > silent && !Hindered(0, x.crash_time, now_)) {
+        Fail("(h) round " + std::to_string(rec.round) + " closed with " + m.agent_id +
+             ", killed at " + std::to_string(Seconds(x.crash_time)) + " s");
+      }
+      // (h): under static, node rank k is the agent that asked for it.
+      if (static_ && x.requested_rank != k) {
+        Fail("(h) round " + std::to_string(rec.round) + " gave node rank " + std::to_string(k) +
+             " to " + m.agent_id + ", which asked for " + std::to_string(x.requested_rank));
       }
     }
   }

@@ -14,36 +14,52 @@ void Sim::Configure() {
   rdzv_.last_call_timeout = Ms(1000);
   rdzv_.keep_alive_interval = Ms(500);
   rdzv_.keep_alive_max_attempt = 3;
+  // The static backend: --nnodes=N, each node its own --node_rank.
+  static_ = rng_.Chance(30);
+  if (static_) {
+    rdzv_.min_nodes = rdzv_.max_nodes = n;
+    rdzv_.exclusive_ranks = true;
+  }
   max_restarts_ = static_cast<int>(rng_.In(0, 3));
   train_ = rng_.Delay(1000, 5000);
   fail_percent_ = static_cast<int>(rng_.In(0, 40));
+  agents_.reserve(16);  // replacements join; no reference outlives an event
   for (int i = 0; i < n; ++i) {
-    SimAgent a;
-    a.id = "agent" + std::to_string(i);
-    AgentSettings s;
-    s.rdzv = rdzv_;
-    s.self.agent_id = a.id;
-    s.self.name = "host" + std::to_string(i);
-    s.self.addr = "127.0.0." + std::to_string(i + 1);
-    s.self.nproc = 2;
-    s.max_restarts = max_restarts_;
-    s.hosts_store = i == 0;
-    s.peer_settle = peer_settle_;
-    a.machine.emplace(s);
-    a.kv.emplace(store_.Connect());
     // Most start together; some join late (an elastic scale-up).
-    a.start = kOrigin + (rng_.Chance(25) && i > 0 ? rng_.Delay(2000, 15000) : rng_.Delay(0, 300));
-    agents_.push_back(std::move(a));
+    AddAgent(static_ ? i : -1,
+             kOrigin + (rng_.Chance(25) && i > 0 ? rng_.Delay(2000, 15000) : rng_.Delay(0, 300)));
   }
   agents_[0].start = kOrigin;
   coordinator_.emplace(rdzv_, agents_[0].id, [this](const std::string& m) { Log("coord: " + m); });
+}
+
+int Sim::AddAgent(int requested_rank, Time start) {
+  const int i = static_cast<int>(agents_.size());
+  SimAgent a;
+  a.id = "agent" + std::to_string(i);
+  AgentSettings s;
+  s.rdzv = rdzv_;
+  s.self.agent_id = a.id;
+  s.self.name = "host" + std::to_string(i);
+  s.self.addr = "127.0.0." + std::to_string(i + 1);
+  s.self.nproc = 2;
+  s.self.requested_rank = requested_rank;
+  s.max_restarts = max_restarts_;
+  s.hosts_store = i == 0;
+  s.peer_settle = peer_settle_;
+  a.machine.emplace(s);
+  a.kv.emplace(store_.Connect());
+  a.start = start;
+  a.requested_rank = requested_rank;
+  agents_.push_back(std::move(a));
+  return i;
 }
 
 std::string Sim::Summary() const {
   std::string s = "seed " + std::to_string(seed_) + ": " + std::to_string(agents_.size()) +
                   " agents, --nnodes=" + std::to_string(rdzv_.min_nodes) + ":" +
                   std::to_string(rdzv_.max_nodes) +
-                  " --max_restarts=" + std::to_string(max_restarts_);
+                  " --max_restarts=" + std::to_string(max_restarts_) + (static_ ? " (static)" : "");
   if (final_) s += ", outcome exit " + std::to_string(final_->exit_code());
   return s + ", " + std::to_string(rounds_.size()) + " rounds, " + std::to_string(steps_) +
          " steps";
@@ -101,6 +117,8 @@ void Sim::StepCoordinator() {
     coordinator_.reset();
     return;
   }
+  // The real coordinator thread would spin on a wake time in the past.
+  if (coordinator_->next_wake() < now_) Fail("the coordinator asks to wake in the past: it spins");
   const uint64_t token = ++coordinator_token_;
   At(coordinator_->next_wake() + rng_.Delay(0, 20), [this, token] {
     if (token == coordinator_token_) StepCoordinator();
@@ -143,6 +161,7 @@ void Sim::Carry(int i, const Action& a) {
   SimAgent& agent = agents_[i];
   switch (a.kind) {
     case ActionKind::kWait:
+      if (agent.machine->next_wake() < now_) Fail(agent.id + " asks to wake in the past: it spins");
       return ScheduleStep(i, agent.machine->next_wake() + rng_.Delay(0, 20));
     case ActionKind::kClearWorkerStore:
       agent.machine->WorkerStoreCleared();
@@ -335,6 +354,18 @@ void Sim::Crash(int i) {
   }
 }
 
+// SIGKILL, then the same node's agent started again (a new agent, the same
+// --node_rank under static): it takes the killed one's place.
+void Sim::Replace(int i, Ms after) {
+  if (!Alive(i) || i == 0) return;
+  Crash(i);
+  At(now_ + after, [this, i] {
+    const int j = AddAgent(agents_[i].requested_rank, now_);
+    Log("start " + agents_[j].id + " in place of " + agents_[i].id);
+    ScheduleStep(j, now_);
+  });
+}
+
 void Sim::Pause(int i, Ms how_long) {
   if (!Alive(i) || Paused(i)) return;
   Log("SIGSTOP " + agents_[i].id + " for " + std::to_string(how_long.count()) + " ms");
@@ -384,8 +415,11 @@ void Sim::PlanFaults() {
     } else if (kind < 60) {
       const Ms how_long = rng_.Delay(500, 4000);
       At(at, [this, victim, how_long] { Starve(victim, how_long); });
-    } else if (kind < 80) {
+    } else if (kind < 72) {
       At(at, [this, victim] { Crash(victim); });
+    } else if (kind < 86) {
+      const Ms after = rng_.Delay(200, 4000);
+      At(at, [this, victim, after] { Replace(victim, after); });
     } else {
       At(at, [this, victim] { Terminate(victim); });
     }

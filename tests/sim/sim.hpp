@@ -5,8 +5,9 @@
 // worker failures and the peers that die of them, agent pauses (SIGSTOP,
 // longer than the keep-alive limit), agent crashes (SIGKILL: its workers die
 // with it), the store host paused (every store request waits) or killed (the
-// store is gone), late joiners, SIGTERM to an agent, and delays on every step
-// and every report of a worker's exit.
+// store is gone), an agent killed and started again (under static, with the
+// same node rank), late joiners, SIGTERM to an agent, and delays on every
+// step and every report of a worker's exit.
 //
 // After every step it checks the invariants of docs/elastic-invariants.md
 // (a..f) and at the end that every agent exited in time. A failing seed
@@ -84,6 +85,7 @@ struct SimAgent {
   uint64_t token = 0;  // the one step event that counts
   Time last_beat{};
   int64_t beats = 0;
+  int requested_rank = -1;  // static: its --node_rank
   // (f): when it started waiting for a round, and time it could not run since.
   std::optional<Time> waiting_since;
   Ms away{0};
@@ -149,6 +151,9 @@ class Sim {
   void BreakRound(int round, int except);
   void Deliver(int i);
   void Crash(int i);
+  void Replace(int i, Ms after);
+  // A new agent (its index), asking for `requested_rank`, started at `start`.
+  int AddAgent(int requested_rank, Time start);
   void Pause(int i, Ms how_long);
   void Starve(int i, Ms how_long);
   void Terminate(int i);
@@ -170,6 +175,7 @@ class Sim {
   std::optional<LocalStore::Handle> observer_;
   RendezvousSettings rdzv_;
   int max_restarts_ = 0;
+  bool static_ = false;
   Ms peer_settle_{2000};  // keep_alive_interval x (max_attempt + 1), as the launcher sets it
   Ms train_{3000};
   std::vector<SimAgent> agents_;

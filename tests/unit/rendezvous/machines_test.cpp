@@ -158,48 +158,6 @@ TEST_CASE("machines: a peer-class failure waits for the failure that caused it")
   CHECK(e0.exit_code == 4);
 }
 
-TEST_CASE("machines: a static node rank claimed twice fails the job at once, naming both") {
-  LocalStore store;
-  auto kv0 = store.Connect(), kv1 = store.Connect(), kv2 = store.Connect(), kvc = store.Connect();
-  RendezvousSettings rdzv;
-  rdzv.run_id = "t";
-  rdzv.min_nodes = rdzv.max_nodes = 2;
-  AgentSettings s;
-  s.rdzv = rdzv;
-  s.exclusive_rank = true;
-  s.self = Member("0");
-  s.self.requested_rank = 0;
-  s.hosts_store = true;
-  AgentMachine a0(s);
-  s.hosts_store = false;
-  s.self = Member("1");
-  s.self.name = "host-b";
-  s.self.requested_rank = 1;
-  AgentMachine a1(s);
-  s.self = Member("2");
-  s.self.name = "host-c";
-  s.self.requested_rank = 1;  // the mistake: a second agent given --node_rank=1
-  AgentMachine a2(s);
-  CoordinatorMachine coordinator(rdzv, "0", [](const std::string&) {});
-  auto now = Clock::time_point(std::chrono::hours(1));
-  (void)coordinator.Step(kvc, now);
-  CHECK(a0.Step(kv0, now).kind == ActionKind::kWait);
-  CHECK(a1.Step(kv1, now).kind == ActionKind::kWait);
-  Action refused = a2.Step(kv2, now);
-  REQUIRE(refused.kind == ActionKind::kExit);
-  CHECK(refused.exit_code != 0);
-  CHECK(refused.message.find("node rank 1 was claimed twice") != std::string::npos);
-  CHECK(refused.message.find("host-b") != std::string::npos);
-  CHECK(refused.message.find("host-c") != std::string::npos);
-  // The others learn it from the record at their next step, not at the join timeout.
-  now += std::chrono::milliseconds(200);
-  for (auto [m, kv] : {std::pair{&a0, &kv0}, std::pair{&a1, &kv1}}) {
-    Action a = m->Step(*kv, now);
-    REQUIRE(a.kind == ActionKind::kExit);
-    CHECK(a.message == refused.message);
-  }
-}
-
 TEST_CASE("machines: an agent whose --nnodes or --max_restarts differ from the job's is refused") {
   LocalStore store;
   auto kv0 = store.Connect(), kv1 = store.Connect(), kv2 = store.Connect();
@@ -238,13 +196,44 @@ TEST_CASE("machines: an agent whose --nnodes or --max_restarts differ from the j
   CHECK(mixed.message.find("one role per job") != std::string::npos);
 }
 
+TEST_CASE("machines: under static, a node refused for other settings fails the whole job") {
+  LocalStore store;
+  auto kv0 = store.Connect(), kv1 = store.Connect();
+  AgentSettings s;
+  s.rdzv.run_id = "t";
+  s.rdzv.min_nodes = s.rdzv.max_nodes = 2;
+  s.rdzv.exclusive_ranks = true;
+  s.self = Member("0");
+  s.self.requested_rank = 0;
+  AgentMachine first(s);
+  s.self = Member("1");
+  s.self.requested_rank = 1;
+  s.max_restarts = 2;
+  AgentMachine other(s);
+  auto now = Clock::time_point(std::chrono::hours(1));
+  CHECK(first.Step(kv0, now).kind == ActionKind::kWait);
+  Action refused = other.Step(kv1, now);
+  REQUIRE(refused.kind == ActionKind::kExit);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.message.rfind("this node's --nnodes=2 --max_restarts=2 differ", 0) == 0);
+  // The job cannot form without it: node 0 learns why at its next step, not
+  // at the join timeout.
+  Action told = first.Step(kv0, now + std::chrono::milliseconds(200));
+  REQUIRE(told.kind == ActionKind::kExit);
+  CHECK(told.exit_code == 2);
+  CHECK(told.message.rfind("the job failed: the node host-1 (10.0.0.1) was refused: its "
+                           "--nnodes=2 --max_restarts=2 differ from the job's --nnodes=2 "
+                           "--max_restarts=0",
+                           0) == 0);
+}
+
 TEST_CASE("machines: an agent's own claim is no conflict when it joins again") {
   LocalStore store;
   auto kv = store.Connect();
   AgentSettings s;
   s.rdzv.run_id = "t";
   s.rdzv.min_nodes = s.rdzv.max_nodes = 2;
-  s.exclusive_rank = true;
+  s.rdzv.exclusive_ranks = true;
   s.self = Member("1");
   s.self.requested_rank = 1;
   AgentMachine first(s);
