@@ -194,15 +194,16 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
   }
   // The others that may still read the record: the last round's members and
   // the agents waiting to join the next one, for `timeout`; agents lost
-  // (paused, or killed: nothing tells which) for the keep-alive limit, past
+  // (paused, or killed: nothing tells which) for the keep-alive limit (even
+  // when `timeout` is shorter: one paused a little past the limit then reads
+  // the outcome, its own loss, instead of finding the store gone), past
   // which they are dead by contract (one that comes back later finds the
   // store gone and says it was likely dropped).
   // Bounded: a killed agent never says it leaves. The store has no "wait for
   // one of these keys" request, so this looks every few milliseconds.
   const auto now = Clock::now();
   const auto& s = machine_.settings().rdzv;
-  const auto earlier = now + std::min<std::chrono::milliseconds>(
-                                 timeout, s.keep_alive_interval * s.keep_alive_max_attempt);
+  const auto earlier = now + s.keep_alive_interval * s.keep_alive_max_attempt;
   std::map<std::string, Clock::time_point> waiting = Others(kv, self, now + timeout, earlier);
   while (!waiting.empty()) {
     if (int sig = pending_signal().first; sig != 0) return sig;

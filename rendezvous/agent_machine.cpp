@@ -562,10 +562,11 @@ Action AgentMachine::Leave(Kv& kv) {
         return Withdraw(r, round_, s_.self.agent_id, reason, s_.rdzv.min_nodes,
                         joining.ok() ? *joining : std::vector<std::string>{});
       });
-      // Its node rank is free again for an agent started in its place.
-      if (rank_claimed_) {
-        (void)kv.CompareSet(keys_.Claim(s_.self.requested_rank), s_.self.Encode(), "");
-      }
+    }
+    // Its node rank is free again for an agent started in its place (at
+    // once, not after the keep-alive limit).
+    if (rank_claimed_) {
+      (void)kv.CompareSet(keys_.Claim(s_.self.requested_rank), s_.self.Encode(), "");
     }
     const auto joining = JoinedAgents(kv, keys_, round_ + 1);
     (void)Apply(kv, [&](const JobRecord& r) {

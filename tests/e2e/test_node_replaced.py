@@ -9,12 +9,16 @@
    re-forms with the new agent, a membership change that uses no restart (--max_restarts=0);
 3. c10d, 3 nodes: an agent killed while it waits is not closed into the round when a third node
    comes (it used to be, its workers awaited until its keep-alive limit ended that round); a
-   fourth node fills the round, which forms once.
+   fourth node fills the round, which forms once;
+4. static, 2 nodes: node 1's agent stopped a little past its loss comes back to the recorded
+   outcome (the store host waits the keep-alive limit for a lost node before it exits).
 
 The kills are the faults under test; every wait for an outcome polls with a deadline.
 """
 
+import re
 import signal
+import time
 
 from conftest import sh, wait_for
 from test_multinode import (AGENT_TIMEOUT, FAST, KEEP_ALIVE_LIMIT, LOOP, agent_check, c10d_args,
@@ -38,6 +42,9 @@ def test_static_node_killed_while_waiting_is_replaced_by_its_restarted_agent(lau
     first.signal(signal.SIGKILL)
     first.wait(10)
     again = static_node(launch, out, 1, port, 3)
+    # (Should node 2 come before the new agent, the round forms with the killed one, to re-form
+    # once it is lost: nothing tells the store host yet that the agent is dead.)
+    wait_for(lambda: agent_check(port, "rdzv/none/r0/node/2"), 10, what="the new agent joined")
     last = static_node(launch, out, 2, port, 3)
     agents = [host, again, last]
     world = wait_world(out, [0, 1, 2], 2, 6, timeout=KEEP_ALIVE_LIMIT + 15)
@@ -91,3 +98,27 @@ def test_c10d_agent_killed_while_waiting_is_not_closed_into_the_round(launch, tm
         outputs(agents)
     assert stop_and_wait(out, [agents[0], *agents[2:]], timeout=AGENT_TIMEOUT) == [0, 0, 0], \
         outputs(agents)
+
+
+def test_static_node_paused_past_its_loss_reads_the_outcome_not_a_gone_store(launch, tmp_path):
+    """The store host, failing the job for a lost node, waits the keep-alive limit for it (it
+    used to wait only its 5 s failure grace): the node, stopped a little past its loss, comes
+    back to the recorded root cause, its own loss, not to a gone store and its own workers'
+    broken connection as the root cause."""
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    conf = "keep_alive_interval=3,keep_alive_max_attempt=4"  # a limit of 12 s, above the 5 s
+    agents = [launch(static_args(2, n, port, conf=conf, extra=["--max_restarts=0", *sh(LOOP)]),
+                     env=node_env(out, n)) for n in (0, 1)]
+    wait_world(out, [0, 1], 2, 4)
+    agents[1].signal(signal.SIGSTOP)
+    # Lost after 12 s; the host then waits up to 12 s more (it used to give up after 5 s).
+    wait_for(lambda: "the job failed: lost" in agents[0].stderr(), 20, what="the loss")
+    time.sleep(8)
+    agents[1].signal(signal.SIGCONT)
+    rcs = [a.wait(AGENT_TIMEOUT) for a in agents]
+    assert rcs == [1, 1], outputs(agents)
+    err = agents[1].stderr()
+    assert re.search(r"the job failed: lost .*node rank 1\)", err), outputs(agents)
+    assert "is gone" not in err, outputs(agents)

@@ -201,5 +201,37 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("claims: a member stopped by a signal frees its node rank for the agent in its place") {
+  World w(2, 2, true);
+  w.Start("0", 0);
+  w.Start("1", 1);
+  w.Run(1000);
+  REQUIRE(w.ActionOf("1"));
+  REQUIRE(w.ActionOf("1")->kind == ActionKind::kStartWorkers);
+  // An agent for node rank 1 waits (uncounted: the rank is held) ...
+  w.Start("1b", 1);
+  w.Run(500);
+  // ... when node 1's agent is stopped by SIGTERM: it frees the rank as it leaves.
+  WorkersOutcome stopped;
+  stopped.kind = WorkersOutcome::Kind::kInterrupted;
+  stopped.signal = 15;
+  stopped.signal_name = "SIGTERM";
+  AgentMachine& one = *w.agents.at("1").machine;
+  one.WorkersExited(stopped, w.now);
+  REQUIRE(one.Step(*w.agents.at("1").kv, w.now).kind == ActionKind::kExit);
+  w.agents.at("1").alive = false;
+  // The new agent holds it at its next step, not after the keep-alive limit.
+  (void)w.agents.at("1b").machine->Step(*w.agents.at("1b").kv, w.now + milliseconds(200));
+  auto claim = w.kvc.TryGet(RendezvousKeys("t").Claim(1));
+  REQUIRE(claim.ok());
+  REQUIRE(claim->has_value());
+  auto holder = NodeInfo::Decode(**claim);
+  REQUIRE(holder.ok());
+  CHECK(holder->agent_id == "1b");
+  auto rec = ReadRecord(w.kvc, RendezvousKeys("t"));
+  REQUIRE(rec.ok());
+  CHECK_FALSE(rec->final());  // a membership change: the round re-forms with it
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
