@@ -17,6 +17,7 @@
 #include "examples/train/data.hpp"
 #include "examples/train/faults.hpp"
 #include "examples/train/mlp.hpp"
+#include "examples/train/openblas_kernels.hpp"
 #include "examples/train/report.hpp"
 #include "examples/train/updater.hpp"
 
@@ -261,6 +262,8 @@ int TrainOn(const TrainOptions& options, ddp::ProcessGroup& pg) {
 #ifdef DDPRUN_HAVE_CUDA
   if (options.device == "cuda") return TrainOnDevice(options, pg);
 #endif
+  const std::string who = "rank " + std::to_string(pg.rank());
+  if (!OpenBlasHasRoom(who.c_str())) return 1;
   Mlp model(ModelConfig(options));
   return Train(options, pg, model, nullptr);
 }

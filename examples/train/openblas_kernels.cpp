@@ -1,7 +1,10 @@
 #include "examples/train/openblas_kernels.hpp"
 
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +16,8 @@
 // OpenBLAS's own entry points; weak, so that another BLAS links (and is left alone).
 extern "C" char* openblas_get_corename() __attribute__((weak));
 extern "C" char* openblas_get_config() __attribute__((weak));
+extern "C" int openblas_get_num_threads() __attribute__((weak));
+extern "C" void openblas_set_num_threads(int threads) __attribute__((weak));
 
 namespace ddprun::train {
 namespace {
@@ -61,6 +66,52 @@ void UseTheCpusOpenBlasKernels(char** argv) {
                  "OPENBLAS_CORETYPE=%s failed (%s): set it yourself for about 2x faster GEMMs\n",
                  Version().c_str(), chosen.c_str(), better.c_str(), std::strerror(err));
   }
+}
+
+namespace {
+
+// Whether `bytes` more of address space can be mapped now.
+bool CanMap(size_t bytes) {
+  void* probe = mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (probe == MAP_FAILED) return false;
+  munmap(probe, bytes);
+  return true;
+}
+
+}  // namespace
+
+bool OpenBlasHasRoom(const char* who) {
+  if (openblas_get_corename == nullptr || openblas_get_num_threads == nullptr) return true;
+  rlimit as{};
+  if (getrlimit(RLIMIT_AS, &as) != 0 || as.rlim_cur == RLIM_INFINITY) return true;
+  // OpenBLAS's BUFFER_SIZE on x86-64 (32 << 22) and its alignment, one per
+  // thread of a threaded GEMM; and a malloc arena (64 MiB of address space)
+  // for a thread that allocates for the first time.
+  constexpr size_t kBuffer = (size_t{128} << 20) + (size_t{64} << 10);
+  constexpr size_t kArena = size_t{64} << 20;
+  const int threads = std::max(openblas_get_num_threads(), 1);
+  const double limit_mib = static_cast<double>(as.rlim_cur) / (1 << 20);
+  if (CanMap(static_cast<size_t>(threads) * kBuffer + kArena)) return true;
+  if (CanMap(kBuffer + kArena) && openblas_set_num_threads != nullptr) {
+    openblas_set_num_threads(1);
+    if (Speaks()) {
+      std::fprintf(stderr,
+                   "train: %s: ulimit -v (RLIMIT_AS, %.0f MiB) leaves room for one of OpenBLAS's "
+                   "128 MiB work buffers, not for each of its %d threads' (a threaded GEMM would "
+                   "retry the mapping forever): GEMMs run on one thread; raise ulimit -v by "
+                   "%d MiB or lift it for all %d\n",
+                   who, limit_mib, threads, 128 * (threads - 1), threads);
+    }
+    return true;
+  }
+  std::fprintf(stderr,
+               "train: %s: ulimit -v (RLIMIT_AS, %.0f MiB) leaves no room for OpenBLAS's 128 MiB "
+               "work buffer (and a 64 MiB malloc arena), which it maps at the first GEMM and "
+               "retries forever when it cannot (the rank would spin without a word): raise "
+               "ulimit -v by 192 MiB or more, or lift it (ulimit -v unlimited); see ddprun(1), "
+               "LIMITS\n",
+               who, limit_mib);
+  return false;
 }
 
 }  // namespace ddprun::train

@@ -12,4 +12,11 @@ namespace ddprun::train {
 // Call before any training starts, with main's argv.
 void UseTheCpusOpenBlasKernels(char** argv);
 
+// Whether the address-space limit (ulimit -v) leaves room for OpenBLAS's work
+// buffer (128 MiB, mapped at the first GEMM): OpenBLAS retries a failed
+// mapping forever, so a rank that lacks it would spin at 100% CPU without a
+// word. Says why on stderr when there is none (with `who`: "rank 3").
+// Call right before the first GEMM, once the process group's threads exist.
+bool OpenBlasHasRoom(const char* who);
+
 }  // namespace ddprun::train

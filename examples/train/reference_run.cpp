@@ -8,6 +8,7 @@
 #include "examples/train/faults.hpp"
 #include "examples/train/local_group.hpp"
 #include "examples/train/mlp.hpp"
+#include "examples/train/openblas_kernels.hpp"
 #include "examples/train/report.hpp"
 #include "examples/train/updater.hpp"
 
@@ -72,6 +73,7 @@ Status RunStep(Reference& r, long step) {
 }  // namespace
 
 int RunReference(const TrainOptions& options) {
+  if (!OpenBlasHasRoom("reference")) return 1;
   Reference r(options);
   for (long step = 0; step < options.steps; ++step) {
     Status s = RunStep(r, step);

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
-from conftest import DDPRUN, PYTHON, base_env
+from conftest import BUILD, DDPRUN, PYTHON, base_env
 
 # What a message must say when ddprun gives up for want of a resource. "Error 24" and
 # "Error 12" are the dynamic loader's words for EMFILE and ENOMEM, and "failed to map segment"
 # its words for an address-space limit below what the binary and its libraries take, all
 # before ddprun runs at all.
-NAMED = re.compile(r"too many open files|RLIMIT_NOFILE|cannot allocate memory|out of memory|"
+NAMED = re.compile(r"too many open files|RLIMIT_NOFILE|RLIMIT_AS|cannot allocate memory|out of memory|"
                    r"out of threads|error 24\b|error 12\b|failed to map segment",
                    re.IGNORECASE)
 CRASH = re.compile(r"terminate called|Assertion .* failed|core dumped|Segmentation fault")
@@ -114,3 +114,24 @@ def test_address_space_sweep(job, tmp_path):
     }[job]
     ran = sweep(args, resource.RLIMIT_AS, [m * MiB for m in ADDRESS_SPACE_MIB], "ulimit -v (B)")
     assert ran >= 1, "the job never ran, not even with 2 GiB"
+
+
+def test_address_space_sweep_of_the_trainer():
+    """The trainer's GEMMs are OpenBLAS's, which maps a 128 MiB work buffer per thread at the
+    first GEMM and retries a failed mapping forever: under a low ulimit -v a rank used to spin
+    at 100% CPU without a word. It now runs (on one OpenBLAS thread when only one buffer fits)
+    or says that ulimit -v leaves no room."""
+    args = ["--nproc_per_node=1", BUILD / "examples" / "train", "--steps", "5", "--width", "256"]
+    outcomes = []
+
+    def ran(proc, value):
+        assert "loss" in proc.stdout, proc.stdout
+
+    for mib in [256, 320, 384, 416, 448, 512, 768, 1024]:
+        proc, _ = run_limited(args, resource.RLIMIT_AS, mib * MiB)
+        check_outcome(proc, f"ulimit -v {mib} MiB")
+        if proc.returncode == 0:
+            ran(proc, mib)
+        outcomes.append((mib, proc.returncode, "leaves no room for OpenBLAS" in proc.stderr))
+    assert outcomes[-1][1] == 0, outcomes
+    assert any(named for _, rc, named in outcomes if rc != 0), outcomes
