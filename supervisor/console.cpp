@@ -129,7 +129,14 @@ struct ConsoleWriter::State {
   void Run() {
     // Every signal is blocked here (from the start: Write): a closed console's
     // SIGPIPE (thread-directed) stays pending instead of killing the launcher,
-    // and the launcher's signals go to the threads that handle them.
+    // and the launcher's signals go to the threads that handle them. All but
+    // SIGTTOU: the kernel lets a thread that blocks it write to the terminal
+    // from a background job under `stty tostop`; unblocked, the write stops
+    // ddprun as it stops any program (fg continues it).
+    sigset_t ttou;
+    sigemptyset(&ttou);
+    sigaddset(&ttou, SIGTTOU);
+    pthread_sigmask(SIG_UNBLOCK, &ttou, nullptr);
     std::unique_lock lock(mu);
     for (;;) {
       work.wait(lock, [this] { return !queue.empty(); });

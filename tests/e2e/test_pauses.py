@@ -171,6 +171,38 @@ def test_ctrl_z_stops_the_workers_with_ddprun_and_fg_continues_them(tmp_path):
     assert "rank 0 done" in text and "rank 1 done" in text, text
 
 
+def test_a_background_ddprun_under_stty_tostop_is_stopped_by_its_output_and_fg_continues(
+        tmp_path):
+    """`stty tostop`: a background job that writes to the terminal is stopped (SIGTTOU), as
+    torchrun is. ddprun's console thread blocked SIGTTOU, which lets the kernel pass its
+    writes: it kept printing over the shell."""
+    env = base_env(PS1="$ ", TERM="dumb")
+    term = Terminal(env)
+    try:
+        term.type("stty tostop\n")
+        command = " ".join(f"'{a}'" for a in [str(DDPRUN), "--nproc_per_node=1", "--tee=3",
+                                               f"--log_dir={tmp_path}", *sh("echo worker-said-$((6*7))")])
+        term.type(command + " &\n")
+        pid = int(wait_for(lambda: subprocess.run(["pgrep", "-f", f"log_dir={tmp_path}"],
+                                                  capture_output=True, text=True).stdout.split(),
+                           timeout=20, what="ddprun started")[0])
+        wait_for(lambda: os.path.exists(f"/proc/{pid}") and state(pid) == "T", timeout=20,
+                 what=f"ddprun stopped by its output (SIGTTOU)\n{term.text}")
+        assert "worker-said-42" not in term.text, term.text
+        term.type("jobs -l\n")
+        wait_for(lambda: term.seen("Stopped (tty output)"), timeout=20,
+                 what=f"bash's 'Stopped (tty output)'\n{term.text}")
+        term.type("fg\n")
+        term.type("echo ddprun-rc=$?\n")
+        wait_for(lambda: term.matches(r"ddprun-rc=\d+\r?\n"), timeout=60,
+                 what=f"ddprun's end\n{term.text}")
+    finally:
+        term.close()
+    text = term.text.replace("\r", "")
+    assert "ddprun-rc=0" in text, text
+    assert "worker-said-42" in text, text
+
+
 def test_a_worker_stopped_before_ctrl_z_stays_stopped_after_it(tmp_path):
     """SIGTSTP stops the running workers and continues those alone: one the user had stopped
     (at a breakpoint, say) is not continued by the job's SIGCONT."""
