@@ -373,7 +373,7 @@ int Agent::Finish(const rendezvous::Action& exit) {
       spdlog::error("no restarts left (--max_restarts={}): exit code {} (the root cause's)",
                     c_.max_restarts, exit.exit_code);
     }
-  } else if (last_group_failed_ && exit.exit_code != 0) {
+  } else if (last_group_failed_ && exit.exit_code != 0 && !exit.displaced) {
     // A signal ended the job before the last group's failure was handled: still reported.
     supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(Report());
     if (!exit.message.empty()) spdlog::error("{}", exit.message);

@@ -102,6 +102,9 @@ Action AgentMachine::Step(Kv& kv, Time now) {
     deadline_ += now - *last_step_;
     away_ =
         std::max(away_, std::chrono::duration_cast<std::chrono::milliseconds>(now - *last_step_));
+    // Nor does it count as the holder's silence: this agent could not watch
+    // it (and when the store host was stopped, no one could beat).
+    if (contest_) contest_->since = now;
   }
   last_step_ = now;
   if (Status s = Beat(kv, now); !s.ok()) return StoreGone(s);
@@ -265,7 +268,7 @@ std::string Who(const StatusOr<NodeInfo>& node) {
 
 }  // namespace
 
-std::optional<Action> AgentMachine::ClaimRank(Kv& kv, Time now) {
+std::optional<Action> AgentMachine::ClaimRank(Kv& kv, const JobRecord& rec, Time now) {
   if (!s_.rdzv.exclusive_ranks || s_.self.requested_rank < 0) return std::nullopt;
   const std::string mine = s_.self.Encode();
   const std::string rank = std::to_string(s_.self.requested_rank);
@@ -273,14 +276,25 @@ std::optional<Action> AgentMachine::ClaimRank(Kv& kv, Time now) {
   const auto limit = s_.rdzv.keep_alive_interval * s_.rdzv.keep_alive_max_attempt;
   if (rank_claimed_) {
     // Still ours, unless an agent started in our place took it while this
-    // one was silent (stopped or starved past the keep-alive limit).
-    auto holder = kv.TryGet(key);
+    // one was silent (stopped or starved past the keep-alive limit). Freed
+    // meanwhile (that agent left): ours again.
+    auto holder = kv.CompareSet(key, "", mine);
     if (!holder.ok()) return StoreGone(holder.status());
-    if (*holder && **holder == mine) return std::nullopt;
-    return Exit(1, "node rank " + rank + " was taken over by " +
-                       Who(NodeInfo::Decode(holder->value_or(""))) + " while this agent sent " +
-                       "no keep-alive for " + Seconds(limit) +
-                       " (it was stopped or starved): the job goes on without this agent");
+    if (*holder == mine) {
+      if (phase_ == Phase::kWaitRound && round_ == rec.round + 1 &&
+          rec.Withdrew(s_.self.agent_id)) {
+        // The agent that took the rank withdrew this one's arrival, then left.
+        auto back =
+            Apply(kv, [&](const JobRecord& r) { return Rejoin(r, round_, s_.self.agent_id); });
+        if (!back.ok()) return StoreGone(back.status());
+      }
+      return std::nullopt;
+    }
+    Exit(1, "node rank " + rank + " was taken over by " + Who(NodeInfo::Decode(*holder)) +
+                " while this agent sent no keep-alive for " + Seconds(limit) +
+                " (it was stopped or starved): the job goes on without this agent");
+    done_.displaced = true;
+    return done_;
   }
   auto holder = kv.CompareSet(key, "", mine);
   if (!holder.ok()) return StoreGone(holder.status());
@@ -291,13 +305,19 @@ std::optional<Action> AgentMachine::ClaimRank(Kv& kv, Time now) {
   auto other = NodeInfo::Decode(*holder);
   auto beats = kv.Add(keys_.KeepAlive(other.ok() ? other->agent_id : *holder), 0);
   if (!beats.ok()) return StoreGone(beats.status());
-  if (!contest_ || contest_->holder != *holder) {
+  // The job found the holder lost already (silent past the limit while its
+  // round ran): its place is free now, whatever it does next.
+  const bool lost =
+      other.ok() &&
+      ((rec.end == RoundEnd::kMembership && rec.lost_agent == other->agent_id) ||
+       (rec.MemberRank(other->agent_id) >= 0 && rec.gone[rec.MemberRank(other->agent_id)]));
+  if (!lost && (!contest_ || contest_->holder != *holder)) {
     // Is the holder alive? Its keep-alive counter says so within one interval.
     contest_ = Contest{*holder, *beats, now};
     return std::nullopt;
   }
-  if (*beats == contest_->beats) {
-    if (now - contest_->since < limit) return std::nullopt;
+  if (lost || *beats == contest_->beats) {
+    if (!lost && now - contest_->since < limit) return std::nullopt;
     // Silent past the limit, as the coordinator loses a member: killed, or
     // stopped. This agent takes its place.
     auto taken = kv.CompareSet(key, *holder, mine);
@@ -345,7 +365,7 @@ void AgentMachine::WithdrawDisplaced(Kv& kv, const NodeInfo& holder, const std::
   });
 }
 
-std::optional<Action> AgentMachine::CheckSettings(Kv& kv) {
+std::optional<Action> AgentMachine::CheckSettings(Kv& kv, const JobRecord& rec) {
   if (settings_checked_) return std::nullopt;
   const RendezvousSettings& r = s_.rdzv;
   const std::string mine = "--nnodes=" + std::to_string(r.min_nodes) +
@@ -366,9 +386,10 @@ std::optional<Action> AgentMachine::CheckSettings(Kv& kv) {
       "): every node must give the same --nnodes, --max_restarts and --role, or the nodes would "
       "disagree on the job's size, on when it fails, and on the ranks within a role (ddprun runs "
       "one role per job: ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE)";
-  if (s_.rdzv.exclusive_ranks) {
-    // Static: the job cannot form without this node; the others would wait
-    // for it until the join timeout. The whole job fails, naming it.
+  if (s_.rdzv.exclusive_ranks && rec.round < 0) {
+    // Static, before the first round: the job cannot form without this
+    // node; the others would wait for it until the join timeout. The whole
+    // job fails, naming it. (Once a round formed, a stray agent leaves alone.)
     Cause c;
     c.cls = FailureClass::kRendezvous;
     c.exit_code = exit_code::kUsage;
@@ -385,8 +406,8 @@ std::optional<Action> AgentMachine::CheckSettings(Kv& kv) {
 
 Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {
   if (rec.final()) return ExitByRecord(rec);
-  if (auto refused = CheckSettings(kv)) return *refused;
-  if (auto refused = ClaimRank(kv, now)) return *refused;
+  if (auto refused = CheckSettings(kv, rec)) return *refused;
+  if (auto refused = ClaimRank(kv, rec, now)) return *refused;
   const int r = std::max(min_round_, rec.round + 1);
   auto arrival = kv.Add(keys_.Join(r), 1);
   if (!arrival.ok()) return StoreGone(arrival.status());
@@ -406,7 +427,7 @@ Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {
 
 Action AgentMachine::WaitRound(Kv& kv, const JobRecord& rec, Time now) {
   if (rec.final()) return ExitByRecord(rec);
-  if (auto claim = ClaimRank(kv, now)) return *claim;
+  if (auto claim = ClaimRank(kv, rec, now)) return *claim;
   if (rec.round >= round_) {
     const int rank = rec.round == round_ ? rec.MemberRank(s_.self.agent_id) : -1;
     if (rank < 0 || !rec.Running(round_)) return Follow(kv, rec, now);  // closed without us

@@ -62,7 +62,10 @@ struct Action {
   std::string message;
   int exit_code = 0;    // kExit
   bool failed = false;  // kExit: the record says the job failed (root_cause is set)
-  Cause root_cause;     // kExit with `failed`: the one recorded root cause
+  // kExit: another agent took this node's rank while it was stopped: what its
+  // workers did last is not the job's failure.
+  bool displaced = false;
+  Cause root_cause;  // kExit with `failed`: the one recorded root cause
 };
 
 class AgentMachine {
@@ -118,17 +121,19 @@ class AgentMachine {
   // One per phase; `rec` is the record as the step read it.
   Action Join(Kv& kv, const JobRecord& rec, Time now);
   // exclusive_ranks: claims the node rank, or takes it over from a holder
-  // silent past the keep-alive limit (a wait action telling so). An exit
+  // silent past the keep-alive limit or found lost in `rec` (a wait action
+  // telling so). An exit
   // action when a live agent holds it, or when another took it from this
   // one; nullopt otherwise (the claim may still be contested: the agent
   // joins meanwhile, and the coordinator does not count it).
-  std::optional<Action> ClaimRank(Kv& kv, Time now);
+  std::optional<Action> ClaimRank(Kv& kv, const JobRecord& rec, Time now);
   // The agent that held the rank this one took over joined the round being
   // gathered: it withdraws it, so the round never closes with it.
   void WithdrawDisplaced(Kv& kv, const NodeInfo& holder, const std::string& reason);
   // The first agent to join records the settings all must share; an exit
-  // action (exit 2) when this agent's differ.
-  std::optional<Action> CheckSettings(Kv& kv);
+  // action (exit 2) when this agent's differ (under static before the first
+  // round, the whole job's: it cannot form without this node).
+  std::optional<Action> CheckSettings(Kv& kv, const JobRecord& rec);
   Action WaitRound(Kv& kv, const JobRecord& rec, Time now);
   Action Clearing(Kv& kv, const JobRecord& rec, Time now);
   Action Running(const JobRecord& rec, Time now);

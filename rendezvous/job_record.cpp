@@ -312,6 +312,17 @@ StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& age
   return Fail(std::move(next), TooFewNodes(reason, remain, min_nodes));
 }
 
+StatusOr<JobRecord> Rejoin(const JobRecord& rec, int r, const std::string& agent_id) {
+  if (rec.final()) return Rejected("the job is over");
+  if (r != rec.round + 1) return Rejected("round " + std::to_string(r) + " is not gathering");
+  if (!rec.Withdrew(agent_id)) return Rejected("agent " + agent_id + " did not withdraw");
+  JobRecord next = Next(rec);
+  next.withdrawn.erase(std::remove_if(next.withdrawn.begin(), next.withdrawn.end(),
+                                      [&](const Withdrawal& x) { return x.agent_id == agent_id; }),
+                       next.withdrawn.end());
+  return next;
+}
+
 StatusOr<JobRecord> EndRoundForNewNodes(const JobRecord& rec, int r, const std::string& reason) {
   if (Status s = CheckRunning(rec, r); !s.ok()) return s;
   JobRecord next = Next(rec);

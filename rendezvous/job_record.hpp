@@ -124,6 +124,10 @@ StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std:
 StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& agent_id,
                              const std::string& reason, int min_nodes,
                              const std::vector<std::string>& joining = {});
+// The agent `agent_id`, withdrawn from round `r` (not closed yet) by another
+// (it took over the agent's node rank while it was stopped), holds its rank
+// again (that agent left): its arrival counts again.
+StatusOr<JobRecord> Rejoin(const JobRecord& rec, int r, const std::string& agent_id);
 // New agents wait to join round `r` + 1: round `r` ends so it can re-form
 // with them (no restart used).
 StatusOr<JobRecord> EndRoundForNewNodes(const JobRecord& rec, int r, const std::string& reason);

@@ -46,11 +46,12 @@ struct World {
     coordinator.emplace(rdzv, "0", [this](const std::string& m) { coordinator_log.push_back(m); });
   }
   // Agent `id` on host-<id>, asking for node rank `rank` (-1: none).
-  void Start(const std::string& id, int rank) {
+  void Start(const std::string& id, int rank, int max_restarts = 0) {
     AgentSettings s;
     s.rdzv = rdzv;
     s.self = Member(id);
     s.self.requested_rank = rank;
+    s.max_restarts = max_restarts;
     s.hosts_store = id == "0";
     Agent& a = agents[id];
     a.machine = std::make_unique<AgentMachine>(s);
@@ -79,6 +80,16 @@ struct World {
     }
   }
   const std::optional<Action>& ActionOf(const std::string& id) { return agents.at(id).action; }
+  // One step of agent `id` alone, at the current time.
+  void StepOne(const std::string& id) {
+    Agent& a = agents.at(id);
+    Action act = a.machine->Step(*a.kv, now);
+    if (act.kind != ActionKind::kWait) {
+      a.action = act;
+    } else if (!act.message.empty()) {
+      a.told.push_back(act.message);
+    }
+  }
 };
 
 bool Has(const std::vector<std::string>& lines, const std::string& part) {
@@ -231,6 +242,102 @@ TEST_CASE("claims: a member stopped by a signal frees its node rank for the agen
   auto rec = ReadRecord(w.kvc, RendezvousKeys("t"));
   REQUIRE(rec.ok());
   CHECK_FALSE(rec->final());  // a membership change: the round re-forms with it
+}
+
+TEST_CASE("claims: a store host stopped past the limit does not make a live holder look dead") {
+  World w(3, 3, true);
+  w.Start("0", 0);
+  w.Start("1", 1);
+  w.Run(300);
+  w.Start("1b", 1);  // a second agent for a rank whose holder is alive
+  w.Run(300);
+  // The store host is stopped for longer than the keep-alive limit: nobody
+  // beats, nobody steps. The claimant happens to run first after it.
+  w.now += std::chrono::seconds(16);
+  w.StepOne("1b");
+  CHECK_FALSE(Has(w.agents.at("1b").told, "was replaced"));
+  w.Run(7000);
+  for (const char* id : {"0", "1", "1b"}) {
+    INFO(id);
+    REQUIRE(w.ActionOf(id));
+    CHECK(w.ActionOf(id)->message.find("node rank 1 was claimed twice") != std::string::npos);
+  }
+}
+
+TEST_CASE("claims: an agent whose rank was taken over gets it back when the new one left") {
+  World w(3, 3, true);
+  w.Start("0", 0);
+  w.Start("1", 1);
+  w.Run(300);
+  w.agents.at("1").alive = false;  // SIGSTOP
+  w.Start("1b", 1);
+  w.Run(17000);
+  REQUIRE(Has(w.agents.at("1b").told, "was replaced"));
+  // The new agent is stopped by SIGTERM while it waits: it withdraws and
+  // frees the rank.
+  w.agents.at("1b").machine->Interrupted(15, "SIGTERM");
+  w.StepOne("1b");
+  REQUIRE(w.ActionOf("1b"));
+  CHECK(w.ActionOf("1b")->exit_code == 143);
+  w.agents.at("1b").alive = false;
+  w.agents.at("1").alive = true;  // SIGCONT: the rank is free, so it is its own again
+  w.Start("2", 2);
+  w.Run(5000);
+  for (const char* id : {"0", "1", "2"}) {
+    INFO(id);
+    REQUIRE(w.ActionOf(id));
+    CHECK(w.ActionOf(id)->kind == ActionKind::kStartWorkers);
+  }
+}
+
+TEST_CASE("claims: a holder the job found lost is replaced at once, even if it beats again") {
+  LocalStore store;
+  auto kv = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = rdzv.max_nodes = 2;
+  rdzv.exclusive_ranks = true;
+  const RendezvousKeys keys("t");
+  NodeInfo zero = Member("0"), one = Member("1");
+  zero.requested_rank = 0;
+  one.requested_rank = 1;
+  // Round 0 ran with both and ended: node 1 was lost (stopped past the limit).
+  auto rec = CloseRound(JobRecord(), 0, {zero, one});
+  REQUIRE(rec.ok());
+  rec = EndRoundByMembership(*rec, 0, "lost host-1", "1", 1, {});
+  REQUIRE(rec.ok());
+  REQUIRE(kv.Set(keys.Job(), rec->Encode()).ok());
+  REQUIRE(kv.Set(keys.Claim(1), one.Encode()).ok());
+  AgentSettings s;
+  s.rdzv = rdzv;
+  s.self = Member("1b");
+  s.self.requested_rank = 1;
+  AgentMachine again(s);
+  auto now = Clock::time_point(std::chrono::hours(1));
+  (void)kv.Add(keys.KeepAlive("1"), 1);  // the old agent came back and beats
+  Action first = again.Step(kv, now);
+  CHECK(first.message.find("was replaced by host-1b") != std::string::npos);
+  auto claim = kv.TryGet(keys.Claim(1));
+  REQUIRE(claim.ok());
+  REQUIRE(claim->has_value());
+  CHECK(NodeInfo::Decode(**claim)->agent_id == "1b");
+}
+
+TEST_CASE("claims: a stray agent with other settings leaves a running static job alone") {
+  World w(2, 2, true);
+  w.Start("0", 0);
+  w.Start("1", 1);
+  w.Run(1000);
+  REQUIRE(w.ActionOf("0"));
+  REQUIRE(w.ActionOf("0")->kind == ActionKind::kStartWorkers);
+  w.Start("2", 1, /*max_restarts=*/3);
+  w.StepOne("2");
+  REQUIRE(w.ActionOf("2"));
+  CHECK(w.ActionOf("2")->exit_code == 2);
+  auto rec = ReadRecord(w.kvc, RendezvousKeys("t"));
+  REQUIRE(rec.ok());
+  CHECK_FALSE(rec->final());
+  CHECK(rec->Running(0));
 }
 
 }  // namespace
