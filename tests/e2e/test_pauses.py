@@ -127,6 +127,15 @@ class Terminal:
         with self.lock:
             return re.search(pattern, self.text) is not None
 
+    def fg_until_done(self):
+        """Brings the job to the foreground and waits for it to end; returns its exit status."""
+        self.type("fg\n")
+        self.type("echo ddprun-rc=$?\n")
+        # The terminal echoes the typed "ddprun-rc=$?" at once; the shell's answer has digits.
+        wait_for(lambda: self.matches(r"ddprun-rc=\d+\r?\n"), timeout=60,
+                 what=f"ddprun's end\n{self.text}")
+        return int(re.search(r"ddprun-rc=(\d+)\r?\n", self.text).group(1))
+
     def close(self):
         try:
             os.kill(self.pid, signal.SIGKILL)
@@ -156,15 +165,11 @@ def test_ctrl_z_stops_the_workers_with_ddprun_and_fg_continues_them(tmp_path):
         assert [stopped(w) for w in workers] == ["T", "T"], term.text
         time.sleep(3)  # past --hang_timeout, stopped
         assert [stopped(w) for w in workers] == ["T", "T"], term.text
-        term.type("fg\n")
-        term.type("echo ddprun-rc=$?\n")
-        # The terminal echoes the typed "ddprun-rc=$?" at once; the shell's answer has digits.
-        wait_for(lambda: term.matches(r"ddprun-rc=\d+\r?\n"), timeout=60,
-                 what=f"ddprun's end\n{term.text}")
+        rc = term.fg_until_done()
     finally:
         term.close()
     text = term.text.replace("\r", "")
-    assert "ddprun-rc=0" in text, text
+    assert rc == 0, text
     assert "SIGTSTP: 2 worker(s) stop with ddprun" in text, text
     assert re.search(r"continued after \d+\.\d s stopped: 2 worker\(s\) continue", text), text
     assert "hung" not in text, text
@@ -192,14 +197,11 @@ def test_a_background_ddprun_under_stty_tostop_is_stopped_by_its_output_and_fg_c
         term.type("jobs -l\n")
         wait_for(lambda: term.seen("Stopped (tty output)"), timeout=20,
                  what=f"bash's 'Stopped (tty output)'\n{term.text}")
-        term.type("fg\n")
-        term.type("echo ddprun-rc=$?\n")
-        wait_for(lambda: term.matches(r"ddprun-rc=\d+\r?\n"), timeout=60,
-                 what=f"ddprun's end\n{term.text}")
+        rc = term.fg_until_done()
     finally:
         term.close()
     text = term.text.replace("\r", "")
-    assert "ddprun-rc=0" in text, text
+    assert rc == 0, text
     assert "worker-said-42" in text, text
 
 

@@ -4,6 +4,7 @@
 // in). The agents and the coordinator over an in-process store, stepped by hand.
 #include <doctest/doctest.h>
 
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <string>
@@ -99,6 +100,15 @@ bool Has(const std::vector<std::string>& lines, const std::string& part) {
   return false;
 }
 
+// Every agent of `ids` started the workers of one round.
+void RequireStarted(World& w, std::initializer_list<const char*> ids) {
+  for (const char* id : ids) {
+    INFO(std::string(id));
+    REQUIRE(w.ActionOf(id));
+    CHECK(w.ActionOf(id)->kind == ActionKind::kStartWorkers);
+  }
+}
+
 TEST_CASE("claims: a static node rank claimed by a second live agent fails the job, naming both") {
   World w(3, 3, true);
   w.Start("0", 0);
@@ -109,7 +119,7 @@ TEST_CASE("claims: a static node rank claimed by a second live agent fails the j
   // round does not close with either claimant.
   w.Run(7000);
   for (const char* id : {"0", "1", "2"}) {
-    INFO(id);
+    INFO(std::string(id));
     const auto& a = w.ActionOf(id);
     REQUIRE(a);
     REQUIRE(a->kind == ActionKind::kExit);
@@ -136,13 +146,10 @@ TEST_CASE(
   w.Run(3000);
   CHECK_FALSE(w.ActionOf("0"));
   w.Run(20000);
+  RequireStarted(w, {"0", "1b", "2"});
   for (const char* id : {"0", "1b", "2"}) {
-    INFO(id);
-    const auto& a = w.ActionOf(id);
-    REQUIRE(a);
-    REQUIRE(a->kind == ActionKind::kStartWorkers);
-    CHECK(a->round.round == 0);
-    CHECK(a->round.nodes.size() == 3);
+    CHECK(w.ActionOf(id)->round.round == 0);
+    CHECK(w.ActionOf(id)->round.nodes.size() == 3);
   }
   CHECK(Has(w.agents.at("0").told,
             "host-1b (10.0.0.1b) waits for node rank 1, which an earlier agent holds"));
@@ -194,21 +201,15 @@ TEST_CASE(
   SUBCASE("a new node fills the round") {
     w.Start("3", -1);
     w.Run(3000);
+    RequireStarted(w, {"0", "2", "3"});
     for (const char* id : {"0", "2", "3"}) {
-      INFO(id);
-      REQUIRE(w.ActionOf(id));
-      CHECK(w.ActionOf(id)->kind == ActionKind::kStartWorkers);
       for (const auto& n : w.ActionOf(id)->round.nodes) CHECK(n.agent_id != "1");
     }
   }
   SUBCASE("the stopped one comes back and is counted again") {
     w.agents.at("1").alive = true;
     w.Run(3000);
-    for (const char* id : {"0", "1", "2"}) {
-      INFO(id);
-      REQUIRE(w.ActionOf(id));
-      CHECK(w.ActionOf(id)->kind == ActionKind::kStartWorkers);
-    }
+    RequireStarted(w, {"0", "1", "2"});
   }
 }
 
@@ -258,7 +259,7 @@ TEST_CASE("claims: a store host stopped past the limit does not make a live hold
   CHECK_FALSE(Has(w.agents.at("1b").told, "was replaced"));
   w.Run(7000);
   for (const char* id : {"0", "1", "1b"}) {
-    INFO(id);
+    INFO(std::string(id));
     REQUIRE(w.ActionOf(id));
     CHECK(w.ActionOf(id)->message.find("node rank 1 was claimed twice") != std::string::npos);
   }
@@ -283,11 +284,7 @@ TEST_CASE("claims: an agent whose rank was taken over gets it back when the new 
   w.agents.at("1").alive = true;  // SIGCONT: the rank is free, so it is its own again
   w.Start("2", 2);
   w.Run(5000);
-  for (const char* id : {"0", "1", "2"}) {
-    INFO(id);
-    REQUIRE(w.ActionOf(id));
-    CHECK(w.ActionOf(id)->kind == ActionKind::kStartWorkers);
-  }
+  RequireStarted(w, {"0", "1", "2"});
 }
 
 TEST_CASE("claims: a holder the job found lost is replaced at once, even if it beats again") {
