@@ -38,13 +38,21 @@ std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings&
   std::vector<bool> rank_seen(s.max_nodes, false);
   bool ranked = false;
   int n = 0;
-  std::string seen, contested;
+  std::string seen, contested, silent;
+  // The arrivals the coordinator does not count: silent past the limit.
+  auto silent_ids = kv.TryGet(keys.Silent(round));
+  const std::string silent_list =
+      silent_ids.ok() && *silent_ids ? "\n" + **silent_ids : std::string();
   for (int i = 0; i < arrivals; ++i) {
     auto text = kv.TryGet(keys.Node(round, i));
     if (!text.ok() || !*text) continue;
     auto node = NodeInfo::Decode(**text);
     if (!node.ok() || (gathering && rec.Withdrew(node->agent_id))) continue;
     const std::string who = node->name + " (" + node->addr + ")";
+    if (silent_list.find("\n" + node->agent_id + "\n") != std::string::npos) {
+      silent += (silent.empty() ? "" : ", ") + who;
+      continue;
+    }
     if (s.exclusive_ranks && node->requested_rank >= 0) {
       // Not counted while another agent holds its rank (it takes the rank
       // over once that one is silent past the keep-alive limit).
@@ -76,6 +84,9 @@ std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings&
     if (!rank_seen[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
   }
   if (!missing.empty()) why << "; missing node ranks: " << missing;
+  if (!silent.empty()) {
+    why << "; not counted, silent past the keep-alive limit (killed, or stopped): " << silent;
+  }
   why << contested;
   const size_t left = gathering ? rec.withdrawn.size() : 0;
   for (size_t i = 0; i < left; ++i) why << "; left: " << rec.withdrawn[i].reason;

@@ -87,6 +87,7 @@ StatusOr<CoordinatorMachine::Present> CoordinatorMachine::Arrivals(Kv& kv, const
     auto silent = Silent(kv, node->agent_id, now);
     if (!silent.ok()) return silent.status();
     if (*silent) {
+      present.silent += node->agent_id + "\n";
       if (told_silent_.insert(std::to_string(r) + "/" + node->agent_id).second) {
         std::ostringstream why;
         why << "rendezvous: " << node->name << " (" << node->addr << ", agent " << node->agent_id
@@ -131,6 +132,11 @@ StatusOr<bool> CoordinatorMachine::Gather(Kv& kv, const JobRecord& rec, Time now
   TellWithdrawn(rec, r);
   auto present = Arrivals(kv, rec, r, now);
   if (!present.ok()) return present.status();
+  if (published_silent_ != std::pair(r, present->silent)) {
+    // For the waiting agents' progress lines: who is not counted, and why.
+    if (Status s = kv.Set(keys_.Silent(r), present->silent); !s.ok()) return s;
+    published_silent_ = {r, present->silent};
+  }
   const int n = std::min(static_cast<int>(present->nodes.size()), s_.max_nodes);
   if (n < s_.min_nodes) last_call_until_.reset();
   if (n >= s_.min_nodes && !last_call_until_) last_call_until_ = now + s_.last_call_timeout;

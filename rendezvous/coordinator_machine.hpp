@@ -62,6 +62,7 @@ class CoordinatorMachine {
     // taken over, or the job fails as the rank was claimed twice), or its
     // record is not written yet: the round does not close meanwhile.
     bool unsettled = false;
+    std::string silent;  // the agent ids not counted for silence, one per line
   };
   StatusOr<Present> Arrivals(Kv& kv, const JobRecord& rec, int r, Time now);
   // Whether agent `id` sent no keep-alive for the limit, as this coordinator
@@ -82,6 +83,7 @@ class CoordinatorMachine {
   std::map<std::string, std::pair<int64_t, Time>> heard_;  // the same for arrivals
   std::map<std::pair<int, int>, Time> unwritten_;          // (round, arrival) -> when first missing
   std::set<std::string> told_silent_;                      // "round/agent" logged as not counted
+  std::pair<int, std::string> published_silent_{-1, ""};   // (round, Keys::Silent's value)
   std::optional<Time> last_step_;
   Time resumed_at_{};  // when this coordinator last came back from a pause
   Time next_wake_{};

@@ -78,6 +78,10 @@ class RendezvousKeys {
   std::string Join(int r) const { return R(r) + "join"; }
   std::string Node(int r, int i) const { return R(r) + "node/" + std::to_string(i); }
   std::string Cleared(int r) const { return R(r) + "cleared"; }
+  // The arrivals of round `r` the coordinator does not count as silent past
+  // the keep-alive limit: their agent ids, one per line (what the waiting
+  // agents tell).
+  std::string Silent(int r) const { return R(r) + "silent"; }
   // Static backend: the agent that holds node rank `rank` (its NodeInfo).
   std::string Claim(int rank) const { return p_ + "claim/" + std::to_string(rank); }
   // The settings every agent must share ("--nnodes=1:2 --max_restarts=3"),

@@ -198,6 +198,13 @@ TEST_CASE(
   CHECK_FALSE(w.ActionOf("2"));
   CHECK(Has(w.coordinator_log,
             "host-1 (10.0.0.1, agent 1), which joined round 0, has sent no keep-alive for 15 s"));
+  // The waiting agents' progress says so too (it said "3 of at least 3 nodes joined").
+  w.Run(3000);
+  CHECK_FALSE(w.ActionOf("2"));
+  CHECK(Has(w.agents.at("2").told,
+            "waiting for round 0: 2 of at least 3 nodes joined; seen: host-0 (10.0.0.0), host-2 "
+            "(10.0.0.2); not counted, silent past the keep-alive limit (killed, or stopped): "
+            "host-1 (10.0.0.1)"));
   SUBCASE("a new node fills the round") {
     w.Start("3", -1);
     w.Run(3000);
