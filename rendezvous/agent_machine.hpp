@@ -188,6 +188,9 @@ class AgentMachine {
   int64_t version_ = 0;
 };
 
+// "1.5 s", "15 s", "20.096 s": a duration as the agent's messages give it.
+std::string DurationText(std::chrono::milliseconds d);
+
 // The message of a round that could not form within join_timeout, naming the
 // nodes seen and the requested node ranks missing (coordinator and agents).
 std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
