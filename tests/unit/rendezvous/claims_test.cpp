@@ -109,6 +109,17 @@ void RequireStarted(World& w, std::initializer_list<const char*> ids) {
   }
 }
 
+// Static, 3 nodes: node 1's agent is stopped (SIGSTOP) while it waits for
+// node 2, and an agent started in its place has taken its rank over.
+void StopNodeOneAndReplaceIt(World& w) {
+  w.Start("0", 0);
+  w.Start("1", 1);
+  w.Run(300);
+  w.agents.at("1").alive = false;  // SIGSTOP
+  w.Start("1b", 1);
+  w.Run(17000);
+}
+
 TEST_CASE("claims: a static node rank claimed by a second live agent fails the job, naming both") {
   World w(3, 3, true);
   w.Start("0", 0);
@@ -162,12 +173,7 @@ TEST_CASE(
 
 TEST_CASE("claims: an agent whose rank was taken over while it was stopped leaves, saying so") {
   World w(3, 3, true);
-  w.Start("0", 0);
-  w.Start("1", 1);
-  w.Run(300);
-  w.agents.at("1").alive = false;  // SIGSTOP
-  w.Start("1b", 1);
-  w.Run(17000);
+  StopNodeOneAndReplaceIt(w);
   w.Start("2", 2);
   w.Run(2000);
   REQUIRE(w.ActionOf("1b"));
@@ -274,12 +280,7 @@ TEST_CASE("claims: a store host stopped past the limit does not make a live hold
 
 TEST_CASE("claims: an agent whose rank was taken over gets it back when the new one left") {
   World w(3, 3, true);
-  w.Start("0", 0);
-  w.Start("1", 1);
-  w.Run(300);
-  w.agents.at("1").alive = false;  // SIGSTOP
-  w.Start("1b", 1);
-  w.Run(17000);
+  StopNodeOneAndReplaceIt(w);
   REQUIRE(Has(w.agents.at("1b").told, "was replaced"));
   // The new agent is stopped by SIGTERM while it waits: it withdraws and
   // frees the rank.
