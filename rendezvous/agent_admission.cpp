@@ -101,6 +101,21 @@ std::optional<Action> AgentMachine::ClaimRank(Kv& kv, const JobRecord& rec, Time
   return Exit(1, c.what);
 }
 
+Action AgentMachine::JobOver(Kv& kv, const JobRecord& rec) {
+  ExitByRecord(rec);
+  if (!rank_claimed_ || rec.outcome == JobOutcome::kFailed) return done_;
+  // Best effort, as the job is over: only what the store still holds.
+  auto holder = kv.TryGet(keys_.Claim(s_.self.requested_rank));
+  if (!holder.ok() || !*holder || (*holder)->empty() || **holder == s_.self.Encode()) return done_;
+  const auto limit = s_.rdzv.keep_alive_interval * s_.rdzv.keep_alive_max_attempt;
+  done_.message = "node rank " + std::to_string(s_.self.requested_rank) + " was taken over by " +
+                  Who(NodeInfo::Decode(**holder)) + " while this agent sent no keep-alive for " +
+                  DurationText(limit) +
+                  " (it was stopped or starved), and the job succeeded without this agent";
+  done_.displaced = true;
+  return done_;
+}
+
 void AgentMachine::WithdrawDisplaced(Kv& kv, const NodeInfo& holder, const std::string& reason) {
   // Best effort: should it fail, the coordinator does not count an arrival
   // that no longer holds its rank anyway.

@@ -264,14 +264,14 @@ Action AgentMachine::Abandoned(int signal, std::string name, const std::string& 
 }
 
 Action AgentMachine::Follow(Kv& kv, const JobRecord& rec, Time now) {
-  if (rec.final()) return ExitByRecord(rec);
+  if (rec.final()) return JobOver(kv, rec);
   min_round_ = std::max(min_round_, round_ + 1);
   phase_ = Phase::kJoin;
   return Join(kv, rec, now);
 }
 
 Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {
-  if (rec.final()) return ExitByRecord(rec);
+  if (rec.final()) return JobOver(kv, rec);
   if (auto refused = CheckSettings(kv, rec)) return *refused;
   if (auto refused = ClaimRank(kv, rec, now)) return *refused;
   const int r = std::max(min_round_, rec.round + 1);
@@ -292,7 +292,7 @@ Action AgentMachine::Join(Kv& kv, const JobRecord& rec, Time now) {
 }
 
 Action AgentMachine::WaitRound(Kv& kv, const JobRecord& rec, Time now) {
-  if (rec.final()) return ExitByRecord(rec);
+  if (rec.final()) return JobOver(kv, rec);
   if (auto claim = ClaimRank(kv, rec, now)) return *claim;
   if (rec.round >= round_) {
     const int rank = rec.round == round_ ? rec.MemberRank(s_.self.agent_id) : -1;

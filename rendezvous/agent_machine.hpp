@@ -145,6 +145,9 @@ class AgentMachine {
   Action Follow(Kv& kv, const JobRecord& rec, Time now);
   Action Exit(int code, std::string message);
   Action ExitByRecord(const JobRecord& rec);
+  // ExitByRecord for an agent that has not run the final round's workers,
+  // saying so when an agent started in its place had taken its node rank.
+  Action JobOver(Kv& kv, const JobRecord& rec);
   Action StoreGone(const Status& s);
   StatusOr<Applied> Apply(Kv& kv, const Transition& t);
   StatusOr<JobRecord> Read(Kv& kv);

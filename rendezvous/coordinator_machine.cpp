@@ -112,13 +112,12 @@ StatusOr<CoordinatorMachine::Present> CoordinatorMachine::Arrivals(Kv& kv, const
 }
 
 void CoordinatorMachine::TellWithdrawn(const JobRecord& rec, int r) {
-  if (told_withdrawn_.first != r) told_withdrawn_ = {r, 0};
-  told_withdrawn_.second = std::min(told_withdrawn_.second, rec.withdrawn.size());  // (Rejoin)
-  for (size_t i = told_withdrawn_.second; i < rec.withdrawn.size(); ++i) {
-    log_("rendezvous: " + rec.withdrawn[i].reason + " before round " + std::to_string(r) +
+  if (told_withdrawn_.first != r) told_withdrawn_ = {r, {}};
+  for (const Withdrawal& w : rec.withdrawn) {
+    if (!told_withdrawn_.second.emplace(w.agent_id, w.reason).second) continue;
+    log_("rendezvous: " + w.reason + " before round " + std::to_string(r) +
          " formed: it forms without it");
   }
-  told_withdrawn_.second = rec.withdrawn.size();
 }
 
 StatusOr<bool> CoordinatorMachine::Gather(Kv& kv, const JobRecord& rec, Time now) {

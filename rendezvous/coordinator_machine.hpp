@@ -88,7 +88,9 @@ class CoordinatorMachine {
   Time resumed_at_{};  // when this coordinator last came back from a pause
   Time next_wake_{};
   std::string wake_key_;
-  std::pair<int, size_t> told_withdrawn_{-1, 0};  // (round, withdrawals logged)
+  // The round whose withdrawals were logged, and the ones logged (agent, reason): by
+  // content, since a Rejoin takes an entry out of the record's list.
+  std::pair<int, std::set<std::pair<std::string, std::string>>> told_withdrawn_{-1, {}};
 };
 
 }  // namespace ddprun::rendezvous

@@ -189,6 +189,38 @@ TEST_CASE("claims: an agent whose rank was taken over while it was stopped leave
                          0) == 0);
 }
 
+TEST_CASE("claims: an agent taken over that comes back after the job succeeded says so") {
+  World w(3, 3, true);
+  StopNodeOneAndReplaceIt(w);
+  w.Start("2", 2);
+  w.Run(2000);
+  RequireStarted(w, {"0", "1b", "2"});
+  WorkersOutcome succeeded;
+  succeeded.kind = WorkersOutcome::Kind::kSucceeded;
+  for (const char* id : {"0", "1b", "2"}) {
+    w.agents.at(id).machine->WorkersExited(succeeded, w.now);
+    w.agents.at(id).action.reset();
+  }
+  w.Run(3000);
+  for (const char* id : {"0", "1b", "2"}) {
+    INFO(std::string(id));
+    REQUIRE(w.ActionOf(id));
+    CHECK(w.ActionOf(id)->kind == ActionKind::kExit);
+    CHECK(w.ActionOf(id)->exit_code == 0);
+  }
+  w.agents.at("1").alive = true;  // SIGCONT, after the job's end
+  w.Run(1000);
+  const auto& a = w.ActionOf("1");
+  REQUIRE(a);
+  REQUIRE(a->kind == ActionKind::kExit);
+  CHECK(a->exit_code == 0);  // the job's outcome
+  CHECK(a->displaced);
+  CHECK(a->message ==
+        "node rank 1 was taken over by host-1b (10.0.0.1b, agent 1b) while this agent sent no "
+        "keep-alive for 15 s (it was stopped or starved), and the job succeeded without this "
+        "agent");
+}
+
 TEST_CASE(
     "claims: an arrival killed while it waits is not closed in; it counts again if it beats") {
   World w(3, 3, false);

@@ -285,6 +285,41 @@ TEST_CASE("machines: a forming round tells who joined after 5 s, then every 30 s
   CHECK(a0.phase() != AgentMachine::Phase::kWaitRound);
 }
 
+TEST_CASE("machines: the store host logs each withdrawal once, also when a rejoin came with it") {
+  LocalStore store;
+  auto kvc = store.Connect(), kvw = store.Connect();
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = rdzv.max_nodes = 3;
+  std::vector<std::string> logged;
+  CoordinatorMachine coordinator(rdzv, "0", [&](const std::string& l) { logged.push_back(l); });
+  const RendezvousKeys keys(rdzv.run_id);
+  auto now = Clock::time_point(std::chrono::hours(1));
+  const auto step = [&] {
+    now += std::chrono::milliseconds(200);
+    (void)coordinator.Step(kvc, now);
+  };
+  const auto apply = [&](const Transition& t) { REQUIRE(ApplyTransition(kvw, keys, t).ok()); };
+  const auto withdraw = [&](const std::string& id) {
+    apply([&](const JobRecord& r) { return Withdraw(r, 0, id, "agent " + id + " left", 1); });
+  };
+  withdraw("a");
+  withdraw("b");
+  step();
+  step();
+  CHECK(logged == std::vector<std::string>{
+                      "rendezvous: agent a left before round 0 formed: it forms without it",
+                      "rendezvous: agent b left before round 0 formed: it forms without it"});
+  // "a" holds its rank again and "c" withdraws before the store host looks:
+  // the list is as long as before, and "c" is still told.
+  apply([&](const JobRecord& r) { return Rejoin(r, 0, "a"); });
+  withdraw("c");
+  step();
+  step();
+  REQUIRE(logged.size() == 3);
+  CHECK(logged[2] == "rendezvous: agent c left before round 0 formed: it forms without it");
+}
+
 TEST_CASE("machines: a round with enough nodes tells that the last call waits for more") {
   LocalStore store;
   auto kv0 = store.Connect(), kvc = store.Connect();
