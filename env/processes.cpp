@@ -60,6 +60,15 @@ std::optional<ProcEntry> ReadProcEntry(pid_t pid) {
   return ParseProcStat(std::string_view(buf, static_cast<size_t>(n)));
 }
 
+char StoppedState(pid_t pid) {
+  const auto entry = ReadProcEntry(pid);
+  return entry && (entry->state == 'T' || entry->state == 't') ? entry->state : 0;
+}
+
+const char* WhyStopped(char state) {
+  return state == 't' ? "stopped by a debugger or tracer" : "stopped by a signal (SIGSTOP)";
+}
+
 std::optional<BlockedCall> ParseBlockedCall(std::string_view syscall) {
   long number = -1;
   unsigned long long a[3] = {};

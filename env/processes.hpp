@@ -29,6 +29,12 @@ struct ProcEntry {
 std::optional<ProcEntry> ParseProcStat(std::string_view stat);
 // /proc/<pid>/stat of one process; nullopt when it is gone.
 std::optional<ProcEntry> ReadProcEntry(pid_t pid);
+// 'T' (stopped by a signal) or 't' (by a debugger or tracer) when `pid` is
+// stopped; 0 when it runs or is gone.
+char StoppedState(pid_t pid);
+// Why a process in StoppedState `state` is stopped: "stopped by a signal
+// (SIGSTOP)" or "stopped by a debugger or tracer".
+const char* WhyStopped(char state);
 // What a thread is blocked in, from its /proc/<pid>/syscall text ("1 0x2
 // 0x7f... ..." on x86-64: the call's number and arguments): a write to a
 // descriptor (write, writev, pwrite, sendfile, splice, tee, copy_file_range:

@@ -317,6 +317,11 @@ RankDump CollectRankDump(const DumpTarget& target, std::chrono::milliseconds too
   const std::string pid = std::to_string(target.pid);
   // /proc first: while a tool is attached, every thread shows "t (tracing stop)".
   d.proc_state = FormatProcState(target.pid);
+  for (pid_t p : {target.pid, target.python_pid}) {
+    if (p == 0 || d.stopped != 0) continue;
+    d.stopped = env::StoppedState(p);
+    if (d.stopped != 0) d.stopped_pid = p;
+  }
   if (std::string eu = FindOnPath("eu-stack"); !eu.empty()) {
     d.native_tool = "eu-stack";
     d.native = RunTool({eu, "-p", pid}, tool_timeout);
@@ -415,7 +420,24 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
                        : ": silent since ") +
             LocalTime(h.since) + " (" + SecondsSince(h.since, now) + Counted(h, now) + ")\n";
   }
-  text += "ranks still beating: " + RankList(request.beating) + "\n\n";
+  std::vector<int> beating;  // a stopped rank does not beat: it is told below
+  for (int r : request.beating) {
+    const bool stopped = std::any_of(dumps.begin(), dumps.end(), [r](const RankDump& d) {
+      return d.target.rank == r && d.stopped != 0;
+    });
+    if (!stopped) beating.push_back(r);
+  }
+  text += "ranks still beating: " + RankList(beating) + "\n";
+  for (const RankDump& d : dumps) {
+    if (d.stopped == 0) continue;
+    const std::string pid = std::to_string(d.stopped_pid);
+    text += "rank " + std::to_string(d.target.rank) + " (pid " + pid + ") was " +
+            env::WhyStopped(d.stopped) +
+            " as the dump began: the ranks in a collective with it wait for it (" +
+            (d.stopped == 't' ? "the debugger's continue" : "kill -CONT " + pid) +
+            " lets it run)\n";
+  }
+  text += "\n";
   // A PyTorch job has no ddprun flight recorder: its section says nothing then.
   if (torch_text.empty() || analysis.verdict != TraceVerdict::kNoTraces)
     text += analysis.text + "\n";

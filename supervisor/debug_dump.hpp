@@ -102,6 +102,10 @@ struct RankDump {
   ToolResult native;        // all threads' native stacks
   ToolResult python;        // py-spy dump; error says when not installed
   std::string proc_state;   // FormatProcState
+  // env::StoppedState of the worker (or its Python) as the dump began: the
+  // ranks in a collective with it wait for it; stopped_pid: which one.
+  char stopped = 0;
+  pid_t stopped_pid = 0;
   std::vector<env::TraceEntry> trace;
   std::string trace_error;  // "" when `trace` was read (kNoFlightRecorder when missing)
 };

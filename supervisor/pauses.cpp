@@ -20,17 +20,6 @@ namespace {
 
 double Seconds(SteadyTime::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// 'T' (stopped by a signal) or 't' (by a debugger or tracer) when `pid` is
-// stopped; 0 when it runs or is gone.
-char StoppedState(pid_t pid) {
-  const auto entry = env::ReadProcEntry(pid);
-  return entry && (entry->state == 'T' || entry->state == 't') ? entry->state : 0;
-}
-
-const char* WhyStopped(char state) {
-  return state == 't' ? "stopped by a debugger or tracer" : "stopped by a signal (SIGSTOP)";
-}
-
 }  // namespace
 
 void Supervisor::StartPauseWatch() {
@@ -65,7 +54,7 @@ void Supervisor::CatchUpPauses() {
   char state = 0;
   for (const WorkerRecord& w : running_->workers()) {
     if (w.state != WorkerState::kRunning) continue;
-    state = StoppedState(w.pid);
+    state = env::StoppedState(w.pid);
     if (state != 0) {
       stopped = &w;
       break;
@@ -85,7 +74,7 @@ void Supervisor::CatchUpPauses() {
     spdlog::info(
         "rank {} (local_rank {}, pid {}) is {}: the job waits for it{}, so the hang limits and "
         "file timers do not count the time until it runs again",
-        stopped->rank, stopped->local_rank, stopped->pid, WhyStopped(state), how);
+        stopped->rank, stopped->local_rank, stopped->pid, env::WhyStopped(state), how);
   } else if (stopped == nullptr && told_pid_ != 0) {
     spdlog::info("pid {} runs again after {:.1f} s stopped; the hang limits count again", told_pid_,
                  Seconds(now - paused_since_));
@@ -157,7 +146,7 @@ void Supervisor::StopTogether() {
   std::vector<pid_t> stopped;
   if (running_ != nullptr) {
     for (const WorkerRecord& w : running_->workers()) {
-      if (w.state != WorkerState::kRunning || StoppedState(w.pid) != 0) continue;
+      if (w.state != WorkerState::kRunning || env::StoppedState(w.pid) != 0) continue;
       if (kill(-w.pid, SIGSTOP) == 0) stopped.push_back(w.pid);
     }
   }

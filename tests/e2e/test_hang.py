@@ -205,6 +205,55 @@ def test_dump_on_request_does_not_stop_the_job(tmp_path):
         p.communicate(timeout=30)
 
 
+def test_a_worker_stopped_through_a_dump_on_request_is_named_and_no_hang_follows(tmp_path):
+    """A worker SIGSTOPped for longer than --hang_timeout, a `ddprun dump` meanwhile, then
+    SIGCONT: the summary names the stopped worker (the verdict alone said "the hang is inside the
+    collective or on a rank this agent cannot see"), the dump leaves it stopped, and the job
+    finishes with no hang declared (an unconfirmed report said one followed)."""
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", "--hang_timeout=3", f"--log_dir={tmp_path}",
+                          TRAIN, "--device", "cpu", "--width", "64", "--depth", "2", "--batch", "16",
+                          "--steps", "6000"], env=env(), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        workers = []
+        while time.monotonic() < deadline and len(workers) < 2:
+            time.sleep(0.2)
+            workers = [c for c in subprocess.run(
+                ["ps", "-o", "pid=,comm=", "--ppid", str(p.pid)], capture_output=True,
+                text=True).stdout.split("\n") if c.split()[-1:] == ["train"]]
+        assert len(workers) == 2
+        time.sleep(1)  # training, past the first collectives
+        stopped = int(workers[1].split()[0])
+        os.kill(stopped, signal.SIGSTOP)
+        time.sleep(1)
+        d = subprocess.run([DDPRUN, "dump", str(p.pid)], capture_output=True, text=True,
+                           timeout=30)
+        assert d.returncode == 0, d.stderr
+        summary = None
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and summary is None:
+            found = list(Path(tmp_path).glob("*/attempt_0/dumps/request_1/summary.txt"))
+            summary = found[0].read_text() if found else None
+            time.sleep(0.1)
+        assert summary is not None
+        time.sleep(3)  # stopped 5 s in all, past --hang_timeout
+        state = Path(f"/proc/{stopped}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state == "T"  # the dump's tools left it stopped
+        os.kill(stopped, signal.SIGCONT)
+        out, err = p.communicate(timeout=120)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+    assert re.search(rf"rank \d \(pid {stopped}\) was stopped by a signal \(SIGSTOP\) as the "
+                     rf"dump began: .*\(kill -CONT {stopped} lets it run\)", summary), summary
+    assert p.returncode == 0, err
+    assert err.count("hung ranks:") == 1, err  # the requested dump's, no hang's
+    assert "hung ranks: none" in err and "runs again after" in err, err
+    assert out.count("checksum") == 2
+
+
 def test_each_node_dumps_its_own_ranks_and_says_which_it_cannot_see(tmp_path):
     import socket
     with socket.socket() as s:

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "env/processes.hpp"
+
 extern char** environ;
 
 namespace ddprun::supervisor {
@@ -226,6 +228,8 @@ TEST_CASE("a dump of live processes holds their threads, /proc state and flight 
   }
   request.hung = {{1, Clock::now()}};
   request.beating = {0, 2, 3};
+  REQUIRE(kill(s3.pid(), SIGSTOP) == 0);  // stopped as the dump begins, and left stopped
+  while (env::StoppedState(s3.pid()) == 0) usleep(1000);
 
   // How long a dump takes (goal: 3 s for 8 ranks) is bench/hang_bench.py's "dump" row.
   auto summary = WriteDebugDump(request);
@@ -246,6 +250,12 @@ TEST_CASE("a dump of live processes holds their threads, /proc state and flight 
           "ranks 0,3 wait in allreduce #1 (1.0 MiB); rank 1 completed #0 and has not entered #1"));
   CHECK(Has(summary->summary, "rank 2: " + std::string(kNoFlightRecorder)));
   CHECK(Has(summary->summary, "rank 1 (pid " + std::to_string(pids[1]) + "), rank_1.txt:\n  #0 "));
+  CHECK(Has(summary->summary, "ranks still beating: 0,2\nrank 3 (pid " + std::to_string(pids[3]) +
+                                  ") was stopped by a signal (SIGSTOP) as the dump began: the "
+                                  "ranks in a collective with it wait for it (kill -CONT " +
+                                  std::to_string(pids[3]) + " lets it run)\n\n"));
+  CHECK_FALSE(Has(summary->summary, "rank 0 (pid " + std::to_string(pids[0]) + ") was stopped"));
+  CHECK(env::StoppedState(s3.pid()) == 'T');  // the tools detached and left it stopped
   std::filesystem::remove_all(dir);
 }
 
