@@ -150,10 +150,24 @@ Status CheckExecutable(const std::string& path) {
   return CheckFirstRun(path);
 }
 
+// A program for Python: a script, a zip archive, or a directory with a
+// __main__.py (as `python DIR` runs it).
 Status CheckReadable(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return StatError(path, errno);
-  if (S_ISDIR(st.st_mode)) return PermissionDenied(path + ": is a directory");
+  if (S_ISDIR(st.st_mode)) {
+    struct stat main {};
+    for (const char* name : {"/__main__.py", "/__main__.pyc"}) {
+      if (stat((path + name).c_str(), &main) == 0 && S_ISREG(main.st_mode)) {
+        return access((path + name).c_str(), R_OK) == 0
+                   ? Status::Ok()
+                   : PermissionDenied(path + name + ": not readable");
+      }
+    }
+    return PermissionDenied(path +
+                            ": is a directory without a __main__.py, which Python would run; "
+                            "name the script in it, or give a package with -m");
+  }
   if (access(path.c_str(), R_OK) != 0) return PermissionDenied(path + ": not readable");
   return Status::Ok();
 }
@@ -281,8 +295,10 @@ StatusOr<Program> ResolveProgram(const LaunchConfig& c, const env::Environ& envi
   }
   struct stat st {};
   bool exists = stat(c.program.c_str(), &st) == 0;
-  // torchrun runs any script under Python; an executable file runs directly.
-  if (!c.no_python && exists && S_ISREG(st.st_mode) && access(c.program.c_str(), X_OK) != 0) {
+  // torchrun runs any script under Python (a directory or zip archive with a
+  // __main__.py too); an executable file runs directly.
+  if (!c.no_python && exists &&
+      (S_ISDIR(st.st_mode) || (S_ISREG(st.st_mode) && access(c.program.c_str(), X_OK) != 0))) {
     return UnderPython(c, environ, self_exe);
   }
   std::string lookup =

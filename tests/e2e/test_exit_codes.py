@@ -78,6 +78,34 @@ def test_directory_as_program_exits_126(tmp_path):
     assert str(tmp_path) in r.stderr, r
 
 
+@pytest.mark.parametrize("kind", ["directory", "zip", "directory, --run_path"])
+def test_a_directory_or_zip_with_a_main_runs_under_python_as_under_torchrun(tmp_path, kind):
+    """`python app` runs app/__main__.py (and a zip archive's), so torchrun runs them: ddprun
+    refused a directory ("is a directory", 126; found by an attacking helper)."""
+    import zipfile
+    main = 'import os, sys; print("app ran", os.environ["RANK"], sys.argv[1:])\n'
+    if kind.startswith("directory"):
+        app = tmp_path / "app"
+        app.mkdir()
+        (app / "__main__.py").write_text(main)
+    else:
+        app = tmp_path / "app.zip"
+        with zipfile.ZipFile(app, "w") as z:
+            z.writestr("__main__.py", main)
+    flags = ["--run_path"] if "run_path" in kind else []
+    r = run_ddprun(["--nproc_per_node=2", *flags, app.name, "--x"], cwd=tmp_path)
+    assert r.rc == 0, r
+    assert sorted(line for line in r.stdout.splitlines() if "app ran" in line) == \
+        ["app ran 0 ['--x']", "app ran 1 ['--x']"], r
+
+
+def test_a_directory_without_a_main_is_refused_saying_what_python_needs(tmp_path):
+    (tmp_path / "app").mkdir()
+    r = run_ddprun(["app"], cwd=tmp_path)
+    assert r.rc == 126, r
+    assert "app: is a directory without a __main__.py, which Python would run" in r.stderr, r
+
+
 @pytest.mark.parametrize("kind", ["truncated_elf", "symlink_loop"])
 def test_a_program_found_but_not_runnable_exits_126_as_in_a_shell(tmp_path, kind):
     """A truncated binary (exec: Exec format error) or a symlink loop: found, not runnable, 126
