@@ -296,9 +296,11 @@ StatusOr<Program> ResolveProgram(const LaunchConfig& c, const env::Environ& envi
   struct stat st {};
   bool exists = stat(c.program.c_str(), &st) == 0;
   // torchrun runs any script under Python (a directory or zip archive with a
-  // __main__.py too); an executable file runs directly.
+  // __main__.py too); an executable file runs directly, unless the kernel
+  // cannot run it (a text file without a #! line: under Python, as torchrun).
   if (!c.no_python && exists &&
-      (S_ISDIR(st.st_mode) || (S_ISREG(st.st_mode) && access(c.program.c_str(), X_OK) != 0))) {
+      (S_ISDIR(st.st_mode) || (S_ISREG(st.st_mode) && (access(c.program.c_str(), X_OK) != 0 ||
+                                                       TextWithoutInterpreter(c.program))))) {
     return UnderPython(c, environ, self_exe);
   }
   std::string lookup =

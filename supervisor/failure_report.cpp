@@ -79,6 +79,15 @@ std::string LastLine(const std::string& text) {
   return Printable(std::string_view(text).substr(from, end + 1 - from), kMaxShown);
 }
 
+// `message`, then the worker's last output line on a line of its own (the
+// diagnosis reads it as the worker printed it).
+std::string WithLastLine(std::string message, const FailureRecord& f) {
+  if (const std::string last = LastLine(f.output_tail); !last.empty()) {
+    message += "\nits last output line: " + last;
+  }
+  return message;
+}
+
 std::string DefaultMessage(const FailureRecord& f, bool python) {
   if (f.exit.signal != 0) {
     return "Signal " + std::to_string(f.exit.signal) + " (" + SignalName(f.exit.signal) +
@@ -90,11 +99,7 @@ std::string DefaultMessage(const FailureRecord& f, bool python) {
         " (Python: decorate the entry point with "
         "torch.distributed.elastic.multiprocessing.errors.record)";
   }
-  // On a line of its own: the diagnosis reads it as the worker printed it.
-  if (const std::string last = LastLine(f.output_tail); !last.empty()) {
-    message += "\nits last output line: " + last;
-  }
-  return message;
+  return WithLastLine(std::move(message), f);
 }
 
 // Where the kernel put the core of a worker whose wait status said it dumped
@@ -123,8 +128,11 @@ bool Unreadable(const std::string& path, const std::string& text, const std::str
                 FailureRecord& record) {
   constexpr size_t kShown = 300;
   record.error_file = path;
-  record.message = "the worker's error file is not a record ddprun can read (" + why + ", " +
-                   std::to_string(text.size()) + " bytes); it begins: " + Printable(text, kShown);
+  record.message = text.empty() ? "the worker's error file is empty (" + why + ")"
+                                : "the worker's error file is not a record ddprun can read (" +
+                                      why + ", " + std::to_string(text.size()) +
+                                      " bytes); it begins: " + Printable(text, kShown);
+  record.message = WithLastLine(std::move(record.message), record);
   return true;
 }
 
@@ -257,7 +265,14 @@ bool ReadErrorFile(const std::string& path, FailureRecord& record) {
   if (path.empty()) return false;
   // Never waits: the worker may have left a named pipe there.
   const std::string text = ReadSmallFile(path);
-  if (text.empty()) return false;
+  if (text.empty()) {
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != 0) return false;
+    return Unreadable(path, text,
+                      "0 bytes: the worker was killed while it wrote the file, or opened it and "
+                      "wrote nothing",
+                      record);
+  }
   if (NestsTooDeep(text)) {
     return Unreadable(path, text,
                       "JSON nested more than " + std::to_string(kMaxJsonDepth) + " levels deep",

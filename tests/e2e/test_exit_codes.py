@@ -153,10 +153,22 @@ def test_a_program_whose_exec_would_say_no_such_file_exits_126_saying_why(tmp_pa
         prog.write_bytes(binary.replace(loader, loader.replace(b"ld-", b"nx-")))
         prog.chmod(0o755)
         expected = f"its dynamic loader {loader.replace(b'ld-', b'nx-').decode()} does not exist"
-    r = run_ddprun(["--nproc_per_node=2", prog])
+    # Without --no_python, a text file without a #! line runs under Python (below).
+    flags = ["--no_python"] if kind == "no #! line" else []
+    r = run_ddprun(["--nproc_per_node=2", *flags, prog])
     assert r.rc == 126, r
     assert f"ddprun: cannot run {prog}: {prog}: {expected}" in r.stderr, r
     assert "hi" not in r.stdout and "rendezvous" not in r.stderr, r  # before any worker
+
+
+def test_an_executable_python_file_without_a_shebang_runs_under_python_as_under_torchrun(
+        tmp_path):
+    """torchrun runs `python -u trainer` for any program; ddprun refused an executable text file
+    without a #! line, advising /bin/sh (found by an attacking helper)."""
+    write_script(tmp_path, "trainer", 'import os\nprint("trained", os.environ["RANK"])\n')
+    r = run_ddprun(["--nproc_per_node=2", "trainer"], cwd=tmp_path)
+    assert r.rc == 0, r
+    assert sorted(r.stdout.split("\n"))[-2:] == ["trained 0", "trained 1"], r
 
 
 USAGE_ERRORS = [

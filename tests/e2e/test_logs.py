@@ -162,18 +162,25 @@ def test_record_error_file_shows_in_report(tmp_path):
     assert "fails.py FAILED" in r.stderr, r
 
 
-def test_an_error_file_cut_off_is_named_and_shown_not_taken_for_none(tmp_path):
-    """A worker killed while writing its error file (or writing bytes that are not UTF-8): the
-    report named no file and advised @record."""
+@pytest.mark.parametrize("kind", ["cut off", "empty"])
+def test_an_error_file_cut_off_is_named_and_shown_not_taken_for_none(tmp_path, kind):
+    """A worker killed while writing its error file (or writing bytes that are not UTF-8, or as
+    it began, leaving it empty): the report named no file and advised @record."""
     logs = tmp_path / "logs"
     cut = r"""printf '{"message": {"message": "RuntimeError: boom\351' > "$TORCHELASTIC_ERROR_FILE"; exit 2"""
+    if kind == "empty":
+        cut = 'echo step 10; : > "$TORCHELASTIC_ERROR_FILE"; exit 2'
     r = run_ddprun([f"--log_dir={logs}", *sh(cut)])
     assert r.rc == 2, r
     error_file = run_dir(logs) / "attempt_0" / "0" / "error.json"
     assert f"error_file: {error_file}" in r.stderr, r
-    assert ("the worker's error file is not a record ddprun can read (not JSON: cut off, or not "
-            "UTF-8, 44 bytes); it begins: {\"message\": {\"message\": \"RuntimeError: boom\\xe9"
-            in r.stderr), r
+    if kind == "empty":
+        assert ("the worker's error file is empty (0 bytes: the worker was killed while it wrote "
+                "the file, or opened it and wrote nothing)" in r.stderr), r
+    else:
+        assert ("the worker's error file is not a record ddprun can read (not JSON: cut off, or "
+                "not UTF-8, 44 bytes); it begins: {\"message\": {\"message\": "
+                "\"RuntimeError: boom\\xe9" in r.stderr), r
     assert "wrote no error file" not in r.stderr, r
     incident = json.loads((run_dir(logs) / "incident.json").read_text())
     assert incident["root_cause"]["failure"]["error_file_contents"] is None, incident

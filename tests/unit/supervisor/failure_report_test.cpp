@@ -33,7 +33,16 @@ TEST_CASE("error files in torchrun's nested and flat forms are read") {
   CHECK(flat.timestamp == 5);
   FailureRecord bad;
   CHECK_FALSE(ReadErrorFile("/nonexistent/error.json", bad));
-  CHECK_FALSE(ReadErrorFile(TempFile("ddprun_err0.json", ""), bad));
+  // Created but empty (killed as it began writing): named, not taken for none.
+  FailureRecord empty;
+  empty.output_tail = "step 10\n";
+  auto p0 = TempFile("ddprun_err0.json", "");
+  REQUIRE(ReadErrorFile(p0, empty));
+  CHECK(empty.error_file == p0);
+  CHECK(empty.message ==
+        "the worker's error file is empty (0 bytes: the worker was killed while it wrote the "
+        "file, or opened it and wrote nothing)\nits last output line: step 10");
+  std::remove(p0.c_str());
   // Written, but cut off (killed mid-write) or not UTF-8: named and shown, not taken for none.
   auto p3 = TempFile("ddprun_err3.json", "{\"message\": {\"message\": \"caf\xe9");
   REQUIRE(ReadErrorFile(p3, bad));
