@@ -70,6 +70,21 @@ Match NativeCrash(const std::string& text, const ExplainContext& c) {
     return {};
   }
   const std::string name = SignalName(sig);
+  // A Python exception first (its traceback in the error file or the
+  // output), then the abort on the way out: the exception is the failure.
+  const size_t raised = text.rfind("Traceback (most recent call last):");
+  if (sig == SIGABRT && raised != std::string::npos) {
+    static const std::regex kRaised(R"(\n(?:\[rank\d+\]: )?([A-Za-z_][\w.]*): ([^\n]*))");
+    std::smatch m;
+    if (std::regex_search(text.begin() + static_cast<long>(raised), text.end(), m, kRaised)) {
+      return Lines("the worker raised " + m[1].str() + ": " + m[2].str() +
+                       ", then aborted (SIGABRT) on its way out, in native teardown (a process "
+                       "group left to be torn down while its peers were gone): the exception is "
+                       "the failure",
+                   "the traceback says what failed; torch.distributed.destroy_process_group() "
+                   "in a finally: block lets the worker exit with the exception's code");
+    }
+  }
   if (auto m = Find(text, R"(terminate called after throwing an instance of '([^']+)'\s*\n\s*)"
                           R"(what\(\):\s*([^\n]*))")) {
     return Lines("the worker aborted (" + name +

@@ -280,3 +280,24 @@ def test_threads_refused_by_rlimit_nproc_are_explained_with_the_numbers(test_use
     assert "RLIMIT_NPROC of ddprun-test is soft 200, hard 200; ddprun-test runs " in cause[0], \
         cause[0]
     assert "ddprun-test hard nproc N' in /etc/security/limits.d/" in r.stderr, r.stderr
+
+
+def test_an_exception_then_an_abort_on_the_way_out_names_the_exception(tmp_path):
+    """PyTorch sometimes aborts a rank on its way out after the script raised (TEARDOWN_ABORT):
+    the cause line said "crashed in native code" and blamed an extension (found by an attacking
+    helper). Here the abort is made sure: an exit handler calls os.abort()."""
+    script = tmp_path / "raise_then_abort.py"
+    script.write_text(
+        "import atexit, os\n"
+        "from torch.distributed.elastic.multiprocessing.errors import record\n"
+        "atexit.register(os.abort)\n"
+        "@record\n"
+        "def main():\n"
+        "    raise RuntimeError('boom on rank ' + os.environ['RANK'])\n"
+        "main()\n")
+    r = run_ddprun(["--nproc_per_node=1", script])
+    assert r.rc == 128 + signal.SIGABRT, r
+    cause, fix = lines(r)
+    assert cause.startswith("the worker raised RuntimeError: boom on rank 0, then aborted "
+                            "(SIGABRT) on its way out"), cause
+    assert "destroy_process_group() in a finally: block" in fix, fix

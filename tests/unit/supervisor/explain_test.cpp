@@ -347,6 +347,31 @@ TEST_CASE("explain: a native crash names the Python call under it, or the C++ ex
               c);
   REQUIRE(e.has_value());
   CHECK(e->signature == "collective timeout");
+  // A Python exception, then an abort as the interpreter exits (Gloo's teardown
+  // with its peer gone): the exception is the failure, not native code.
+  const std::string traceback =
+      "Traceback (most recent call last):\n  File \"/tmp/job/rt.py\", line 9, in main\n    "
+      "raise RuntimeError(\"boom on rank 1\")\nRuntimeError: boom on rank 1\n";
+  for (const std::string& prefix : {std::string(), std::string("[rank1]: ")}) {
+    std::string tail;
+    for (size_t at = 0; at < traceback.size();) {
+      const size_t nl = traceback.find('\n', at);
+      tail += prefix + traceback.substr(at, nl + 1 - at);
+      at = nl + 1;
+    }
+    e = Explain(Failed("", tail), c);
+    REQUIRE(e.has_value());
+    CHECK(e->signature == "native crash");
+    CHECK(e->cause ==
+          "the worker raised RuntimeError: boom on rank 1, then aborted (SIGABRT) on its way out, "
+          "in native teardown (a process group left to be torn down while its peers were gone): "
+          "the exception is the failure");
+  }
+  e = Explain(Failed(traceback), c);  // the error file's traceback
+  REQUIRE(e.has_value());
+  CHECK(e->cause.rfind("the worker raised RuntimeError: boom on rank 1, then aborted", 0) == 0);
+  c.unasked_signal = SIGSEGV;  // a crash is no way out: native code it stays
+  CHECK(Explain(Failed(traceback), c)->cause == "the worker crashed in native code (SIGSEGV)");
   c.unasked_signal = SIGBUS;
   c.shm_size_bytes = 64ull << 20;
   e = Explain(Failed(""), c);
