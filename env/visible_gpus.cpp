@@ -108,6 +108,12 @@ std::vector<VisibleGpu> Gpus(const std::vector<EntryMatch>& matches) {
   return out;
 }
 
+Status RepeatedGpus(const std::string& list, const std::pair<std::string, std::string>& repeat) {
+  return InvalidArgument("--gpus=" + list + ": " + Repeated(repeat) +
+                         ": list each GPU once (two workers on one GPU make NCCL fail with "
+                         "\"Duplicate GPU detected\")");
+}
+
 Status CheckGpusOption(const std::string& list, const std::vector<EntryMatch>& matches,
                        const GpuInventory& inv) {
   std::string unknown;
@@ -124,11 +130,7 @@ Status CheckGpusOption(const std::string& list, const std::vector<EntryMatch>& m
     return InvalidArgument("--gpus=" + list + ": " + unknown + (count == 1 ? " names" : " name") +
                            " no GPU of this host, which has " + DescribeGpus(inv) + ": " + fix);
   }
-  if (auto repeat = FirstRepeat(matches)) {
-    return InvalidArgument("--gpus=" + list + ": " + Repeated(*repeat) +
-                           ": list each GPU once (two workers on one GPU make NCCL fail with "
-                           "\"Duplicate GPU detected\")");
-  }
+  if (auto repeat = FirstRepeat(matches)) return RepeatedGpus(list, *repeat);
   return Status::Ok();
 }
 
@@ -138,6 +140,14 @@ StatusOr<VisibleGpus> FromGpusOption(const std::string& list, const GpuInventory
   v.list = list;
   v.worker_devices = list;
   if (inv.source == GpuSource::kNone) {
+    // Which GPUs exist is unknown; one written twice is a repeat all the same.
+    const auto entries = SplitList(list);
+    for (size_t i = 0; i < entries.size(); ++i) {
+      if (std::find(entries.begin(), entries.begin() + static_cast<long>(i), entries[i]) !=
+          entries.begin() + static_cast<long>(i)) {
+        return RepeatedGpus(list, {entries[i], entries[i]});
+      }
+    }
     v.warnings.push_back("--gpus=" + list + " not checked: this host's GPUs are unknown (" +
                          inv.note + "); a device that does not exist fails in the workers");
     return v;

@@ -93,6 +93,10 @@ TEST_CASE("--gpus without any GPU inventory is taken unchecked, with one warning
   REQUIRE(v.warnings.size() == 1);
   CHECK(v.warnings[0].find("--gpus=0,6,7 not checked") != std::string::npos);
   CHECK(v.warnings[0].find(none.note) != std::string::npos);
+  // A GPU written twice is a repeat whatever the host has.
+  CHECK(Refusal("0,6,0", none) ==
+        "--gpus=0,6,0: GPU 0 is listed twice: list each GPU once (two workers on one GPU make "
+        "NCCL fail with \"Duplicate GPU detected\")");
 }
 
 TEST_CASE("CUDA_VISIBLE_DEVICES is read as CUDA reads it") {
