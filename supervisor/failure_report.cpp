@@ -51,7 +51,8 @@ std::string FormatOne(size_t idx, const std::string& host, const FailureRecord& 
     << "  time      : " << IsoTime(f.timestamp) << "\n"
     << "  host      : " << host << "\n"
     << "  rank      : " << f.rank << " (local_rank: " << f.local_rank << ")\n"
-    << "  exitcode  : " << f.exit.TorchCode() << " (pid: " << f.pid << ") "
+    << "  exitcode  : " << f.exit.TorchCode()
+    << (f.pid > 0 ? " (pid: " + std::to_string(f.pid) + ") " : " (never started) ")
     << (f.exit.signal != 0 ? " (" + SignalName(f.exit.signal) + ")" : "") << "\n"
     << "  error_file: " << f.error_file << "\n"
     << "  traceback : " << Indent(f.message);

@@ -145,6 +145,11 @@ TEST_CASE("the root cause is the earliest error file, and the report keeps torch
         std::string::npos);
   CHECK(report.find("  exitcode  : -9 (pid: 10)  (SIGKILL)") != std::string::npos);
   CHECK(report.find("  host      : node1") != std::string::npos);
+  // A worker that could not be started has no pid to show.
+  auto unstarted = failures;
+  unstarted[0].pid = 0;
+  CHECK(FormatReport("train.py", "node1", unstarted).find("  exitcode  : 3 (never started) \n") !=
+        std::string::npos);
   std::string border = report.substr(0, report.find('\n') + 1);
   CHECK(border.find_first_not_of('=') == border.size() - 1);
   CHECK(report.substr(report.size() - border.size()) == border);
