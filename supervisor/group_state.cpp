@@ -178,6 +178,9 @@ void GroupState::BeginStop(int sig) {
   phase_ = Phase::kStopping;
   if (!AnyRunning()) return;
   SignalSurvivors(sig);
+  // A worker stopped (SIGSTOP, a job-control stop) acts on the signal only
+  // once continued: without SIGCONT it would sit out the whole grace.
+  SignalSurvivors(SIGCONT);
   timer_->Arm(options_.shutdown_timeout);
 }
 

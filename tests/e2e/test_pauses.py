@@ -78,6 +78,22 @@ def test_a_stopped_worker_pauses_the_hang_limits_of_the_job(launch):
     assert f"pid {workers[1]} runs again after" in err, p.output()
 
 
+def test_a_stopped_worker_is_continued_when_the_group_stops_so_it_sees_sigterm(launch):
+    """Rank 1 stopped (SIGSTOP), rank 0 fails: the group's SIGTERM reaches a stopped worker
+    only once it is continued, and ddprun sat out the whole --shutdown_timeout before its
+    SIGKILL (found by an attacking helper)."""
+    script = ('if [ "$LOCAL_RANK" = 0 ]; then sleep 2; exit 3; fi; '
+              'trap "echo rank 1 got SIGTERM; exit 143" TERM; while :; do sleep 0.1; done')
+    p = launch(["--nproc_per_node=2", "--shutdown_timeout=60", *sh(script)])
+    workers = workers_of(p.pid, 2)
+    time.sleep(0.5)  # its trap is set
+    os.kill(workers[1], signal.SIGSTOP)
+    start = time.monotonic()
+    assert p.wait(timeout=90) == 3, p.output()
+    assert time.monotonic() - start < 20, p.output()  # not the 60 s grace
+    assert "rank 1 got SIGTERM" in p.stdout(), p.output()
+
+
 def test_a_worker_that_hangs_after_a_pause_is_still_hung(launch):
     # The pause is left out, not the silence after it: rank 1 stops beating once continued.
     script = sh('i=0; while [ $i -lt 5 ]; do touch "$DDPRUN_HEARTBEAT_FILE"; sleep 0.2; '

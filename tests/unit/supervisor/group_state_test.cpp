@@ -14,6 +14,16 @@ struct FakeControl : ProcessControl {
   void SignalGroup(pid_t pgid, int sig) override { sent.emplace_back(pgid, sig); }
 };
 
+// The signals a stop sends: `sig` to each worker, then SIGCONT to each (a
+// stopped worker acts on `sig` only once continued).
+std::vector<std::pair<pid_t, int>> Stop(int sig, std::vector<pid_t> pids) {
+  std::vector<std::pair<pid_t, int>> out;
+  for (int s : {sig, SIGCONT}) {
+    for (pid_t p : pids) out.emplace_back(p, s);
+  }
+  return out;
+}
+
 struct FakeTimer : Timer {
   bool armed = false;
   double after = 0;
@@ -51,7 +61,7 @@ TEST_CASE_FIXTURE(Fixture, "first failure sends SIGTERM to every survivor and ar
   GroupState s = Make(3);
   s.OnExits({{101, ExitStatus::Exited(3)}}, now);
   CHECK(s.phase() == Phase::kStopping);
-  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGTERM}, {102, SIGTERM}});
+  CHECK(control.sent == Stop(SIGTERM, {100, 102}));
   CHECK(timer.armed);
   CHECK(timer.after == doctest::Approx(30));
   s.OnExits({{100, ExitStatus::Signaled(SIGTERM)}, {102, ExitStatus::Signaled(SIGTERM)}}, now);
@@ -90,7 +100,7 @@ TEST_CASE_FIXTURE(Fixture,
                   "a handled signal is forwarded as itself and the outcome is interrupted") {
   GroupState s = Make(2);
   s.OnSignal(SIGINT, now);
-  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGINT}, {101, SIGINT}});
+  CHECK(control.sent == Stop(SIGINT, {100, 101}));
   s.OnExits({{100, ExitStatus::Signaled(SIGINT)}, {101, ExitStatus::Exited(0)}}, now);
   CHECK(s.done());
   CHECK(s.outcome() == Outcome::kInterrupted);
@@ -102,7 +112,7 @@ TEST_CASE_FIXTURE(Fixture, "a burst of SIGTERMs is one request; a second Ctrl-C 
   s.OnSignal(SIGTERM, now);
   s.OnSignal(SIGTERM, now);  // slurmstepd's second SIGTERM, 30 ms later
   s.OnSignal(SIGHUP, now);
-  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGTERM}});
+  CHECK(control.sent == Stop(SIGTERM, {100}));
   CHECK(s.phase() == Phase::kStopping);
   GroupState t = Make(1);
   t.OnSignal(SIGINT, now);
@@ -110,7 +120,7 @@ TEST_CASE_FIXTURE(Fixture, "a burst of SIGTERMs is one request; a second Ctrl-C 
   // One Ctrl-C seen twice (the terminal, and `timeout --foreground` passing it on): the grace
   // stays.
   t.OnSignal(SIGINT, now + std::chrono::milliseconds(1));
-  CHECK(control.sent.back() == std::pair<pid_t, int>{100, SIGINT});
+  CHECK(control.sent.back() == std::pair<pid_t, int>{100, SIGCONT});  // the first press's
   CHECK(t.phase() == Phase::kStopping);
   t.OnSignal(SIGINT, now + GroupState::kOnePress);  // pressed again
   CHECK(control.sent.back() == std::pair<pid_t, int>{100, SIGKILL});
@@ -161,7 +171,7 @@ TEST_CASE_FIXTURE(Fixture, "forward-only signals reach the workers without a tea
 TEST_CASE_FIXTURE(Fixture, "a worker that cannot start fails the group and stops the started") {
   GroupState s = Make(1);
   s.OnStartFailure(1, 1, ExitStatus::Exited(127), now, "start x: no such file");
-  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGTERM}});
+  CHECK(control.sent == Stop(SIGTERM, {100}));
   s.OnExits({{100, ExitStatus::Signaled(SIGTERM)}}, now);
   CHECK(s.outcome() == Outcome::kFailed);
   CHECK(s.workers()[s.failures()[0]].start_error == "start x: no such file");
@@ -185,8 +195,7 @@ TEST_CASE_FIXTURE(Fixture, "hung workers fail the group like a crash and are tor
   GroupState s = Make(3);
   s.OnHang({{1, "hung: no heartbeat for 3.0 s"}}, now);
   CHECK(s.phase() == Phase::kStopping);
-  CHECK(control.sent ==
-        std::vector<std::pair<pid_t, int>>{{100, SIGTERM}, {101, SIGTERM}, {102, SIGTERM}});
+  CHECK(control.sent == Stop(SIGTERM, {100, 101, 102}));
   REQUIRE(s.failures().size() == 1);
   CHECK(s.workers()[1].hang == "hung: no heartbeat for 3.0 s");
   s.OnExits({{100, ExitStatus::Signaled(SIGTERM)},
@@ -233,7 +242,7 @@ TEST_CASE_FIXTURE(Fixture, "an expired file timer fails its worker; its death is
   GroupState s = Make(2);
   s.OnTimerExpired(1, "file timer 'step' expired after 1.0 s", now);
   CHECK(s.phase() == Phase::kStopping);
-  CHECK(control.sent == std::vector<std::pair<pid_t, int>>{{100, SIGTERM}, {101, SIGTERM}});
+  CHECK(control.sent == Stop(SIGTERM, {100, 101}));
   // The SIGKILL the timer sent is not excused by a SIGKILL ddprun receives.
   s.OnExits({{101, ExitStatus::Signaled(SIGKILL)}}, now + std::chrono::seconds(1));
   s.OnExits({{100, ExitStatus::Signaled(SIGTERM)}}, now + std::chrono::seconds(1));
@@ -262,7 +271,7 @@ TEST_CASE_FIXTURE(Fixture, "a file timer expiring after a crash or for an exited
 TEST_CASE_FIXTURE(Fixture, "a stop request tears the group down with outcome stopped") {
   GroupState s = Make(2);
   s.OnStopRequest();
-  CHECK(control.sent.size() == 2);
+  CHECK(control.sent == Stop(SIGTERM, {100, 101}));
   s.OnExits({{100, ExitStatus::Signaled(SIGTERM)}, {101, ExitStatus::Signaled(SIGTERM)}}, now);
   CHECK(s.outcome() == Outcome::kStopped);
 }
