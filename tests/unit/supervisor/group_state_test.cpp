@@ -16,7 +16,7 @@ struct FakeControl : ProcessControl {
 
 // The signals a stop sends: `sig` to each worker, then SIGCONT to each (a
 // stopped worker acts on `sig` only once continued).
-std::vector<std::pair<pid_t, int>> Stop(int sig, std::vector<pid_t> pids) {
+std::vector<std::pair<pid_t, int>> Stop(int sig, const std::vector<pid_t>& pids) {
   std::vector<std::pair<pid_t, int>> out;
   for (int s : {sig, SIGCONT}) {
     for (pid_t p : pids) out.emplace_back(p, s);
