@@ -80,6 +80,10 @@ bool CanMap(size_t bytes) {
 
 }  // namespace
 
+int GemmThreads() {
+  return openblas_get_num_threads == nullptr ? 1 : std::max(openblas_get_num_threads(), 1);
+}
+
 bool OpenBlasHasRoom(const char* who) {
   if (openblas_get_corename == nullptr || openblas_get_num_threads == nullptr) return true;
   rlimit as{};

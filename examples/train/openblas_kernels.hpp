@@ -19,4 +19,9 @@ void UseTheCpusOpenBlasKernels(char** argv);
 // Call right before the first GEMM, once the process group's threads exist.
 bool OpenBlasHasRoom(const char* who);
 
+// The threads each GEMM runs on (OpenBLAS's, from OMP_NUM_THREADS or the
+// CPUs; 1 for another BLAS). The sums inside a GEMM are split by it, so a
+// checksum is reproduced bit for bit only with as many threads per process.
+int GemmThreads();
+
 }  // namespace ddprun::train

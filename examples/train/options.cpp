@@ -1,7 +1,10 @@
 #include "examples/train/options.hpp"
 
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
+#include <limits>
 #include <sstream>
 #include <utility>
 
@@ -23,7 +26,7 @@ po::options_description OptionTable(TrainOptions* o) {
       ("batch", po::value(&o->batch)->default_value(32), "samples per rank per step")
       ("width", po::value(&o->width)->default_value(256), "hidden layer width")
       ("depth", po::value(&o->depth)->default_value(3), "number of hidden layers")
-      ("seed", po::value(&o->seed)->default_value(1), "seed of data, teacher and weights")
+      ("seed", po::value<std::string>()->default_value("1"), "seed of data, teacher and weights")
       ("lr", po::value(&o->lr)->default_value(0.01f, "0.01"), "learning rate")
       ("optimizer", po::value<std::string>()->default_value("sgd"), "sgd or adam")
       ("amp", po::value<std::string>(), "fp16 or bf16: emulated mixed precision, loss scaling")
@@ -81,6 +84,15 @@ Status ParseEnums(const po::variables_map& vm, TrainOptions* o) {
     }
   }
   o->broadcast_buffers = vm.count("no-broadcast-buffers") == 0;
+  // Read here: the option parser takes "-1" for an unsigned 2^64 - 1.
+  const std::string seed = vm["seed"].as<std::string>();
+  errno = 0;
+  char* end = nullptr;
+  o->seed = std::strtoul(seed.c_str(), &end, 10);
+  if (seed.empty() || seed.find_first_not_of("0123456789") != std::string::npos || errno != 0) {
+    return InvalidArgument("--seed " + seed + ": must be a whole number from 0 to " +
+                           std::to_string(std::numeric_limits<unsigned long>::max()));
+  }
   return Status::Ok();
 }
 

@@ -83,6 +83,11 @@ int RunReference(const TrainOptions& options) {
     }
   }
   PrintChecksum("reference", r.model);
+  // Under ddprun, OMP_NUM_THREADS is set for the workers (and logged).
+  std::printf(
+      "reference: GEMMs on %d thread(s): a DDP run reproduces the checksum with as many "
+      "per rank (OMP_NUM_THREADS)\n",
+      GemmThreads());
   return 0;
 }
 

@@ -29,6 +29,23 @@ def test_every_rank_matches_the_reference_and_the_loss_falls(world, extra, rel):
     assert_matches_reference(r.stdout, world, args, rel)
 
 
+@pytest.mark.parametrize("threads", ["1", "2"])
+def test_two_ranks_reproduce_the_reference_bit_for_bit_with_as_many_gemm_threads(threads):
+    """The sums inside a GEMM are split by its threads: the reference run matched a 2-rank run
+    only when both had one thread (ddprun sets OMP_NUM_THREADS; found by an attacking helper).
+    The reference says how many it used."""
+    e = env(OMP_NUM_THREADS=threads, OPENBLAS_NUM_THREADS=threads)
+    ref = subprocess.run([TRAIN, "--reference", "--world-size", "2", *SMALL], env=e,
+                         capture_output=True, text=True, timeout=120)
+    assert ref.returncode == 0, ref.stderr
+    assert f"reference: GEMMs on {threads} thread(s)" in ref.stdout, ref.stdout
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", TRAIN, "--device", "cpu", *SMALL], env=e,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    expected = float(re.search(r"reference checksum (\S+)", ref.stdout).group(1))
+    assert set(checksums(r.stdout).values()) == {expected}, (ref.stdout, r.stdout)
+
+
 def test_gradients_as_bucket_views_train_exactly_as_copied_gradients():
     # The default (the model writes its gradients into the reducer's buckets, moved once more when
     # the buckets are rebuilt after step 0) against --grad-copies: the same arithmetic, so the same
@@ -188,6 +205,8 @@ def test_a_model_too_large_for_the_host_is_said_not_aborted():
     (["--hang-rank", "0"], "--hang-rank names the rank of --crash-at-step"),
     (["--reference", "--hang-at-exit"], "--reference has none"),
     (["--world-size", "3"], "--world-size is the ranks --reference simulates"),
+    # Taken as 2^64 - 1 by the option parser (found by an attacking helper).
+    (["--seed", "-1"], "--seed -1: must be a whole number from 0 to 18446744073709551615"),
 ])
 def test_a_value_the_trainer_cannot_honour_is_a_usage_error(args, says):
     # Each used to run to the end (a crash or hang never came, a NaN timeout became 600 s) or
