@@ -48,6 +48,7 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
     if (auto entries = env::ReadTraceFile(path); entries.ok()) traces[r] = std::move(*entries);
   }
   never_entered_ = supervisor::NeverEntered(traces);
+  diverged_ = supervisor::FirstMismatch(traces);
 }
 
 namespace {
@@ -106,6 +107,7 @@ supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Pr
   }
   x.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
   x.never_entered = never_entered_;
+  x.diverged = diverged_;
   return x;
 }
 

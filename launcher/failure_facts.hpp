@@ -49,6 +49,7 @@ class FailureFacts {
   std::vector<bool> writes_own_logs_;       // by local rank, for the group running or last run
   std::map<int, std::string> trace_files_;  // rank -> its DDPRUN_TRACE_FILE, same group
   std::string never_entered_;               // ExplainContext::never_entered
+  std::string diverged_;                    // ExplainContext::diverged
   bool root_writes_own_logs_ = false;
 };
 

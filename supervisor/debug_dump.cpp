@@ -220,7 +220,7 @@ std::vector<RankDump> CollectAll(const DumpRequest& request) {
 }
 
 TraceAnalysis Analyze(const std::vector<RankDump>& dumps, const std::map<int, std::string>& unseen,
-                      Clock::time_point now) {
+                      Clock::time_point now, bool hung) {
   std::map<int, std::vector<env::TraceEntry>> traces;
   std::map<int, std::string> no_trace = unseen;
   for (const RankDump& d : dumps) {
@@ -230,7 +230,7 @@ TraceAnalysis Analyze(const std::vector<RankDump>& dumps, const std::map<int, st
       no_trace[d.target.rank] = d.trace_error;
     }
   }
-  return AnalyzeTraces(traces, no_trace, now);
+  return AnalyzeTraces(traces, no_trace, now, hung);
 }
 
 }  // namespace
@@ -322,6 +322,16 @@ RankDump CollectRankDump(const DumpTarget& target, std::chrono::milliseconds too
     d.stopped = env::StoppedState(p);
     if (d.stopped != 0) d.stopped_pid = p;
   }
+  // The recorder before the tools, which take seconds: every rank's at about
+  // the same moment (one thread per rank), while they may still run.
+  if (target.trace_file.empty()) {
+    d.trace_error = kNoFlightRecorder;
+  } else if (auto trace = env::ReadTraceFile(target.trace_file); trace.ok()) {
+    d.trace = std::move(*trace);
+  } else {
+    d.trace_error = trace.status().code() == StatusCode::kNotFound ? kNoFlightRecorder
+                                                                   : trace.status().message();
+  }
   if (std::string eu = FindOnPath("eu-stack"); !eu.empty()) {
     d.native_tool = "eu-stack";
     d.native = RunTool({eu, "-p", pid}, tool_timeout);
@@ -341,14 +351,6 @@ RankDump CollectRankDump(const DumpTarget& target, std::chrono::milliseconds too
     d.python.output += ChildStacks(py_spy, python, tool_timeout);
   } else {
     d.python.error = "no Python stacks: py-spy is not installed (pip install py-spy)";
-  }
-  if (target.trace_file.empty()) {
-    d.trace_error = kNoFlightRecorder;
-  } else if (auto trace = env::ReadTraceFile(target.trace_file); trace.ok()) {
-    d.trace = std::move(*trace);
-  } else {
-    d.trace_error = trace.status().code() == StatusCode::kNotFound ? kNoFlightRecorder
-                                                                   : trace.status().message();
   }
   return d;
 }
@@ -487,7 +489,7 @@ StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
       return s.Annotate("debug dump");
     }
   }
-  const TraceAnalysis analysis = Analyze(dumps, request.unseen, now);
+  const TraceAnalysis analysis = Analyze(dumps, request.unseen, now, !request.hung.empty());
   DumpResult result{FormatSummary(request, dumps, analysis, now, torch.text), analysis.stragglers};
   for (int r : torch.laggards) {
     if (std::find(result.stragglers.begin(), result.stragglers.end(), r) ==

@@ -71,6 +71,9 @@ struct ExplainContext {
   // never entered the collective the others timed out in
   // (supervisor::NeverEntered); "" when none is known.
   std::string never_entered;
+  // The first collective two ranks ran differently (supervisor::FirstMismatch):
+  // their programs diverged; "" when none.
+  std::string diverged;
 };
 
 struct Explanation {

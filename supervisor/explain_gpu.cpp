@@ -33,8 +33,16 @@ Match DdpCollectiveTimeout(const std::string& text, const ExplainContext& c) {
       " hung, crashed or took another code path before it: --hang_timeout below the collective "
       "timeout dumps every rank's stack before the timeout fires; raise --collective-timeout "
       "(or the program's own) if a step is legitimately that slow";
+  const std::string limit = (*m)[4].matched ? ", " + (*m)[4].str() + " s" : "";
+  if (!c.diverged.empty()) {
+    const std::string after = (*m)[4].matched ? " (" + (*m)[4].str() + " s)" : "";
+    return Lines(c.diverged + ", and waited for each other until the collective timeout" + after +
+                     " ended it: their programs diverged",
+                 "make every rank call the same collectives in the same order: the same options, "
+                 "steps and data sizes on every rank, no collective under a rank-dependent "
+                 "condition (the flight recorders, DDPRUN_TRACE_FILE, show where they parted)");
+  }
   if (!c.never_entered.empty()) {
-    const std::string limit = (*m)[4].matched ? ", " + (*m)[4].str() + " s" : "";
     return Lines(c.never_entered + " (the collective timeout" + limit +
                      "): the ranks that timed out are its victims",
                  "look at what the rank(s) that never entered it were doing: one" + fix);

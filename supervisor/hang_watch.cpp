@@ -12,9 +12,16 @@
 
 namespace ddprun::supervisor {
 
-// Without limits nobody is hung, and every worker that ever beat counts as beating.
-HangReport Supervisor::RunningReport() const {
-  return FindHung(Beats(), HangLimits{}, std::chrono::steady_clock::now()).report;
+// Without limits nobody is hung, and every worker that ever beat counts as
+// beating. The heartbeat files are read now: without a hang limit nothing
+// else reads them.
+HangReport Supervisor::RunningReport() {
+  const auto now = std::chrono::steady_clock::now();
+  const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  if (running_ != nullptr) heartbeats_.Look(now, wall_now_ns, running_->workers());
+  return FindHung(Beats(), HangLimits{}, now).report;
 }
 
 std::vector<Beat> Supervisor::Beats() const { return heartbeats_.Beats(running_->workers()); }

@@ -241,7 +241,7 @@ class Supervisor {
   bool dump_signal_started_ = false;
   std::unique_ptr<FileTimerServer> file_timer_;
   // The workers still running, as a report with nobody hung.
-  HangReport RunningReport() const;
+  HangReport RunningReport();
 };
 
 }  // namespace ddprun::supervisor

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cinttypes>
+#include <cstdint>
 #include <cstdio>
 
 namespace ddprun::supervisor {
@@ -92,14 +93,16 @@ std::string RankLine(const RankTraceStatus& s, Clock::time_point now) {
   return line;
 }
 
-// What a rank that has not entered `seq` is doing instead.
-std::string StragglerClause(const RankTraceStatus& s, uint64_t seq, Clock::time_point now) {
+// What a rank that has not entered `seq` is doing instead. Read while the
+// ranks run (`hung` false), a rank a collective behind is no straggler yet.
+std::string StragglerClause(const RankTraceStatus& s, uint64_t seq, Clock::time_point now,
+                            bool hung) {
   const std::string who = "rank " + std::to_string(s.rank);
-  const std::string tail = " and has not entered #" + std::to_string(seq);
+  const std::string tail = hung ? " and has not entered #" + std::to_string(seq) : "";
   if (s.current) {
     return who + " is still in " + Name(*s.current) + ", " +
-           env::OpStateName(static_cast<uint32_t>(s.current->state)) + Ago(*s.current, now) + "," +
-           tail;
+           env::OpStateName(static_cast<uint32_t>(s.current->state)) + Ago(*s.current, now) +
+           (hung ? "," + tail : "");
   }
   if (s.last_completed) return who + " completed #" + std::to_string(s.last_completed->seq) + tail;
   return who + " has recorded no collective" + tail;
@@ -159,32 +162,93 @@ void Judge(const std::map<int, std::vector<TraceEntry>>& traces, TraceAnalysis& 
     (entered ? a.waiting : a.stragglers).push_back(s.rank);
   }
   a.verdict = a.stragglers.empty() ? TraceVerdict::kAllInside : TraceVerdict::kStragglers;
+  // Entered, but another collective: each waits for partners that never come
+  // (a partner may have got through it, as a broadcast's receiver does). The
+  // first such seq from the oldest one a rank is still in.
+  uint64_t oldest = top->seq;
+  for (const RankTraceStatus& s : a.ranks) {
+    if (s.current) oldest = std::min(oldest, s.current->seq);
+  }
+  const auto parted = std::find_if(a.mismatches.begin(), a.mismatches.end(),
+                                   [&](const OpMismatch& m) { return m.seq >= oldest; });
+  if (parted == a.mismatches.end()) return;
+  std::map<std::pair<std::string, uint64_t>, std::vector<int>> groups;  // (op, bytes) -> ranks
+  for (const auto& [rank, entries] : traces) {
+    for (const TraceEntry& e : entries) {
+      if (e.seq == parted->seq) groups[{e.op, e.bytes}].push_back(rank);
+    }
+  }
+  a.verdict = TraceVerdict::kMismatch;
+  a.waited_in = parted->other_op;
+  a.stragglers.clear();
+  size_t fewest = SIZE_MAX, tied = 0;
+  for (const auto& [op, ranks] : groups) {
+    if (ranks.size() < fewest) {
+      fewest = ranks.size();
+      tied = 1;
+      a.stragglers = ranks;
+    } else if (ranks.size() == fewest) {
+      ++tied;
+    }
+  }
+  if (tied > 1) a.stragglers.clear();  // no odd one out: no rank to blame
 }
 
-std::string WaitLine(const TraceAnalysis& a, Clock::time_point now) {
+// The collective each rank has at `seq`, by what it ran: "rank 2 in allreduce
+// #64 (4 B); ranks 0,1 in broadcast #64 (128 B)".
+std::string GroupsAt(const std::map<int, std::vector<TraceEntry>>& traces, uint64_t seq) {
+  std::map<std::pair<std::string, uint64_t>, std::vector<int>> groups;
+  for (const auto& [rank, entries] : traces) {
+    for (const TraceEntry& e : entries) {
+      if (e.seq == seq) groups[{e.op, e.bytes}].push_back(rank);
+    }
+  }
+  std::string out;
+  for (const auto& [op, ranks] : groups) {
+    out += (out.empty() ? "" : "; ") + RanksNoun(ranks) + " in " + op.first + " #" +
+           std::to_string(seq) + " (" + FormatBytes(op.second) + ")";
+  }
+  return out;
+}
+
+std::string WaitLine(const TraceAnalysis& a, const std::map<int, std::vector<TraceEntry>>& traces,
+                     Clock::time_point now, bool hung) {
   const OpRef& op = *a.waited_in;
+  if (a.verdict == TraceVerdict::kMismatch) {
+    std::string line = "the ranks called different collectives at #" + std::to_string(op.seq) +
+                       ": " + GroupsAt(traces, op.seq) +
+                       "; their programs diverged (options, step counts or data that differ "
+                       "between ranks, or a collective under a rank-dependent condition)";
+    if (!a.stragglers.empty()) line += ": " + RanksNoun(a.stragglers) + " the odd one out";
+    return line;
+  }
   const std::string verb = a.waiting.size() == 1 ? " waits in " : " wait in ";
   std::string line = RanksNoun(a.waiting) + verb + Name(op);
   if (a.verdict == TraceVerdict::kAllInside) {
     return line + Ago(op, now) +
-           ": every visible rank has entered it; the hang is inside the collective or on a "
-           "rank this agent cannot see";
+           (hung ? ": every visible rank has entered it; the hang is inside the collective or on "
+                   "a rank this agent cannot see"
+                 : ": every visible rank has entered it");
   }
+  if (!hung) line = "as each recorder was read (one after another, while they ran): " + line;
   for (const RankTraceStatus& s : a.ranks) {
     if (std::find(a.stragglers.begin(), a.stragglers.end(), s.rank) == a.stragglers.end()) continue;
-    line += "; " + StragglerClause(s, op.seq, now);
+    line += "; " + StragglerClause(s, op.seq, now, hung);
   }
   return line;
 }
 
-std::vector<std::string> VerdictLines(const TraceAnalysis& a, Clock::time_point now) {
+std::vector<std::string> VerdictLines(const TraceAnalysis& a,
+                                      const std::map<int, std::vector<TraceEntry>>& traces,
+                                      Clock::time_point now, bool hung) {
   std::vector<std::string> lines;
   if (a.verdict == TraceVerdict::kNoTraces) {
     lines.push_back("no flight recorder could be read: nothing to compare");
   } else if (a.verdict == TraceVerdict::kIdle) {
-    lines.push_back("no rank is inside a collective: the hang is outside communication");
+    lines.push_back(hung ? "no rank is inside a collective: the hang is outside communication"
+                         : "no rank is inside a collective");
   } else {
-    lines.push_back(WaitLine(a, now));
+    lines.push_back(WaitLine(a, traces, now, hung));
   }
   for (const RankTraceStatus& s : a.ranks) {
     if (s.failed) {
@@ -228,7 +292,8 @@ std::string Text(const TraceAnalysis& a, Clock::time_point now) {
 }  // namespace
 
 TraceAnalysis AnalyzeTraces(const std::map<int, std::vector<TraceEntry>>& traces,
-                            const std::map<int, std::string>& no_trace, Clock::time_point now) {
+                            const std::map<int, std::string>& no_trace, Clock::time_point now,
+                            bool hung) {
   TraceAnalysis a;
   a.no_trace = no_trace;
   for (const auto& [rank, entries] : traces) {
@@ -237,9 +302,14 @@ TraceAnalysis AnalyzeTraces(const std::map<int, std::vector<TraceEntry>>& traces
   }
   a.mismatches = FindMismatches(traces);
   Judge(traces, a);
-  a.verdict_lines = VerdictLines(a, now);
+  a.verdict_lines = VerdictLines(a, traces, now, hung);
   a.text = Text(a, now);
   return a;
+}
+
+std::string FirstMismatch(const std::map<int, std::vector<TraceEntry>>& traces) {
+  const auto mismatches = FindMismatches(traces);
+  return mismatches.empty() ? "" : MismatchLine(mismatches.front());
 }
 
 std::string NeverEntered(const std::map<int, std::vector<TraceEntry>>& traces) {

@@ -56,6 +56,7 @@ enum class TraceVerdict {
   kIdle,        // no rank is inside a collective
   kStragglers,  // some ranks wait in `seq`, others have not entered it
   kAllInside,   // every visible rank has entered `seq`: the hang is elsewhere
+  kMismatch,    // the ranks in `seq` are in different collectives (or sizes): they diverged
 };
 
 struct TraceAnalysis {
@@ -79,9 +80,20 @@ inline constexpr char kNoFlightRecorder[] =
 // `no_trace`: rank -> why there are none (kNoFlightRecorder, or the read
 // error); those ranks are listed and left out of the verdict. `now` is the
 // wall clock the "started N s ago" figures are measured against.
+// `hung`: whether a rank was found hung; false for a dump on request, whose
+// verdict speaks of no hang (and whose recorders, read one after another while
+// the ranks run, may show one ahead of another by the collectives run meanwhile).
+// kMismatch's stragglers are the ranks in the rarest collective at `seq`, none
+// on a tie.
 TraceAnalysis AnalyzeTraces(const std::map<int, std::vector<env::TraceEntry>>& traces,
                             const std::map<int, std::string>& no_trace,
-                            std::chrono::system_clock::time_point now);
+                            std::chrono::system_clock::time_point now, bool hung = true);
+
+// The first collective two ranks ran differently (another op, or another
+// size, at the same seq), as a sentence: "rank 1 is in broadcast #64 while
+// rank 0 is in allreduce #64: the ranks issue different collectives"; "" when
+// none.
+std::string FirstMismatch(const std::map<int, std::vector<env::TraceEntry>>& traces);
 
 // After a collective failed (timed out) on some ranks: the ranks that never
 // entered the highest failed one, e.g. "rank 1 never entered allreduce #9

@@ -278,3 +278,38 @@ def test_each_node_dumps_its_own_ranks_and_says_which_it_cannot_see(tmp_path):
     summary0 = next((tmp_path / "node0").glob("*/attempt_*/dumps/summary.txt")).read_text()
     assert re.search(r"rank 1: on another node", summary0), summary0
     assert "rank 0" in summary0
+
+
+@pytest.mark.parametrize("world, odd", [(2, None), (3, 2)])
+def test_ranks_that_call_different_collectives_are_named_as_diverged(tmp_path, world, odd):
+    """One rank runs one step fewer (--steps 31 on the others, 30 on it): its last loss
+    all-reduce meets the others' next broadcast at the same seq. The verdict said "every visible
+    rank has entered it; the hang is inside the collective", and blamed a rank of the majority
+    (found by an attacking helper)."""
+    steps = "3$local_rank" if world == 2 else "31"
+    args = [f"--nproc_per_node={world}", "--hang_timeout=3", f"--log_dir={tmp_path}", TRAIN,
+            "--device", "cpu", "--width", "32", "--depth", "1", "--steps", steps]
+    if world == 3:
+        # rank 2 alone runs 30 steps: `$local_rank` cannot say that, a wrapper can.
+        args = [f"--nproc_per_node={world}", "--hang_timeout=3", f"--log_dir={tmp_path}",
+                "--no_python", "/bin/sh", "-c",
+                'exec "$0" --device cpu --width 32 --depth 1 --steps $((31 - LOCAL_RANK / 2))',
+                TRAIN]
+    r, _ = run(args)
+    assert r.returncode == 124, r.stderr
+    assert re.search(r"the ranks called different collectives at #\d+: ", r.stderr), r.stderr
+    assert "every visible rank has entered it" not in r.stderr, r.stderr
+    if odd is not None:
+        assert f"rank {odd} the odd one out" in r.stderr, r.stderr
+        root = r.stderr.split("Root Cause (first observed failure):", 1)[1]
+        assert f"  rank      : {odd} (local_rank: {odd})" in root, root
+
+
+def test_a_collective_timeout_between_diverged_ranks_names_the_divergence():
+    r, _ = run(["--nproc_per_node=2", TRAIN, "--device", "cpu", "--width", "32", "--depth", "1",
+                "--steps", "3$local_rank", "--collective-timeout", "3"])
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"cause     : rank \d (is in|ran) \w+ #\d+ while rank \d (is in|ran) \w+ #\d+: "
+                     r"the ranks issue different collectives, and waited for each other until "
+                     r"the collective timeout \(3 s\) ended it: their programs diverged",
+                     r.stderr), r.stderr

@@ -163,6 +163,17 @@ TEST_CASE("explain: the DDP core's collective timeout names the rank that never 
   CHECK(nccl->cause == c.never_entered +
                            " (the collective timeout): the ranks that timed out "
                            "are its victims");
+  // Both entered #9, but different collectives: the programs diverged (found by an attacking
+  // helper: the report said to look for the rank that never entered it).
+  c.diverged =
+      "rank 1 is in broadcast #9 while rank 0 is in allreduce #9: the ranks issue "
+      "different collectives";
+  auto diverged = Explain(Failed("", text), c);
+  REQUIRE(diverged.has_value());
+  CHECK(diverged->cause == c.diverged +
+                               ", and waited for each other until the collective timeout (3 s) "
+                               "ended it: their programs diverged");
+  CHECK(diverged->fix.rfind("make every rank call the same collectives in the same order", 0) == 0);
 }
 
 TEST_CASE("explain: a worker hung at exit is told apart from what its output says") {

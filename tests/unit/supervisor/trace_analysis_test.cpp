@@ -164,6 +164,61 @@ TEST_CASE("different collectives at the same seq are reported as a mismatch") {
             "different collectives"));
 }
 
+TEST_CASE("ranks in different collectives at the top seq: the verdict is the divergence") {
+  // Rank 2 ran one step fewer: its last loss all-reduce meets the others' broadcast.
+  auto Last = [](const char* op, uint64_t bytes) {
+    auto v = Ran(1042);
+    v.push_back(Op(1043, OpState::kStarted, op, bytes));
+    return v;
+  };
+  TraceAnalysis a = AnalyzeTraces(
+      {{0, Last("broadcast", 128)}, {1, Last("broadcast", 128)}, {2, Last("allreduce", 4)}}, {},
+      kNow);
+  CHECK(a.verdict == TraceVerdict::kMismatch);
+  CHECK(a.stragglers == std::vector<int>{2});  // the odd one out, not a rank in the majority
+  REQUIRE(!a.verdict_lines.empty());
+  CHECK(a.verdict_lines[0] ==
+        "the ranks called different collectives at #1043: rank 2 in allreduce #1043 (4 B); ranks "
+        "0,1 in broadcast #1043 (128 B); their programs diverged (options, step counts or data "
+        "that differ between ranks, or a collective under a rank-dependent condition): rank 2 "
+        "the odd one out");
+  // Two ranks, one each: nobody to single out.
+  TraceAnalysis tie =
+      AnalyzeTraces({{0, Last("broadcast", 128)}, {1, Last("allreduce", 4)}}, {}, kNow);
+  CHECK(tie.verdict == TraceVerdict::kMismatch);
+  CHECK(tie.stragglers.empty());
+  CHECK(tie.verdict_lines[0].find("the odd one out") == std::string::npos);
+  CHECK(FirstMismatch({{0, Last("broadcast", 128)}, {1, Last("allreduce", 4)}}) ==
+        "rank 1 is in allreduce #1043 while rank 0 is in broadcast #1043: the ranks issue "
+        "different collectives");
+  CHECK(FirstMismatch({{0, Ran(1042)}, {1, Ran(1042)}}).empty());
+  // The broadcast's receiver got through it into #1044; its root is still in #1043, as is the
+  // odd rank: the divergence at #1043 is the verdict, not the receiver waiting in #1044.
+  auto through = Ran(1042);
+  through.push_back(Op(1043, OpState::kCompleted, "broadcast", 128));
+  through.push_back(Op(1044, OpState::kStarted));
+  TraceAnalysis three = AnalyzeTraces(
+      {{0, Last("broadcast", 128)}, {1, through}, {2, Last("allreduce", 4)}}, {}, kNow);
+  CHECK(three.verdict == TraceVerdict::kMismatch);
+  CHECK(three.stragglers == std::vector<int>{2});
+  CHECK(three.verdict_lines[0].rfind("the ranks called different collectives at #1043: ", 0) == 0);
+}
+
+TEST_CASE("a dump on request speaks of no hang") {
+  TraceAnalysis inside = AnalyzeTraces({{0, Ran(1042, 1043)}, {1, Ran(1042, 1043)}}, {}, kNow,
+                                       /*hung=*/false);
+  CHECK(inside.verdict_lines[0] ==
+        "ranks 0,1 wait in allreduce #1043 (25.0 MiB) 20.0 s ago: every "
+        "visible rank has entered it");
+  TraceAnalysis ahead =
+      AnalyzeTraces({{0, Ran(1042, 1043)}, {1, Ran(1042)}}, {}, kNow, /*hung=*/false);
+  CHECK(ahead.verdict_lines[0] ==
+        "as each recorder was read (one after another, while they ran): rank 0 waits in "
+        "allreduce #1043 (25.0 MiB); rank 1 completed #1042");
+  TraceAnalysis idle = AnalyzeTraces({{0, Ran(1042)}}, {}, kNow, /*hung=*/false);
+  CHECK(idle.verdict_lines[0] == "no rank is inside a collective");
+}
+
 TEST_CASE("different sizes at the same seq are reported as a mismatch") {
   TraceAnalysis a = AnalyzeTraces({{0, {Op(7, OpState::kCompleted, "allreduce", 4096)}},
                                    {1, {Op(7, OpState::kCompleted, "allreduce", 1024)}}},
