@@ -103,11 +103,12 @@ bool OnDevice(const ProcessGroup* group) { return std::strcmp(group->backend(), 
 class Reducer::Impl {
  public:
   Impl(ProcessGroup* group, std::vector<Buffer> buffers, ReducerOptions options)
-      : group_(group), buffers_(std::move(buffers)), options_(options) {}
+      : group_(group), buffers_(std::move(buffers)), options_(std::move(options)) {}
 
   Status InitDevice();
 
   Status VerifyAcrossRanks(const std::vector<Parameter>& params);
+  Status VerifySettings();
   Status BroadcastFromRankZero(std::vector<Parameter>& params);
   Status Layout(std::vector<Parameter>& params, const std::vector<size_t>& order);
   Status BroadcastBuffers();
@@ -179,6 +180,31 @@ Status Reducer::Impl::VerifyAcrossRanks(const std::vector<Parameter>& params) {
                            std::to_string(i) + ": rank 0 has " + at(reference) + ", rank " +
                            std::to_string(r) + " has " + at(theirs) +
                            ": every rank must build the same model (same layers, same order)");
+  }
+  return VerifySettings();
+}
+
+Status Reducer::Impl::VerifySettings() {
+  const auto& mine = options_.same_on_every_rank;
+  if (mine.empty()) return Status::Ok();
+  std::string text;
+  for (const auto& [name, value] : mine) text += name + "=" + value + "\n";
+  auto all = group_->AllGatherStrings(text);
+  if (!all.ok()) return all.status().Annotate("ddp: comparing settings across ranks");
+  const auto reference = Lines((*all)[0]);
+  for (int r = 1; r < group_->size(); ++r) {
+    if ((*all)[r] == (*all)[0]) continue;
+    const auto theirs = Lines((*all)[r]);
+    size_t i = 0;
+    while (i < reference.size() && i < theirs.size() && reference[i] == theirs[i]) ++i;
+    auto at = [&](const std::vector<std::string>& v) {
+      return i < v.size() ? v[i] : std::string("no setting ") + std::to_string(i);
+    };
+    return InvalidArgument(
+        "ddp: the ranks' settings differ: rank 0 has " + at(reference) + ", rank " +
+        std::to_string(r) + " has " + at(theirs) +
+        ": every rank must train with the same settings (ranks that differ reduce gradients of "
+        "different scales, or wait in different collectives)");
   }
   return Status::Ok();
 }
@@ -464,7 +490,7 @@ StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
                              "only; register it as one of those (or as a buffer)");
     }
   }
-  auto impl = std::make_unique<Impl>(group, std::move(buffers), options);
+  auto impl = std::make_unique<Impl>(group, std::move(buffers), std::move(options));
   if (Status s = impl->InitDevice(); !s.ok()) return s;
   if (Status s = impl->VerifyAcrossRanks(params); !s.ok()) return s;
   if (Status s = impl->BroadcastFromRankZero(params); !s.ok()) {

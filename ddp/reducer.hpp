@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.hpp"
@@ -87,6 +88,11 @@ struct ReducerOptions {
   // After this many steps with no unused parameter, say once that
   // find_unused_parameters costs time for nothing.
   int unused_notice_after = 100;
+  // Settings every rank must share (name, value), such as {"amp", "fp16"} or
+  // {"steps", "30"}: ranks that differ reduce gradients of different scales,
+  // or end up in different collectives, so Create fails naming the first that
+  // differs. Compared once, with the parameters' names and shapes.
+  std::vector<std::pair<std::string, std::string>> same_on_every_rank;
 };
 
 // What a step's reduction did, for tests and the trainer's log.

@@ -66,6 +66,24 @@ ddp::ReducerOptions MakeReducerOptions(const TrainOptions& o) {
   r.find_unused_parameters = o.find_unused_parameters;
   r.broadcast_buffers = o.broadcast_buffers;
   r.gradient_as_bucket_view = !o.grad_copies;
+  // What changes the gradients' scale, the update or the collectives' order
+  // (ranks may differ in bucket caps, copies, find-unused and the faults).
+  const auto flag = [](bool on) { return std::string(on ? "on" : "off"); };
+  char lr[32];
+  std::snprintf(lr, sizeof(lr), "%.9g", static_cast<double>(o.lr));
+  r.same_on_every_rank = {
+      {"--amp", o.amp == Precision::kFloat16    ? "fp16"
+                : o.amp == Precision::kBFloat16 ? "bf16"
+                                                : "off"},
+      {"--optimizer", o.optimizer == OptimizerKind::kAdam ? "adam" : "sgd"},
+      {"--lr", lr},
+      {"--clip", flag(o.clip)},
+      {"--steps", std::to_string(o.steps)},
+      {"--seed", std::to_string(o.seed)},
+      {"--no-broadcast-buffers", flag(!o.broadcast_buffers)},
+      {"--no-comm", flag(o.no_comm)},
+      {"--comm-only", flag(o.comm_only)},
+  };
   return r;
 }
 
@@ -137,6 +155,11 @@ Status RunStep(Rank<Model>& r, long step) {
   const int rank = r.group.rank();
   ddp::Heartbeat();
   MaybeCrash(r.options, rank, step);
+  if (Diverges(r.options, rank, step)) {
+    if (Status d = MeanLoss(r.group, 0.0f).status(); !d.ok()) {
+      return d.Annotate("step " + std::to_string(step) + ": diverging");
+    }
+  }
   Status s = r.options.no_comm ? Status::Ok() : r.reducer.BeforeForward();
   if (!s.ok()) return s.Annotate("step " + std::to_string(step) + ": broadcast buffers");
   r.data.Batch(SyntheticData::ShardStart(step, r.group.size(), rank, r.options.batch),
@@ -158,7 +181,7 @@ Status RunStep(Rank<Model>& r, long step) {
 StatusOr<std::unique_ptr<ddp::ProcessGroup>> Connect(const TrainOptions& o) {
   StatusOr<ddp::LaunchEnv> env = ddp::ReadLaunchEnv();
   if (!env.ok()) return env.status();
-  const bool rank_fault = o.crash_at_step >= 0 || o.hang_at_step >= 0 || o.hang_at_exit;
+  const bool rank_fault = o.RankFault();
   if (rank_fault && o.hang_rank >= env->world_size) {
     return InvalidArgument(
         "--hang-rank " + std::to_string(o.hang_rank) + " is not a rank of this job (WORLD_SIZE " +

@@ -21,6 +21,13 @@ void MaybeHang(const TrainOptions& options, int rank, long step) {
   for (;;) pause();  // returns only after a handled signal; the hang goes on
 }
 
+bool Diverges(const TrainOptions& options, int rank, long step) {
+  if (step != options.diverge_at_step || rank != options.hang_rank) return false;
+  std::fprintf(stderr, "rank %d: an extra loss all-reduce at step %ld as asked\n", rank, step);
+  std::fflush(nullptr);
+  return true;
+}
+
 void MaybeHangAtExit(const TrainOptions& options, int rank) {
   if (!options.hang_at_exit || rank != options.hang_rank) return;
   std::fprintf(stderr, "rank %d: hanging at exit as asked\n", rank);

@@ -8,6 +8,10 @@
 
 namespace ddprun::train {
 
+// Whether `rank` makes an extra loss all-reduce at the start of `step`
+// (--diverge-at-step; says so once): the others are in another collective.
+bool Diverges(const TrainOptions& options, int rank, long step);
+
 // The parameter the NaN goes into.
 inline constexpr const char* kNanParameter = "layers.1.weight";
 

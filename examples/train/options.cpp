@@ -47,6 +47,9 @@ po::options_description OptionTable(TrainOptions* o) {
        "rank --hang-rank stops before step N's backward, forever")
       ("hang-at-exit", po::bool_switch(&o->hang_at_exit),
        "rank --hang-rank stops after its last step, having said it is finishing, forever")
+      ("diverge-at-step", po::value(&o->diverge_at_step),
+       "rank --hang-rank all-reduces its loss at the start of step N, where the others broadcast "
+       "buffers: a collective under a rank-dependent condition")
       ("hang-rank", po::value(&o->hang_rank)->default_value(1), "the rank that crashes or hangs")
       ("nan-at-step", po::value(&o->nan_at_step),
        "put a NaN into layers.1.weight's gradient at step N (rank 1, or 0 alone)")
@@ -107,19 +110,19 @@ Status CheckStep(const po::variables_map& vm, const char* name, long step, long 
 Status CheckFaults(const po::variables_map& vm, const TrainOptions& o) {
   for (auto [name, step] :
        {std::pair{"crash-at-step", o.crash_at_step}, std::pair{"hang-at-step", o.hang_at_step},
-        std::pair{"nan-at-step", o.nan_at_step}}) {
+        std::pair{"nan-at-step", o.nan_at_step}, std::pair{"diverge-at-step", o.diverge_at_step}}) {
     if (Status s = CheckStep(vm, name, step, o.steps); !s.ok()) return s;
   }
-  const bool rank_fault = o.crash_at_step >= 0 || o.hang_at_step >= 0 || o.hang_at_exit;
+  const bool rank_fault = o.RankFault();
   if (rank_fault && o.reference) {
     return InvalidArgument(
-        "--crash-at-step, --hang-at-step and --hang-at-exit stop a rank of a DDP run; --reference "
-        "has none (it takes --nan-at-step)");
+        "--crash-at-step, --hang-at-step, --hang-at-exit and --diverge-at-step are faults of a "
+        "rank of a DDP run; --reference has none (it takes --nan-at-step)");
   }
   if (!vm["hang-rank"].defaulted() && !rank_fault) {
     return InvalidArgument(
-        "--hang-rank names the rank of --crash-at-step, --hang-at-step or --hang-at-exit; give "
-        "one of them");
+        "--hang-rank names the rank of --crash-at-step, --hang-at-step, --hang-at-exit or "
+        "--diverge-at-step; give one of them");
   }
   if (o.hang_rank < 0) return InvalidArgument("--hang-rank must not be negative");
   if (!vm["world-size"].defaulted() && !o.reference) {

@@ -38,6 +38,7 @@ struct TrainOptions {
 
   long crash_at_step = -1;  // -1: never
   long hang_at_step = -1;
+  long diverge_at_step = -1;  // -1: never
   bool hang_at_exit = false;  // --hang-rank hangs after ddp::Finishing()
   int hang_rank = 1;          // the rank that crashes or hangs
   long nan_at_step = -1;
@@ -54,6 +55,11 @@ struct TrainOptions {
 
   // Whether the step goes through the GradScaler (AMP, NaN injection, clipping).
   bool UseScaler() const { return amp != Precision::kFloat32 || nan_at_step >= 0 || clip; }
+
+  // A fault of rank --hang-rank was asked for (crash, hang, divergence).
+  bool RankFault() const {
+    return crash_at_step >= 0 || hang_at_step >= 0 || hang_at_exit || diverge_at_step >= 0;
+  }
 };
 
 StatusOr<TrainOptions> ParseOptions(int argc, const char* const* argv);

@@ -282,20 +282,14 @@ def test_each_node_dumps_its_own_ranks_and_says_which_it_cannot_see(tmp_path):
 
 @pytest.mark.parametrize("world, odd", [(2, None), (3, 2)])
 def test_ranks_that_call_different_collectives_are_named_as_diverged(tmp_path, world, odd):
-    """One rank runs one step fewer (--steps 31 on the others, 30 on it): its last loss
-    all-reduce meets the others' next broadcast at the same seq. The verdict said "every visible
-    rank has entered it; the hang is inside the collective", and blamed a rank of the majority
-    (found by an attacking helper)."""
-    steps = "3$local_rank" if world == 2 else "31"
-    args = [f"--nproc_per_node={world}", "--hang_timeout=3", f"--log_dir={tmp_path}", TRAIN,
-            "--device", "cpu", "--width", "32", "--depth", "1", "--steps", steps]
-    if world == 3:
-        # rank 2 alone runs 30 steps: `$local_rank` cannot say that, a wrapper can.
-        args = [f"--nproc_per_node={world}", "--hang_timeout=3", f"--log_dir={tmp_path}",
-                "--no_python", "/bin/sh", "-c",
-                'exec "$0" --device cpu --width 32 --depth 1 --steps $((31 - LOCAL_RANK / 2))',
-                TRAIN]
-    r, _ = run(args)
+    """The last rank makes an extra loss all-reduce at step 5 (--diverge-at-step, a collective
+    under a rank-dependent condition), where the others broadcast buffers. The verdict said
+    "every visible rank has entered it; the hang is inside the collective", and blamed a rank of
+    the majority (found by an attacking helper, with ranks given different --steps, which the
+    DDP core now refuses at start)."""
+    r, _ = run([f"--nproc_per_node={world}", "--hang_timeout=3", f"--log_dir={tmp_path}", TRAIN,
+                "--device", "cpu", "--width", "32", "--depth", "1", "--steps", "40",
+                "--diverge-at-step", "5", "--hang-rank", str(world - 1)])
     assert r.returncode == 124, r.stderr
     assert re.search(r"the ranks called different collectives at #\d+: ", r.stderr), r.stderr
     assert "every visible rank has entered it" not in r.stderr, r.stderr
@@ -307,9 +301,29 @@ def test_ranks_that_call_different_collectives_are_named_as_diverged(tmp_path, w
 
 def test_a_collective_timeout_between_diverged_ranks_names_the_divergence():
     r, _ = run(["--nproc_per_node=2", TRAIN, "--device", "cpu", "--width", "32", "--depth", "1",
-                "--steps", "3$local_rank", "--collective-timeout", "3"])
+                "--steps", "40", "--diverge-at-step", "5", "--collective-timeout", "3"])
     assert r.returncode == 1, r.stderr
     assert re.search(r"cause     : rank \d (is in|ran) \w+ #\d+ while rank \d (is in|ran) \w+ #\d+: "
                      r"the ranks issue different collectives, and waited for each other until "
                      r"the collective timeout \(3 s\) ended it: their programs diverged",
                      r.stderr), r.stderr
+
+
+@pytest.mark.parametrize("setting", ["amp", "steps"])
+def test_ranks_with_different_settings_are_refused_at_start(setting):
+    """Ranks given different --amp summed gradients of different scales and exited 0 with
+    garbage; different --steps ended in a hang (found by an attacking helper)."""
+    if setting == "amp":  # a wrapper gives rank 0 fp16 and rank 1 bf16
+        args = ["--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
+                'if [ "$LOCAL_RANK" = 0 ]; then a=fp16; else a=bf16; fi; '
+                'exec "$0" --device cpu --width 32 --depth 1 --steps 5 --amp $a', TRAIN]
+        says = "rank 0 has --amp=fp16, rank 1 has --amp=bf16"
+    else:
+        args = ["--nproc_per_node=2", TRAIN, "--device", "cpu", "--width", "32", "--depth", "1",
+                "--steps", "3$local_rank"]
+        says = "rank 0 has --steps=30, rank 1 has --steps=31"
+    r, _ = run(args)
+    assert r.returncode == 1, r.stderr
+    assert ("ddp: the ranks' settings differ: " + says + ": every rank must train with the same "
+            "settings") in r.stderr, r.stderr
+    assert "checksum" not in r.stdout, r.stdout

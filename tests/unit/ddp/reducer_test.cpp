@@ -38,6 +38,8 @@ class FakeGroup : public ProcessGroup {
   StatusOr<std::vector<std::string>> AllGatherStrings(const std::string& mine) override {
     std::vector<std::string> all(size_, mine);
     for (auto& [rank, text] : others) all[rank] = text;
+    for (auto& [rank, text] : others_at[gathers]) all[rank] = text;
+    ++gathers;
     return all;
   }
   uint64_t sequence() const override { return launches.size(); }
@@ -48,6 +50,8 @@ class FakeGroup : public ProcessGroup {
   std::vector<DType> dtypes;                     // and element type
   std::vector<size_t> broadcasts;
   std::map<int, std::string> others;  // what other ranks "send" in AllGatherStrings
+  std::map<int, std::map<int, std::string>> others_at;  // the same, for the call of that index
+  int gathers = 0;
 
  private:
   static std::shared_ptr<Work> Done() {
@@ -215,6 +219,22 @@ TEST_CASE("a model that differs between ranks is reported, not hung") {
   REQUIRE_FALSE(r.ok());
   CHECK(r.status().message().find("parameter #1: rank 0 has layers.1 [4], rank 1 has layers.1 "
                                   "[5]") != std::string::npos);
+}
+
+TEST_CASE("settings that differ between ranks are reported, naming the first") {
+  FakeGroup g(2);
+  Model m({4});
+  ReducerOptions o;
+  o.same_on_every_rank = {{"--amp", "fp16"}, {"--steps", "30"}};
+  REQUIRE(Reducer::Create(&g, m.params, {}, o).ok());  // every rank as this one
+  g.gathers = 0;
+  g.others_at[1] = {{1, "--amp=fp16\n--steps=31\n"}};  // the parameters agree, then this
+  auto r = Reducer::Create(&g, m.params, {}, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message() ==
+        "ddp: the ranks' settings differ: rank 0 has --steps=30, rank 1 has --steps=31: every "
+        "rank must train with the same settings (ranks that differ reduce gradients of different "
+        "scales, or wait in different collectives)");
 }
 
 TEST_CASE("parameters and buffers are broadcast at construction, buffers before forward") {
