@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <optional>
 #include <sstream>
 
 #include "ddp/gloo_reduce.hpp"
@@ -161,24 +163,46 @@ class Reducer::Impl {
   std::string notice_;
 };
 
-Status Reducer::Impl::VerifyAcrossRanks(const std::vector<Parameter>& params) {
-  const std::string mine = Signature(params);
-  auto all = group_->AllGatherStrings(mine);
-  if (!all.ok()) return all.status().Annotate("ddp: comparing parameters across ranks");
+namespace {
+
+// The first line in which a rank's text differs from rank 0's, of every
+// rank's `mine` gathered: (that rank, the line's index, rank 0's line and the
+// rank's, or `missing(count)` for a text that has no such line).
+struct Difference {
+  int rank = 0;
+  size_t index = 0;
+  std::string reference, theirs;
+};
+StatusOr<std::optional<Difference>> FirstDifference(
+    ProcessGroup& group, const std::string& mine,
+    const std::function<std::string(size_t lines)>& missing) {
+  auto all = group.AllGatherStrings(mine);
+  if (!all.ok()) return all.status();
   const auto reference = Lines((*all)[0]);
-  for (int r = 1; r < group_->size(); ++r) {
+  for (int r = 1; r < group.size(); ++r) {
     if ((*all)[r] == (*all)[0]) continue;
     const auto theirs = Lines((*all)[r]);
     size_t i = 0;
     while (i < reference.size() && i < theirs.size() && reference[i] == theirs[i]) ++i;
     auto at = [&](const std::vector<std::string>& v) {
-      return i < v.size()
-                 ? v[i]
-                 : std::string("nothing (") + std::to_string(v.size()) + " parameters in all)";
+      return i < v.size() ? v[i] : missing(v.size());
     };
+    return std::optional<Difference>(Difference{r, i, at(reference), at(theirs)});
+  }
+  return std::optional<Difference>();
+}
+
+}  // namespace
+
+Status Reducer::Impl::VerifyAcrossRanks(const std::vector<Parameter>& params) {
+  auto d = FirstDifference(*group_, Signature(params), [](size_t n) {
+    return "nothing (" + std::to_string(n) + " parameters in all)";
+  });
+  if (!d.ok()) return d.status().Annotate("ddp: comparing parameters across ranks");
+  if (*d) {
     return InvalidArgument("ddp: the model differs between ranks at parameter #" +
-                           std::to_string(i) + ": rank 0 has " + at(reference) + ", rank " +
-                           std::to_string(r) + " has " + at(theirs) +
+                           std::to_string((*d)->index) + ": rank 0 has " + (*d)->reference +
+                           ", rank " + std::to_string((*d)->rank) + " has " + (*d)->theirs +
                            ": every rank must build the same model (same layers, same order)");
   }
   return VerifySettings();
@@ -189,24 +213,15 @@ Status Reducer::Impl::VerifySettings() {
   if (mine.empty()) return Status::Ok();
   std::string text;
   for (const auto& [name, value] : mine) text += name + "=" + value + "\n";
-  auto all = group_->AllGatherStrings(text);
-  if (!all.ok()) return all.status().Annotate("ddp: comparing settings across ranks");
-  const auto reference = Lines((*all)[0]);
-  for (int r = 1; r < group_->size(); ++r) {
-    if ((*all)[r] == (*all)[0]) continue;
-    const auto theirs = Lines((*all)[r]);
-    size_t i = 0;
-    while (i < reference.size() && i < theirs.size() && reference[i] == theirs[i]) ++i;
-    auto at = [&](const std::vector<std::string>& v) {
-      return i < v.size() ? v[i] : std::string("no setting ") + std::to_string(i);
-    };
-    return InvalidArgument(
-        "ddp: the ranks' settings differ: rank 0 has " + at(reference) + ", rank " +
-        std::to_string(r) + " has " + at(theirs) +
-        ": every rank must train with the same settings (ranks that differ reduce gradients of "
-        "different scales, or wait in different collectives)");
-  }
-  return Status::Ok();
+  auto d = FirstDifference(*group_, text,
+                           [](size_t n) { return "no setting after its " + std::to_string(n); });
+  if (!d.ok()) return d.status().Annotate("ddp: comparing settings across ranks");
+  if (!*d) return Status::Ok();
+  return InvalidArgument(
+      "ddp: the ranks' settings differ: rank 0 has " + (*d)->reference + ", rank " +
+      std::to_string((*d)->rank) + " has " + (*d)->theirs +
+      ": every rank must train with the same settings (ranks that differ reduce gradients of "
+      "different scales, or wait in different collectives)");
 }
 
 Status Reducer::Impl::InitDevice() {

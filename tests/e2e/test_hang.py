@@ -26,6 +26,20 @@ def run(args, timeout=90):
     return r, time.monotonic() - start
 
 
+def request_dump(ddprun_pid, log_dir):
+    """`ddprun dump PID`; the text of the summary it writes (its first request's)."""
+    d = subprocess.run([DDPRUN, "dump", str(ddprun_pid)], capture_output=True, text=True,
+                       timeout=30)
+    assert d.returncode == 0, d.stderr
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        found = list(Path(log_dir).glob("*/attempt_0/dumps/request_1/summary.txt"))
+        if found:
+            return found[0].read_text()
+        time.sleep(0.05)
+    raise AssertionError(f"no summary of a dump on request under {log_dir}")
+
+
 def attempt_dirs(log_dir):
     return sorted(Path(log_dir).glob("*/attempt_*"))
 
@@ -188,17 +202,7 @@ def test_dump_on_request_does_not_stop_the_job(tmp_path):
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not list(Path(tmp_path).glob("*/attempt_0/1")):
             time.sleep(0.05)
-        d = subprocess.run([DDPRUN, "dump", str(p.pid)], capture_output=True, text=True,
-                           timeout=30)
-        assert d.returncode == 0, d.stderr
-        summary = None
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and summary is None:
-            found = list(Path(tmp_path).glob("*/attempt_0/dumps/*/summary.txt")) + \
-                list(Path(tmp_path).glob("*/attempt_0/dumps/summary.txt"))
-            summary = found[0] if found else None
-            time.sleep(0.05)
-        assert summary is not None
+        request_dump(p.pid, tmp_path)
         assert p.poll() is None  # still running
     finally:
         p.send_signal(signal.SIGTERM)
@@ -227,16 +231,7 @@ def test_a_worker_stopped_through_a_dump_on_request_is_named_and_no_hang_follows
         stopped = int(workers[1].split()[0])
         os.kill(stopped, signal.SIGSTOP)
         time.sleep(1)
-        d = subprocess.run([DDPRUN, "dump", str(p.pid)], capture_output=True, text=True,
-                           timeout=30)
-        assert d.returncode == 0, d.stderr
-        summary = None
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline and summary is None:
-            found = list(Path(tmp_path).glob("*/attempt_0/dumps/request_1/summary.txt"))
-            summary = found[0].read_text() if found else None
-            time.sleep(0.1)
-        assert summary is not None
+        summary = request_dump(p.pid, tmp_path)
         time.sleep(3)  # stopped 5 s in all, past --hang_timeout
         state = Path(f"/proc/{stopped}/stat").read_text().rsplit(")", 1)[1].split()[0]
         assert state == "T"  # the dump's tools left it stopped
