@@ -142,6 +142,18 @@ std::vector<OpMismatch> FindMismatches(const std::map<int, std::vector<TraceEntr
   return out;
 }
 
+// The ranks that have `seq`, by the collective they ran there: (op, bytes) -> ranks.
+std::map<std::pair<std::string, uint64_t>, std::vector<int>> GroupsAt(
+    const std::map<int, std::vector<TraceEntry>>& traces, uint64_t seq) {
+  std::map<std::pair<std::string, uint64_t>, std::vector<int>> groups;
+  for (const auto& [rank, entries] : traces) {
+    for (const TraceEntry& e : entries) {
+      if (e.seq == seq) groups[{e.op, e.bytes}].push_back(rank);
+    }
+  }
+  return groups;
+}
+
 // Fills verdict, waited_in, waiting and stragglers.
 void Judge(const std::map<int, std::vector<TraceEntry>>& traces, TraceAnalysis& a) {
   std::optional<OpRef> top;  // the highest op some rank is in; lowest rank on ties
@@ -172,12 +184,7 @@ void Judge(const std::map<int, std::vector<TraceEntry>>& traces, TraceAnalysis& 
   const auto parted = std::find_if(a.mismatches.begin(), a.mismatches.end(),
                                    [&](const OpMismatch& m) { return m.seq >= oldest; });
   if (parted == a.mismatches.end()) return;
-  std::map<std::pair<std::string, uint64_t>, std::vector<int>> groups;  // (op, bytes) -> ranks
-  for (const auto& [rank, entries] : traces) {
-    for (const TraceEntry& e : entries) {
-      if (e.seq == parted->seq) groups[{e.op, e.bytes}].push_back(rank);
-    }
-  }
+  const auto groups = GroupsAt(traces, parted->seq);
   a.verdict = TraceVerdict::kMismatch;
   a.waited_in = parted->other_op;
   a.stragglers.clear();
@@ -194,17 +201,10 @@ void Judge(const std::map<int, std::vector<TraceEntry>>& traces, TraceAnalysis& 
   if (tied > 1) a.stragglers.clear();  // no odd one out: no rank to blame
 }
 
-// The collective each rank has at `seq`, by what it ran: "rank 2 in allreduce
-// #64 (4 B); ranks 0,1 in broadcast #64 (128 B)".
-std::string GroupsAt(const std::map<int, std::vector<TraceEntry>>& traces, uint64_t seq) {
-  std::map<std::pair<std::string, uint64_t>, std::vector<int>> groups;
-  for (const auto& [rank, entries] : traces) {
-    for (const TraceEntry& e : entries) {
-      if (e.seq == seq) groups[{e.op, e.bytes}].push_back(rank);
-    }
-  }
+// "rank 2 in allreduce #64 (4 B); ranks 0,1 in broadcast #64 (128 B)".
+std::string DescribeGroups(const std::map<int, std::vector<TraceEntry>>& traces, uint64_t seq) {
   std::string out;
-  for (const auto& [op, ranks] : groups) {
+  for (const auto& [op, ranks] : GroupsAt(traces, seq)) {
     out += (out.empty() ? "" : "; ") + RanksNoun(ranks) + " in " + op.first + " #" +
            std::to_string(seq) + " (" + FormatBytes(op.second) + ")";
   }
@@ -216,7 +216,7 @@ std::string WaitLine(const TraceAnalysis& a, const std::map<int, std::vector<Tra
   const OpRef& op = *a.waited_in;
   if (a.verdict == TraceVerdict::kMismatch) {
     std::string line = "the ranks called different collectives at #" + std::to_string(op.seq) +
-                       ": " + GroupsAt(traces, op.seq) +
+                       ": " + DescribeGroups(traces, op.seq) +
                        "; their programs diverged (options, step counts or data that differ "
                        "between ranks, or a collective under a rank-dependent condition)";
     if (!a.stragglers.empty()) line += ": " + RanksNoun(a.stragglers) + " the odd one out";
