@@ -3,6 +3,7 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 
 #include "env/interfaces.hpp"
@@ -39,6 +40,23 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
                    });
   unasked_signal_ = root.hung || root.timer ? 0 : root.exit.signal;
   multi_node_ = world_size > static_cast<int>(result.workers.size());
+  // The ranks whose programs had finished before the root cause ended.
+  finished_ranks_.clear();
+  finished_seconds_before_ = 0;
+  auto root_record = std::find_if(result.workers.begin(), result.workers.end(),
+                                  [&](const auto& w) { return w.pid == root.pid; });
+  if (root_record != result.workers.end()) {
+    for (const auto& w : result.workers) {
+      if (w.state != supervisor::WorkerState::kSucceeded || w.exit_time > root_record->exit_time) {
+        continue;
+      }
+      finished_ranks_.push_back(w.rank);
+      const std::chrono::duration<double> before = root_record->exit_time - w.exit_time;
+      finished_seconds_before_ = finished_ranks_.size() == 1
+                                     ? before.count()
+                                     : std::min(finished_seconds_before_, before.count());
+    }
+  }
   root_code_ = root.hung || root.timer || root.exit.signal != 0 ? 0 : root.exit.code;
   const auto rank = static_cast<size_t>(root.local_rank);
   root_writes_own_logs_ = rank < writes_own_logs_.size() && writes_own_logs_[rank];
@@ -108,6 +126,8 @@ supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Pr
   x.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
   x.never_entered = never_entered_;
   x.diverged = diverged_;
+  x.finished_ranks = finished_ranks_;
+  x.finished_seconds_before = finished_seconds_before_;
   return x;
 }
 

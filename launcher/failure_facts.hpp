@@ -51,6 +51,8 @@ class FailureFacts {
   std::string never_entered_;               // ExplainContext::never_entered
   std::string diverged_;                    // ExplainContext::diverged
   bool root_writes_own_logs_ = false;
+  std::vector<int> finished_ranks_;     // ExplainContext::finished_ranks
+  double finished_seconds_before_ = 0;  // ExplainContext::finished_seconds_before
 };
 
 }  // namespace ddprun::launcher

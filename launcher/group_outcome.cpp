@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <random>
 #include <set>
+#include <string_view>
 
 #include "env/host.hpp"
 #include "env/processes.hpp"
+#include "supervisor/explain.hpp"
 
 namespace ddprun::launcher {
 
@@ -40,14 +42,11 @@ void LogStopped(const supervisor::GroupResult& r) {
 
 bool DiedOfPeer(const supervisor::FailureRecord& f) {
   if (f.exit.signal == SIGPIPE) return true;
-  for (const char* sign : {"Connection reset by peer", "Connection closed by peer", "Broken pipe",
-                           "ECONNRESET", "connection was closed by the remote"}) {
-    if (f.message.find(sign) != std::string::npos) return true;
-    // Its last lines: a worker that wrote no error file still said why.
-    const size_t from = f.output_tail.size() > 1024 ? f.output_tail.size() - 1024 : 0;
-    if (f.output_tail.find(sign, from) != std::string::npos) return true;
-  }
-  return false;
+  // Its last lines too: a worker that wrote no error file still said why.
+  const std::string_view tail =
+      std::string_view(f.output_tail)
+          .substr(f.output_tail.size() > 1024 ? f.output_tail.size() - 1024 : 0);
+  return supervisor::LostPeerSign(f.message) || supervisor::LostPeerSign(tail);
 }
 
 std::string DefaultTimerFile(const env::Environ& environ) {

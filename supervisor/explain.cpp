@@ -3,6 +3,7 @@
 #include <functional>
 #include <vector>
 
+#include "base/format.hpp"
 #include "supervisor/explain_entries.hpp"
 
 namespace ddprun::supervisor {
@@ -179,6 +180,34 @@ Match NonFiniteLoss(const std::string& text, const ExplainContext&) {
                "torch.autograd.set_detect_anomaly(True) names the first op to make a nan");
 }
 
+// A worker that lost a peer, or waited for one in a collective until a
+// timeout, after a rank of its group had exited 0: the finished rank ran
+// fewer collectives than it (uneven data, a data-dependent loop), and its
+// exit closed the connections the others' next collective needed.
+Match PeerFinished(const std::string& text, const ExplainContext& c) {
+  if (c.finished_ranks.empty()) return {};
+  std::string what;
+  if (auto sign = LostPeerSign(text)) {
+    what = "lost its connection to a peer (\"" + *sign + "\")";
+  } else if (Has(text, "Watchdog caught collective operation timeout") ||
+             Find(text, R"((?:ddp: [^\n]* timed out after|Timed out waiting \d+ ?ms for \w+))")) {
+    what = "waited in a collective until its timeout";
+  } else {
+    return {};
+  }
+  const bool one = c.finished_ranks.size() == 1;
+  return Lines("the worker " + what + " after " + RanksNoun(c.finished_ranks) + " had finished (" +
+                   (one ? "exited 0, " : "exited 0, the last ") +
+                   FormatSeconds(c.finished_seconds_before) +
+                   " s earlier) while it still ran collectives: the ranks ran different numbers "
+                   "of steps or collectives, and the one that ended left the others' next "
+                   "collective without a partner",
+               "give every rank the same number of steps: as many batches on each "
+               "(DistributedSampler with drop_last=True, or the smallest count agreed with "
+               "all_reduce(op=MIN)), or DDP's join() context manager for uneven inputs; a "
+               "barrier before destroy_process_group() keeps a finished rank until all are");
+}
+
 // A shell worker's 128+N that nothing above explained: Explain() says what
 // the code means; where to look is all there is to add.
 Match SignalThroughShell(const std::string&, const ExplainContext& c) {
@@ -198,6 +227,7 @@ const std::vector<Entry>& Catalogue() {
       {"unused parameters", UnusedParameters},
       {"model differs across ranks", ModelMismatch},
       {"in-place modified tensor", InplaceModified},
+      {"a peer finished first", PeerFinished},
       {"collective timeout", CollectiveTimeout},
       {"DDP collective timeout", DdpCollectiveTimeout},
       {"monitored barrier", MonitoredBarrier},
@@ -242,6 +272,14 @@ std::optional<Explanation> Explain(const FailureRecord& failure, const ExplainCo
       }
       return e;
     }
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> LostPeerSign(std::string_view text) {
+  for (const char* sign : {"Connection reset by peer", "Connection closed by peer", "Broken pipe",
+                           "ECONNRESET", "connection was closed by the remote"}) {
+    if (text.find(sign) != std::string_view::npos) return sign;
   }
   return std::nullopt;
 }

@@ -13,6 +13,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "env/interfaces.hpp"
@@ -74,6 +75,11 @@ struct ExplainContext {
   // The first collective two ranks ran differently (supervisor::FirstMismatch):
   // their programs diverged; "" when none.
   std::string diverged;
+  // The ranks of this host's group that had exited 0 (their programs
+  // finished) before the failed worker ended, and how long before it the
+  // last of them did.
+  std::vector<int> finished_ranks;
+  double finished_seconds_before = 0;
 };
 
 struct Explanation {
@@ -83,5 +89,10 @@ struct Explanation {
 };
 
 std::optional<Explanation> Explain(const FailureRecord& failure, const ExplainContext& context);
+
+// What, in a worker's text, says that a connection to a peer broke (Gloo's
+// "Connection closed by peer", ECONNRESET, a broken pipe): the words found,
+// or nullopt.
+std::optional<std::string> LostPeerSign(std::string_view text);
 
 }  // namespace ddprun::supervisor

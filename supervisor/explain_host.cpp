@@ -85,6 +85,20 @@ Match NativeCrash(const std::string& text, const ExplainContext& c) {
                    "in a finally: block lets the worker exit with the exception's code");
     }
   }
+  // std::terminate on a thread still running as the process ended: Gloo's
+  // teardown at exit while its peers still used the process group (seen
+  // with a rank whose program finished before theirs).
+  if (sig == SIGABRT && c.peers_running &&
+      Has(text, "terminate called without an active exception")) {
+    return Lines(
+        "the worker aborted (SIGABRT) as it exited (\"terminate called without an active "
+        "exception\": a thread of it, such as its process group's, still ran), while "
+        "every other rank still ran: it left the job first; if its program had "
+        "finished, it ran fewer steps or collectives than its peers",
+        "give every rank the same number of steps (DistributedSampler with "
+        "drop_last=True, or DDP's join() for uneven inputs), and end every rank's "
+        "program with a barrier and torch.distributed.destroy_process_group()");
+  }
   if (auto m = Find(text, R"(terminate called after throwing an instance of '([^']+)'\s*\n\s*)"
                           R"(what\(\):\s*([^\n]*))")) {
     return Lines("the worker aborted (" + name +

@@ -301,3 +301,21 @@ def test_an_exception_then_an_abort_on_the_way_out_names_the_exception(tmp_path)
     assert cause.startswith("the worker raised RuntimeError: boom on rank 0, then aborted "
                             "(SIGABRT) on its way out"), cause
     assert "destroy_process_group() in a finally: block" in fix, fix
+
+
+def test_a_rank_that_finished_early_is_named_as_the_cause_of_its_peers_failure():
+    """Rank 1 runs 3 all-reduces, rank 0 six (a data-dependent loop): found by an attacking
+    helper, the report said only "Connection closed by peer", or blamed an extension when the
+    finished rank aborted on its way out (TEARDOWN_ABORT). Either way it now names the rank that
+    finished first and the uneven steps."""
+    r = diagnose("finishes_early.py")
+    cause, fix = lines(r)
+    if r.rc == 1:
+        assert re.match(r'the worker lost its connection to a peer \("Connection (closed|reset) '
+                        r'by peer"\) after rank 1 had finished \(exited 0, [\d.]+ s earlier\)',
+                        cause), cause
+    else:
+        assert cause.startswith('the worker aborted (SIGABRT) as it exited ("terminate called '
+                                'without an active exception"'), cause
+        assert "it left the job first" in cause, cause
+    assert "DistributedSampler with drop_last=True" in fix and "join()" in fix, fix

@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -40,6 +41,40 @@ TEST_CASE("a shell by name, or a script whose #! line names one, runs a shell") 
   py.interpreter = "/usr/bin/python3";
   CHECK_FALSE(RunsAShell(py));
   fs::remove_all(dir);
+}
+
+supervisor::WorkerRecord Worker(int rank, supervisor::WorkerState state,
+                                supervisor::WallTime exit_time) {
+  supervisor::WorkerRecord w;
+  w.rank = w.local_rank = rank;
+  w.pid = 1000 + rank;
+  w.state = state;
+  w.exit_time = exit_time;
+  return w;
+}
+
+TEST_CASE("failure facts: the ranks that had exited 0 before the root cause, and how long before") {
+  using std::chrono::milliseconds;
+  using supervisor::WorkerState;
+  const supervisor::WallTime failed_at = std::chrono::system_clock::now();
+  supervisor::GroupResult result;
+  result.workers = {Worker(0, WorkerState::kFailed, failed_at),
+                    Worker(1, WorkerState::kSucceeded, failed_at - milliseconds(2500)),
+                    Worker(2, WorkerState::kSucceeded, failed_at - milliseconds(400)),
+                    Worker(3, WorkerState::kSucceeded, failed_at + milliseconds(100)),
+                    Worker(4, WorkerState::kStopped, failed_at + milliseconds(200))};
+  supervisor::FailureRecord root;
+  root.pid = 1000;
+  FailureFacts facts;
+  facts.GroupFailed(5, result, root);
+  const auto x = facts.Context(LaunchConfig{}, Run("/bin/true"), {}, "");
+  CHECK(x.finished_ranks == std::vector<int>{1, 2});  // rank 3 ended after it
+  CHECK(x.finished_seconds_before == doctest::Approx(0.4));
+
+  // No rank had finished.
+  result.workers[1].state = result.workers[2].state = WorkerState::kStopped;
+  facts.GroupFailed(5, result, root);
+  CHECK(facts.Context(LaunchConfig{}, Run("/bin/true"), {}, "").finished_ranks.empty());
 }
 
 }  // namespace

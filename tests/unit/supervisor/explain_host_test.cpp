@@ -175,5 +175,22 @@ TEST_CASE("explain: memory refused under an address-space cap names RLIMIT_AS") 
   CHECK(gpu->signature == "CUDA out of memory");
 }
 
+TEST_CASE("explain: an abort at exit while every peer still ran says the rank left first") {
+  ExplainContext c = Context("/usr/bin/python3", "PATH");
+  c.unasked_signal = SIGABRT;
+  const FailureRecord f = Failed("Signal 6 (SIGABRT) received by PID 7",
+                                 "rank 1 done\nterminate called without an active exception\n");
+  auto alone = Explain(f, c);  // its peers had ended too: nothing says it left first
+  REQUIRE(alone.has_value());
+  CHECK(alone->cause == "the worker crashed in native code (SIGABRT)");
+  c.peers_running = true;
+  auto first = Explain(f, c);
+  REQUIRE(first.has_value());
+  CHECK(first->cause.find("the worker aborted (SIGABRT) as it exited (\"terminate called without "
+                          "an active exception\"") == 0);
+  CHECK(first->cause.find("it left the job first") != std::string::npos);
+  CHECK(first->fix.find("destroy_process_group()") != std::string::npos);
+}
+
 }  // namespace
 }  // namespace ddprun::supervisor

@@ -422,5 +422,42 @@ TEST_CASE("explain: a full disk, said by the worker or found in the log director
   CHECK(said->fix.rfind("df -h shows which filesystem is full", 0) == 0);
 }
 
+TEST_CASE("explain: a peer lost after a rank finished names the rank and uneven steps") {
+  const std::string closed =
+      "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:547] Connection "
+      "closed by peer [127.0.0.1]:35758";
+  ExplainContext c;
+  c.finished_ranks = {1};
+  c.finished_seconds_before = 0.34;
+  auto e = Explain(Failed(closed), c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "a peer finished first");
+  CHECK(e->cause.find("the worker lost its connection to a peer (\"Connection closed by peer\") "
+                      "after rank 1 had finished (exited 0, 0.3 s earlier)") == 0);
+  CHECK(e->fix.find("DistributedSampler with drop_last=True") != std::string::npos);
+  CHECK(e->fix.find("join()") != std::string::npos);
+
+  // A collective that timed out waiting, after two ranks had finished.
+  c.finished_ranks = {2, 3};
+  e = Explain(Failed("ddp: rank 0: allreduce #12 (4 B) timed out after 5 s"), c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause.find("the worker waited in a collective until its timeout after ranks 2,3 had "
+                      "finished (exited 0, the last 0.3 s earlier)") == 0);
+
+  // No rank finished: the lost peer alone explains nothing.
+  CHECK_FALSE(Explain(Failed(closed), {}).has_value());
+  // A rank finished, but the worker failed of something else.
+  e = Explain(Failed("ModuleNotFoundError: No module named 'numpy'"), c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "module not found");
+  CHECK_FALSE(Explain(Failed("RuntimeError: boom"), c).has_value());
+}
+
+TEST_CASE("explain: a lost peer's words are found wherever they stand") {
+  CHECK(LostPeerSign("x: Connection reset by peer\n") == "Connection reset by peer");
+  CHECK(LostPeerSign("BrokenPipeError: [Errno 32] Broken pipe") == "Broken pipe");
+  CHECK_FALSE(LostPeerSign("RuntimeError: boom").has_value());
+}
+
 }  // namespace
 }  // namespace ddprun::supervisor
