@@ -160,7 +160,7 @@ std::string AnomalyReport(const std::vector<Parameter>& params, const std::vecto
   }
   if (bad.size() > kAnomalyNames)
     report += " and " + std::to_string(bad.size() - kAnomalyNames) + " more";
-  return report + " (local)";
+  return report;
 }
 
 // Unscaling and clipping read float32 gradients (fp32 master parameters, as

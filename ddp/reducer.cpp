@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "ddp/gloo_reduce.hpp"
+#include "ddp/nonfinite.hpp"
 
 #ifdef DDPRUN_HAVE_CUDA
 #include "ddp/cuda/reducer_device.hpp"
@@ -121,6 +122,7 @@ class Reducer::Impl {
   const std::vector<std::vector<size_t>>& buckets() const { return buckets_; }
   std::string TakeNotice() { return std::exchange(notice_, ""); }
   int generation() const { return generation_; }
+  ProcessGroup* group() const { return group_; }
 
  private:
   void Launch(Reducer& r);
@@ -415,6 +417,7 @@ void Reducer::Impl::Ready(Reducer& r, size_t index) {
   param_ready_[index] = true;
   observed_order_.push_back(index);
   const Parameter& p = r.params_[index];
+  if (options_.find_nonfinite_origin && !GradFinite(p)) r.stats_.nonfinite.push_back(index);
   const size_t b = bucket_of_[index];
   if (!options_.gradient_as_bucket_view) {
     if (Status s = CopyIn(b, p, offset_in_bucket_[index]); !s.ok() && copy_error_.ok()) {
@@ -505,6 +508,11 @@ StatusOr<std::unique_ptr<Reducer>> Reducer::Create(ProcessGroup* group,
                              "only; register it as one of those (or as a buffer)");
     }
   }
+  if (options.find_nonfinite_origin && OnDevice(group)) {
+    return Unimplemented(
+        "ddp: finding where inf/NaN gradients came from is not supported yet on CUDA: "
+        "turn find_nonfinite_origin off there");
+  }
   auto impl = std::make_unique<Impl>(group, std::move(buffers), std::move(options));
   if (Status s = impl->InitDevice(); !s.ok()) return s;
   if (Status s = impl->VerifyAcrossRanks(params); !s.ok()) return s;
@@ -539,5 +547,11 @@ const std::vector<std::vector<size_t>>& Reducer::buckets() const { return impl_-
 int Reducer::layout_generation() const { return impl_->generation(); }
 
 std::string Reducer::TakeNotice() { return impl_->TakeNotice(); }
+
+StatusOr<std::string> Reducer::NonFiniteOrigin() {
+  std::vector<std::string> names;
+  for (size_t index : stats_.nonfinite) names.push_back(params_[index].name);
+  return GatherNonFiniteOrigin(*impl_->group(), names);
+}
 
 }  // namespace ddprun::ddp

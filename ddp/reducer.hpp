@@ -93,6 +93,11 @@ struct ReducerOptions {
   // or end up in different collectives, so Create fails naming the first that
   // differs. Compared once, with the parameters' names and shapes.
   std::vector<std::pair<std::string, std::string>> same_on_every_rank;
+  // Check each gradient for inf/NaN as it becomes ready, before the
+  // all-reduce spreads it to every rank: NonFiniteOrigin() then names the
+  // ranks and parameters it came from (ddp/nonfinite.hpp). A pass over the
+  // gradients each step; host memory only (not supported yet on CUDA).
+  bool find_nonfinite_origin = false;
 };
 
 // What a step's reduction did, for tests and the trainer's log.
@@ -100,6 +105,9 @@ struct StepStats {
   int buckets = 0;
   std::vector<std::chrono::steady_clock::time_point> bucket_started;  // launch times
   std::vector<size_t> unused;                                         // parameter indices
+  // With find_nonfinite_origin: the parameters whose gradients this rank
+  // made non-finite (before the reduction).
+  std::vector<size_t> nonfinite;
 };
 
 class Reducer {
@@ -134,6 +142,11 @@ class Reducer {
   const std::vector<std::vector<size_t>>& buckets() const;
   // A notice to print once (e.g. find_unused_parameters costing time), or "".
   std::string TakeNotice();
+  // With find_nonfinite_origin, after FinishBackward: which ranks made which
+  // gradients inf/NaN this step, "rank 1 (layers.1.weight)", or "" when none
+  // did before the reduction. Collective: every rank calls it at the same
+  // step (e.g. when the grad scaler found inf/NaN, which every rank agrees on).
+  StatusOr<std::string> NonFiniteOrigin();
 
   class Impl;
   struct Key {

@@ -60,12 +60,17 @@ long MicrosSince(std::chrono::steady_clock::time_point t0) {
           .count());
 }
 
+// Which rank made a gradient inf/NaN: with the scaler, whose check sees the
+// reduced sum (on the host only: the reducer checks no device memory yet).
+bool FindsNonFiniteOrigin(const TrainOptions& o) { return o.UseScaler() && o.device != "cuda"; }
+
 ddp::ReducerOptions MakeReducerOptions(const TrainOptions& o) {
   ddp::ReducerOptions r;
   if (o.bucket_cap_mb > 0) r.bucket_cap_bytes = static_cast<size_t>(o.bucket_cap_mb * (1 << 20));
   r.find_unused_parameters = o.find_unused_parameters;
   r.broadcast_buffers = o.broadcast_buffers;
   r.gradient_as_bucket_view = !o.grad_copies;
+  r.find_nonfinite_origin = FindsNonFiniteOrigin(o);
   // What changes the gradients' scale, the update or the collectives' order
   // (ranks may differ in bucket caps, copies, find-unused and the faults).
   const auto flag = [](bool on) { return std::string(on ? "on" : "off"); };
@@ -175,7 +180,11 @@ Status RunStep(Rank<Model>& r, long step) {
     if (!mean.ok()) return mean.status().Annotate("step " + std::to_string(step));
     if (rank == 0) PrintLoss(step, *mean);
   }
-  return r.updater.Apply(step, rank == 0);
+  std::function<StatusOr<std::string>()> origin;
+  if (FindsNonFiniteOrigin(r.options) && !r.options.no_comm) {
+    origin = [&] { return r.reducer.NonFiniteOrigin(); };
+  }
+  return r.updater.Apply(step, rank == 0, origin);
 }
 
 StatusOr<std::unique_ptr<ddp::ProcessGroup>> Connect(const TrainOptions& o) {

@@ -32,16 +32,23 @@ Updater::Updater(const TrainOptions& options, ddp::ProcessGroup* group,
   }
 }
 
-Status Updater::Apply(long step, bool report) {
+Status Updater::Apply(long step, bool report,
+                      const std::function<StatusOr<std::string>()>& origin) {
   if (!scaler_) {
     optimizer_->Step(*params_);
     return optimizer_->TakeError().Annotate("optimizer step " + std::to_string(step));
   }
   Status s = scaler_->Unscale(*params_, step);
   if (!s.ok()) return s.Annotate("unscale gradients at step " + std::to_string(step));
-  if (report && !scaler_->anomaly().empty()) {
-    std::printf("%s\n", scaler_->anomaly().c_str());
+  std::string anomaly = scaler_->anomaly();
+  if (origin && scaler_->found_inf()) {
+    StatusOr<std::string> from = origin();
+    if (!from.ok()) return from.status().Annotate("step " + std::to_string(step));
+    anomaly += from->empty()
+                   ? ", after the all-reduce; no rank had any before it: the sum overflowed"
+                   : ", after the all-reduce; made by " + *from + " before it";
   }
+  if (report && !anomaly.empty()) std::printf("%s\n", anomaly.c_str());
   if (clip_) {
     StatusOr<float> norm = scaler_->ClipGradNorm(*params_, kMaxGradNorm);
     if (!norm.ok()) return norm.status().Annotate("clip gradients at step " + std::to_string(step));

@@ -8,8 +8,10 @@
 // Not thread-safe; `group` and `params` must outlive the Updater.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "ddp/grad_scaler.hpp"
@@ -28,8 +30,11 @@ class Updater {
   float loss_scale() const { return scaler_ ? scaler_->scale() : 1.0f; }
 
   // Applies step `step`'s (reduced) gradients. With `report`, prints a
-  // skipped step and the scaler's anomaly report.
-  Status Apply(long step, bool report);
+  // skipped step and the scaler's anomaly report. `origin`, when given, is
+  // called on a step with inf/NaN (on every rank alike: the scaler agreed) and
+  // says which ranks made them (ddp::Reducer::NonFiniteOrigin).
+  Status Apply(long step, bool report,
+               const std::function<StatusOr<std::string>()>& origin = nullptr);
 
  private:
   bool clip_;

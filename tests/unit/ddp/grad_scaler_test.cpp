@@ -76,7 +76,7 @@ TEST_CASE("anomaly mode names the first three parameters that went non-finite, w
   GradScaler scaler(nullptr, Options(1.0f, 2000, /*anomaly=*/true));
   REQUIRE(scaler.Unscale(m.params, 42).ok());
   CHECK(scaler.anomaly() ==
-        "step 42: non-finite gradients in fc1.bias, fc2.weight, fc3.weight and 1 more (local)");
+        "step 42: non-finite gradients in fc1.bias, fc2.weight, fc3.weight and 1 more");
 
   scaler.Update();
   Model clean({{"fc1.weight", {1.0f}}});

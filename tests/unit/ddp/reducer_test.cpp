@@ -4,10 +4,12 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "ddp/gloo_reduce.hpp"
+#include "ddp/nonfinite.hpp"
 
 namespace ddprun::ddp {
 namespace {
@@ -411,6 +413,68 @@ TEST_CASE("16-bit gradients go to buckets of their own type, averaged before the
     CHECK(Value(p[2], 0) == 8.0f);
     CHECK(std::isfinite(Value(p[1], 49)));
   }
+}
+
+TEST_CASE("find_nonfinite_origin names the ranks and parameters that made inf/NaN gradients") {
+  for (bool views : {false, true}) {
+    CAPTURE(views);
+    FakeGroup g(3);
+    Model m({4, 4});
+    m.grad[1][2] = std::nanf("");
+    ReducerOptions o;
+    o.gradient_as_bucket_view = views;
+    o.find_nonfinite_origin = true;
+    auto r = Reducer::Create(&g, m.params, {}, o);
+    REQUIRE(r.ok());
+    (*r)->BeginBackward();
+    (*r)->MarkGradReady(1);
+    (*r)->MarkGradReady(1);  // twice: counted once
+    (*r)->MarkGradReady(0);
+    REQUIRE((*r)->FinishBackward().ok());
+    CHECK((*r)->last_step().nonfinite == std::vector<size_t>{1});
+    CHECK(std::isnan((*r)->parameters()[1].grad[2]));  // the sum spread it
+    g.others_at[g.gathers] = {{1, ""}, {2, "layers.0\n"}};
+    auto origin = (*r)->NonFiniteOrigin();
+    REQUIRE(origin.ok());
+    CHECK(*origin == "rank 0 (layers.1); rank 2 (layers.0)");
+    // A finite step: nothing from anyone (the sum overflowed, if the scaler found inf).
+    for (const Parameter& p : (*r)->parameters()) std::fill(p.grad, p.grad + p.numel(), 1.0f);
+    (*r)->BeginBackward();
+    for (size_t i : {1, 0}) (*r)->MarkGradReady(i);
+    REQUIRE((*r)->FinishBackward().ok());
+    CHECK((*r)->last_step().nonfinite.empty());
+  }
+  // Off (the default): no check.
+  FakeGroup g(2);
+  Model m({4});
+  m.grad[0][0] = INFINITY;
+  auto r = Reducer::Create(&g, m.params, {}, ReducerOptions{});
+  REQUIRE(r.ok());
+  (*r)->BeginBackward();
+  (*r)->MarkGradReady(0);
+  REQUIRE((*r)->FinishBackward().ok());
+  CHECK((*r)->last_step().nonfinite.empty());
+}
+
+TEST_CASE("16-bit gradients are checked for inf/NaN by their exponent bits") {
+  HalfModel m;
+  m.Add("half_ok", 3, DType::kFloat16, 60000.0f);
+  m.Add("half_inf", 3, DType::kFloat16, 70000.0f);  // past fp16's 65504
+  m.Add("bf16_ok", 3, DType::kBFloat16, 1e38f);
+  m.Add("bf16_nan", 3, DType::kBFloat16, std::nanf(""));
+  const auto& p = m.Wire();
+  CHECK(GradFinite(p[0]));
+  CHECK_FALSE(GradFinite(p[1]));
+  CHECK(GradFinite(p[2]));
+  CHECK_FALSE(GradFinite(p[3]));
+}
+
+TEST_CASE("the origin of inf/NaN names three parameters per rank, then counts") {
+  FakeGroup g(2);
+  g.others = {{1, "a\nb\nc\nd\ne\n"}};
+  auto origin = GatherNonFiniteOrigin(g, {});
+  REQUIRE(origin.ok());
+  CHECK(*origin == "rank 1 (a, b, c and 2 more)");
 }
 
 TEST_CASE("float32 and 16-bit parameters share no bucket; each type's first bucket is small") {
