@@ -230,6 +230,7 @@ const std::vector<Entry>& Catalogue() {
       {"a peer finished first", PeerFinished},
       {"collective timeout", CollectiveTimeout},
       {"DDP collective timeout", DdpCollectiveTimeout},
+      {"collectives diverged", CollectivesDiverged},
       {"monitored barrier", MonitoredBarrier},
       {"CUDA out of memory", CudaOutOfMemory},
       {"CUDA device-side assert", DeviceAssert},

@@ -22,6 +22,27 @@ Match CollectiveTimeout(const std::string& text, const ExplainContext&) {
                    "legitimately that slow");
 }
 
+namespace {
+
+const char* const kSameCollectives =
+    "make every rank call the same collectives in the same order: the same options, steps and "
+    "data sizes on every rank, no collective under a rank-dependent condition (the flight "
+    "recorders, DDPRUN_TRACE_FILE, show where they parted)";
+
+}  // namespace
+
+// The DDP core's flight recorders show two ranks in different collectives (or
+// one with different sizes) at the same number, however the failed rank then
+// ended: Gloo refusing a message of another size (gloo::EnforceNotMet, an
+// abort), a peer's closed connection. The divergence is the cause. A failure
+// that says its own cause (the DDP core's refusals) keeps it.
+Match CollectivesDiverged(const std::string& text, const ExplainContext& c) {
+  if (c.diverged.empty()) return {};
+  if (c.unasked_signal == 0 && !LostPeerSign(text) && !Has(text, "EnforceNotMet")) return {};
+  return Lines(c.diverged + ", and the rank failed after it: their programs diverged",
+               kSameCollectives);
+}
+
 // ddp/gloo_process_group.cpp and the NCCL one: the DDP core's collective
 // timeout. The rank that timed out is a victim: the flight recorders name the
 // ones that never came (ExplainContext::never_entered).
@@ -38,9 +59,7 @@ Match DdpCollectiveTimeout(const std::string& text, const ExplainContext& c) {
     const std::string after = (*m)[4].matched ? " (" + (*m)[4].str() + " s)" : "";
     return Lines(c.diverged + ", and waited for each other until the collective timeout" + after +
                      " ended it: their programs diverged",
-                 "make every rank call the same collectives in the same order: the same options, "
-                 "steps and data sizes on every rank, no collective under a rank-dependent "
-                 "condition (the flight recorders, DDPRUN_TRACE_FILE, show where they parted)");
+                 kSameCollectives);
   }
   if (!c.never_entered.empty()) {
     return Lines(c.never_entered + " (the collective timeout" + limit +

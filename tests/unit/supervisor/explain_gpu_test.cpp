@@ -92,6 +92,41 @@ TEST_CASE("explain: the DDP core's collective timeout names the rank that never 
   CHECK(diverged->fix.rfind("make every rank call the same collectives in the same order", 0) == 0);
 }
 
+TEST_CASE("explain: ranks whose collectives diverged, however the failed one then ended") {
+  // Gloo refuses a message of another size with an exception from its I/O thread: the rank
+  // aborts, and the cause line named the C++ exception (found by an attacking helper).
+  ExplainContext c;
+  c.unasked_signal = SIGABRT;
+  const FailureRecord abort =
+      Failed("Signal 6 (SIGABRT) received by PID 7",
+             "terminate called after throwing an instance of 'gloo::EnforceNotMet'\n"
+             "  what():  [enforce fail at gloo/transport/tcp/pair.cc:446] op.preamble.length <= "
+             "op.nbytes. 512 vs 4\n");
+  auto before = Explain(abort, c);
+  REQUIRE(before.has_value());
+  CHECK(before->signature == "native crash");
+  c.diverged =
+      "rank 1 ran allreduce #12 with 4 B while rank 0 ran it with 512 B: the ranks pass "
+      "different sizes";
+  auto e = Explain(abort, c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "collectives diverged");
+  CHECK(e->cause == c.diverged + ", and the rank failed after it: their programs diverged");
+  CHECK(e->fix.rfind("make every rank call the same collectives in the same order", 0) == 0);
+  // A peer's closed connection after the divergence.
+  c.unasked_signal = 0;
+  auto closed = Explain(Failed("ddp: rank 0: allreduce #13 (4 B float32): Connection closed by "
+                               "peer"),
+                        c);
+  REQUIRE(closed.has_value());
+  CHECK(closed->signature == "collectives diverged");
+  // What the DDP core itself said: its own refusal stays the cause, without a line added.
+  CHECK_FALSE(Explain(Failed("ddp: rank 0, step 0: 1 parameter(s) got no gradient: "
+                             "layers.2.weight [4, 4]. Either remove them from the model"),
+                      c)
+                  .has_value());
+}
+
 // c10/cuda/CUDACachingAllocator.cpp, the OutOfMemoryError message.
 TEST_CASE("explain: CUDA out of memory names the GPU, the sizes and the other processes") {
   auto e = Explain(Failed("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
