@@ -104,6 +104,7 @@ inline constexpr char kSlurmNtasks[] = "SLURM_NTASKS";
 inline constexpr char kSlurmNprocs[] = "SLURM_NPROCS";
 inline constexpr char kSlurmNtasksPerNode[] = "SLURM_NTASKS_PER_NODE";
 inline constexpr char kSlurmGtids[] = "SLURM_GTIDS";
+inline constexpr char kSlurmCpusPerTask[] = "SLURM_CPUS_PER_TASK";
 // A test hook: the NVML library to load instead of libnvidia-ml.so.1 (env/gpus.hpp).
 inline constexpr char kNvmlLibrary[] = "DDPRUN_NVML_LIBRARY";
 

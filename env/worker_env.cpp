@@ -1,5 +1,8 @@
 #include "env/worker_env.hpp"
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "env/cpus.hpp"
 #include "env/names.hpp"
 
@@ -55,6 +58,16 @@ void RewriteSlurm(const GroupInfo& g, int local_rank, Environ& e) {
     gtids += (gtids.empty() ? "" : ",") + std::to_string(r);
   }
   e[kSlurmGtids] = gtids;
+  // The agent's task CPUs shared out, as srun -c would give each task: code
+  // that sizes its threads or DataLoader workers by it would otherwise take
+  // the whole share once per worker.
+  if (auto cpus = Lookup(e, kSlurmCpusPerTask)) {
+    char* end = nullptr;
+    const long n = std::strtol(cpus->c_str(), &end, 10);
+    if (!cpus->empty() && *end == '\0' && n > 0) {
+      e[kSlurmCpusPerTask] = std::to_string(std::max(1L, n / std::max(1, g.local_world_size)));
+    }
+  }
   // "L(xN)" when every node runs L workers; otherwise the list is not known
   // here, and a wrong one is worse than none.
   const bool uniform = g.world_size == g.local_world_size * g.group_world_size;

@@ -28,6 +28,7 @@
 #include "launcher/doctor_gpus.hpp"
 #include "launcher/job_stores.hpp"
 #include "launcher/option_table.hpp"
+#include "launcher/slurm_options.hpp"
 #include "rendezvous/sockets.hpp"
 
 namespace ddprun::launcher {
@@ -360,7 +361,14 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   args.insert(args.end(), {"--", "/bin/true"});
   auto parsed = ParseCommandLine(args, environ, host);
   if (!parsed.ok()) return parsed.status();
-  const LaunchConfig& c = parsed->config;
+  LaunchConfig& c = parsed->config;
+  // The store where the launch would look for it (a Slurm node's NodeAddr).
+  std::optional<LimitCheck> store_host;
+  if (auto said = ResolveSlurmStoreHost(c); !said.ok()) {
+    store_host = LimitCheck{"Slurm store host", CheckStatus::kFail, said.status().message(), ""};
+  } else if (!said->empty()) {
+    store_host = LimitCheck{"Slurm store host", CheckStatus::kOk, *said, ""};
+  }
   const int gpus = env::GpusSeen(c.visible_gpus, host.gpus);
   const env::JobShape job{c.nproc_per_node, c.threads_per_worker, gpus};
   const env::LimitFacts facts = env::ReadLimitFacts(environ);
@@ -380,7 +388,11 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
       env::Lookup(environ, env::kGlooSocketIfname).value_or("").size() > 1, NodesMaySpanHosts(c)));
   for (auto& check : PortChecks(c)) report.checks.push_back(std::move(check));
   for (auto& check : SlurmChecks(c, environ)) report.checks.push_back(std::move(check));
-  if (auto endpoint = EndpointCheck(c)) report.checks.push_back(std::move(*endpoint));
+  const bool store_unknown = store_host && store_host->status == CheckStatus::kFail;
+  if (store_host) report.checks.push_back(std::move(*store_host));
+  if (auto endpoint = store_unknown ? std::nullopt : EndpointCheck(c)) {
+    report.checks.push_back(std::move(*endpoint));
+  }
   for (const auto& check : report.checks) {
     if (check.status == CheckStatus::kFail) report.failed = true;
   }

@@ -37,6 +37,7 @@
 #include "launcher/option_table.hpp"
 #include "launcher/options.hpp"
 #include "launcher/program.hpp"
+#include "launcher/slurm_options.hpp"
 #include "launcher/uncaught.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/containment.hpp"
@@ -138,33 +139,6 @@ void ReadSlurmConfig(ddprun::launcher::LaunchConfig& c) {
       "before ddprun's grace ends; give --shutdown_timeout={} or less (or ask for a larger "
       "KillWait)",
       c.shutdown_timeout, *kill_wait, *kill_wait, *kill_wait);
-}
-
-// A store host taken from the step is a Slurm node name; where it does not
-// resolve here (NodeName=n1 NodeAddr=10.1.0.1), Slurm's NodeAddr stands in.
-ddprun::Status ResolveSlurmStoreHost(ddprun::launcher::LaunchConfig& c) {
-  const bool addr = c.from_slurm.count("master_addr") != 0;
-  const bool endpoint = c.from_slurm.count("rdzv_endpoint") != 0;
-  if (!c.slurm || (!addr && !endpoint)) return ddprun::Status::Ok();
-  const std::string& host = c.slurm->first_host;
-  if (ddprun::env::Resolves(host)) return ddprun::Status::Ok();
-  auto node_addr = ddprun::env::ReadNodeAddr(host);
-  if (!node_addr || *node_addr == host) {
-    return ddprun::InvalidArgument(
-        "the step's first node " + host +
-        " (SLURM_STEP_NODELIST), where the rendezvous store runs, does not resolve on this host "
-        "and scontrol show node gave no other NodeAddr: give --master_addr (or --rdzv_endpoint) "
-        "with an address every node can reach");
-  }
-  spdlog::info("Slurm node {} does not resolve here: the store is at its NodeAddr {}", host,
-               *node_addr);
-  if (addr) c.master_addr = *node_addr;
-  if (endpoint) {
-    const std::string port = c.rdzv_endpoint.substr(c.rdzv_endpoint.rfind(':') + 1);
-    const bool ipv6 = node_addr->find(':') != std::string::npos;
-    c.rdzv_endpoint = (ipv6 ? "[" + *node_addr + "]" : *node_addr) + ":" + port;
-  }
-  return ddprun::Status::Ok();
 }
 
 // --numa_binding / --cpu_binding: each local rank's CPUs, planned once for
@@ -292,9 +266,11 @@ int main(int argc, char** argv) {
   }
   CheckSocketInterfaces(parsed->config, environ);
   ReadSlurmConfig(parsed->config);
-  if (Status s = ResolveSlurmStoreHost(parsed->config); !s.ok()) {
-    std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
-    return exit_code::ForStatus(s);
+  if (auto said = launcher::ResolveSlurmStoreHost(parsed->config); !said.ok()) {
+    std::fprintf(stderr, "ddprun: %s\n", said.status().message().c_str());
+    return exit_code::ForStatus(said.status());
+  } else if (!said->empty()) {
+    spdlog::info("{}", *said);
   }
   if (Status s = BindCpus(parsed->config); !s.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());

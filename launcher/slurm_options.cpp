@@ -6,6 +6,7 @@
 #include <utility>
 #include <vector>
 
+#include "env/host.hpp"
 #include "env/slurm.hpp"
 #include "supervisor/exit_status.hpp"
 
@@ -33,32 +34,55 @@ Status CheckOneAgentPerNode(const env::SlurmStep& step) {
       "give the workers per node with --nproc_per_node; --slurm=off ignores the step");
 }
 
-// An explicit --nnodes must describe the step's nodes: with a fixed N that
-// differs, every node would wait for nodes that never come (N larger) or run
-// a job of its own (N=1).
-Status CheckNnodes(const std::string& given, const env::SlurmStep& step,
-                   ParsedCommandLine& parsed) {
+// An explicit --nnodes against the step's nodes. Fewer nodes than the step
+// has are refused (N=1: every node would run a 1-node job of its own; else
+// the nodes past N have no node rank). More: the step is one of several that
+// make the job (one srun per node, a het job's components), so the step says
+// neither this node's rank nor the store's host: those must be given, and
+// the result is true (nothing but the signals and the report comes from the
+// step).
+StatusOr<bool> CheckNnodes(const std::string& given, const env::SlurmStep& step,
+                           const RawOptions& raw, ParsedCommandLine& parsed) {
   LaunchConfig probe;
   if (Status s = ParseNnodes(given, probe); !s.ok()) return s;
   const std::string nodes = std::to_string(step.num_nodes);
   const std::string where =
       "this Slurm step has " + nodes + " node(s) (SLURM_STEP_NUM_NODES=" + nodes + ")";
-  if (probe.nnodes_min == probe.nnodes_max && probe.nnodes_max != step.num_nodes) {
-    const std::string what = probe.nnodes_max == 1 ? "every node would run a 1-node job of its own"
-                                                   : "the job would wait for nodes that never come";
+  const std::string off = "; --slurm=off ignores the step";
+  if (probe.nnodes_max < step.num_nodes) {
+    if (probe.nnodes_min != probe.nnodes_max) {
+      parsed.notices.push_back("--nnodes=" + given + " does not include " + nodes + ": " + where +
+                               ", so the job leaves the nodes beyond the maximum waiting");
+      return false;
+    }
+    const std::string what = probe.nnodes_max == 1
+                                 ? "every node would run a 1-node job of its own"
+                                 : "its nodes past " + std::to_string(probe.nnodes_max) +
+                                       " would have no node rank in the job";
     return Bad("nnodes", given,
-               where + " and " + what +
-                   ": drop --nnodes (ddprun takes it from the step), or run "
-                   "srun -N" +
-                   std::to_string(probe.nnodes_max) + "; --slurm=off ignores the step");
+               where + " and " + what + ": drop --nnodes (ddprun takes it from the step), or run " +
+                   "srun -N" + std::to_string(probe.nnodes_max) + off);
   }
-  if (step.num_nodes < probe.nnodes_min || step.num_nodes > probe.nnodes_max) {
-    parsed.notices.push_back(
-        "--nnodes=" + given + " does not include " + nodes + ": " + where + ", so the job " +
-        (step.num_nodes < probe.nnodes_min ? "waits for nodes of other steps or jobs"
-                                           : "leaves the nodes beyond the maximum waiting"));
+  if (probe.nnodes_min <= step.num_nodes) return false;
+  // The job's other nodes come from other steps.
+  const bool c10d = raw.Said("rdzv_backend").value_or("static") == "c10d";
+  std::string missing;
+  if (c10d && !raw.Said("rdzv_endpoint")) missing = "--rdzv_endpoint";
+  if (!c10d && !raw.Said("node_rank")) missing = "--node_rank";
+  if (!c10d && !raw.Said("master_addr") && !raw.Said("rdzv_endpoint")) {
+    missing += (missing.empty() ? "" : " and ") + std::string("--master_addr");
   }
-  return Status::Ok();
+  const std::string others = where + ", fewer than --nnodes=" + given +
+                             ": the job's other nodes come from other steps (one srun per "
+                             "node), and the step tells neither this node's rank nor where the "
+                             "store is";
+  if (!missing.empty()) {
+    return Bad("nnodes", given,
+               others + ": give " + missing + ", or drop --nnodes and run srun -N" +
+                   std::to_string(probe.nnodes_min) + " --ntasks-per-node=1 ddprun ..." + off);
+  }
+  parsed.notices.push_back(others + ": they come from the options given");
+  return true;
 }
 
 }  // namespace
@@ -95,8 +119,20 @@ Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLin
     raw.SetDefault(name, value);
     filled.emplace_back(name, value);
   };
+  if (raw.Said("standalone") && step.num_nodes > 1) {
+    return InvalidArgument("--standalone is a single-node job, but this Slurm step has " +
+                           std::to_string(step.num_nodes) +
+                           " nodes (SLURM_STEP_NUM_NODES): drop "
+                           "--standalone (ddprun takes the rendezvous from the step), or run the "
+                           "step on one node (srun -N1); --slurm=off ignores the step");
+  }
   if (auto given = raw.Said("nnodes")) {
-    if (Status s = CheckNnodes(*given, step, parsed); !s.ok()) return s;
+    auto part = CheckNnodes(*given, step, raw, parsed);
+    if (!part.ok()) return part.status();
+    if (*part) {
+      parsed.config.slurm = step;
+      return Status::Ok();
+    }
   }
   fill("nnodes", std::to_string(step.num_nodes));
   fill("node_rank", std::to_string(step.node_id));
@@ -123,6 +159,30 @@ Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLin
   parsed.config.slurm = step;
   for (const auto& [name, value] : filled) parsed.config.from_slurm.insert(name);
   return Status::Ok();
+}
+
+StatusOr<std::string> ResolveSlurmStoreHost(LaunchConfig& c) {
+  const bool addr = c.from_slurm.count("master_addr") != 0;
+  const bool endpoint = c.from_slurm.count("rdzv_endpoint") != 0;
+  if (!c.slurm || (!addr && !endpoint)) return std::string();
+  const std::string& host = c.slurm->first_host;
+  if (env::Resolves(host)) return std::string();
+  auto node_addr = env::ReadNodeAddr(host);
+  if (!node_addr || *node_addr == host) {
+    return InvalidArgument(
+        "the step's first node " + host +
+        " (SLURM_STEP_NODELIST), where the rendezvous store runs, does not resolve on this host "
+        "and scontrol show node gave no other NodeAddr: give --master_addr (or --rdzv_endpoint) "
+        "with an address every node can reach");
+  }
+  if (addr) c.master_addr = *node_addr;
+  if (endpoint) {
+    const std::string port = c.rdzv_endpoint.substr(c.rdzv_endpoint.rfind(':') + 1);
+    const bool ipv6 = node_addr->find(':') != std::string::npos;
+    c.rdzv_endpoint = (ipv6 ? "[" + *node_addr + "]" : *node_addr) + ":" + port;
+  }
+  return "Slurm node " + host + " does not resolve here: the store is at its NodeAddr " +
+         *node_addr;
 }
 
 supervisor::Supervisor::SignalFilter SlurmSignalFilter(const LaunchConfig& c, bool own_cgroup) {

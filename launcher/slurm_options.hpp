@@ -16,6 +16,12 @@ namespace ddprun::launcher {
 // step does not have, or --slurm=node outside a step.
 Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLine& parsed);
 
+// A store host taken from the step is a Slurm node name; where it does not
+// resolve here (NodeName=n1 NodeAddr=10.1.0.1), Slurm's NodeAddr stands in
+// (c.master_addr or c.rdzv_endpoint rewritten). Returns what to tell the user
+// ("" when nothing changed); kInvalidArgument when neither resolves.
+StatusOr<std::string> ResolveSlurmStoreHost(LaunchConfig& c);
+
 // The supervisor's filter for SIGUSR1/SIGUSR2 in a step whose proctrack plugin
 // reaches every descendant (c.slurm_proctrack): one sent by the step's own
 // slurmstepd (scancel -s, srun) reached the workers already, so ddprun does not

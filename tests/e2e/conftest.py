@@ -10,6 +10,7 @@ import atexit
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,13 @@ class Result:
 
     def __str__(self):
         return f"rc={self.rc} elapsed={self.elapsed:.2f}s\n--- stdout\n{self.stdout}\n--- stderr\n{self.stderr}"
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def base_env(**overrides):

@@ -118,8 +118,13 @@ class SlurmCluster:
     """One local cluster; a context manager (start() on enter, stop() on exit)."""
 
     def __init__(self, nodes=2, cpus=2, kill_wait=5, min_job_age=300, extra_conf="",
-                 start_timeout=30.0):
-        self.nodes = [node_name(i) for i in range(nodes)]
+                 start_timeout=30.0, names=None):
+        """`names`: node names that need not resolve (NodeName=NAME NodeAddr=127.0.0.K), as on
+        clusters whose node names are Slurm's own; by default each node is named by its
+        address."""
+        self.addrs = [node_name(i) for i in range(nodes)]
+        self.nodes = list(names) if names else list(self.addrs)
+        assert len(self.nodes) == nodes
         self.cpus = cpus
         self.kill_wait = kill_wait
         self.min_job_age = min_job_age
@@ -208,8 +213,8 @@ class SlurmCluster:
             "MpiDefault=none",
             "MailProg=/bin/true",
         ]
-        for node, port in zip(self.nodes, node_ports):
-            lines.append(f"NodeName={node} NodeAddr={node} NodeHostname=localhost Port={port} "
+        for node, addr, port in zip(self.nodes, self.addrs, node_ports):
+            lines.append(f"NodeName={node} NodeAddr={addr} NodeHostname=localhost Port={port} "
                          f"CPUs={self.cpus} RealMemory=1000 State=UNKNOWN")
         lines.append("PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
         if self.extra_conf:

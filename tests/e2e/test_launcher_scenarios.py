@@ -63,7 +63,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import uuid
@@ -71,7 +70,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DDPRUN, base_env, pid_alive, wait_for
+from conftest import DDPRUN, base_env, free_port, pid_alive, wait_for
 
 PROGRAMS = Path(__file__).resolve().parent / "programs" / "launcher"
 TOUCH = PROGRAMS / "touch_rank.py"
@@ -108,12 +107,6 @@ def launch(args, tmp_path, env=None, cwd=None, stdin=subprocess.DEVNULL, input=N
 def scenario_env(**overrides):
     """The suite's environment plus PyTorch's sentinel, which every worker must inherit."""
     return base_env(TEST_SENTINEL_PARENT="FOOBAR", **overrides)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def touched(directory):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, PYTHON, base_env, pid_alive, sh, wait_for, write_script
+from conftest import BUILD, PYTHON, base_env, free_port, pid_alive, sh, wait_for, write_script
 
 FAST = "join_timeout=20,last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3"
 KEEP_ALIVE_LIMIT = 0.5 * 3  # keep_alive_interval * keep_alive_max_attempt
@@ -39,12 +39,6 @@ STORE_CLI = BUILD / "tests" / "store_cli"
 
 def addr(i):
     return f"127.0.0.{i + 1}"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_listening(port, host="127.0.0.1", timeout=10.0):

@@ -27,13 +27,12 @@ Needs root and the Slurm packages (scripts/setup.sh); without them every test sk
 """
 
 import re
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import DDPRUN, base_env, pid_alive, sh, wait_for
+from conftest import DDPRUN, base_env, free_port, pid_alive, sh, wait_for
 from slurm_cluster import SlurmCluster, SlurmError, environ_of, missing
 from trainlib import SMALL, TRAIN, checksums, reference
 
@@ -59,12 +58,6 @@ def cluster():
         pytest.fail(f"the local Slurm cluster did not come up: {e}")
     yield c
     c.stop()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job_env(cluster, **extra):

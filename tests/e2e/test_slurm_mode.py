@@ -7,7 +7,7 @@ import json
 import re
 import time
 
-from conftest import PYTHON, base_env, run_ddprun, sh, write_script
+from conftest import PYTHON, base_env, free_port, run_ddprun, sh, write_script
 from trainlib import SMALL, TRAIN, checksums, reference
 
 
@@ -50,7 +50,7 @@ def test_workers_get_their_own_slurm_variables(launch, tmp_path):
     show = write_script(tmp_path, "show.py", """
 import json, os, sys
 keys = ["RANK", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS",
-        "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_JOB_ID"]
+        "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_JOB_ID", "SLURM_CPUS_PER_TASK"]
 with open(os.path.join(sys.argv[1], os.environ["RANK"] + "-" + os.environ["SLURM_PROCID"]), "w") as f:
     json.dump({k: os.environ.get(k) for k in keys}, f)
 """, executable=False)
@@ -60,7 +60,8 @@ with open(os.path.join(sys.argv[1], os.environ["RANK"] + "-" + os.environ["SLURM
 
     out = tmp_path / "env"
     out.mkdir()
-    results = run_nodes(launch, ["--nproc_per_node=2", show, out], [step_env(0), step_env(1)])
+    results = run_nodes(launch, ["--nproc_per_node=2", show, out],
+                        [step_env(n, SLURM_CPUS_PER_TASK="5") for n in (0, 1)])
     for rc, p in results:
         assert rc == 0, p.output()
     seen = seen_in(out)
@@ -74,6 +75,8 @@ with open(os.path.join(sys.argv[1], os.environ["RANK"] + "-" + os.environ["SLURM
         assert e["SLURM_NTASKS_PER_NODE"] == "2"
         assert e["SLURM_TASKS_PER_NODE"] == "2(x2)"
         assert e["SLURM_JOB_ID"] == "4242"
+        # srun -c5 for the agent: each of its 2 workers gets 2, as srun -n2 -c2 would give.
+        assert e["SLURM_CPUS_PER_TASK"] == "2"
     # --slurm=off: the agent's task variables pass through untouched.
     off = tmp_path / "off"
     off.mkdir()
@@ -93,6 +96,35 @@ def test_nnodes_one_on_a_multi_node_step_is_refused():
     r = run_ddprun(["--nnodes=1", "/bin/true"], env=step_env(1))
     assert r.rc == 2, r
     assert "every node would run a 1-node job of its own" in r.stderr
+
+
+def test_one_step_per_node_with_the_rendezvous_given_forms_one_job(launch):
+    """`srun -N1 -w nodeK ddprun --nnodes=2 --node_rank=K --master_addr=...` once per node (or a
+    het job's components) runs under torchrun; ddprun refused it, saying the job "would wait for
+    nodes that never come" (found by an attacking helper)."""
+    port = free_port()
+    args = ["--nnodes=2", "--master_addr=127.0.0.1", f"--master_port={port}",
+            "--nproc_per_node=2", TRAIN, *SMALL]
+    procs = [launch([f"--node_rank={n}", *args], env=step_env(0, nodes=1, job=f"77{n}"))
+             for n in (0, 1)]
+    results = [(p.wait(60), p) for p in procs]
+    for rc, p in results:
+        assert rc == 0, p.output()
+        assert "the job's other nodes come from other steps" in p.stderr(), p.output()
+    got = checksums("".join(p.stdout() for _, p in results))
+    assert sorted(got) == [0, 1, 2, 3], got
+    assert len(set(got.values())) == 1, got
+    # Without --node_rank the step cannot say which node this is: refused, naming what to give.
+    r = run_ddprun(["--nnodes=2", "/bin/true"], env=step_env(0, nodes=1))
+    assert r.rc == 2, r
+    assert "give --node_rank and --master_addr, or drop --nnodes and run srun -N2" in r.stderr, r
+
+
+def test_standalone_on_a_multi_node_step_is_refused_without_a_fix_that_fails():
+    r = run_ddprun(["--standalone", "/bin/true"], env=step_env(1))
+    assert r.rc == 2, r
+    assert "--standalone is a single-node job, but this Slurm step has 2 nodes" in r.stderr, r
+    assert "--nnodes=1" not in r.stderr, r
 
 
 def test_slurm_node_outside_a_step_is_refused():

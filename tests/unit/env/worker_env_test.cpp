@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "env/host.hpp"
 #include "env/log_layout.hpp"
@@ -95,6 +98,21 @@ TEST_CASE("under Slurm a worker's SLURM_* describe the worker, not the agent's t
   auto plain = WorkerEnviron(g, 3, {}, base);
   REQUIRE(plain.ok());
   CHECK(plain->at("SLURM_PROCID") == "1");
+}
+
+TEST_CASE("under Slurm each worker gets its share of the agent's SLURM_CPUS_PER_TASK") {
+  GroupInfo g = Group();  // 4 workers on this node
+  g.slurm_task = true;
+  for (const auto& shares : std::vector<std::pair<std::string, std::string>>{
+           {"8", "2"}, {"9", "2"}, {"3", "1"}, {"0", "0"}, {"x", "x"}, {"", ""}}) {
+    CAPTURE(shares.first);
+    auto e = WorkerEnviron(g, 1, {}, {{"SLURM_CPUS_PER_TASK", shares.first}});
+    REQUIRE(e.ok());
+    CHECK(e->at("SLURM_CPUS_PER_TASK") == shares.second);  // nonsense passes on unchanged
+  }
+  auto none = WorkerEnviron(g, 1, {}, {});
+  REQUIRE(none.ok());
+  CHECK(none->count("SLURM_CPUS_PER_TASK") == 0);
 }
 
 TEST_CASE("without log files ddprun's own variables are set and empty") {

@@ -85,10 +85,47 @@ TEST_CASE("slurm: the classic mistakes are refused at start") {
   CHECK(Contains(per_node, "8 ddprun agents on 2 node(s)"));
   auto one = Error({"--nnodes=1", "./train"}, SlurmStep(2, 0));
   CHECK(Contains(one, "every node would run a 1-node job of its own"));
-  auto three = Error({"--nnodes=3", "./train"}, SlurmStep(2, 0));
-  CHECK(Contains(three, "wait for nodes that never come"));
+  auto fewer = Error({"--nnodes=2", "./train"}, SlurmStep(3, 0));
+  CHECK(Contains(fewer, "its nodes past 2 would have no node rank in the job"));
   CHECK(Contains(Error({"--slurm=node", "./train"}), "not a Slurm job step"));
   CHECK(Contains(Error({"--slurm=maybe", "./train"}, SlurmStep(2, 0)), "--slurm"));
+}
+
+TEST_CASE("slurm: a step of fewer nodes than --nnodes is one of several steps making the job") {
+  // One srun per node, as torchrun runs it (found by an attacking helper: it was refused).
+  auto p = Parse(
+      {"--nnodes=2", "--node_rank=1", "--master_addr=10.0.0.2", "--master_port=41031", "./train"},
+      SlurmStep(1, 0));
+  REQUIRE(p.ok());
+  CHECK(p->config.nnodes_max == 2);
+  CHECK(p->config.node_rank == 1);
+  CHECK(p->config.master_addr == "10.0.0.2");
+  CHECK(p->config.rdzv_id != "57.0");  // each step's id differs: none of them names the job
+  CHECK(p->config.from_slurm.empty());
+  REQUIRE(p->config.slurm.has_value());  // the step still counts for signals and the report
+  bool said = false;
+  for (const auto& n : p->notices)
+    said |= Contains(n, "the job's other nodes come from other steps");
+  CHECK(said);
+  // What the step cannot tell must be given.
+  auto static_missing = Error({"--nnodes=2", "./train"}, SlurmStep(1, 0));
+  CHECK(Contains(static_missing,
+                 "give --node_rank and --master_addr, or drop --nnodes and run "
+                 "srun -N2 --ntasks-per-node=1 ddprun ..."));
+  auto c10d = Error({"--nnodes=2:4", "--rdzv_backend=c10d", "./train"}, SlurmStep(1, 0));
+  CHECK(Contains(c10d, "give --rdzv_endpoint"));
+  auto elastic =
+      Parse({"--nnodes=2:4", "--rdzv_backend=c10d", "--rdzv_endpoint=h:29400", "./train"},
+            SlurmStep(1, 0));
+  REQUIRE(elastic.ok());
+  CHECK(elastic->config.rdzv_endpoint == "h:29400");
+}
+
+TEST_CASE("slurm: --standalone in a step of several nodes says so, without a fix that fails") {
+  auto e = Error({"--standalone", "./train"}, SlurmStep(2, 1));
+  CHECK(Contains(e, "--standalone is a single-node job, but this Slurm step has 2 nodes"));
+  CHECK_FALSE(Contains(e, "--nnodes=1"));
+  CHECK(Parse({"--standalone", "./train"}, SlurmStep(1, 0)).ok());
 }
 
 TEST_CASE("slurm: off ignores the step entirely") {

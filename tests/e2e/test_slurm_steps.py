@@ -1,0 +1,71 @@
+"""A real Slurm (tests/e2e/slurm_cluster.py) whose node names are Slurm's own and do not resolve
+(NodeName=ddpn1 NodeAddr=127.0.0.2), as on many clusters; and a job made of one step per node,
+as scripts written for torchrun run it. Both found by an attacking helper: doctor failed the
+rendezvous that the launch reaches through NodeAddr, and the per-node steps were refused."""
+import pytest
+
+from conftest import DDPRUN, base_env, free_port
+from slurm_cluster import SlurmCluster, SlurmError, missing
+
+pytestmark = pytest.mark.skipif(missing() is not None, reason=str(missing()))
+
+NAMES = ["ddpn1", "ddpn2"]
+SRUN_TIMEOUT = 60
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    try:
+        c = SlurmCluster(nodes=2, cpus=2, names=NAMES)
+        c.start()
+    except SlurmError as e:
+        pytest.fail(f"the local Slurm cluster did not come up: {e}")
+    yield c
+    c.stop()
+
+
+def job_env(cluster):
+    env = {k: v for k, v in base_env().items() if not k.startswith("SLURM_")}
+    env["SLURM_CONF"] = cluster.env["SLURM_CONF"]
+    return env
+
+
+def test_doctor_and_the_launch_both_find_the_store_at_the_nodeaddr(cluster):
+    port = free_port()
+    step = ["-N", 2, "--ntasks-per-node=1", "-l"]
+    run = cluster.srun([*step, DDPRUN, f"--master_port={port}", "--nproc_per_node=1",
+                        "--no_python", "/bin/sh", "-c", "echo rank $RANK of $WORLD_SIZE"],
+                       timeout=SRUN_TIMEOUT, env=job_env(cluster))
+    msg = f"srun rc={run.returncode}\n{run.stdout}\n{run.stderr}\n{cluster.log_tails()}"
+    assert run.returncode == 0, msg
+    assert "rank 0 of 2" in run.stdout and "rank 1 of 2" in run.stdout, msg
+    assert "Slurm node ddpn1 does not resolve here: the store is at its NodeAddr 127.0.0.2" \
+        in run.stderr, msg
+    doctor = cluster.srun([*step, DDPRUN, "doctor", f"--master_port={free_port()}"],
+                          timeout=SRUN_TIMEOUT, env=job_env(cluster))
+    msg = f"srun rc={doctor.returncode}\n{doctor.stdout}\n{doctor.stderr}"
+    assert doctor.returncode == 0, msg
+    assert "cannot reach" not in doctor.stdout, msg
+    assert "Slurm node ddpn1 does not resolve here: the store is at its NodeAddr 127.0.0.2" \
+        in doctor.stdout, msg
+
+
+def test_one_step_per_node_with_the_rendezvous_given_forms_one_job(cluster, tmp_path):
+    port = free_port()
+    out = cluster.dir / "jobs"
+    script = tmp_path / "job.sh"
+    lines = ["#!/bin/bash"]
+    for rank, name in enumerate(NAMES):
+        lines.append(f"srun -N1 -n1 -w {name} --overlap {DDPRUN} --nnodes=2 --node_rank={rank} "
+                     f"--master_addr=127.0.0.2 --master_port={port} --nproc_per_node=1 "
+                     f"--no_python /bin/sh -c 'echo rank $RANK of $WORLD_SIZE' "
+                     f"> {out}/step{rank}.log 2>&1 &")
+    lines.append("wait")
+    script.write_text("\n".join(lines) + "\n")
+    job = cluster.sbatch(["-N", 2, "-n", 2, "-o", out / "job.out", script], env=job_env(cluster))
+    cluster.wait_job_state(job, ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), SRUN_TIMEOUT)
+    logs = [(out / f"step{rank}.log").read_text() for rank in range(2)]
+    msg = "\n".join(logs) + cluster.log_tails()
+    assert "rank 0 of 2" in logs[0] and "rank 1 of 2" in logs[1], msg
+    for log in logs:
+        assert "the job's other nodes come from other steps" in log, msg
