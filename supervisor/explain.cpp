@@ -1,5 +1,6 @@
 #include "supervisor/explain.hpp"
 
+#include <algorithm>
 #include <functional>
 #include <vector>
 
@@ -33,9 +34,48 @@ namespace {
 
 using namespace explain;  // NOLINT(google-build-using-namespace): the entries' own helpers
 
+// `text` from its last Python traceback on, with the tracebacks chained to
+// it ("During handling of the above exception, ..."): the exception the
+// worker died of, not what it printed and handled before. The whole text
+// when it holds no traceback.
+std::string FromLastTraceback(const std::string& text) {
+  static const std::string kHeader = "Traceback (most recent call last):";
+  size_t at = text.rfind(kHeader);
+  if (at == std::string::npos) return text;
+  for (bool chained = true; chained;) {
+    // "...another exception occurred:", a blank line, then the header (each
+    // line perhaps "[rankN]: " first, as PyTorch prints them): two newlines.
+    chained = false;
+    for (const std::string marker :
+         {"another exception occurred:", "the direct cause of the following exception:"}) {
+      const size_t m = text.rfind(marker, at);
+      if (m == std::string::npos) continue;
+      const size_t gap = m + marker.size();
+      if (gap > at || std::count(text.begin() + static_cast<long>(gap),
+                                 text.begin() + static_cast<long>(at), '\n') != 2) {
+        continue;
+      }
+      const size_t previous = text.rfind(kHeader, m);
+      if (previous == std::string::npos) continue;
+      at = previous;
+      chained = true;
+      break;
+    }
+  }
+  const size_t line = text.rfind('\n', at);
+  return text.substr(line == std::string::npos ? 0 : line + 1);
+}
+
 // The text a failure is matched against: its traceback or message, then its
-// last output lines (a worker without an error file still printed why).
-std::string TextOf(const FailureRecord& f) { return f.message + "\n" + f.output_tail; }
+// last output lines (a worker without an error file still printed why). A
+// Python traceback narrows it to the exception the worker died of: the error
+// file's when there is one, else the output's last.
+std::string TextOf(const FailureRecord& f) {
+  if (f.message.find("Traceback (most recent call last):") != std::string::npos) {
+    return FromLastTraceback(f.message);
+  }
+  return f.message + "\n" + FromLastTraceback(f.output_tail);
+}
 
 // The quoted name after `marker` ("No module named 'torch'" gives torch).
 std::optional<std::string> QuotedAfter(const std::string& text, const std::string& marker) {

@@ -459,5 +459,47 @@ TEST_CASE("explain: a lost peer's words are found wherever they stand") {
   CHECK_FALSE(LostPeerSign("RuntimeError: boom").has_value());
 }
 
+TEST_CASE("explain: what the worker printed and handled before its last traceback is no cause") {
+  // Found by an attacking helper: a caught EADDRINUSE, or a logged nan, named as the cause of
+  // a KeyError or a FileNotFoundError.
+  const std::string port =
+      "warning: metrics port busy ([Errno 98] Address already in use), using another one\n"
+      "[W socket.cpp:767] The server socket has failed to listen on any local network address. "
+      "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in "
+      "use\n";
+  const std::string key =
+      "Traceback (most recent call last):\n  File \"t.py\", line 9, in <module>\n"
+      "KeyError: 'learning_rate'\n";
+  CHECK_FALSE(Explain(Failed("exitcode 1", port + key), {}).has_value());
+  // The error file (@record) says what killed it; the output's earlier lines do not count.
+  CHECK_FALSE(Explain(Failed(key, port), {}).has_value());
+  CHECK_FALSE(Explain(Failed("exitcode 1",
+                             "step 10: Loss is nan, step skipped by GradScaler\n"
+                             "[rank1]: Traceback (most recent call last):\n"
+                             "[rank1]: FileNotFoundError: [Errno 2] No such file or directory: "
+                             "'/data/shard_0007.bin'\n"),
+                      {})
+                  .has_value());
+  // The same lines with no traceback after them still explain the failure.
+  auto nan = Explain(Failed("exitcode 1", "RuntimeError: Loss is nan, stopping training\n"), {});
+  REQUIRE(nan.has_value());
+  CHECK(nan->cause == "the loss became nan");
+}
+
+TEST_CASE("explain: a chained traceback keeps the exception it was raised from") {
+  for (const std::string prefix : {"", "[rank1]: "}) {
+    CAPTURE(prefix);
+    const std::string text =
+        "warning: Loss is nan\n" + prefix + "Traceback (most recent call last):\n" + prefix +
+        "ModuleNotFoundError: No module named 'apex'\n" + prefix + "\n" + prefix +
+        "During handling of the above exception, another exception occurred:\n" + prefix + "\n" +
+        prefix + "Traceback (most recent call last):\n" + prefix +
+        "RuntimeError: apex is required\n";
+    auto e = Explain(Failed("exitcode 1", text), {});
+    REQUIRE(e.has_value());
+    CHECK(e->signature == "module not found");
+  }
+}
+
 }  // namespace
 }  // namespace ddprun::supervisor
