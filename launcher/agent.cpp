@@ -462,7 +462,7 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
                 : root.hung                       ? rendezvous::FailureClass::kHang
                 : other_nodes && DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
                                                   : rendezvous::FailureClass::kWorker;
-  o.cause.exit_code = root.hung ? exit_code::kHang : root.exit.ShellCode();
+  o.cause.exit_code = root.hung ? exit_code::kHang : root.raised_first ? 1 : root.exit.ShellCode();
   o.cause.rank = root.rank;
   o.cause.local_rank = root.local_rank;
   o.cause.pid = root.pid;

@@ -38,7 +38,7 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
                      return w.pid == root.pid || w.state == supervisor::WorkerState::kStopped ||
                             w.failed_while_stopping;
                    });
-  unasked_signal_ = root.hung || root.timer ? 0 : root.exit.signal;
+  unasked_signal_ = root.hung || root.timer || root.after_stop ? 0 : root.exit.signal;
   multi_node_ = world_size > static_cast<int>(result.workers.size());
   // The ranks whose programs had finished before the root cause ended.
   finished_ranks_.clear();

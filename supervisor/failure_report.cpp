@@ -56,6 +56,10 @@ std::string FormatOne(size_t idx, const std::string& host, const FailureRecord& 
     << (f.exit.signal != 0 ? " (" + SignalName(f.exit.signal) + ")" : "") << "\n"
     << "  error_file: " << f.error_file << "\n"
     << "  traceback : " << Indent(f.message);
+  if (f.raised_first) {
+    o << "\n  note      : it raised first (its error file is the oldest), then did not exit "
+         "until ddprun stopped the group (a thread that is not a daemon?)";
+  }
   for (const auto& lost : f.lost_logs) o << "\n  log lost  : " << lost;
   if (!f.core.empty()) o << "\n  core dump : " << f.core;
   return o.str();
@@ -303,6 +307,7 @@ bool ReadErrorFile(const std::string& path, FailureRecord& record) {
     return Unreadable(path, text, "its \"message\" is neither text nor an object", record);
   }
   if (when) record.timestamp = *when;  // else the time ddprun saw the exit
+  record.timed_by_error_file = when.has_value();
   record.error_file = path;
   return true;
 }
@@ -384,6 +389,17 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     if (a.after_stop != b.after_stop) return b.after_stop;
     return a.timestamp < b.timestamp;
   });
+  // Unless one of those had raised before it (its error file is older, by
+  // whole seconds: their resolution), and only ddprun's stop ended it (a
+  // thread that is not a daemon kept it alive): that one is the root cause, as
+  // torchrun takes the oldest error file.
+  auto earlier = std::find_if(out.begin(), out.end(), [&](const FailureRecord& f) {
+    return f.after_stop && f.timed_by_error_file && f.timestamp < out.front().timestamp;
+  });
+  if (earlier != out.end()) {
+    earlier->raised_first = true;
+    std::rotate(out.begin(), earlier, earlier + 1);
+  }
   return out;
 }
 

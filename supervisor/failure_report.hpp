@@ -18,16 +18,21 @@ struct FailureRecord {
   int rank = 0;
   pid_t pid = 0;
   ExitStatus exit;
-  long long timestamp = 0;    // seconds since the epoch
-  std::string error_file;     // "<N/A>" when the worker wrote none
-  std::string message;        // traceback, error message, or what happened
-  bool hung = false;          // declared hung by the launcher
+  long long timestamp = 0;           // seconds since the epoch
+  bool timed_by_error_file = false;  // the timestamp is the error file's own
+  std::string error_file;            // "<N/A>" when the worker wrote none
+  std::string message;               // traceback, error message, or what happened
+  bool hung = false;                 // declared hung by the launcher
   bool hung_at_exit = false;  // hung after removing its heartbeat file: its program had finished
   bool timer = false;         // its file timer expired (message says which and how long)
   std::string output_tail;    // the worker's last output lines
   std::vector<std::string> lost_logs;  // each incomplete log file: which and why
   bool after_stop = false;             // found failing only once the group was stopping
-  std::string core;                    // where its core dump went ("" = none dumped)
+  // An after_stop failure whose error file is older than the failure that
+  // stopped the group: it raised first, so it is the root cause (exit code 1,
+  // Python's for what it raised, not the stop's signal).
+  bool raised_first = false;
+  std::string core;  // where its core dump went ("" = none dumped)
 };
 
 // Reads a worker's error file (torchrun's JSON, nested or flat form). Returns

@@ -388,3 +388,29 @@ def test_printing_to_a_full_stdout_exits_74(args):
                           "echo ${PIPESTATUS[0]}", shell=True, executable="/bin/bash",
                           capture_output=True, text=True, env=base_env(), timeout=60)
     assert head.stdout.strip() in ("0", "1"), head  # doctor: 1 when a check fails
+
+
+def test_a_rank_that_raised_first_but_exited_last_is_the_root_cause(tmp_path):
+    """Rank 1 raises at 1 s (@record writes its error file) but a thread that is not a daemon
+    keeps it alive; rank 0 gives up on it at 3 s and exits first. torchrun takes the oldest error
+    file as the root cause; ddprun named rank 0's later error (found by an attacking helper)."""
+    script = write_script(tmp_path, "raised_first.py", """
+import os, threading, time
+from torch.distributed.elastic.multiprocessing.errors import record
+@record
+def main():
+    if os.environ["RANK"] == "1":
+        threading.Thread(target=time.sleep, args=(20,)).start()
+        time.sleep(1)
+        raise RuntimeError("corrupt shard on rank 1")
+    time.sleep(3)
+    raise RuntimeError("secondary: rank 0 gave up waiting for rank 1")
+main()
+""", executable=False)
+    r = run_ddprun(["--nproc_per_node=2", script], timeout=60)
+    assert r.rc == 1, r  # what rank 1 raised, not the SIGTERM that ended it (143)
+    root = r.stderr.split("Root Cause (first observed failure):", 1)[1]
+    assert re.search(r"rank\s*: 1 \(local_rank: 1\)", root), r.stderr
+    assert "RuntimeError: corrupt shard on rank 1" in root, r.stderr
+    assert "it raised first (its error file is the oldest)" in root, r.stderr
+    assert r.elapsed < 15, r

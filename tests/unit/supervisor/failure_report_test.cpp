@@ -263,5 +263,49 @@ TEST_CASE("workers that failed on their own while the group stopped are failures
   std::remove(error_files[4].c_str());
 }
 
+TEST_CASE("a worker that raised before the root cause, and exited only at the stop, is the root") {
+  // Found by an attacking helper: rank 1 raised (its error file written) and a thread that is
+  // not a daemon kept it alive; rank 0 gave up on it later and exited first. torchrun takes the
+  // oldest error file; ddprun named rank 0's later, secondary error.
+  GroupResult r;
+  r.outcome = Outcome::kFailed;
+  for (int lr : {0, 1}) {
+    WorkerRecord w;
+    w.local_rank = w.rank = lr;
+    w.pid = 200 + lr;
+    w.state = lr == 0 ? WorkerState::kFailed : WorkerState::kStopped;
+    w.exit = lr == 0 ? ExitStatus::Exited(1) : ExitStatus::Signaled(SIGTERM);
+    w.exit_time = std::chrono::system_clock::from_time_t(lr == 0 ? 3000 : 3001);
+    r.workers.push_back(w);
+  }
+  r.failures = {0};
+  auto err = [](const std::string& name, const std::string& message, int when) {
+    return TempFile(name, R"({"message": {"message": ")" + message +
+                              R"(", "extraInfo": {"py_callstack": "tb", "timestamp": ")" +
+                              std::to_string(when) + R"("}}})");
+  };
+  std::vector<std::string> files = {err("ddprun_first0.json", "RuntimeError: secondary", 3000),
+                                    err("ddprun_first1.json", "RuntimeError: REAL", 2998)};
+  CountOwnFailures(r, files);
+  auto records = CollectFailures(r, files, true);
+  REQUIRE(records.size() == 2);
+  CHECK(records[0].rank == 1);
+  CHECK(records[0].raised_first);
+  CHECK(records[0].message == "tb");
+  CHECK_FALSE(records[1].raised_first);
+  const std::string report = FormatReport("t.py", "node0", records);
+  CHECK(report.find("Root Cause (first observed failure):\n[0]:\n  time      : ") !=
+        std::string::npos);
+  CHECK(report.find("note      : it raised first (its error file is the oldest)") >
+        report.find("Root Cause"));
+  // Raised in the same second as the root cause, or later: the stop's order stands.
+  std::remove(files[1].c_str());
+  files[1] = err("ddprun_first1.json", "RuntimeError: REAL", 3000);
+  records = CollectFailures(r, files, true);
+  CHECK(records[0].rank == 0);
+  CHECK_FALSE(records[1].raised_first);
+  for (const auto& f : files) std::remove(f.c_str());
+}
+
 }  // namespace
 }  // namespace ddprun::supervisor
