@@ -13,7 +13,7 @@
 #include "env/log_layout.hpp"
 #include "env/names.hpp"
 #include "env/worker_env.hpp"
-#include "launcher/dump_request.hpp"
+#include "launcher/agent_impl.hpp"
 #include "launcher/failure_facts.hpp"
 #include "launcher/group_outcome.hpp"
 #include "launcher/job_stores.hpp"
@@ -23,13 +23,10 @@
 #include "launcher/worker_specs.hpp"
 #include "rendezvous/agent_driver.hpp"
 #include "rendezvous/coordinator.hpp"
-#include "rendezvous/free_port.hpp"
 #include "supervisor/console.hpp"
-#include "supervisor/debug_dump.hpp"
 #include "supervisor/explain.hpp"
 #include "supervisor/failure_report.hpp"
 #include "supervisor/supervisor.hpp"
-#include "supervisor/torch_progress.hpp"
 
 namespace ddprun::launcher {
 
@@ -38,62 +35,9 @@ namespace {
 constexpr std::chrono::seconds kExitWait{30};
 constexpr std::chrono::seconds kLeaveWait{5};
 
-// The agent's state for one launcher run: it carries out what the
-// rendezvous machine (rendezvous/agent_machine.hpp) decides.
-class Agent {
- public:
-  Agent(const LaunchConfig& c, const Program& p, const env::Environ& e)
-      : c_(c), program_(p), environ_(e) {}
+}  // namespace
 
-  int Run();
-
- private:
-  Status Setup();
-  // torch's file timer server, when TORCHELASTIC_ENABLE_FILE_TIMER=1.
-  Status ServeFileTimer();
-  env::GroupInfo Group(const rendezvous::RoundResult& round) const;
-  std::string NcclRasAddr();
-  // Runs one round's workers and tells the machine what they did; an exit
-  // code when the agent must stop at once (a usage error, no log directory).
-  std::optional<int> RunRound(const rendezvous::RoundResult& round);
-  rendezvous::WorkersOutcome Outcome(const rendezvous::RoundResult& round,
-                                     const supervisor::GroupResult& result);
-  int Finish(const rendezvous::Action& exit);
-  // The terminating signal to act on; with `after`, only one received after
-  // the first `after` (Supervisor::signals_received()).
-  rendezvous::AgentDriver::SignalQuery PendingSignal(int after = -1);
-  int FinishLocally(int code, const std::string& message);
-  std::vector<std::string> ErrorFiles(int attempt) const;
-  // Dumps every running worker into `dir` and prints the summary; returns the
-  // ranks the flight recorders show as stragglers.
-  std::vector<int> DumpWorkers(const supervisor::HangReport& report, const std::string& dir);
-  // What the catalogue may name beyond the worker's text (supervisor/explain.hpp).
-  supervisor::ExplainContext ExplainFacts() const {
-    return facts_.Context(c_, program_, environ_, layout_ ? layout_->run_dir() : "");
-  }
-  // This node's failure report, with the root cause explained where the catalogue knows it.
-  std::string Report() const;
-
-  const LaunchConfig& c_;
-  const Program& program_;
-  const env::Environ& environ_;
-  std::optional<env::LogLayout> layout_;
-  std::unique_ptr<supervisor::Supervisor> sup_;
-  JobStores stores_;
-  std::unique_ptr<rendezvous::AgentDriver> driver_;
-  std::optional<rendezvous::RoundResult> round_;  // the round running now, or last
-  std::unique_ptr<rendezvous::Coordinator> coordinator_;
-  supervisor::GroupOptions options_;
-  // This node's failures in its last failed round, root cause first.
-  std::vector<supervisor::FailureRecord> local_failures_;
-  bool last_group_failed_ = false;  // the last group's outcome (local_failures_ are its)
-  FailureFacts facts_;              // for the diagnosis of a failure (supervisor/explain.hpp)
-  // Log files a failed write left incomplete, over all rounds.
-  std::vector<std::string> lost_logs_;
-  std::string timer_file_;     // the file timer's pipe, "" when not served
-  std::string nccl_ras_addr_;  // --hang_detect=torch: the job's NCCL_RAS_ADDR, "" for none
-  RunRecorder record_;         // events and incident.json
-};
+namespace internal {
 
 Status Agent::Setup() {
   if (Status s = record_.Start(c_, program_.name, env::Fqdn(),
@@ -130,28 +74,7 @@ Status Agent::Setup() {
   options_.progress_from_output = c_.hang_detect_output;
   options_.forward_only = sup_->forward_only();
   if (auto filter = SlurmSignalFilter(c_, sup_->OwnCgroup())) sup_->SetSignalFilter(filter);
-  sup_->SetHangHandler([this](const supervisor::HangReport& report) {
-    for (const auto& w : report.hung) {
-      if (w.finishing) {
-        spdlog::error(
-            "rank {} (local_rank {}, pid {}) hung at exit: removed its heartbeat file {:.1f} s "
-            "ago and has not exited",
-            w.rank, w.local_rank, w.pid, w.silent_seconds);
-        continue;
-      }
-      spdlog::error("rank {} (local_rank {}, pid {}) hung: {} for {:.1f} s", w.rank, w.local_rank,
-                    w.pid, w.ever_beat ? "no heartbeat" : "no first heartbeat", w.silent_seconds);
-    }
-    return DumpWorkers(report, layout_->DumpDir(round_ ? round_->restart_count : 0));
-  });
-  sup_->SetStartHandler(
-      [this](const std::vector<supervisor::WorkerRecord>& w) { record_.WorkersStarted(w); });
-  sup_->SetDumpHandler(DumpSignal(), [this](const supervisor::HangReport& report) {
-    static int requests = 0;
-    DumpWorkers(report, layout_->DumpDir(round_ ? round_->restart_count : 0) + "/request_" +
-                            std::to_string(++requests));
-    return std::vector<int>{};
-  });
+  HandleHangs();
   std::vector<std::string> notices;
   auto stores = OpenJobStores(c_, environ_, &notices);
   for (const auto& n : notices) spdlog::info("{}", n);
@@ -228,90 +151,6 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   g.bound_threads = env::ThreadsPerRank(c_.worker_cpus);
   g.timer_file = timer_file_;
   return g;
-}
-
-// NCCL's RAS service listens on localhost:28028 in every NCCL job unless told
-// otherwise: two jobs on one host would answer for each other. Each job gets a
-// loopback port of its own (chosen once; the workers of every attempt bind it),
-// unless the user set NCCL_RAS_ADDR or turned RAS off.
-std::string Agent::NcclRasAddr() {
-  if (!nccl_ras_addr_.empty()) return nccl_ras_addr_;
-  if (env::Lookup(environ_, env::kNcclRasEnable).value_or("1") == "0") return "";
-  if (auto own = env::Lookup(environ_, env::kNcclRasAddr); own && !own->empty()) {
-    return nccl_ras_addr_ = *own;
-  }
-  auto port = rendezvous::FindFreePort("127.0.0.1");
-  if (!port.ok()) {
-    spdlog::warn("no NCCL_RAS_ADDR for the job ({}): a hang report will not ask NCCL's RAS",
-                 port.status().message());
-    return "";
-  }
-  return nccl_ras_addr_ = "127.0.0.1:" + std::to_string(*port);
-}
-
-std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const std::string& dir) {
-  std::vector<int> never_joined = TellNeverJoined(report, stores_.rdzv_port);
-  if (layout_->disabled()) {
-    spdlog::warn("no debug dump: --log_dir=/dev/null leaves nowhere to write it");
-    return never_joined;
-  }
-  const auto now = std::chrono::system_clock::now();
-  supervisor::DumpRequest request;
-  request.dir = dir;
-  for (const auto& w : report.running) {
-    request.targets.push_back(
-        {w.rank, w.local_rank, w.pid, layout_->TracePath(round_->restart_count, w.local_rank)});
-  }
-  for (const auto& w : report.hung) {
-    auto quiet = std::chrono::duration_cast<std::chrono::system_clock::duration>(
-        std::chrono::duration<double>(w.quiet_seconds));
-    request.hung.push_back({w.rank, now - quiet, w.finishing, w.silent_seconds, now});
-  }
-  request.beating = report.beating_ranks;
-  std::string verdict;
-  // Hung at exit: past their collectives, the hook gone; PyTorch's records would say nothing.
-  const bool at_exit_only =
-      !report.hung.empty() && std::all_of(report.hung.begin(), report.hung.end(),
-                                          [](const auto& w) { return w.finishing; });
-  if (c_.hang_detect_torch && !at_exit_only) {
-    request.torch_dir = layout_->DumpDir(round_ ? round_->restart_count : 0) + "/torch";
-    request.python = program_.interpreter;
-    supervisor::FindTorchPythons(request);
-    request.nccl_ras_addr = nccl_ras_addr_;
-    // Named now: the stacks and PyTorch's own dumps take seconds more.
-    std::vector<int> ranks;
-    for (const auto& t : request.targets) ranks.push_back(t.rank);
-    const supervisor::TorchSide side = supervisor::NameLaggards(
-        supervisor::ReadTorchProgress(request.torch_dir, ranks), report.beating_ranks);
-    verdict = side.verdict;
-    if (report.hung.empty()) {  // a dump on request: nothing is said to hang
-      spdlog::info(
-          "dump on request: PyTorch's collectives now: {}; dumping stacks and flight "
-          "recorders",
-          side.state);
-    } else {
-      spdlog::error("hang, by PyTorch's collectives: {}; dumping stacks and flight recorders",
-                    verdict);
-    }
-  }
-  if (!report.hung.empty()) record_.HangDetected(report, verdict);
-  if (round_) {
-    // The analysis covers this node's ranks and says which it cannot see.
-    for (int r = 0; r < round_->world_size; ++r) {
-      if (r < round_->base_rank || r >= round_->base_rank + c_.nproc_per_node) {
-        request.unseen[r] = "on another node: that node's agent dumps it";
-      }
-    }
-  }
-  auto dump = supervisor::WriteDebugDump(request);
-  if (!dump.ok()) {
-    spdlog::error("debug dump: {}", dump.status().message());
-    return {};
-  }
-  supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(dump->summary);
-  spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
-  record_.DumpWritten(dir, dump->stragglers);
-  return dump->stragglers.empty() ? never_joined : dump->stragglers;
 }
 
 std::vector<std::string> Agent::ErrorFiles(int attempt) const {
@@ -585,10 +424,10 @@ int Agent::Run() {
   }
 }
 
-}  // namespace
+}  // namespace internal
 
 int RunAgent(const LaunchConfig& config, const Program& program, const env::Environ& environ) {
-  Agent agent(config, program, environ);
+  internal::Agent agent(config, program, environ);
   return agent.Run();
 }
 
