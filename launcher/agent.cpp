@@ -99,8 +99,7 @@ Status Agent::Setup() {
   // Long enough for the coordinator to find a lost node (keep-alive limit
   // plus one beat): a node's loss, which killed the workers whose peers then
   // die of SIGPIPE, is then a membership change, not a failure.
-  settings.peer_settle =
-      stores_.settings.keep_alive_interval * (stores_.settings.keep_alive_max_attempt + 1);
+  settings.peer_settle = PeerSettle();
   auto driver =
       rendezvous::AgentDriver::Connect(stores_.rdzv_host, stores_.rdzv_port, std::move(settings),
                                        [this] { return PendingSignal()().first != 0; });
@@ -301,6 +300,15 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
                 : root.hung                       ? rendezvous::FailureClass::kHang
                 : other_nodes && DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
                                                   : rendezvous::FailureClass::kWorker;
+  // Every rank here hung inside a collective: a rank on another node that
+  // never entered it is the likelier cause, which its agent records first.
+  o.settle = root.hung && other_nodes && hang_all_waiting_;
+  if (o.settle) {
+    spdlog::info(
+        "every rank of this node waits inside a collective: the hang's cause is likelier on "
+        "another node, whose agent is given {:.0f} s to record it first",
+        std::chrono::duration<double>(PeerSettle()).count());
+  }
   o.cause.exit_code = root.hung ? exit_code::kHang : root.raised_first ? 1 : root.exit.ShellCode();
   o.cause.rank = root.rank;
   o.cause.local_rank = root.local_rank;
@@ -325,6 +333,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
     record_.Restart(round.restart_count, c_.max_restarts);
   }
   round_ = round;
+  hang_all_waiting_ = false;
   env::GroupInfo group = Group(round);
   spdlog::info(
       "rendezvous round {} complete: node rank {} of {}, world size {}, restart count {}, "

@@ -119,6 +119,7 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     spdlog::error("debug dump: {}", dump.status().message());
     return {};
   }
+  if (!report.hung.empty()) hang_all_waiting_ = dump->all_waiting;
   supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(dump->summary);
   spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
   record_.DumpWritten(dir, dump->stragglers);

@@ -56,6 +56,13 @@ class Agent {
   // Dumps every running worker into `dir` and prints the summary; returns the
   // ranks the flight recorders show as stragglers.
   std::vector<int> DumpWorkers(const supervisor::HangReport& report, const std::string& dir);
+  // How long a failure that another node's may have caused waits before it is
+  // recorded: long enough for the coordinator to find a lost node (keep-alive
+  // limit plus one beat), and for that node's agent to record its own cause.
+  std::chrono::milliseconds PeerSettle() const {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+        stores_.settings.keep_alive_interval * (stores_.settings.keep_alive_max_attempt + 1));
+  }
   // What the catalogue may name beyond the worker's text (supervisor/explain.hpp).
   supervisor::ExplainContext ExplainFacts() const {
     return facts_.Context(c_, program_, environ_, layout_ ? layout_->run_dir() : "");
@@ -81,7 +88,9 @@ class Agent {
   std::vector<std::string> lost_logs_;
   std::string timer_file_;     // the file timer's pipe, "" when not served
   std::string nccl_ras_addr_;  // --hang_detect=torch: the job's NCCL_RAS_ADDR, "" for none
-  RunRecorder record_;         // events and incident.json
+  // The round's hang dump found every local rank waiting inside one collective.
+  bool hang_all_waiting_ = false;
+  RunRecorder record_;  // events and incident.json
 };
 
 }  // namespace ddprun::launcher::internal

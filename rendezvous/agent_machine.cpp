@@ -393,7 +393,7 @@ Action AgentMachine::Exited(Kv& kv, const JobRecord& now_rec, Time now) {
     Cause cause = outcome_.cause;
     cause.node_rank = node_rank_;
     cause.node = s_.self.name;
-    if (cause.cls == FailureClass::kPeer && now < settle_until_) {
+    if ((cause.cls == FailureClass::kPeer || outcome_.settle) && now < settle_until_) {
       // Give the failure that caused this one the chance to be recorded first.
       if (!now_rec.Running(round_)) return Follow(kv, now_rec, now);
       return Wait(now, settle_until_);

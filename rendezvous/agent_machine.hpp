@@ -47,7 +47,11 @@ struct AgentSettings {
 struct WorkersOutcome {
   enum class Kind { kSucceeded, kFailed, kStopped, kInterrupted };
   Kind kind = Kind::kSucceeded;
-  Cause cause;              // kFailed: the local root cause (the machine fills in the node)
+  Cause cause;  // kFailed: the local root cause (the machine fills in the node)
+  // kFailed: the failure may be a consequence of one on another node (every
+  // local rank hung inside a collective that a rank elsewhere may never have
+  // entered): recorded after the peer settle time, as a kPeer one.
+  bool settle = false;
   int signal = 0;           // kInterrupted: the signal ddprun received
   std::string signal_name;  // "SIGTERM"
 };

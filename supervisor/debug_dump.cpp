@@ -490,13 +490,16 @@ StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
     }
   }
   const TraceAnalysis analysis = Analyze(dumps, request.unseen, now, !request.hung.empty());
-  DumpResult result{FormatSummary(request, dumps, analysis, now, torch.text), analysis.stragglers};
+  DumpResult result{FormatSummary(request, dumps, analysis, now, torch.text), analysis.stragglers,
+                    false};
   for (int r : torch.laggards) {
     if (std::find(result.stragglers.begin(), result.stragglers.end(), r) ==
         result.stragglers.end()) {
       result.stragglers.push_back(r);
     }
   }
+  result.all_waiting = result.stragglers.empty() &&
+                       (analysis.verdict == TraceVerdict::kAllInside || torch.all_waiting);
   if (Status s = WriteFile(request.dir + "/summary.txt", result.summary); !s.ok()) {
     return s.Annotate("debug dump");
   }

@@ -66,6 +66,10 @@ struct DumpRequest {
 struct DumpResult {
   std::string summary;          // also in <dir>/summary.txt
   std::vector<int> stragglers;  // from the flight recorders: the ranks to blame
+  // No straggler here, and every rank read waits inside one collective (the
+  // DDP core's recorders, or PyTorch's side): the cause may be on a rank this
+  // dump cannot see.
+  bool all_waiting = false;
 };
 
 // With --hang_detect=torch: each target's Python as the hook found it

@@ -41,6 +41,9 @@ struct TorchSide {
   std::string verdict;        // one line, to print the moment the hang is found
   std::string state;          // the same without what it means for a hang (a dump on request)
   std::vector<int> laggards;  // ranks that did not enter the latest collective
+  // Every rank read waits inside the same collective: none here is behind,
+  // so a rank elsewhere (another node) that never entered it may be.
+  bool all_waiting = false;
 };
 
 // Where the hook found rank `rank`'s Python (<dir>/python_<rank>): its pid

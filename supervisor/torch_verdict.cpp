@@ -305,6 +305,7 @@ void Standing(const Survey& s, TorchSide& side) {
     const std::string newest = (waiting.empty() ? finished : waiting).begin()->first;
     if (finished.empty()) {
       side.state = "every local rank waits in " + newest;
+      side.all_waiting = true;
       side.verdict = side.state +
                      ": the collective itself is stuck, or a rank on another node never entered it";
       return;

@@ -33,10 +33,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import pid_alive, sh, wait_for
-from test_multinode import (AGENT_TIMEOUT, KEEP_ALIVE_LIMIT, LOOP, c10d_args, free_port,
-                            node_env, outputs, read, starts, stop_and_wait, wait_listening,
-                            wait_world)
+from conftest import free_port, pid_alive, sh, wait_for
+from test_multinode import (AGENT_TIMEOUT, KEEP_ALIVE_LIMIT, LOOP, c10d_args, node_env, outputs,
+                            read, starts, stop_and_wait, wait_listening, wait_world)
 
 PAUSE = KEEP_ALIVE_LIMIT * 2  # well past the keep-alive limit
 

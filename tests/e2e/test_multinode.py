@@ -18,7 +18,6 @@ environment into files under tmp_path; the tests poll those files with deadlines
     any other port, and a restart round's workers see none of the earlier round's keys.
 """
 
-import json
 import os
 import re
 import signal
@@ -29,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, PYTHON, base_env, free_port, pid_alive, sh, wait_for, write_script
+from conftest import BUILD, base_env, free_port, pid_alive, sh, wait_for
 
 FAST = "join_timeout=20,last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3"
 KEEP_ALIVE_LIMIT = 0.5 * 3  # keep_alive_interval * keep_alive_max_attempt
@@ -450,64 +449,6 @@ def test_c10d_right_token_works(launch, tmp_path):
     assert all(p.read_text().split()[1] == "4" for p in out.iterdir())
 
 
-# --------------------------------------------------------------------------- 9. PyTorch interop
-
-ALLREDUCE = r'''
-import os
-import torch
-import torch.distributed as dist
-
-out = os.environ["OUTDIR"]
-rank = int(os.environ["RANK"])
-attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-dist.init_process_group("gloo", init_method="env://")
-t = torch.tensor([float(rank + 1)])
-dist.all_reduce(t)
-world = dist.get_world_size()
-fd = os.open(os.path.join(out, f"r{rank}_a{attempt}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-os.write(fd, f"{rank} {attempt} {world} {t.item()}\n".encode())
-os.close(fd)
-os.write(1, f"rank {rank} attempt {attempt} sum {t.item()}\n".encode())
-if attempt == 0 and rank == 3:
-    # Fail only once every rank has its sum: exiting at once raced the peers still reading
-    # the collective's last bytes ("Connection reset by peer" on rank 1, once in CI).
-    import time
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and not all(
-            os.path.exists(os.path.join(out, f"r{r}_a0")) for r in range(world)):
-        time.sleep(0.05)
-    os._exit(1)
-dist.destroy_process_group()
-'''
-
-
-def run_pytorch_job_with_a_restart(launch, tmp_path, name, text):
-    """Two static agents, 2 PyTorch workers each, run the script `text` with --max_restarts=1;
-    both must exit 0. Returns the workers' output directory, the agents and the store's port."""
-    pytest.importorskip("torch.distributed")
-    out = tmp_path / "out"
-    out.mkdir()
-    script = write_script(tmp_path, name, text, executable=False)
-    port = free_port()
-    agents = [launch(static_args(2, r, port, conf=FAST, extra=["--max_restarts=1", str(script)]),
-                     env=node_env(out, r, GLOO_SOCKET_IFNAME="lo", PYTHON_EXEC=PYTHON))
-              for r in (0, 1)]
-    rcs = [a.wait(90) for a in agents]
-    assert rcs == [0, 0], outputs(agents)
-    return out, agents, port
-
-
-def test_pytorch_gloo_allreduce_across_restart(launch, tmp_path):
-    out, agents, _ = run_pytorch_job_with_a_restart(launch, tmp_path, "allreduce.py", ALLREDUCE)
-    for attempt in (0, 1):
-        for rank in range(4):
-            f = out / f"r{rank}_a{attempt}"
-            assert f.exists(), f"{f.name} missing\n{outputs(agents)}"
-            r, a, world, total = f.read_text().split()
-            assert (int(r), int(a), int(world)) == (rank, attempt, 4)
-            assert float(total) == 10.0, f"{f.name}: {total}"
-
-
 def test_static_rdzv_endpoint_names_the_store(launch, tmp_path):
     """As torchrun: with the static backend, --rdzv_endpoint (when given) is where the store is."""
     port = free_port()
@@ -582,52 +523,6 @@ def test_one_port_per_job(launch, tmp_path, backend):
     assert listening == {0: {port}, 1: set()}, outputs(agents)
     masters = {read(out / f"m_{n}_{lr}").strip() for n in range(2) for lr in range(2)}
     assert masters == {f"127.0.0.1 {port}"}, masters
-
-
-ROUNDS = r"""
-import datetime, json, os
-import torch
-import torch.distributed as dist
-
-out = os.environ["OUTDIR"]
-rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
-store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
-                      timeout=datetime.timedelta(seconds=30))
-probe = [f"attempt0/rank{r}" for r in range(world)] + ["rdzv/none/job", "rdzv/hosted_run_id"]
-seen = [k for k in probe if store.check([k])]
-store.set(f"attempt{attempt}/rank{rank}", "here")
-store.wait([f"attempt{attempt}/rank{r}" for r in range(world)])
-total = None
-if attempt == 1:
-    dist.init_process_group("gloo", init_method="env://")
-    t = torch.tensor([float(rank + 1)])
-    dist.all_reduce(t)
-    total = t.item()
-    dist.destroy_process_group()
-report = {"addr": os.environ["MASTER_ADDR"], "port": int(os.environ["MASTER_PORT"]),
-          "seen": seen, "total": total}
-with open(os.path.join(out, f"r{rank}_a{attempt}.json"), "w") as f:
-    json.dump(report, f)
-if attempt == 0 and rank == world - 1:
-    os._exit(1)  # every rank of attempt 0 has written its key: the restart must drop them
-"""
-
-
-def test_restart_round_sees_no_key_of_the_earlier_round(launch, tmp_path):
-    """Attempt 0's workers write keys, then one fails; attempt 1's workers, on the same port, see
-    none of them and none of the rendezvous keys, and a gloo process group forms there."""
-    out, agents, port = run_pytorch_job_with_a_restart(launch, tmp_path, "rounds.py", ROUNDS)
-    for attempt in (0, 1):
-        for rank in range(4):
-            f = out / f"r{rank}_a{attempt}.json"
-            assert f.exists(), f"{f.name} missing\n{outputs(agents)}"
-            r = json.loads(f.read_text())
-            assert (r["addr"], r["port"]) == ("127.0.0.1", port), r
-            assert not any(k.startswith("rdzv/") for k in r["seen"]), r
-            if attempt == 1:
-                assert r["seen"] == [], f"attempt 1 saw attempt 0's keys: {r}"
-                assert r["total"] == 10.0, r
 
 
 def test_c10d_an_agent_waiting_for_the_others_says_who_joined(launch, tmp_path):

@@ -158,6 +158,32 @@ TEST_CASE("machines: a peer-class failure waits for the failure that caused it")
   CHECK(e0.exit_code == 4);
 }
 
+TEST_CASE("machines: a hang whose ranks all wait in a collective lets the other node's go first") {
+  // Found by an attacking helper: with a rank stalled on node 1 and node 0's rank waiting for it
+  // inside an all-reduce, whichever agent recorded its hang first was the root cause.
+  TwoAgents t(0);
+  (void)t.Until();
+  WorkersOutcome waiting;
+  waiting.kind = WorkersOutcome::Kind::kFailed;
+  waiting.cause.cls = FailureClass::kHang;
+  waiting.cause.exit_code = 124;
+  waiting.cause.what = "rank 0 hung";
+  waiting.settle = true;
+  t.a0->WorkersExited(waiting, t.now);
+  CHECK(t.a0->Step(t.kv0, t.now).kind == ActionKind::kWait);  // settling
+  WorkersOutcome stalled = waiting;
+  stalled.settle = false;
+  stalled.cause.what = "rank 1 hung";
+  t.a1->WorkersExited(stalled, t.now + std::chrono::milliseconds(300));
+  const Action e1 = t.a1->Step(t.kv1, t.now + std::chrono::milliseconds(300));
+  REQUIRE(e1.kind == ActionKind::kExit);
+  Action e0 = t.a0->Step(t.kv0, t.now + std::chrono::milliseconds(400));
+  REQUIRE(e0.kind == ActionKind::kExit);
+  CHECK(e0.exit_code == 124);
+  CHECK(e0.message == e1.message);
+  CHECK(e0.message.find("rank 1 hung") != std::string::npos);
+}
+
 TEST_CASE("machines: an agent whose --nnodes or --max_restarts differ from the job's is refused") {
   LocalStore store;
   auto kv0 = store.Connect(), kv1 = store.Connect(), kv2 = store.Connect();

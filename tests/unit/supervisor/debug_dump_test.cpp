@@ -255,6 +255,7 @@ TEST_CASE("a dump of live processes holds their threads, /proc state and flight 
                                   "ranks in a collective with it wait for it (kill -CONT " +
                                   std::to_string(pids[3]) + " lets it run)\n\n"));
   CHECK_FALSE(Has(summary->summary, "rank 0 (pid " + std::to_string(pids[0]) + ") was stopped"));
+  CHECK_FALSE(summary->all_waiting);          // rank 1 is behind: the cause is here
   CHECK(env::StoppedState(s3.pid()) == 'T');  // the tools detached and left it stopped
   std::filesystem::remove_all(dir);
 }

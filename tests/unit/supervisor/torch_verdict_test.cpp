@@ -79,6 +79,16 @@ TEST_CASE("Numbers of different groups are never compared") {
   CHECK(side.verdict ==
         "every local rank waits in gloo:all_reduce #9 of process group 1 (ranks 0,1): the "
         "collective itself is stuck, or a rank on another node never entered it");
+  CHECK(side.all_waiting);
+}
+
+TEST_CASE("Ranks that finished their last collective are not all waiting") {
+  // A node whose one rank stalled between collectives: the hang is its own, not another node's.
+  const TorchSide side = NameLaggards({In(1, "0", {}, 200, false)});
+  CHECK(side.laggards.empty());
+  CHECK(side.verdict ==
+        "rank 1 finished gloo:all_reduce #200: the hang is outside PyTorch's collectives");
+  CHECK_FALSE(side.all_waiting);
 }
 
 TEST_CASE("A member that never entered its group's collective is behind in it") {

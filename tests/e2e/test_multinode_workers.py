@@ -1,0 +1,129 @@
+"""What the workers of a multi-node job meet (two agents on loopback): PyTorch's process groups
+across a restart, the store's keys of an earlier round, and a hang whose cause is on the other
+node. test_multinode.py has the rendezvous itself."""
+import json
+
+import pytest
+
+from conftest import PYTHON, free_port, write_script
+from test_multinode import FAST, node_env, outputs, static_args
+from trainlib import TRAIN
+
+ALLREDUCE = r'''
+import os
+import torch
+import torch.distributed as dist
+
+out = os.environ["OUTDIR"]
+rank = int(os.environ["RANK"])
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+dist.init_process_group("gloo", init_method="env://")
+t = torch.tensor([float(rank + 1)])
+dist.all_reduce(t)
+world = dist.get_world_size()
+fd = os.open(os.path.join(out, f"r{rank}_a{attempt}"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.write(fd, f"{rank} {attempt} {world} {t.item()}\n".encode())
+os.close(fd)
+os.write(1, f"rank {rank} attempt {attempt} sum {t.item()}\n".encode())
+if attempt == 0 and rank == 3:
+    # Fail only once every rank has its sum: exiting at once raced the peers still reading
+    # the collective's last bytes ("Connection reset by peer" on rank 1, once in CI).
+    import time
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(
+            os.path.exists(os.path.join(out, f"r{r}_a0")) for r in range(world)):
+        time.sleep(0.05)
+    os._exit(1)
+dist.destroy_process_group()
+'''
+
+
+def run_pytorch_job_with_a_restart(launch, tmp_path, name, text):
+    """Two static agents, 2 PyTorch workers each, run the script `text` with --max_restarts=1;
+    both must exit 0. Returns the workers' output directory, the agents and the store's port."""
+    pytest.importorskip("torch.distributed")
+    out = tmp_path / "out"
+    out.mkdir()
+    script = write_script(tmp_path, name, text, executable=False)
+    port = free_port()
+    agents = [launch(static_args(2, r, port, conf=FAST, extra=["--max_restarts=1", str(script)]),
+                     env=node_env(out, r, GLOO_SOCKET_IFNAME="lo", PYTHON_EXEC=PYTHON))
+              for r in (0, 1)]
+    rcs = [a.wait(90) for a in agents]
+    assert rcs == [0, 0], outputs(agents)
+    return out, agents, port
+
+
+def test_pytorch_gloo_allreduce_across_restart(launch, tmp_path):
+    out, agents, _ = run_pytorch_job_with_a_restart(launch, tmp_path, "allreduce.py", ALLREDUCE)
+    for attempt in (0, 1):
+        for rank in range(4):
+            f = out / f"r{rank}_a{attempt}"
+            assert f.exists(), f"{f.name} missing\n{outputs(agents)}"
+            r, a, world, total = f.read_text().split()
+            assert (int(r), int(a), int(world)) == (rank, attempt, 4)
+            assert float(total) == 10.0, f"{f.name}: {total}"
+
+
+ROUNDS = r"""
+import datetime, json, os
+import torch
+import torch.distributed as dist
+
+out = os.environ["OUTDIR"]
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+attempt = int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world, False,
+                      timeout=datetime.timedelta(seconds=30))
+probe = [f"attempt0/rank{r}" for r in range(world)] + ["rdzv/none/job", "rdzv/hosted_run_id"]
+seen = [k for k in probe if store.check([k])]
+store.set(f"attempt{attempt}/rank{rank}", "here")
+store.wait([f"attempt{attempt}/rank{r}" for r in range(world)])
+total = None
+if attempt == 1:
+    dist.init_process_group("gloo", init_method="env://")
+    t = torch.tensor([float(rank + 1)])
+    dist.all_reduce(t)
+    total = t.item()
+    dist.destroy_process_group()
+report = {"addr": os.environ["MASTER_ADDR"], "port": int(os.environ["MASTER_PORT"]),
+          "seen": seen, "total": total}
+with open(os.path.join(out, f"r{rank}_a{attempt}.json"), "w") as f:
+    json.dump(report, f)
+if attempt == 0 and rank == world - 1:
+    os._exit(1)  # every rank of attempt 0 has written its key: the restart must drop them
+"""
+
+
+def test_restart_round_sees_no_key_of_the_earlier_round(launch, tmp_path):
+    """Attempt 0's workers write keys, then one fails; attempt 1's workers, on the same port, see
+    none of them and none of the rendezvous keys, and a gloo process group forms there."""
+    out, agents, port = run_pytorch_job_with_a_restart(launch, tmp_path, "rounds.py", ROUNDS)
+    for attempt in (0, 1):
+        for rank in range(4):
+            f = out / f"r{rank}_a{attempt}.json"
+            assert f.exists(), f"{f.name} missing\n{outputs(agents)}"
+            r = json.loads(f.read_text())
+            assert (r["addr"], r["port"]) == ("127.0.0.1", port), r
+            assert not any(k.startswith("rdzv/") for k in r["seen"]), r
+            if attempt == 1:
+                assert r["seen"] == [], f"attempt 1 saw attempt 0's keys: {r}"
+                assert r["total"] == 10.0, r
+
+
+def test_a_hang_is_blamed_on_the_node_whose_rank_stalled_not_on_the_one_waiting(launch, tmp_path):
+    """Node 1's rank stops between collectives; node 0's waits inside the all-reduce for it.
+    Each agent sees its half, and whichever recorded its hang first was the root cause: node 0's
+    waiting rank in about 1 run of 3 (found by an attacking helper). A node whose ranks all wait
+    inside a collective now gives the other node's agent the peer settle time to go first."""
+    for attempt in range(3):
+        port = free_port()
+        args = ["--hang_timeout=4", TRAIN, "--device", "cpu", "--width", "32", "--depth", "1",
+                "--steps", "200", "--hang-at-step", "5", "--hang-rank", "1"]
+        agents = [launch(static_args(2, r, port, nproc=1, extra=args), env=node_env(tmp_path, r))
+                  for r in (1, 0)]
+        rcs = [a.wait(60) for a in agents]
+        assert rcs == [124, 124], outputs(agents)
+        for agent in agents:
+            assert "the job failed: node 1 (" in agent.stderr(), f"run {attempt}\n" + outputs(agents)
+            assert "): rank 1 (local_rank 0, pid " in agent.stderr(), outputs(agents)
