@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -112,6 +113,17 @@ class FlightRecorder::Impl {
 FlightRecorder::FlightRecorder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 FlightRecorder::~FlightRecorder() = default;
 
+std::unique_ptr<FlightRecorder> FlightRecorder::OpenForGroup(const std::string& path, int rank) {
+  if (path.empty()) return nullptr;
+  auto r = Open(path, rank);
+  if (r.ok()) return std::move(*r);
+  std::fprintf(stderr,
+               "ddp: rank %d: no flight recorder: %s: training goes on, but a hang or timeout "
+               "report will not show this rank's collectives\n",
+               rank, r.status().message().c_str());
+  return nullptr;
+}
+
 StatusOr<std::unique_ptr<FlightRecorder>> FlightRecorder::Open(const std::string& path, int rank,
                                                                uint32_t capacity) {
   const std::string what = "flight recorder " + path;
@@ -124,6 +136,12 @@ StatusOr<std::unique_ptr<FlightRecorder>> FlightRecorder::Open(const std::string
   if (!fd.valid()) return ErrnoStatus("open " + what, errno);
   if (ftruncate(fd.get(), static_cast<off_t>(TraceFileSize(capacity))) != 0) {
     return ErrnoStatus("ftruncate " + what, errno);
+  }
+  if (int err = posix_fallocate(fd.get(), 0, static_cast<off_t>(TraceFileSize(capacity)));
+      err != 0 && err != EOPNOTSUPP && err != EINVAL) {  // filesystems without it: sparse
+    unlink(path.c_str());
+    return ErrnoStatus("allocate " + std::to_string(TraceFileSize(capacity)) + " bytes for " + what,
+                       err);
   }
   auto map = Mapping::Map(fd.get(), TraceFileSize(capacity), PROT_READ | PROT_WRITE);
   if (!map.ok()) return map.status().Annotate(what);

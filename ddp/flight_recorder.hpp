@@ -25,9 +25,15 @@ using env::TraceEntry;
 
 class FlightRecorder {
  public:
-  // Creates (or truncates) `path` with room for `capacity` entries.
+  // Creates (or truncates) `path` with room for `capacity` entries, its
+  // blocks allocated at once: a mapped page the filesystem cannot back later
+  // (a full disk) would kill the process with SIGBUS mid-training.
   static StatusOr<std::unique_ptr<FlightRecorder>> Open(const std::string& path, int rank,
                                                         uint32_t capacity = 1024);
+  // Open(path, rank), for a process group: "" gives none; a failure is said
+  // on stderr (the path, why, what is lost) and gives none, since training
+  // goes on without its record.
+  static std::unique_ptr<FlightRecorder> OpenForGroup(const std::string& path, int rank);
   ~FlightRecorder();
 
   void Enqueued(uint64_t seq, const char* op, uint64_t bytes, DType dtype);

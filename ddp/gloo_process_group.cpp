@@ -354,12 +354,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(const LaunchEnv& 
     attr.hostname = LocalAddressToward(env.master_addr, env.master_port);
     if (attr.hostname.empty()) attr.hostname = env.master_addr;
   }
-  std::unique_ptr<FlightRecorder> recorder;
-  if (!env.trace_file.empty()) {
-    auto r = FlightRecorder::Open(env.trace_file, env.rank);
-    if (!r.ok()) return r.status().Annotate("ddp: flight recorder");
-    recorder = std::move(*r);
-  }
+  std::unique_ptr<FlightRecorder> recorder = FlightRecorder::OpenForGroup(env.trace_file, env.rank);
   try {
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(env.rank, env.world_size);

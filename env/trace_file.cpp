@@ -38,48 +38,6 @@ T Get(const T& field) {
   return __atomic_load_n(&field, __ATOMIC_ACQUIRE);
 }
 
-// op[16] as two 8-byte words, as the writer stores it: never a torn word.
-void GetOp(const TraceEntry& e, char (&op)[16]) {
-  uint64_t w[2] = {Get(*reinterpret_cast<const uint64_t*>(e.op)),
-                   Get(*reinterpret_cast<const uint64_t*>(e.op + 8))};
-  std::memcpy(op, w, sizeof(w));
-  op[15] = '\0';
-}
-
-// One consistent copy of `slot`, or false when it is empty or being written.
-//
-// The guard is the pair (state, seq). A writer rewriting a slot stores
-// state = 0, then the fields, then seq, then the final state. The reader reads
-// seq then state, copies the rest, and re-reads state then seq: if any field
-// it copied came from a newer write, it then sees state 0 or the new write's
-// state, and with that state the new seq, so the second pair differs from the
-// first and the copy is torn. (Re-reading state alone is not enough: the new
-// write may end in the state the old one had. And the first state must be read
-// after the first seq: read before it, it may be the previous occupant's final
-// state, equal to this write's, with this write's fields only half stored.)
-// A state update without a new seq (Started, Finished) writes its timestamp
-// before the state, so the copy may hold a timestamp the state does not cover
-// yet; those are cleared.
-bool ReadSlot(const TraceEntry& slot, TraceEntry* out) {
-  const uint64_t seq = Get(slot.seq);
-  const uint32_t state = Get(slot.state);
-  if (state == 0) return false;
-  TraceEntry e;
-  GetOp(slot, e.op);
-  e.bytes = Get(slot.bytes);
-  e.dtype = Get(slot.dtype);
-  e.enqueued_ns = Get(slot.enqueued_ns);
-  e.started_ns = Get(slot.started_ns);
-  e.completed_ns = Get(slot.completed_ns);
-  if (Get(slot.state) != state || Get(slot.seq) != seq) return false;
-  e.seq = seq;
-  e.state = state;
-  if (state < static_cast<uint32_t>(OpState::kStarted)) e.started_ns = 0;
-  if (state < static_cast<uint32_t>(OpState::kCompleted)) e.completed_ns = 0;
-  *out = e;
-  return true;
-}
-
 // A copy of the header of a file another process may be writing.
 TraceFileHeader LoadHeader(const TraceFileHeader& shared) {
   TraceFileHeader h{};
@@ -110,24 +68,6 @@ Status CheckHeader(const TraceFileHeader& h, size_t file_size) {
                            std::to_string(file_size));
   }
   return Status::Ok();
-}
-
-// The entries of the ring, oldest first.
-std::vector<TraceEntry> ReadSlots(const TraceEntry* slots, uint32_t capacity) {
-  std::vector<TraceEntry> entries;
-  for (uint32_t i = 0; i < capacity; ++i) {
-    TraceEntry e;
-    for (int t = 0; t < kReadTries; ++t) {
-      if (ReadSlot(slots[i], &e)) {
-        if (e.seq % capacity == i) entries.push_back(e);  // else: not written by a recorder
-        break;
-      }
-      if (Get(slots[i].state) == 0) break;  // empty, or its writer died
-    }
-  }
-  std::sort(entries.begin(), entries.end(),
-            [](const TraceEntry& a, const TraceEntry& b) { return a.seq < b.seq; });
-  return entries;
 }
 
 }  // namespace
@@ -166,8 +106,44 @@ StatusOr<TraceMapping> TraceMapping::Map(int fd, size_t size, int prot) {
   return TraceMapping(addr, size);
 }
 
-// The writer never shrinks its file once created, so the mapping stays valid;
-// a file truncated under the reader by something else would raise SIGBUS.
+namespace {
+
+// `size` bytes of the file at `offset`, or an errno status; a file shorter
+// than that (truncated under the reader) gives kInvalidArgument.
+StatusOr<std::vector<char>> ReadAt(int fd, off_t offset, size_t size, const std::string& what) {
+  std::vector<char> buf(size);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = pread(fd, buf.data() + done, size - done, offset + static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus("read " + what, errno);
+    if (n == 0) return InvalidArgument(what + ": truncated while being read");
+    done += static_cast<size_t>(n);
+  }
+  return buf;
+}
+
+}  // namespace
+
+// Read with pread, never mapped: reading the holes of a sparse file through a
+// mapping raises SIGBUS where the filesystem cannot back them (a full tmpfs),
+// and killed the launcher (found by an attacking helper).
+//
+// The guard is the pair (state, seq). A writer rewriting a slot stores
+// state = 0, then the fields, then seq, then the final state. The reader reads
+// seq then state, copies the rest, and re-reads state then seq (here five
+// whole-ring passes, each read(2) after the last): if any field
+// it copied came from a newer write, it then sees state 0 or the new write's
+// state, and with that state the new seq, so the second pair differs from the
+// first and the copy is torn. (Re-reading state alone is not enough: the new
+// write may end in the state the old one had. And the first state must be read
+// after the first seq: read before it, it may be the previous occupant's final
+// state, equal to this write's, with this write's fields only half stored.)
+// A state update without a new seq (Started, Finished) writes its timestamp
+// before the state, so the copy may hold a timestamp the state does not cover
+// yet; those are cleared.
+//
+// A slot torn in every one of kReadTries rounds of passes is skipped.
 StatusOr<std::vector<TraceEntry>> ReadTraceFile(const std::string& path, int* rank) {
   const std::string what = "flight recorder " + path;
   UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
@@ -176,13 +152,45 @@ StatusOr<std::vector<TraceEntry>> ReadTraceFile(const std::string& path, int* ra
   if (fstat(fd.get(), &st) != 0) return ErrnoStatus("stat " + what, errno);
   const auto size = static_cast<size_t>(st.st_size);
   if (size < sizeof(TraceFileHeader)) return CheckHeader(TraceFileHeader{}, size).Annotate(what);
-  auto map = TraceMapping::Map(fd.get(), size, PROT_READ);
-  if (!map.ok()) return map.status().Annotate(what);
-  const TraceFileHeader h = LoadHeader(*reinterpret_cast<const TraceFileHeader*>(map->data()));
+  auto head = ReadAt(fd.get(), 0, sizeof(TraceFileHeader), what);
+  if (!head.ok()) return head.status();
+  const TraceFileHeader h = LoadHeader(*reinterpret_cast<const TraceFileHeader*>(head->data()));
   if (Status s = CheckHeader(h, size); !s.ok()) return s.Annotate(what);
   if (rank != nullptr) *rank = h.rank;
-  return ReadSlots(reinterpret_cast<const TraceEntry*>(map->data() + sizeof(TraceFileHeader)),
-                   h.capacity);
+  const size_t ring = size_t{h.capacity} * sizeof(TraceEntry);
+  std::vector<TraceEntry> entries;
+  std::vector<uint32_t> pending(h.capacity);  // the slots still to read
+  for (uint32_t i = 0; i < h.capacity; ++i) pending[i] = i;
+  for (int t = 0; t < kReadTries && !pending.empty(); ++t) {
+    std::vector<std::vector<TraceEntry>> pass(5, std::vector<TraceEntry>(h.capacity));
+    for (auto& p : pass) {
+      auto bytes = ReadAt(fd.get(), sizeof(TraceFileHeader), ring, what);
+      if (!bytes.ok()) return bytes.status();
+      std::memcpy(p.data(), bytes->data(), ring);
+    }
+    std::vector<uint32_t> torn;
+    for (uint32_t i : pending) {
+      const TraceEntry& fields = pass[2][i];
+      const uint64_t seq = pass[0][i].seq;
+      const uint32_t state = pass[1][i].state;
+      if (state == 0) continue;  // empty, or its writer died mid-write
+      if (pass[3][i].state != state || pass[4][i].seq != seq) {
+        torn.push_back(i);
+        continue;
+      }
+      TraceEntry e = fields;
+      e.op[15] = '\0';
+      e.seq = seq;
+      e.state = state;
+      if (state < static_cast<uint32_t>(OpState::kStarted)) e.started_ns = 0;
+      if (state < static_cast<uint32_t>(OpState::kCompleted)) e.completed_ns = 0;
+      if (e.seq % h.capacity == i) entries.push_back(e);  // else: not written by a recorder
+    }
+    pending = std::move(torn);
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const TraceEntry& a, const TraceEntry& b) { return a.seq < b.seq; });
+  return entries;
 }
 
 }  // namespace ddprun::env

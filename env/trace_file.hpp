@@ -63,7 +63,8 @@ std::string TraceDTypeName(uint32_t dtype);
 // protocol, docs/flight-recorder.md §2.3). Fails with the path in the message:
 // kNotFound for a missing file, kInvalidArgument for a file that is not a
 // trace file, of another version or truncated, errno codes otherwise.
-// Thread-safe; maps the file read-only for the duration of the call.
+// Thread-safe; reads the file with pread, never mapping it (a mapped hole of
+// a sparse file on a full tmpfs raises SIGBUS).
 StatusOr<std::vector<TraceEntry>> ReadTraceFile(const std::string& path, int* rank = nullptr);
 
 // A MAP_SHARED mapping of a whole file, unmapped on destruction. Move-only.

@@ -445,11 +445,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(const LaunchEnv& 
 
   NcclProcessGroup::Parts parts{std::move(store), prefix,  device, nullptr,
                                 nullptr,          nullptr, nullptr};
-  if (!env.trace_file.empty()) {
-    auto r = FlightRecorder::Open(env.trace_file, env.rank);
-    if (!r.ok()) return r.status().Annotate("ddp: flight recorder");
-    parts.recorder = std::move(*r);
-  }
+  parts.recorder = FlightRecorder::OpenForGroup(env.trace_file, env.rank);
   cudaEvent_t ready = nullptr;
   Status s =
       CudaStatus(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");

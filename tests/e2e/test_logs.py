@@ -13,6 +13,7 @@ from contextlib import contextmanager
 import pytest
 
 from conftest import DDPRUN, base_env, run_ddprun, run_dir, sh, wait_for, write_script
+from trainlib import TRAIN, checksums
 
 LINES = 2000
 PAD = "x" * 60
@@ -298,6 +299,50 @@ def test_a_full_log_filesystem_is_not_blamed_for_a_worker_whose_logs_ddprun_wrot
                      r"device; its later output is only on the console", r.stderr), r
     assert "log lost  :" in r.stderr, r
     assert "cause     :" not in r.stderr, r
+
+
+# A worker that leaves a sparse flight recorder at $DDPRUN_TRACE_FILE (a header, then holes),
+# fills the filesystem under it, and fails: the layout of env/trace_file.hpp.
+SPARSE_RECORDER = """
+import os, struct
+path = os.environ["DDPRUN_TRACE_FILE"]
+with open(path, "wb") as f:
+    f.write(b"DDPRTRC1" + struct.pack("<IiIIQ", 1, int(os.environ["RANK"]), 1024, 64, 0))
+    f.write(bytes(32))
+    f.truncate(64 + 1024 * 64)
+try:
+    with open(os.path.join(os.path.dirname(path), "filler"), "wb") as f:
+        while True:
+            f.write(bytes(4096))
+            f.flush()
+except OSError:
+    pass
+raise SystemExit(3)
+"""
+
+
+def test_a_sparse_flight_recorder_on_a_full_filesystem_does_not_kill_ddprun(tiny_filesystem,
+                                                                             tmp_path):
+    """ddprun mapped each failed rank's flight recorder to read it; a hole of a sparse file on a
+    full tmpfs raised SIGBUS in ddprun itself: no report, exit 135 (found by an attacking
+    helper). It reads with pread now."""
+    script = write_script(tmp_path, "sparse.py", SPARSE_RECORDER, executable=False)
+    r = run_ddprun(["--nproc_per_node=1", "--log_dir", tiny_filesystem / "logs", script])
+    assert r.rc == 3, r
+    assert "Root Cause (first observed failure):" in r.stderr, r
+
+
+def test_the_ddp_core_trains_on_without_its_flight_recorder_when_the_disk_is_full(
+        tiny_filesystem):
+    """The DDP core's recorder (64 KiB) is allocated at once: on a filesystem without room it
+    is refused with a message, and training goes on; mapped sparse, its first write past the
+    free space killed the worker with SIGBUS."""
+    r = run_ddprun(["--nproc_per_node=2", "--log_dir", tiny_filesystem / "logs", TRAIN,
+                    "--device", "cpu", "--width", "32", "--depth", "1", "--steps", "5"])
+    assert r.rc in (0, 74), r  # 74: a log file it could not write whole
+    assert re.search(r"ddp: rank \d: no flight recorder: allocate 65600 bytes for flight "
+                     r"recorder \S+trace\.bin: No space left on device: training goes on", r.stderr), r
+    assert len(checksums(r.stdout)) == 2, r
 
 
 # Rank 0 draws a progress bar on stderr and waits, its line unfinished, until the test has

@@ -131,6 +131,44 @@ TEST_CASE("a reader skips empty, torn and foreign slots") {
   std::filesystem::remove(path);
 }
 
+TEST_CASE("a recorder is allocated whole; one that cannot be made leaves the group without one") {
+  const std::string path = TempPath("whole.bin");
+  auto r = FlightRecorder::Open(path, 0, 64);
+  REQUIRE(r.ok());
+  struct stat st {};
+  REQUIRE(stat(path.c_str(), &st) == 0);
+  // Its blocks are there now (no hole for a full disk to turn into SIGBUS later).
+  CHECK(static_cast<size_t>(st.st_blocks) * 512 >= env::TraceFileSize(64));
+  std::filesystem::remove(path);
+  CHECK(FlightRecorder::OpenForGroup("", 0) == nullptr);
+  CHECK(FlightRecorder::OpenForGroup("/nonexistent-dir/trace.bin", 3) == nullptr);  // said
+}
+
+// Read with pread: a sparse file (holes where no slot was written) reads as its written slots.
+TEST_CASE("a sparse recorder file reads as the slots written in it") {
+  const std::string path = TempPath("sparse.bin");
+  {
+    auto r = FlightRecorder::Open(path, 2, 256);
+    REQUIRE(r.ok());
+    (*r)->Enqueued(0, "allreduce", 4, DType::kFloat32);
+    (*r)->Finished(0, true);
+  }
+  // Holes from the second page on: slot 0 stays, the rest read as zeros (empty).
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 4096,
+                    static_cast<off_t>(env::TraceFileSize(256)) - 4096) == 0);
+  close(fd);
+  int rank = -1;
+  auto entries = FlightRecorder::Read(path, &rank);
+  REQUIRE(entries.ok());
+  CHECK(rank == 2);
+  REQUIRE(entries->size() == 1);
+  CHECK(std::string((*entries)[0].op) == "allreduce");
+  CHECK((*entries)[0].state == static_cast<uint32_t>(OpState::kCompleted));
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("reading a file that is not a flight recorder fails with the path") {
   const std::string path = TempPath("bogus.bin");
   {
