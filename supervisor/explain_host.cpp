@@ -186,24 +186,27 @@ std::string NprocNumbers(const env::LimitFacts& f) {
 }  // namespace
 
 // CPython's _thread ("can't start new thread"), glibc's EAGAIN from
-// pthread_create and fork, as OpenBLAS, libgomp and os.fork report it.
+// pthread_create and fork, as OpenBLAS, libgomp and os.fork report it, and
+// ddprun's own fork of a worker (supervisor/spawn.cpp).
 Match ThreadLimit(const std::string& text, const ExplainContext& c) {
   const bool hit =
       Has(text, "can't start new thread") ||
       Find(text,
            R"((pthread_create|Thread creation|fork)[^\n]*Resource temporarily unavailable)") ||
-      Has(text, "BlockingIOError: [Errno 11] Resource temporarily unavailable");
+      Has(text, "BlockingIOError: [Errno 11] Resource temporarily unavailable") ||
+      Has(text, "fork failed with EAGAIN");
   if (!hit) return {};
-  const std::string numbers = c.limits ? ": " + NprocNumbers(*c.limits) : "";
+  // Root outside a user namespace has no RLIMIT_NPROC: only the cgroup's limit holds.
+  const bool nproc_applies = !c.limits || c.limits->uid != 0 || c.limits->user_namespace;
+  const std::string numbers = c.limits && nproc_applies ? ": " + NprocNumbers(*c.limits) : "";
   const std::string user = c.limits ? c.limits->user : "USER";
   if (c.limits && c.limits->pids_max) {
     const env::LimitFacts& l = *c.limits;
     return Lines("a worker could not start a thread or process (EAGAIN): the cgroup's pids.max (" +
                      std::to_string(*l.pids_max) + " in " + l.pids_cgroup + ", " +
                      std::to_string(l.pids_current) +
-                     " in use now) counts every thread of the job, root's too; or the user's "
-                     "limit" +
-                     numbers,
+                     " in use now) counts every thread of the job, root's too" +
+                     (nproc_applies ? "; or the user's limit" + numbers : std::string()),
                  "have the cgroup's limit raised (docker run --pids-limit, the pod's pid limit, "
                  "systemd TasksMax=, Slurm's cgroup.conf; ulimit does not lift it), or start "
                  "fewer threads: OMP_NUM_THREADS, DataLoader num_workers");

@@ -134,8 +134,9 @@ StatusOr<pid_t> SpawnWorker(const SpawnRequest& req) {
     int err = ec.value();
     if (err == EAGAIN) {
       return Unavailable("start " + req.argv[0] +
-                         ": fork failed with EAGAIN: the process/thread limit (RLIMIT_NPROC, "
-                         "ulimit -u) is reached: raise it or run fewer processes");
+                         ": fork failed with EAGAIN: a process/thread limit is reached (the "
+                         "user's RLIMIT_NPROC, ulimit -u, or the cgroup's pids.max): raise it or "
+                         "run fewer processes");
     }
     // Found but not runnable (not a program for this machine, a symlink
     // loop, a directory): exit 126 as a shell's, beside ENOENT's 127.

@@ -232,3 +232,28 @@ def test_a_cgroup_pids_max_below_the_jobs_threads_is_named():
     assert re.search(rf"warn  cgroup pids\.max\s+20 in {cg}, \d+ in use, the job needs about 92",
                      r.stdout), r.stdout
     assert "--pids-limit" in r.stdout, r.stdout
+
+
+def test_a_worker_the_cgroups_pids_max_refuses_is_blamed_on_it_not_on_ulimit():
+    """Root, 32 workers in a cgroup of pids.max 20: the start error blamed RLIMIT_NPROC (ulimit
+    -u), which root does not have and which would not help (found by an attacking helper)."""
+    root = pids_cgroup_root()
+    if root is None:
+        pytest.skip("needs root and a writable pids cgroup (v1 hierarchy, or v2 with pids)")
+    cg = root / f"ddprun_test_start_{os.getpid()}"
+    try:
+        cg.mkdir()
+        (cg / "pids.max").write_text("20\n")
+        r = subprocess.run(["sh", "-c", f"echo $$ > {cg}/cgroup.procs && exec '{DDPRUN}' "
+                            "--nproc_per_node=32 --no_python /bin/sleep 1"],
+                           capture_output=True, text=True, env=base_env(), timeout=60)
+    except OSError as e:
+        pytest.skip(f"cannot make a pids cgroup here: {e}")
+    finally:
+        if cg.exists():
+            cg.rmdir()
+    assert r.returncode == 1, r.stderr
+    assert "could not be started: start /bin/sleep: fork failed with EAGAIN" in r.stderr, r.stderr
+    assert re.search(rf"cause     : a worker could not start a thread or process \(EAGAIN\): the "
+                     rf"cgroup's pids\.max \(20 in {cg}, \d+ in use now\) counts every thread of "
+                     rf"the job, root's too\n", r.stderr), r.stderr

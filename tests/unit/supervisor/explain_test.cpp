@@ -365,6 +365,7 @@ TEST_CASE("explain: a collective before init_process_group") {
 TEST_CASE("explain: threads refused name RLIMIT_NPROC's numbers") {
   ExplainContext c;
   env::LimitFacts f;
+  f.uid = 1000;
   f.user = "alice";
   f.nproc = {200, 400};
   f.user_processes = {{1, 150, "python"}, {2, 48, "python"}};
@@ -382,6 +383,31 @@ TEST_CASE("explain: threads refused name RLIMIT_NPROC's numbers") {
         std::string::npos);
     CHECK(e->fix.find("'alice hard nproc N' in /etc/security/limits.d/") != std::string::npos);
   }
+}
+
+TEST_CASE("explain: a worker ddprun could not fork names the cgroup's pids.max, for root alone") {
+  // Found by an attacking helper: root in a cgroup of pids.max 20 was told to raise ulimit -u.
+  ExplainContext c;
+  env::LimitFacts f;
+  f.uid = 0;
+  f.user = "root";
+  f.pids_max = 20;
+  f.pids_cgroup = "/sys/fs/cgroup/pids/job";
+  f.pids_current = 4;
+  c.limits = f;
+  const FailureRecord start = Failed(
+      "start /bin/sleep: fork failed with EAGAIN: a process/thread limit is reached (the user's "
+      "RLIMIT_NPROC, ulimit -u, or the cgroup's pids.max): raise it or run fewer processes");
+  auto e = Explain(start, c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "thread limit");
+  CHECK(e->cause ==
+        "a worker could not start a thread or process (EAGAIN): the cgroup's pids.max (20 in "
+        "/sys/fs/cgroup/pids/job, 4 in use now) counts every thread of the job, root's too");
+  // In a user namespace root's RLIMIT_NPROC applies: both are named.
+  c.limits->user_namespace = true;
+  CHECK(Explain(start, c)->cause.find("; or the user's limit: RLIMIT_NPROC of root") !=
+        std::string::npos);
 }
 
 TEST_CASE("explain: a nan loss, by the training script's words or anomaly mode's") {
