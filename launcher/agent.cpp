@@ -371,6 +371,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   }
   supervisor::FillTailsFromLogs(result, stderr_logs);
   LogStopped(result);
+  WarnIfFull(facts_.AnyWritesOwnLogs() ? layout_->run_dir() : "");
   for (const auto& w : result.workers) {
     lost_logs_.insert(lost_logs_.end(), w.lost_logs.begin(), w.lost_logs.end());
   }

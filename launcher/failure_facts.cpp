@@ -69,6 +69,11 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
   diverged_ = supervisor::FirstMismatch(traces);
 }
 
+bool FailureFacts::AnyWritesOwnLogs() const {
+  return std::find(writes_own_logs_.begin(), writes_own_logs_.end(), true) !=
+         writes_own_logs_.end();
+}
+
 namespace {
 
 bool IsShell(const std::string& path) {

@@ -34,6 +34,10 @@ class FailureFacts {
   // After a group failed: `root` is its root cause, `world_size` the job's.
   void GroupFailed(int world_size, const supervisor::GroupResult& result,
                    const supervisor::FailureRecord& root);
+  // Whether a worker of the group running or last run wrote a stream of its
+  // own straight into a log file (--redirects without --tee): ddprun cannot
+  // see its writes fail.
+  bool AnyWritesOwnLogs() const;
   // The context as it is now; `run_dir` is the run's log directory ("" none).
   supervisor::ExplainContext Context(const LaunchConfig& c, const Program& program,
                                      const env::Environ& environ, const std::string& run_dir) const;

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/statvfs.h>
 
 #include <cstdio>
 #include <random>
@@ -38,6 +39,17 @@ void LogStopped(const supervisor::GroupResult& r) {
                    w.pid, w.exit.Describe());
     }
   }
+}
+
+void WarnIfFull(const std::string& run_dir) {
+  struct statvfs fs {};
+  if (run_dir.empty() || statvfs(run_dir.c_str(), &fs) != 0 || fs.f_bavail > 0) return;
+  spdlog::warn(
+      "the filesystem of the log files ({}) is full (0 B free for this user): the workers wrote "
+      "their own output there (--redirects), so what they wrote once it filled is lost, and "
+      "ddprun could not see it; free space there, give --log_dir on a filesystem with room, or "
+      "--tee, whose writes ddprun checks",
+      run_dir);
 }
 
 bool DiedOfPeer(const supervisor::FailureRecord& f) {

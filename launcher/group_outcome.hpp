@@ -19,6 +19,11 @@ bool WritesLogFiles(const LaunchConfig& c);
 // Logs each worker ddprun stopped, and each it had to abandon after SIGKILL.
 void LogStopped(const supervisor::GroupResult& r);
 
+// After a group whose workers wrote their own output into log files under
+// `run_dir` (--redirects; "" for none): warns when that filesystem is full,
+// since their failed writes are lost without anyone seeing them.
+void WarnIfFull(const std::string& run_dir);
+
 // Whether a failure looks like the consequence of a peer going away (its
 // connection broke) rather than a cause of its own: such a failure is
 // recorded only if no other failure is within the peer settle time.

@@ -287,6 +287,18 @@ def test_a_full_log_filesystem_is_named_as_the_cause(tiny_filesystem):
     assert "--log_dir" in r.stderr
 
 
+def test_a_full_log_filesystem_under_redirected_output_is_said_when_the_workers_succeed(
+        tiny_filesystem):
+    """The workers write their own log files (--redirects): a write that fails with ENOSPC is
+    theirs alone, and a worker that goes on exits 0. ddprun said nothing while the output was
+    cut short (found by an attacking helper); a full filesystem after the group is said."""
+    r = run_ddprun(["--nproc_per_node=1", "--redirects", "3", "--log_dir",
+                    tiny_filesystem / "logs", "--no_python", "/bin/sh", "-c", FILL + "; exit 0"])
+    assert r.rc == 0, r
+    assert re.search(r"the filesystem of the log files \(\S+\) is full \(0 B free for this user\): "
+                     r"the workers wrote their own output there \(--redirects\)", r.stderr), r
+
+
 def test_a_full_log_filesystem_is_not_blamed_for_a_worker_whose_logs_ddprun_wrote(
         tiny_filesystem):
     """With --tee ddprun writes the log files: the full disk failed ddprun's writes (reported as
