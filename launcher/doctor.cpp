@@ -213,11 +213,13 @@ std::pair<int, int> TryBind(int port) {
   return {ntohs(addr.sin_port), 0};
 }
 
-LimitCheck PortCheck(int port, const std::string& what, const std::string& option) {
+// `needed`: this node's job cannot start without it (its own store's port).
+LimitCheck PortCheck(int port, const std::string& what, const std::string& option,
+                     bool needed = false) {
   const std::string name = "port " + std::to_string(port);
   auto [bound, err] = TryBind(port);
   if (err == 0) return {name, CheckStatus::kOk, "free (" + what + ")", ""};
-  return {name, CheckStatus::kWarn,
+  return {name, needed ? CheckStatus::kFail : CheckStatus::kWarn,
           "cannot bind: " + std::string(std::strerror(err)) + " (" + what + ")",
           "pick another with " + option +
               ", or find the holder: ss -ltnp 'sport = :" + std::to_string(port) + "'"};
@@ -236,8 +238,13 @@ std::vector<LimitCheck> PortChecks(const LaunchConfig& c) {
                    "ddprun's rendezvous store needs a local TCP port: check the network "
                    "namespace and seccomp/firewall rules"});
   }
-  out.push_back(
-      PortCheck(c.master_port.value_or(29500), "static rendezvous --master_port", "--master_port"));
+  // Node rank 0 of a static job given --master_port hosts the store there: a
+  // port held by another process fails its start.
+  const bool hosts_store = c.master_port && c.rdzv_backend == "static" && c.node_rank == 0;
+  out.push_back(PortCheck(c.master_port.value_or(29500),
+                          hosts_store ? "this node's rendezvous store, --master_port"
+                                      : "static rendezvous --master_port",
+                          "--master_port", hosts_store));
   out.push_back(PortCheck(29400, "c10d rendezvous default", "--rdzv_endpoint=HOST:PORT"));
   return out;
 }

@@ -9,6 +9,7 @@ import pwd
 import re
 import resource
 import shutil
+import socket
 import subprocess
 import tempfile
 from pathlib import Path
@@ -35,6 +36,23 @@ def test_doctor_prints_a_marked_table_and_exits_zero():
             f"no line for {check}\n{r}"
     assert r.stdout.startswith("# ddprun doctor: host "), r
     assert re.search(r"^# \d+ ok, \d+ warn, 0 fail: OK$", r.stdout, re.M), r
+
+
+def test_doctor_fails_a_master_port_held_where_this_node_hosts_the_store():
+    """The doctor said OK (the port a mere warning) for a --master_port held by another process,
+    where the job then fails at once: this node, node rank 0, hosts its store there (found by an
+    attacking helper). Elsewhere a held port stays a warning."""
+    with socket.socket() as held:
+        held.bind(("0.0.0.0", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        hosts = run_ddprun(["doctor", f"--master_port={port}"])
+        other = run_ddprun(["doctor", "--nnodes=2", "--node_rank=1", "--master_addr=127.0.0.1",
+                            f"--master_port={port}"])
+    assert hosts.rc == 1, hosts
+    assert re.search(rf"^  fail\s+port {port}\s+cannot bind: Address already in use \(this "
+                     rf"node's rendezvous store, --master_port\)", hosts.stdout, re.M), hosts
+    assert re.search(rf"^  warn\s+port {port}\s+cannot bind", other.stdout, re.M), other
 
 
 def test_doctor_names_openblas_kernels_older_than_the_cpu():
