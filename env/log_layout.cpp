@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/statvfs.h>
 
 #include <cerrno>
 #include <filesystem>
@@ -16,16 +17,44 @@ namespace fs = std::filesystem;
 
 namespace {
 
-StatusOr<std::string> MakeTempDir(const std::string& pattern) {
+// mkdtemp(pattern); on failure `*err` is its errno.
+StatusOr<std::string> MakeTempDir(const std::string& pattern, int* err) {
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) return ErrnoStatus("create " + pattern, errno);
+  if (mkdtemp(buf.data()) == nullptr) {
+    *err = errno;
+    return ErrnoStatus("create " + pattern, *err);
+  }
   return std::string(buf.data());
 }
 
 std::string TempRoot() {
   const char* tmp = getenv("TMPDIR");
   return (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+}
+
+// What to do about errno `err` from making something under `dir`; `option`
+// is what names the directory ("--log_dir", "TMPDIR").
+std::string Advice(int err, const std::string& dir, const std::string& option) {
+  const std::string elsewhere = "point " + option + " at another filesystem";
+  if (err == ENOSPC) {
+    struct statvfs fs {};
+    if (statvfs(dir.c_str(), &fs) == 0 && fs.f_files > 0 && fs.f_favail == 0) {
+      return "its filesystem has no free inode left, however much space (df -i " + dir +
+             "): remove files there, or " + elsewhere;
+    }
+    return "its filesystem is full (df -h " + dir + "): free space there, or " + elsewhere;
+  }
+  if (err == EDQUOT)
+    return "your disk quota there is used up (quota -s): free some, or " + elsewhere;
+  return "choose a writable directory";
+}
+
+// `status` (an errno one, from making `what` under `dir`) as the user's
+// error: the option, the path and what to do.
+Status DirError(const Status& status, int err, const std::string& dir, const std::string& option) {
+  return Status(status.code(),
+                option + " " + dir + ": " + status.message() + ": " + Advice(err, dir, option));
 }
 
 }  // namespace
@@ -39,13 +68,17 @@ StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::str
   }
   if (log_dir.empty()) {
     const char* tmpdir = getenv("TMPDIR");
-    auto base = MakeTempDir(TempRoot() + "/ddprun_XXXXXX");
+    int err = 0;
+    auto base = MakeTempDir(TempRoot() + "/ddprun_XXXXXX", &err);
     if (!base.ok()) {
       const bool from_env = tmpdir != nullptr && *tmpdir != '\0';
+      const std::string advice =
+          err == ENOSPC || err == EDQUOT
+              ? Advice(err, TempRoot(), from_env ? "TMPDIR (or --log_dir)" : "--log_dir")
+              : std::string("make ") + (from_env ? "TMPDIR" : "/tmp") +
+                    " an existing writable directory, or give --log_dir";
       return Status(base.status().code(),
-                    "the logs' temporary directory: " + base.status().message() + ": make " +
-                        (from_env ? "TMPDIR" : "/tmp") +
-                        " an existing writable directory, or give --log_dir");
+                    "the logs' temporary directory: " + base.status().message() + ": " + advice);
     }
     layout.base_ = *base;
     layout.temporary_ = true;
@@ -53,8 +86,8 @@ StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::str
     std::error_code ec;
     fs::create_directories(log_dir, ec);
     if (ec) {
-      return PermissionDenied("--log_dir " + log_dir + ": " + ec.message() +
-                              ": choose a writable directory");
+      return PermissionDenied("--log_dir " + log_dir + ": " + ec.message() + ": " +
+                              Advice(ec.value(), log_dir, "--log_dir"));
     }
     layout.base_ = fs::absolute(log_dir).string();
   }
@@ -62,10 +95,12 @@ StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::str
   for (char& ch : tag) {
     if (ch == '/' || ch == '\0') ch = '_';
   }
-  auto run = MakeTempDir(layout.base_ + "/" + run_id + (tag.empty() ? "" : "_" + tag) + "_XXXXXX");
+  int err = 0;
+  auto run =
+      MakeTempDir(layout.base_ + "/" + run_id + (tag.empty() ? "" : "_" + tag) + "_XXXXXX", &err);
   if (!run.ok()) {
-    return Status(run.status().code(), "--log_dir " + layout.base_ + ": " + run.status().message() +
-                                           ": choose a writable directory");
+    return DirError(run.status(), err, layout.base_,
+                    layout.temporary_ ? "the logs' temporary directory" : "--log_dir");
   }
   layout.run_ = *run;
   return layout;
@@ -83,11 +118,18 @@ Status LogLayout::PrepareAttempt(int attempt, int local_world_size) const {
     fs::create_directories(AttemptDir(attempt) + "/" + std::to_string(r), ec);
   }
   if (!ec) fs::create_directories(DumpDir(attempt), ec);
-  if (ec) return Internal("create " + AttemptDir(attempt) + ": " + ec.message());
+  const std::string option = temporary_ ? "the logs' temporary directory" : "--log_dir";
+  if (ec) {
+    return DirError(Internal("create " + AttemptDir(attempt) + ": " + ec.message()), ec.value(),
+                    base_, option);
+  }
   for (int r = 0; r < local_world_size; ++r) {
     const std::string path = HeartbeatPath(attempt, r);
     UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd.valid()) return ErrnoStatus("create " + path, errno);
+    if (!fd.valid()) {
+      const int err = errno;
+      return DirError(ErrnoStatus("create " + path, err), err, base_, option);
+    }
   }
   return Status::Ok();
 }

@@ -257,19 +257,46 @@ def test_per_rank_tee(tmp_path):
     assert not (attempt / "1" / "stdout.log").exists()
 
 
-@pytest.fixture
-def tiny_filesystem(tmp_path):
-    """A 64 KiB tmpfs, unmounted afterwards (root only)."""
+@contextmanager
+def small_tmpfs(where, options):
+    """A tmpfs mounted at `where` with `options`, unmounted afterwards (root only)."""
     if os.geteuid() != 0:
         pytest.skip("needs root to mount a small tmpfs")
-    tiny = tmp_path / "tiny"
-    tiny.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(tiny)],
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)],
                              capture_output=True, text=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.strip()}")
-    yield tiny
-    subprocess.run(["umount", "-l", str(tiny)], capture_output=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+@pytest.fixture
+def tiny_filesystem(tmp_path):
+    """A 64 KiB tmpfs."""
+    with small_tmpfs(tmp_path / "tiny", "size=64k") as tiny:
+        yield tiny
+
+
+def test_a_log_dir_out_of_inodes_is_named_with_the_cause_and_the_fix(tmp_path):
+    """A filesystem with space but no free inode: ddprun said only "create ...: No space left
+    on device", without the option, the cause or a fix (found by an attacking helper)."""
+    with small_tmpfs(tmp_path / "few", "size=1m,nr_inodes=4") as few:
+        (few / "logs").mkdir()
+        i = 0
+        while True:  # use up the inodes left
+            try:
+                (few / f"f{i}").touch()
+            except OSError:
+                break
+            i += 1
+        r = run_ddprun(["--nproc_per_node=1", "--log_dir", few / "logs", "/bin/true"])
+    assert r.rc == 1, r
+    assert re.search(r"--log_dir \S+/logs: create \S+: No space left on device: its filesystem "
+                     r"has no free inode left, however much space \(df -i \S+\): remove files "
+                     r"there, or point --log_dir at another filesystem", r.stderr), r
 
 
 FILL = ("i=0; while [ $i -lt 5000 ]; do echo line $i of output to fill the disk; i=$((i+1)); "
