@@ -116,12 +116,19 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
   }
   auto dump = supervisor::WriteDebugDump(request);
   if (!dump.ok()) {
-    spdlog::error("debug dump: {}", dump.status().message());
+    spdlog::error("{}", dump.status().message());
     return {};
   }
   if (!report.hung.empty()) hang_all_waiting_ = dump->all_waiting;
   supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(dump->summary);
-  spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
+  if (dump->not_kept.empty()) {
+    spdlog::info("debug dump of {} workers in {}", request.targets.size(), dir);
+  } else {
+    spdlog::error(
+        "debug dump of {} workers not kept whole in {}: {}: the summary above is what there is; "
+        "free space in the log directory's filesystem, or give --log_dir on one with room",
+        request.targets.size(), dir, dump->not_kept);
+  }
   record_.DumpWritten(dir, dump->stragglers);
   return dump->stragglers.empty() ? never_joined : dump->stragglers;
 }

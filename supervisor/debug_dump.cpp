@@ -470,9 +470,15 @@ void FindTorchPythons(DumpRequest& request) {
 }
 
 StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
+  // Files that cannot be written (a full disk) lose what they hold, not the
+  // summary: it is printed all the same, saying what was not kept.
+  std::string not_kept;
+  auto keep = [&](const Status& s) {
+    if (!s.ok() && not_kept.empty()) not_kept = s.message();
+  };
   std::error_code ec;
   std::filesystem::create_directories(request.dir, ec);
-  if (ec) return Internal("debug dump: create " + request.dir + ": " + ec.message());
+  if (ec) keep(Internal("create " + request.dir + ": " + ec.message()));
   TorchSide torch;
   if (!request.torch_dir.empty()) {
     std::vector<int> ranks;
@@ -485,13 +491,11 @@ StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
   const Clock::time_point now = Clock::now();
   for (const RankDump& d : dumps) {
     const std::string path = request.dir + "/rank_" + std::to_string(d.target.rank) + ".txt";
-    if (Status s = WriteFile(path, FormatRankDump(d, request.trace_entries, now)); !s.ok()) {
-      return s.Annotate("debug dump");
-    }
+    if (not_kept.empty()) keep(WriteFile(path, FormatRankDump(d, request.trace_entries, now)));
   }
   const TraceAnalysis analysis = Analyze(dumps, request.unseen, now, !request.hung.empty());
   DumpResult result{FormatSummary(request, dumps, analysis, now, torch.text), analysis.stragglers,
-                    false};
+                    false, ""};
   for (int r : torch.laggards) {
     if (std::find(result.stragglers.begin(), result.stragglers.end(), r) ==
         result.stragglers.end()) {
@@ -500,9 +504,8 @@ StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
   }
   result.all_waiting = result.stragglers.empty() &&
                        (analysis.verdict == TraceVerdict::kAllInside || torch.all_waiting);
-  if (Status s = WriteFile(request.dir + "/summary.txt", result.summary); !s.ok()) {
-    return s.Annotate("debug dump");
-  }
+  if (not_kept.empty()) keep(WriteFile(request.dir + "/summary.txt", result.summary));
+  result.not_kept = not_kept;
   return result;
 }
 

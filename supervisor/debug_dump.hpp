@@ -70,6 +70,9 @@ struct DumpResult {
   // DDP core's recorders, or PyTorch's side): the cause may be on a rank this
   // dump cannot see.
   bool all_waiting = false;
+  // Why the dump's files are not all in the directory (the first failed
+  // write, e.g. a full disk), "" when they are: the summary still is whole.
+  std::string not_kept;
 };
 
 // With --hang_detect=torch: each target's Python as the hook found it
@@ -77,9 +80,10 @@ struct DumpResult {
 // process, and its interpreter runs the analysis when `python` is empty.
 void FindTorchPythons(DumpRequest& request);
 
-// Writes the dump and returns the summary and the stragglers.
-// Fails only when the directory or a file cannot be written (with its path);
-// a tool that is missing, fails or times out is reported inside the dump.
+// Writes the dump and returns the summary and the stragglers. A directory or
+// file that cannot be written is said in not_kept (with its path), and the
+// summary is made all the same; a tool that is missing, fails or times out
+// is reported inside the dump.
 StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request);
 
 // --- The parts, exposed for tests and for the `ddprun dump` request. ---

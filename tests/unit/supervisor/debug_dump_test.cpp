@@ -206,6 +206,20 @@ TEST_CASE("the summary names hung and beating ranks, the verdict and the main st
             "hung ranks: 1\n  rank 1: hung at exit, finishing (heartbeat file removed) since "));
 }
 
+TEST_CASE("a dump whose directory cannot be written still gives its summary, saying why") {
+  // Found by an attacking helper: on a full disk the whole dump was lost, summary and all.
+  Sleeper s0;
+  DumpRequest request;
+  request.dir = "/proc/self/no-such-dir/dumps";
+  request.targets.push_back(DumpTarget{0, 0, s0.pid(), ""});
+  request.hung = {{0, Clock::now()}};
+  request.tool_timeout = std::chrono::seconds(2);
+  auto dump = WriteDebugDump(request);
+  REQUIRE(dump.ok());
+  CHECK(Has(dump->not_kept, "create /proc/self/no-such-dir/dumps: "));
+  CHECK(Has(dump->summary, "hung ranks: 0\n"));
+}
+
 TEST_CASE("a dump of live processes holds their threads, /proc state and flight recorders") {
   if (FindOnPath("eu-stack").empty() && FindOnPath("gdb").empty()) {
     MESSAGE("skipped: neither eu-stack nor gdb is installed");
