@@ -253,10 +253,21 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
   }
   if (running_ != nullptr) {
     const bool was_done = running_->done();
+    const bool was_running = running_->phase() == Phase::kRunning;
     running_->OnSignal(sig, std::chrono::system_clock::now());
     // Its own (or, done and draining output, its workers died of it); else it
     // ends what comes next: no restart after a failing or done group.
     const int own = running_->received_signal();
+    if (was_running && own == sig && !running_->done()) {
+      // Said at once: workers that take their grace (a checkpoint) would
+      // otherwise leave the user with no sign the signal was heard.
+      spdlog::warn(
+          "received {}: stopping the workers ({} passed to each now, SIGKILL to those "
+          "left after --shutdown_timeout={:g} s{})",
+          SignalName(sig), SignalName(sig),
+          std::chrono::duration<double>(options_.shutdown_timeout).count(),
+          sig == SIGINT ? "; Ctrl-C again kills them at once" : "");
+    }
     if (own == sig || (!was_done && own != 0)) return;
     if (!was_done && pending_signal_ == 0 && forward_only_.count(sig) == 0) {
       spdlog::warn(
@@ -285,7 +296,18 @@ void Supervisor::ReapChildren() {
     } while (r < 0 && errno == EINTR);
     if (r == 0 && info.si_pid == w.pid) exits.emplace_back(w.pid, ExitStatus::FromSiginfo(info));
   }
-  if (!exits.empty()) running_->OnExits(exits, std::chrono::system_clock::now());
+  if (exits.empty()) return;
+  const bool was_running = running_->phase() == Phase::kRunning;
+  running_->OnExits(exits, std::chrono::system_clock::now());
+  if (was_running && running_->phase() == Phase::kStopping && !running_->failures().empty()) {
+    // Said at once, not after the others' grace: the first failure stops all.
+    const WorkerRecord& w = running_->workers()[running_->failures().front()];
+    spdlog::warn(
+        "rank {} (local_rank {}, pid {}) failed: {}; stopping the other workers (SIGTERM now, "
+        "SIGKILL to those left after --shutdown_timeout={:g} s)",
+        w.rank, w.local_rank, w.pid, w.exit.Describe(),
+        std::chrono::duration<double>(options_.shutdown_timeout).count());
+  }
 }
 
 StatusOr<int> Supervisor::FilterFd(const std::string& path) {

@@ -126,6 +126,41 @@ def test_failure_stops_term_ignoring_sibling_after_shutdown_timeout(tmp_path, la
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_and_a_first_failure_are_said_at_once_not_after_the_grace(tmp_path, launch,
+                                                                          pid_reaper, sig):
+    """Workers that take their grace (a checkpoint, or SIGTERM ignored) left the user with no
+    sign for --shutdown_timeout that ddprun heard the signal, or saw the failure; torchrun says
+    "Received 15 death signal, shutting down workers" at once (found by an attacking helper)."""
+    p = launch(["--nproc_per_node=2", "--shutdown_timeout=8",
+                *sh(SURVIVES_TERM.replace("TERM", "TERM INT").format(d=tmp_path))])
+    pid_reaper.extend(int(x) for x in wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"]))
+    p.signal(sig)
+    name = signal.Signals(sig).name
+    said = wait_for(lambda: re.search(
+        rf"received {name}: stopping the workers \({name} passed to each now, SIGKILL to those "
+        rf"left after --shutdown_timeout=8 s", p.stderr()), timeout=3, what="the acknowledgement")
+    assert said, p.output()
+    assert ("Ctrl-C again kills them at once" in p.stderr()) == (sig == signal.SIGINT), p.output()
+    p.signal(signal.SIGKILL)
+    p.wait(timeout=10)
+    # A failure: rank 1 exits 4 while rank 0 ignores SIGTERM.
+    d = tmp_path / "failure"
+    d.mkdir()
+    script = (f'if [ "$LOCAL_RANK" = 0 ]; then {IGNORES_TERM.format(d=d)}; fi; '
+              f'while [ ! -s {d}/pid_0 ]; do sleep 0.01; done; exit 4')
+    f = launch(["--nproc_per_node=2", "--shutdown_timeout=8", *sh(script)])
+    pid_reaper.append(int(wait_for_files([d / "pid_0"])[0]))
+    said = wait_for(lambda: re.search(
+        r"rank 1 \(local_rank 1, pid \d+\) failed: exit code 4; stopping the other workers "
+        r"\(SIGTERM now, SIGKILL to those left after --shutdown_timeout=8 s\)", f.stderr()),
+        timeout=3, what="the failure said")
+    assert said, f.output()
+    assert f.proc.poll() is None, f.output()  # still in the grace
+    f.signal(signal.SIGKILL)
+    f.wait(timeout=10)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_while_a_failed_group_stops_ends_the_job(tmp_path, launch, pid_reaper, sig):
     """Rank 1 fails; rank 0 ignores SIGTERM, so its grace (--shutdown_timeout=3) runs; a
     signal to ddprun then (Slurm's time limit) ends the job: no restart though --max_restarts
