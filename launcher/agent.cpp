@@ -250,7 +250,8 @@ int Agent::Finish(const rendezvous::Action& exit) {
   // A terminating signal that came while this ended decides the exit code too.
   sup_->PollSignals();
   if (int sig = sup_->pending_signal(); sig != 0 && code != exit_code::ForSignal(sig)) {
-    spdlog::warn("received {} while exiting", supervisor::SignalName(sig));
+    spdlog::warn("received {} while exiting: exit code {} (128 + {}), not {}",
+                 supervisor::SignalName(sig), exit_code::ForSignal(sig), sig, code);
     code = exit_code::ForSignal(sig);
     record_.Signal(sig);
   }

@@ -12,6 +12,7 @@
 #include "rendezvous/free_port.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/debug_dump.hpp"
+#include "supervisor/late_signals.hpp"
 #include "supervisor/torch_progress.hpp"
 
 namespace ddprun::launcher::internal {
@@ -79,6 +80,11 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     request.hung.push_back({w.rank, now - quiet, w.finishing, w.silent_seconds, now});
   }
   request.beating = report.beating_ranks;
+  // A terminating signal during the dump cuts it short: the tools can take seconds.
+  request.interrupted = [at = supervisor::CountedDeliveries()] {
+    return supervisor::CountedDeliveries() != at;
+  };
+  request.tool_env_entry = sup_->ContainmentMark();
   std::string verdict;
   // Hung at exit: past their collectives, the hook gone; PyTorch's records would say nothing.
   const bool at_exit_only =

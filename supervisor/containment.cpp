@@ -209,10 +209,18 @@ StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
       }
     }
   }
+  if (Status st = c->StartGuardian(); !st.ok()) {
+    if (!c->cgroup_dir_.empty()) rmdir(c->cgroup_dir_.c_str());
+    return st;
+  }
+  return c;
+}
+
+Status Containment::StartGuardian() {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("guardian pipe", errno);
   UniqueFd read_end(fds[0]);
-  c->guardian_pipe_ = UniqueFd(fds[1]);
+  guardian_pipe_ = UniqueFd(fds[1]);
   if (read_end.get() == 3) {  // dup2(3, 3) would leave close-on-exec set
     read_end = UniqueFd(fcntl(3, F_DUPFD_CLOEXEC, 4));
     if (!read_end.valid()) return ErrnoStatus("guardian pipe", errno);
@@ -236,7 +244,7 @@ StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
   SelfExec self = FindSelfExec();  // through the dynamic loader too, as ddprun itself was run
   std::vector<char*> argv = {exe.data()};
   for (auto& a : self.before) argv.push_back(a.data());
-  argv.insert(argv.end(), {const_cast<char*>(kGuardianArg), c->token_.data(), nullptr});
+  argv.insert(argv.end(), {const_cast<char*>(kGuardianArg), token_.data(), nullptr});
   // The guardian itself does not carry the mark: a sweep must not kill it.
   std::vector<char*> envp;
   const std::string prefix = std::string(env::kProcessTree) + "=";
@@ -247,7 +255,7 @@ StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
       envp.push_back(*e);
     }
   }
-  std::string cgroup_entry = cgroup_prefix + c->cgroup_dir_;
+  std::string cgroup_entry = cgroup_prefix + cgroup_dir_;
   envp.push_back(cgroup_entry.data());
   envp.push_back(nullptr);
   pid_t pid = -1;
@@ -255,13 +263,12 @@ StatusOr<std::unique_ptr<Containment>> Containment::Create(bool try_cgroup) {
   posix_spawn_file_actions_destroy(&actions);
   posix_spawnattr_destroy(&attr);
   if (rc != 0) {
-    if (!c->cgroup_dir_.empty()) rmdir(c->cgroup_dir_.c_str());
     return ErrnoStatus("start the guardian process (ddprun re-executed from /proc/self/exe)", rc);
   }
-  c->guardian_ = pid;
+  guardian_ = pid;
   // Worker records must never block the launcher (a stopped guardian reads none).
-  fcntl(c->guardian_pipe_.get(), F_SETFL, O_NONBLOCK);
-  return c;
+  fcntl(guardian_pipe_.get(), F_SETFL, O_NONBLOCK);
+  return Status::Ok();
 }
 
 Containment::~Containment() {
@@ -316,8 +323,33 @@ void Containment::Track(pid_t worker) {
 }
 
 int Containment::ReapAdopted(std::vector<pid_t> keep) {
+  ReplaceDeadGuardian(keep);
   keep.push_back(guardian_);
   return ReapOrphans(keep);
+}
+
+// The guardian killed (the OOM killer, an admin) left the job unguarded for
+// the rest of the run: a later SIGKILL of the launcher would leave orphans.
+void Containment::ReplaceDeadGuardian(const std::vector<pid_t>& workers) {
+  if (guardian_ <= 0 || !guardian_seen_) return;  // Track() says the first one's failure
+  int status = 0;
+  if (waitpid(guardian_, &status, WNOHANG) != guardian_) return;
+  const pid_t dead = guardian_;
+  guardian_ = -1;
+  guardian_pipe_.Reset();
+  const std::string how = WIFEXITED(status) ? "exit code " + std::to_string(WEXITSTATUS(status))
+                                            : "signal " + std::to_string(WTERMSIG(status));
+  if (Status st = StartGuardian(); !st.ok()) {
+    spdlog::warn(
+        "ddprun's guardian process (pid {}) died ({}) and another could not be started "
+        "({}): if ddprun itself is killed with SIGKILL, processes the workers detached "
+        "may outlive the job",
+        dead, how, st.message());
+    return;
+  }
+  spdlog::warn("ddprun's guardian process (pid {}) died ({}): started another (pid {})", dead, how,
+               guardian_);
+  for (pid_t w : workers) Track(w);
 }
 
 int Containment::KillAll(std::chrono::milliseconds wait) {

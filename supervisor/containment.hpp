@@ -75,6 +75,11 @@ class Containment {
   int ReapAdopted(std::vector<pid_t> keep);
 
  private:
+  // Spawns the guardian (guardian_, guardian_pipe_).
+  Status StartGuardian();
+  // Starts another when the guardian has died, and tells it the `workers`.
+  void ReplaceDeadGuardian(const std::vector<pid_t>& workers);
+
   std::string token_;
   std::string env_entry_;
   std::string cgroup_dir_;

@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <sstream>
 #include <system_error>
 #include <thread>
@@ -70,20 +71,53 @@ void Configure(SpawnSetup& s, int out_fd) {
                            POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETSIGMASK);
 }
 
-// Reads `fd` until EOF or the deadline; returns false on the deadline.
-bool ReadUntil(int fd, Steady::time_point deadline, std::string& out) {
+// The running dump's interruption and tool environment (DumpRequest), for
+// RunTool in every thread of the dump; set by WriteDebugDump for its length.
+struct ToolContext {
+  std::function<bool()> interrupted;
+  std::string env_entry;
+};
+std::mutex g_tool_mutex;
+ToolContext g_tool_context;
+
+ToolContext CurrentToolContext() {
+  std::lock_guard<std::mutex> lock(g_tool_mutex);
+  return g_tool_context;
+}
+
+class ScopedToolContext {
+ public:
+  explicit ScopedToolContext(ToolContext c) {
+    std::lock_guard<std::mutex> lock(g_tool_mutex);
+    g_tool_context = std::move(c);
+  }
+  ~ScopedToolContext() {
+    std::lock_guard<std::mutex> lock(g_tool_mutex);
+    g_tool_context = {};
+  }
+  ScopedToolContext(const ScopedToolContext&) = delete;
+  ScopedToolContext& operator=(const ScopedToolContext&) = delete;
+};
+
+enum class ReadEnd { kEof, kDeadline, kInterrupted };
+
+// Reads `fd` until EOF, the deadline, or `interrupted` (polled every 100 ms).
+ReadEnd ReadUntil(int fd, Steady::time_point deadline, const std::function<bool()>& interrupted,
+                  std::string& out) {
+  constexpr std::chrono::milliseconds kPollSlice{100};
   char buf[65536];
   for (;;) {
+    if (interrupted && interrupted()) return ReadEnd::kInterrupted;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Steady::now());
-    if (left.count() <= 0) return false;
+    if (left.count() <= 0) return ReadEnd::kDeadline;
     pollfd p{fd, POLLIN, 0};
-    const int rc = poll(&p, 1, static_cast<int>(left.count()) + 1);
+    const int rc = poll(&p, 1, static_cast<int>(std::min(left, kPollSlice).count()) + 1);
     if (rc < 0 && errno == EINTR) continue;
     if (rc <= 0) continue;  // timeout: the loop head checks the deadline
     const ssize_t n = read(fd, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return true;
+    if (n <= 0) return ReadEnd::kEof;
     const size_t room = kMaxToolOutput - std::min(out.size(), kMaxToolOutput);
     out.append(buf, std::min(room, static_cast<size_t>(n)));  // keeps draining past the cap
   }
@@ -133,7 +167,11 @@ std::string Describe(const std::string& tool, const ToolResult& r) {
   if (!r.error.empty()) return r.error + "\n";
   std::string text = r.output;
   if (!text.empty() && text.back() != '\n') text += '\n';
-  if (r.timed_out) {
+  if (r.cut_short) {
+    text += "[" + tool +
+            " cut short: ddprun was told to stop during the dump; the output above "
+            "is partial]\n";
+  } else if (r.timed_out) {
     text += "[" + tool + " did not finish in time: killed, the output above is partial]\n";
   } else if (r.exit_code != 0) {
     text += "[" + tool + " exited with " + std::to_string(r.exit_code) + "]\n";
@@ -272,14 +310,14 @@ std::string ChildStacks(const std::string& py_spy, pid_t pid, std::chrono::milli
 
 ToolResult RunTool(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
   ToolResult r;
-  if (argv.empty()) return ToolResult{"", -1, false, "no program given"};
+  if (argv.empty()) return ToolResult{"", -1, false, false, "no program given"};
   const std::string path = argv[0].find('/') != std::string::npos ? argv[0] : FindOnPath(argv[0]);
-  if (path.empty()) return ToolResult{"", -1, false, argv[0] + ": not found on PATH"};
+  if (path.empty()) return ToolResult{"", -1, false, false, argv[0] + ": not found on PATH"};
   int fds[2];
   // O_CLOEXEC: a tool spawned by another dump thread at the same time must
   // not inherit this pipe, or this read would wait for that tool too.
   if (pipe2(fds, O_CLOEXEC) != 0) {
-    return ToolResult{"", -1, false, argv[0] + ": pipe: " + std::strerror(errno)};
+    return ToolResult{"", -1, false, false, argv[0] + ": pipe: " + std::strerror(errno)};
   }
   UniqueFd read_end(fds[0]), write_end(fds[1]);
   SpawnSetup setup;
@@ -287,12 +325,21 @@ ToolResult RunTool(const std::vector<std::string>& argv, std::chrono::millisecon
   std::vector<char*> args;
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
+  const ToolContext context = CurrentToolContext();
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) envp.push_back(*e);
+  if (!context.env_entry.empty()) envp.push_back(const_cast<char*>(context.env_entry.c_str()));
+  envp.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawn(&pid, path.c_str(), &setup.actions, &setup.attr, args.data(), environ);
-  if (rc != 0) return ToolResult{"", -1, false, argv[0] + ": spawn: " + std::strerror(rc)};
+  const int rc =
+      posix_spawn(&pid, path.c_str(), &setup.actions, &setup.attr, args.data(), envp.data());
+  if (rc != 0) return ToolResult{"", -1, false, false, argv[0] + ": spawn: " + std::strerror(rc)};
   write_end.Reset();
-  r.timed_out = !ReadUntil(read_end.get(), Steady::now() + timeout, r.output);
-  if (r.timed_out) kill(-pid, SIGKILL);
+  const ReadEnd end =
+      ReadUntil(read_end.get(), Steady::now() + timeout, context.interrupted, r.output);
+  r.timed_out = end == ReadEnd::kDeadline;
+  r.cut_short = end == ReadEnd::kInterrupted;
+  if (end != ReadEnd::kEof) kill(-pid, SIGKILL);
   r.exit_code = Reap(pid);
   return r;
 }
@@ -470,6 +517,7 @@ void FindTorchPythons(DumpRequest& request) {
 }
 
 StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
+  ScopedToolContext tools({request.interrupted, request.tool_env_entry});
   // Files that cannot be written (a full disk) lose what they hold, not the
   // summary: it is printed all the same, saying what was not kept.
   std::string not_kept;

@@ -18,6 +18,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -61,6 +62,13 @@ struct DumpRequest {
   std::string torch_dir;
   std::string python;
   std::string nccl_ras_addr;  // the job's NCCL_RAS_ADDR; "" asks no RAS
+  // Polled while the tools run (every 100 ms): true kills them at once and
+  // the dump ends with what it has (the launcher was told to stop). None:
+  // the tools run to their timeout.
+  std::function<bool()> interrupted;
+  // "NAME=VALUE" added to the tools' environment (the job's containment
+  // mark: a launcher killed mid-dump leaves no tool behind); "" for none.
+  std::string tool_env_entry;
 };
 
 struct DumpResult {
@@ -93,11 +101,14 @@ struct ToolResult {
   std::string output;      // stdout and stderr interleaved, capped at 4 MiB
   int exit_code = -1;      // -1 when it did not exit normally
   bool timed_out = false;  // killed at the deadline
+  bool cut_short = false;  // killed early: the dump was interrupted (DumpRequest::interrupted)
   std::string error;       // not started: "eu-stack: not found on PATH", ...
 };
 
 // Runs argv (argv[0] looked up on PATH) with stdin from /dev/null and stdout
-// and stderr into one pipe, until it exits or `timeout` passes.
+// and stderr into one pipe, until it exits or `timeout` passes. While
+// WriteDebugDump runs, its request's `interrupted` and `tool_env_entry`
+// apply (one dump at a time).
 ToolResult RunTool(const std::vector<std::string>& argv, std::chrono::milliseconds timeout);
 
 // The full path of an executable `name` on $PATH, or "".

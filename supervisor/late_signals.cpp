@@ -3,7 +3,9 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <atomic>
 #include <csignal>
+#include <cstring>
 #include <memory>
 #include <set>
 
@@ -16,12 +18,60 @@ namespace {
 // After the supervisor's own handlers are gone (the launcher is exiting), a
 // terminating signal still ends the launcher with 128+N, never by its default
 // action (a core dump for SIGQUIT); the workers are gone by then.
+// Said before the exit (with write(2): a signal handler), or the exit code
+// would contradict everything printed before it.
 void OnLateSignal(int sig) {
   if (sig == SIGUSR1 || sig == SIGUSR2) return;  // nobody left to pass them on to
+  const char* said = nullptr;
+  switch (sig) {
+    case SIGHUP:
+      said = "ddprun: received SIGHUP while exiting: exit code 129\n";
+      break;
+    case SIGINT:
+      said = "ddprun: received SIGINT while exiting: exit code 130\n";
+      break;
+    case SIGQUIT:
+      said = "ddprun: received SIGQUIT while exiting: exit code 131\n";
+      break;
+    case SIGTERM:
+      said = "ddprun: received SIGTERM while exiting: exit code 143\n";
+      break;
+    default:
+      said = "ddprun: received a terminating signal while exiting: exit code 128 + its number\n";
+  }
+  ssize_t ignored = write(STDERR_FILENO, said, strlen(said));
+  (void)ignored;
   _exit(exit_code::ForSignal(sig));
 }
 
+std::atomic<unsigned> g_deliveries{0};
+struct sigaction g_chained[NSIG];  // the handler each counted signal had before
+
+void CountThenChain(int sig, siginfo_t* info, void* context) {
+  g_deliveries.fetch_add(1, std::memory_order_relaxed);
+  const struct sigaction& next = g_chained[sig];
+  if ((next.sa_flags & SA_SIGINFO) != 0) {
+    if (next.sa_sigaction != nullptr) next.sa_sigaction(sig, info, context);
+  } else if (next.sa_handler != SIG_DFL && next.sa_handler != SIG_IGN &&
+             next.sa_handler != nullptr) {
+    next.sa_handler(sig);
+  }
+}
+
 }  // namespace
+
+void CountDeliveries(int sig) {
+  struct sigaction now {};
+  if (sig <= 0 || sig >= NSIG || sigaction(sig, nullptr, &now) != 0) return;
+  if ((now.sa_flags & SA_SIGINFO) != 0 && now.sa_sigaction == CountThenChain) return;
+  g_chained[sig] = now;
+  struct sigaction sa = now;
+  sa.sa_sigaction = CountThenChain;
+  sa.sa_flags = now.sa_flags | SA_SIGINFO;
+  sigaction(sig, &sa, nullptr);
+}
+
+unsigned CountedDeliveries() { return g_deliveries.load(std::memory_order_relaxed); }
 
 std::set<int> IgnoredSignals() {
   std::set<int> ignored;

@@ -17,6 +17,15 @@ std::set<int> IgnoredSignals();
 // Returns 0 or a libuv error (out of fds).
 int KeepCaught(int sig);
 
+// Counts each delivery of `sig` in the handler itself, then passes it on to
+// the handler installed now (libuv's): code that holds the loop a while (a
+// debug dump's stack tools) can tell it was told to stop before the loop
+// reads the signal. Installed once per signal (KeepCaught keeps libuv's
+// handler in place).
+void CountDeliveries(int sig);
+// The deliveries counted so far, of every signal given to CountDeliveries.
+unsigned CountedDeliveries();
+
 // From now on `sig` is ignored, or ends the process with 128+N.
 void CatchLate(int sig, bool ignore);
 

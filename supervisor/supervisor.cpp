@@ -140,6 +140,7 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
     if (int keep = KeepCaught(sig); keep != 0) {
       return ErrnoStatus("keep signal " + std::to_string(sig) + " caught at exit", -keep);
     }
+    CountDeliveries(sig);
   }
   // libuv runs timers before it reads SIGCHLD: exits that came while the launcher was stopped
   // (SIGSTOP, a starved host) are read before a deadline acts on the workers.

@@ -111,6 +111,9 @@ class Supervisor {
 
   // How the workers' process trees are contained, for the log.
   std::string DescribeContainment() const { return containment_->Describe(); }
+  // "DDPRUN_PROCESS_TREE=<token>": a process given it dies with the job, also
+  // when the launcher is killed (the guardian's sweep).
+  const std::string& ContainmentMark() const { return containment_->env_entry(); }
   // Whether the workers are in a cgroup of the job's own.
   bool OwnCgroup() const { return !containment_->cgroup_dir().empty(); }
 

@@ -7,6 +7,7 @@ and a setsid'd child that forks again. Survivors are found by pid and start time
 is not mistaken for a survivor)."""
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -358,3 +359,32 @@ def test_through_the_dynamic_loader_the_guardian_still_guards(tmp_path, worker):
     assert not left, f"left alive after ddprun was SIGKILLed: {left}\n{err}"
     assert "guardian process exited at start" not in err, err
     assert "[ddprun guardian] the launcher died without cleaning up" in err, err
+
+@pytest.mark.parametrize("cgroup", ["1", "0"])
+def test_a_guardian_that_dies_is_replaced_and_still_guards(tmp_path, worker, cgroup):
+    """The guardian killed mid-run (the OOM killer, an admin) was left an unreaped zombie and
+    not replaced: a later SIGKILL of ddprun left every detached descendant running (found by an
+    attacking helper). ddprun starts another and tells it the workers."""
+    spare = None if uses_cgroup(cgroup) else ESCAPES_GUARDIAN_WITHOUT_CGROUP
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    proc = start_job(pid_dir, worker, cgroup)
+    first = [pid for pid in process_tree(proc.pid) if named(pid, "job-guardian", False)]
+    assert len(first) == 1, first
+    os.kill(first[0], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    second = []
+    while not second and time.monotonic() < deadline:
+        second = [pid for pid in process_tree(proc.pid)
+                  if named(pid, "job-guardian", False) and pid != first[0]]
+        time.sleep(0.05)
+    proc.kill()
+    proc.wait()
+    left = wait_gone(pid_dir, spare=spare)
+    kill_leftovers(pid_dir)
+    err = proc.stderr.read().decode(errors="replace")
+    proc.stderr.close()
+    assert second, f"no new guardian\n{err}"
+    assert re.search(rf"ddprun's guardian process \(pid {first[0]}\) died \(signal 9\): started "
+                     rf"another \(pid {second[0]}\)", err), err
+    assert not left, f"left alive after ddprun was SIGKILLed: {left}\n{err}"
