@@ -213,7 +213,7 @@ def test_scancel_lets_every_worker_finish_its_checkpoint(cluster, tmp_path):
     for node in range(NODES):
         agent = node_output(text, node)
         assert "FAILED" not in agent, msg
-        assert "SIGKILL" not in agent, msg
+        assert "(SIGKILL)" not in agent, msg  # no worker killed (the plan may name it)
     assert rc == 143, msg
     assert_agents_exited_143(text, msg)
     wait_for(lambda: not any(pid_alive(p) for p in pids), 5, what="the workers to be gone")
@@ -445,7 +445,7 @@ def test_time_limit_lets_every_worker_finish_its_checkpoint(cluster, time_limit_
     for node in range(NODES):
         agent = node_output(text, node)
         assert "FAILED" not in agent, msg
-        assert "SIGKILL" not in agent, msg
+        assert "(SIGKILL)" not in agent, msg  # no worker killed (the plan may name it)
     assert_agents_exited_143(text, msg)
     # The scenario of issue 10: each worker saw the SIGTERM burst of slurmstepd.
     for r in range(WORLD):
