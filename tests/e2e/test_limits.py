@@ -228,10 +228,9 @@ def pids_cgroup_root():
     return None
 
 
-def test_a_cgroup_pids_max_below_the_jobs_threads_is_named():
-    """docker --pids-limit, a pod's pid limit, TasksMax: counted for root too, never lifted by
-    ulimit. The doctor and the check before spawning name it (they said nothing: found by an
-    attacking helper)."""
+def in_a_pids_cgroup(args):
+    """`ddprun ARGS` run in a pids cgroup of its own with pids.max 20 (skips where none can be
+    made): the finished process and the cgroup's path (removed by then)."""
     root = pids_cgroup_root()
     if root is None:
         pytest.skip("needs root and a writable pids cgroup (v1 hierarchy, or v2 with pids)")
@@ -239,14 +238,21 @@ def test_a_cgroup_pids_max_below_the_jobs_threads_is_named():
     try:
         cg.mkdir()
         (cg / "pids.max").write_text("20\n")
-        r = subprocess.run(["sh", "-c", f"echo $$ > {cg}/cgroup.procs && exec '{DDPRUN}' doctor "
-                            "--nproc_per_node=2 --threads_per_worker=30"],
+        r = subprocess.run(["sh", "-c", f"echo $$ > {cg}/cgroup.procs && exec '{DDPRUN}' {args}"],
                            capture_output=True, text=True, env=base_env(), timeout=60)
     except OSError as e:
         pytest.skip(f"cannot make a pids cgroup here: {e}")
     finally:
         if cg.exists():
             cg.rmdir()
+    return r, cg
+
+
+def test_a_cgroup_pids_max_below_the_jobs_threads_is_named():
+    """docker --pids-limit, a pod's pid limit, TasksMax: counted for root too, never lifted by
+    ulimit. The doctor and the check before spawning name it (they said nothing: found by an
+    attacking helper)."""
+    r, cg = in_a_pids_cgroup("doctor --nproc_per_node=2 --threads_per_worker=30")
     assert re.search(rf"warn  cgroup pids\.max\s+20 in {cg}, \d+ in use, the job needs about 92",
                      r.stdout), r.stdout
     assert "--pids-limit" in r.stdout, r.stdout
@@ -255,21 +261,7 @@ def test_a_cgroup_pids_max_below_the_jobs_threads_is_named():
 def test_a_worker_the_cgroups_pids_max_refuses_is_blamed_on_it_not_on_ulimit():
     """Root, 32 workers in a cgroup of pids.max 20: the start error blamed RLIMIT_NPROC (ulimit
     -u), which root does not have and which would not help (found by an attacking helper)."""
-    root = pids_cgroup_root()
-    if root is None:
-        pytest.skip("needs root and a writable pids cgroup (v1 hierarchy, or v2 with pids)")
-    cg = root / f"ddprun_test_start_{os.getpid()}"
-    try:
-        cg.mkdir()
-        (cg / "pids.max").write_text("20\n")
-        r = subprocess.run(["sh", "-c", f"echo $$ > {cg}/cgroup.procs && exec '{DDPRUN}' "
-                            "--nproc_per_node=32 --no_python /bin/sleep 1"],
-                           capture_output=True, text=True, env=base_env(), timeout=60)
-    except OSError as e:
-        pytest.skip(f"cannot make a pids cgroup here: {e}")
-    finally:
-        if cg.exists():
-            cg.rmdir()
+    r, cg = in_a_pids_cgroup("--nproc_per_node=32 --no_python /bin/sleep 1")
     assert r.returncode == 1, r.stderr
     assert "could not be started: start /bin/sleep: fork failed with EAGAIN" in r.stderr, r.stderr
     assert re.search(rf"cause     : a worker could not start a thread or process \(EAGAIN\): the "
