@@ -3,6 +3,7 @@
 #include "supervisor/signal_tap.hpp"
 
 #include "supervisor/late_signals.hpp"
+#include "tests/unit/base/child_test_util.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/wait.h>
@@ -69,41 +70,19 @@ TEST_CASE("only one signal tap per process") {
   uv_loop_close(&loop);
 }
 
-// In a child: its stderr into a pipe, `body` run, then what it wrote and how it ended.
-std::pair<std::string, int> InChild(void (*body)()) {
-  int fds[2];
-  REQUIRE(pipe(fds) == 0);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    dup2(fds[1], STDERR_FILENO);
-    body();
-    _exit(0);
-  }
-  close(fds[1]);
-  std::string out;
-  char buf[256];
-  for (ssize_t n; (n = read(fds[0], buf, sizeof(buf))) > 0;)
-    out.append(buf, static_cast<size_t>(n));
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return {out, WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status)};
-}
-
 TEST_CASE("a signal after the supervisor's handlers are gone says the exit code it gives") {
   // Found by an attacking helper: Ctrl-C, then SIGTERM as ddprun exited: exit 143 with only
   // SIGINT ever mentioned.
-  auto [said, code] = InChild([] {
+  const auto end = test::RunInChild([] {
     CatchLate(SIGTERM, /*ignore=*/false);
     raise(SIGTERM);
   });
-  CHECK(code == 143);
-  CHECK(said == "ddprun: received SIGTERM while exiting: exit code 143\n");
+  CHECK(end.exit_code == 143);
+  CHECK(end.err == "ddprun: received SIGTERM while exiting: exit code 143\n");
 }
 
 TEST_CASE("counted signals are counted as they arrive, then handled as before") {
-  auto [said, code] = InChild([] {
+  const auto end = test::RunInChild([] {
     static volatile sig_atomic_t handled = 0;
     signal(SIGUSR2, [](int) { handled = 1; });
     CountDeliveries(SIGUSR2);
@@ -113,8 +92,8 @@ TEST_CASE("counted signals are counted as they arrive, then handled as before") 
     raise(SIGUSR2);
     if (CountedDeliveries() != before + 2 || handled != 1) _exit(3);
   });
-  CHECK(said.empty());
-  CHECK(code == 0);
+  CHECK(end.err.empty());
+  CHECK(end.exit_code == 0);
 }
 
 }  // namespace
