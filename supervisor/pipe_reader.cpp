@@ -10,16 +10,12 @@ void Supervisor::PipeReader::Line(std::string_view line) {
   owner->NoteLine(worker, line);
   if (spec.console) shown.Line(line, out);
   if (filter_fd < 0) return;
-  for (const auto& f : spec.duplicate_filters) {
-    if (line.find(f) == std::string_view::npos) continue;
-    std::string copy = spec.fallback_prefix + std::string(line);  // always the rank's
-    if (copy.back() != '\n') copy.push_back('\n');                // a piece of an overlong line
-    if (!WriteAll(filter_fd, copy.data(), copy.size())) {
-      owner->NoteLogLost(worker, spec.filter_file, errno,
-                         "its later matching lines are not copied there");
-      filter_fd = -1;
-    }
-    break;
+  std::string copy;
+  filter.Take(line, copy);
+  if (!copy.empty() && !WriteAll(filter_fd, copy.data(), copy.size())) {
+    owner->NoteLogLost(worker, spec.filter_file, errno,
+                       "its later matching lines are not copied there");
+    filter_fd = -1;
   }
 }
 

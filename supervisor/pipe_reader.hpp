@@ -9,6 +9,7 @@
 
 #include "base/unique_fd.hpp"
 #include "supervisor/console.hpp"
+#include "supervisor/line_filter.hpp"
 #include "supervisor/line_splitter.hpp"
 #include "supervisor/pipe_stream.hpp"
 #include "supervisor/shown_stream.hpp"
@@ -23,6 +24,7 @@ struct Supervisor::PipeReader {
         worker(worker),
         spec(std::move(spec)),
         console(console),
+        filter(this->spec.duplicate_filters, this->spec.fallback_prefix),  // always the rank's
         shown(this->spec.prefix, turn) {}
 
   PipeStream pipe;
@@ -32,6 +34,7 @@ struct Supervisor::PipeReader {
   ConsoleWriter* console;
   UniqueFd file;
   int filter_fd = -1;
+  LineFilter filter;
   LineSplitter splitter;
   ShownStream shown;
   std::string out;  // console bytes of one read, queued at once

@@ -221,7 +221,7 @@ void Supervisor::NoteLine(size_t worker, std::string_view line) {
 }
 
 void Supervisor::NoteLogLost(size_t worker, const std::string& path, int err, const char* instead) {
-  if (worker >= outputs_.size()) return;
+  if (worker >= outputs_.size() || !lost_log_paths_.insert(path).second) return;
   outputs_[worker].lost_logs.push_back(path + ": write failed: " + std::strerror(err) +
                                        "; later output is not in it");
   spdlog::error("log file {} is incomplete: write failed: {}{}; {}", path, std::strerror(err),
@@ -557,6 +557,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   options_ = options;
   heartbeats_.Clear();
   outputs_.clear();
+  lost_log_paths_.clear();
   running_ = &state;
   timer_->Target(&state);
   if (pending_signal_ != 0) state.OnSignal(pending_signal_, std::chrono::system_clock::now());

@@ -145,8 +145,10 @@ class Supervisor {
   };
   void NoteLine(size_t worker, std::string_view line);
   // A log file `path` that could not be written; `instead` says where its
-  // later output goes ("its later output is only on the console").
+  // later output goes ("its later output is only on the console"). Said and
+  // counted once for a file several workers write (the filtered file).
   void NoteLogLost(size_t worker, const std::string& path, int err, const char* instead);
+  std::set<std::string> lost_log_paths_;  // this group's, each noted once
   // Hang detection: one timer, armed for the earliest deadline of any worker.
   void ArmHangCheck();
   void CheckHangs();

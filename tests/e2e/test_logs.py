@@ -205,6 +205,22 @@ def test_duplicate_stdout_filters(tmp_path):
     assert sorted(r.stdout.splitlines()).count("ok") == 2, r
 
 
+def test_duplicate_filters_match_and_copy_whole_lines_longer_than_a_mebibyte(tmp_path):
+    # Found by an attacking helper: ddprun reads a line over 1 MiB in pieces, and the filter
+    # matched each piece: a text across two pieces was missed, and a match copied one piece.
+    script = ("import sys; w = sys.stdout.write; w('A' * ((1 << 20) - 3) + 'NEEDLE tail\\n'); "
+              "w('B' * (3 << 20) + ' NEEDLE\\n'); w('no match ' + 'C' * (2 << 20) + '\\n'); "
+              "w('short NEEDLE line\\n')")
+    r = run_ddprun(["--nproc_per_node=1", "--duplicate_stdout_filters=NEEDLE",
+                    f"--log_dir={tmp_path}", "--redirects=1", "python3", "-c", script])
+    assert r.rc == 0, r
+    filtered = (run_dir(tmp_path) / "attempt_0" / "filtered_stdout.log").read_text()
+    assert filtered.split("\n") == [
+        "[default0]:" + "A" * ((1 << 20) - 3) + "NEEDLE tail",
+        "[default0]:" + "B" * (3 << 20) + " NEEDLE", "[default0]:short NEEDLE line", ""], \
+        [len(line) for line in filtered.split("\n")]
+
+
 def test_log_dir_dev_null_gives_empty_error_file():
     r = run_ddprun(["--log_dir=/dev/null", *sh('echo "ef=[${TORCHELASTIC_ERROR_FILE-unset}]"')])
     assert r.rc == 0, r

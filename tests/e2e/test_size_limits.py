@@ -48,6 +48,17 @@ def test_log_files_past_the_file_size_limit_lose_no_output_on_the_console(tmp_pa
                      r"worker can write a file larger than the hard limit", r.stderr), r.stderr
 
 
+def test_the_filtered_file_every_rank_writes_is_named_and_counted_once_when_it_fails(tmp_path):
+    # Found by an attacking helper: filtered_stdout.log, shared by the ranks, was said to be
+    # incomplete once per rank and counted so ("4 log file(s)" of 3).
+    r = run_limited({resource.RLIMIT_FSIZE: (64 << 10, 64 << 10)},
+                    ["--nproc_per_node=2", "--redirects=3", "--duplicate_stdout_filters=x",
+                     "--log_dir", tmp_path, "python3", "-c", PRINTER])
+    assert r.returncode == 74, (r.returncode, r.stderr)
+    assert r.stderr.count("filtered_stdout.log is incomplete") == 1, r.stderr
+    assert "the workers succeeded but 3 log file(s) are incomplete" in r.stderr, r.stderr
+
+
 def test_a_stream_only_its_log_file_kept_goes_to_the_console_once_the_file_fails(tmp_path):
     # --redirects without --tee: the log file alone keeps the output, read through ddprun
     # (--hang_detect=output); once the file refuses, the rest is shown, prefixed by rank.
