@@ -130,13 +130,14 @@ namespace {
 // A worker wrote its error file, but not as PyTorch's record: what it holds,
 // shown (the start of it, bytes outside printable ASCII as \xNN).
 bool Unreadable(const std::string& path, const std::string& text, const std::string& why,
-                FailureRecord& record) {
+                FailureRecord& record, size_t size = std::string::npos) {
   constexpr size_t kShown = 300;
   record.error_file = path;
-  record.message = text.empty() ? "the worker's error file is empty (" + why + ")"
-                                : "the worker's error file is not a record ddprun can read (" +
-                                      why + ", " + std::to_string(text.size()) +
-                                      " bytes); it begins: " + Printable(text, kShown);
+  record.message = text.empty()
+                       ? "the worker's error file is empty (" + why + ")"
+                       : "the worker's error file is not a record ddprun can read (" + why + ", " +
+                             std::to_string(size == std::string::npos ? text.size() : size) +
+                             " bytes); it begins: " + Printable(text, kShown);
   record.message = WithLastLine(std::move(record.message), record);
   return true;
 }
@@ -269,7 +270,18 @@ std::optional<long long> TimestampOf(const json& value) {
 bool ReadErrorFile(const std::string& path, FailureRecord& record) {
   if (path.empty()) return false;
   // Never waits: the worker may have left a named pipe there.
-  const std::string text = ReadSmallFile(path);
+  const std::string text = ReadSmallFile(path, kErrorFileLimit + 1);
+  if (text.size() > kErrorFileLimit) {
+    struct stat st {};
+    const size_t size = stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode)
+                            ? static_cast<size_t>(st.st_size)
+                            : text.size();
+    return Unreadable(path, text,
+                      "larger than the " + std::to_string(kErrorFileLimit >> 20) +
+                          " MiB ddprun reads of an error file: its traceback is in the file, "
+                          "and in the worker's output if it printed one",
+                      record, size);
+  }
   if (text.empty()) {
     struct stat st {};
     if (stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size != 0) return false;
@@ -431,8 +443,9 @@ std::string FormatReport(const std::string& name, const std::string& host,
 Status DumpRootCause(const FailureRecord& root, const std::string& path) {
   json data;
   if (!root.error_file.empty()) {
-    const std::string text = ReadSmallFile(root.error_file);
-    if (!NestsTooDeep(text)) data = json::parse(StrictJson(text), nullptr, false);
+    const std::string text = ReadSmallFile(root.error_file, kErrorFileLimit + 1);
+    if (text.size() <= kErrorFileLimit && !NestsTooDeep(text))
+      data = json::parse(StrictJson(text), nullptr, false);
   }
   if (!data.is_object() || !data.contains("message")) {
     data = {{"message",

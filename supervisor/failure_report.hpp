@@ -55,6 +55,11 @@ std::string StrictJson(const std::string& python_json);
 constexpr size_t kMaxJsonDepth = 100;
 bool NestsTooDeep(const std::string& json_text);
 
+// The most of a worker's error file ddprun reads (torchrun reads it whole: a
+// file of an exception with a huge message is tens of MiB). A larger file is
+// named, with its size, and not parsed.
+constexpr size_t kErrorFileLimit = size_t{64} << 20;
+
 // A failed group's workers that the stop found already failing on their own
 // become failures too (after the root cause), as torchrun lists every rank
 // that failed: a worker counted as stopped whose error file exists (it raised)

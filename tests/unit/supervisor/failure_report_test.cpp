@@ -68,6 +68,28 @@ TEST_CASE("error files in torchrun's nested and flat forms are read") {
   std::remove(p2.c_str());
 }
 
+TEST_CASE("a large error file is read whole; one over the limit is named with its size") {
+  // An exception with a huge message (a tensor's repr): valid JSON of 17 MiB.
+  const std::string huge(size_t{17} << 20, 'x');
+  FailureRecord large;
+  auto p1 = TempFile("ddprun_err_large.json",
+                     R"({"message": {"message": "RuntimeError: )" + huge +
+                         R"(", "extraInfo": {"py_callstack": "Traceback MARKER\nRuntimeError: )"
+                         R"(boom", "timestamp": "17"}}})");
+  REQUIRE(ReadErrorFile(p1, large));
+  CHECK(large.message == "Traceback MARKER\nRuntimeError: boom");
+  CHECK(large.timestamp == 17);
+  std::remove(p1.c_str());
+  FailureRecord over;
+  auto p2 = TempFile("ddprun_err_over.json",
+                     R"({"message": ")" + std::string(kErrorFileLimit, 'x') + R"("})");
+  REQUIRE(ReadErrorFile(p2, over));
+  CHECK(over.message.find("larger than the 64 MiB ddprun reads of an error file") !=
+        std::string::npos);
+  CHECK(over.message.find(std::to_string(kErrorFileLimit + 15) + " bytes") != std::string::npos);
+  std::remove(p2.c_str());
+}
+
 TEST_CASE("error files with other JSON types, odd times or deep nesting are read, never thrown") {
   // A C++ or hand-written writer: a number for the time, a list for the call stack.
   FailureRecord typed;
