@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -22,7 +24,29 @@ std::string Comm(int pid) {
   return name;
 }
 
-// The ddprun processes of this user other than this one.
+// What /proc/PID/status says of `pid`: its state letter, and whether it
+// catches `sig` (SigCgt, a hexadecimal mask with bit sig-1 for signal sig).
+struct Catching {
+  char state = '?';
+  bool catches = false;
+};
+
+Catching StatusOf(int pid, int sig) {
+  Catching c;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("State:", 0) == 0) {
+      const size_t at = line.find_first_not_of(" \t", 6);
+      if (at != std::string::npos) c.state = line[at];
+    } else if (line.rfind("SigCgt:", 0) == 0) {
+      const uint64_t mask = std::strtoull(line.c_str() + 7, nullptr, 16);
+      c.catches = sig >= 1 && sig <= 64 && ((mask >> (sig - 1)) & 1U) != 0;
+    }
+  }
+  return c;
+}
+
+// The ddprun processes other than this one that take dump requests now.
 std::vector<int> RunningLaunchers() {
   std::vector<int> pids;
   DIR* d = opendir("/proc");
@@ -30,7 +54,7 @@ std::vector<int> RunningLaunchers() {
   while (dirent* e = readdir(d)) {
     int pid = std::atoi(e->d_name);
     if (pid <= 0 || pid == getpid()) continue;
-    if (Comm(pid) == "ddprun") pids.push_back(pid);
+    if (Comm(pid) == "ddprun" && StatusOf(pid, DumpSignal()).catches) pids.push_back(pid);
   }
   closedir(d);
   return pids;
@@ -48,7 +72,7 @@ std::optional<int> MaybeRequestDump(const std::vector<std::string>& args) {
     auto pids = RunningLaunchers();
     if (pids.size() != 1) {
       std::fprintf(stderr,
-                   "ddprun dump: %zu ddprun processes are running: give the pid, e.g. "
+                   "ddprun dump: %zu ddprun processes supervise workers: give the pid, e.g. "
                    "ddprun dump 12345 (pgrep -a ddprun lists them)\n",
                    pids.size());
       return 1;
@@ -59,8 +83,18 @@ std::optional<int> MaybeRequestDump(const std::vector<std::string>& args) {
     std::fprintf(stderr, "ddprun dump: usage: ddprun dump [PID]\n");
     return 2;
   }
-  if (Comm(pid) != "ddprun") {
-    std::fprintf(stderr, "ddprun dump: process %d is not a running ddprun\n", pid);
+  const Catching status = StatusOf(pid, DumpSignal());
+  if (Comm(pid) != "ddprun" || status.state == 'Z' || status.state == 'X') {
+    std::fprintf(stderr, "ddprun dump: process %d is not a running ddprun%s\n", pid,
+                 status.state == 'Z' ? " (it has exited; its parent has not reaped it)" : "");
+    return 1;
+  }
+  if (!status.catches) {
+    std::fprintf(stderr,
+                 "ddprun dump: ddprun %d supervises no job that it could dump: it is a doctor, "
+                 "the guardian, or a launcher still starting or already exiting; give the pid "
+                 "of the ddprun that runs the workers (pgrep -a ddprun)\n",
+                 pid);
     return 1;
   }
   if (kill(pid, DumpSignal()) != 0) {

@@ -208,6 +208,9 @@ int main(int argc, char** argv) {
   // head) fails with EPIPE, which the writer handles, instead of killing
   // ddprun; workers get SIGPIPE's default again too.
   signal(SIGPIPE, SIG_IGN);
+  // `ddprun dump` sent to a ddprun that supervises nothing yet (or a doctor)
+  // is not its death: the supervisor catches the signal once it can dump.
+  signal(launcher::DumpSignal(), SIG_IGN);
   launcher::InstallUncaughtHandler();
   supervisor::RememberArgumentCount(argc);  // the guardian runs as ddprun was run
   if (argc >= 2 && std::string(argv[1]) == supervisor::kGuardianArg) {

@@ -104,7 +104,13 @@ void Supervisor::LeaveOut(SteadyTime::duration paused, SteadyTime now) {
 // A dump on request stops each worker in turn to read its stacks, and its
 // peers wait for it meanwhile: its time is left out, as a pause's.
 void Supervisor::DumpOnRequest() {
-  if (running_ == nullptr || !dump_handler_) return;
+  if (!dump_handler_) return;
+  if (running_ == nullptr || running_->done()) {
+    spdlog::warn(
+        "dump requested (ddprun dump), but no workers run now (the rendezvous, a restart, or "
+        "the end of the job): nothing to dump; ask again once they run");
+    return;
+  }
   CatchUpPauses();
   const auto start = std::chrono::steady_clock::now();
   dump_handler_(RunningReport());

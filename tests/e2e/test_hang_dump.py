@@ -8,7 +8,7 @@ import subprocess
 import time
 import uuid
 
-from conftest import DDPRUN, PYTHON, base_env, pid_alive, wait_for
+from conftest import DDPRUN, PYTHON, base_env, free_port, pid_alive, wait_for
 
 # Beats once, then hangs: --hang_timeout declares it hung and dumps it.
 HANG = """
@@ -98,3 +98,70 @@ def test_a_launcher_killed_during_a_dump_leaves_no_stack_tool_behind(tmp_path):
         for pid in pids_with(token):
             os.kill(pid, signal.SIGKILL)
     assert gone
+
+
+def dump_signal_in(pid, field):
+    """Whether /proc/PID/status has ddprun dump's signal (SIGRTMIN+2) in the mask `field`
+    (SigCgt: caught, SigIgn: ignored)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith(field + ":"))
+    return bool(mask >> (signal.SIGRTMIN + 2 - 1) & 1)
+
+
+def dump(pid):
+    return subprocess.run([str(DDPRUN), "dump", str(pid)], capture_output=True, text=True,
+                          timeout=30)
+
+
+def test_a_dump_request_to_a_ddprun_that_supervises_nothing_is_refused_and_kills_nothing():
+    """Found by an attacking helper: `ddprun dump` sent its signal to any process named ddprun,
+    said it had asked, and a doctor (no handler: the signal's default) died of it."""
+    doctor = subprocess.Popen([str(DDPRUN), "doctor"], env=base_env(), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        # Held once in ddprun's main, whatever it checks then.
+        wait_for(lambda: dump_signal_in(doctor.pid, "SigIgn"), timeout=10, interval=0.001,
+                 what="ddprun doctor to start")
+        doctor.send_signal(signal.SIGSTOP)
+        d = dump(doctor.pid)
+        doctor.send_signal(signal.SIGCONT)
+        out, _ = doctor.communicate(timeout=60)
+    finally:
+        doctor.kill()
+    assert d.returncode == 1, (d.returncode, d.stdout, d.stderr)
+    assert f"ddprun dump: ddprun {doctor.pid} supervises no job that it could dump" in d.stderr
+    assert doctor.returncode in (0, 1), (doctor.returncode, out)  # its verdict, not a signal's
+    assert "ok, " in out, out
+
+
+def test_a_dump_request_to_an_exited_ddprun_is_refused():
+    exited = subprocess.Popen([str(DDPRUN), "--version"], stdout=subprocess.DEVNULL)
+    try:
+        def zombie():
+            with open(f"/proc/{exited.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        wait_for(zombie, timeout=10, what="ddprun --version to exit")
+        d = dump(exited.pid)
+    finally:
+        exited.wait()
+    assert d.returncode == 1, (d.returncode, d.stdout, d.stderr)
+    assert "is not a running ddprun (it has exited" in d.stderr, d.stderr
+
+
+def test_a_dump_requested_during_the_rendezvous_is_answered_not_dropped(tmp_path):
+    port = free_port()
+    agent = subprocess.Popen([str(DDPRUN), "--rdzv_backend=c10d",
+                              f"--rdzv_endpoint=127.0.0.1:{port}", "--nnodes=2",
+                              f"--log_dir={tmp_path}", "/bin/true"], env=base_env(),
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: dump_signal_in(agent.pid, "SigCgt"), timeout=20, what="the agent's handler")
+        d = dump(agent.pid)
+        time.sleep(1)
+        agent.send_signal(signal.SIGTERM)
+        _, err = agent.communicate(timeout=30)
+    finally:
+        agent.kill()
+    assert d.returncode == 0, d.stderr
+    assert "dump requested (ddprun dump), but no workers run now" in err, err
