@@ -62,9 +62,10 @@ constexpr char kBashHeader[] =
 // (--opt=V) or in the next one, and the program ending ddprun's options.
 constexpr char kBashFunctions[] = R"bash(
 # The canonical name of the long option typed as $1 (without its dashes):
-# either spelling, or a unique prefix; nothing when there is none.
+# either spelling, or a prefix unique among all options or among torchrun's;
+# nothing when there is none.
 _ddprun_long() {
-  local typed=${1//-/_} name found='' count=0
+  local typed=${1//-/_} name found='' count=0 torchrun='' torchrun_count=0
   for name in $_ddprun_names; do
     if [[ $name == "$typed" ]]; then
       printf '%s\n' "$name"
@@ -73,9 +74,17 @@ _ddprun_long() {
     if [[ $name == "$typed"* ]]; then
       found=$name
       count=$((count + 1))
+      if [[ " $_ddprun_torchrun " == *" $name "* ]]; then
+        torchrun=$name
+        torchrun_count=$((torchrun_count + 1))
+      fi
     fi
   done
-  if ((count == 1)); then printf '%s\n' "$found"; fi
+  if ((count == 1)); then
+    printf '%s\n' "$found"
+  elif ((torchrun_count == 1)); then
+    printf '%s\n' "$torchrun"
+  fi
 }
 
 # The canonical name of the option typed as $1 when its value is the next
@@ -180,10 +189,11 @@ complete -F _ddprun ddprun
 
 // The table as shell variables and two case statements.
 std::string BashTable() {
-  std::string names, valued, spellings, shorts, subcommands;
+  std::string names, valued, torchrun, spellings, shorts, subcommands;
   std::string short_cases, value_cases;
   for (const auto& def : OptionTable()) {
     Append(names, def.name);
+    if (IsTorchrunOption(def.name)) Append(torchrun, def.name);
     if (def.value_name != nullptr) Append(valued, def.name);
     for (const auto& spelling : LongSpellings(def)) Append(spellings, spelling);
     if (def.short_name != 0) {
@@ -205,6 +215,7 @@ std::string BashTable() {
   o << "\n# Every option's canonical name; those that take a value; every spelling.\n"
     << "_ddprun_names='" << names << "'\n"
     << "_ddprun_valued='" << valued << "'\n"
+    << "_ddprun_torchrun='" << torchrun << "'\n"
     << "_ddprun_spellings='" << spellings << "'\n"
     << "_ddprun_subcommands='" << subcommands << "'\n"
     << "\n# The canonical name of the short option -$1.\n"

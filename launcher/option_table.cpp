@@ -1,6 +1,7 @@
 #include "launcher/option_table.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <sstream>
 
 namespace ddprun::launcher {
@@ -168,6 +169,42 @@ std::string Closest(const std::string& wanted) {
 
 }  // namespace
 
+bool IsTorchrunOption(std::string_view name) {
+  // torchrun 2.12's long options (torch.distributed.run.get_args_parser).
+  static constexpr std::string_view kTorchrun[] = {"duplicate_stderr_filters",
+                                                   "duplicate_stdout_filters",
+                                                   "event_log_handler",
+                                                   "help",
+                                                   "local_addr",
+                                                   "local_ranks_filter",
+                                                   "log_dir",
+                                                   "logs_specs",
+                                                   "master_addr",
+                                                   "master_port",
+                                                   "max_restarts",
+                                                   "module",
+                                                   "monitor_interval",
+                                                   "nnodes",
+                                                   "no_python",
+                                                   "node_rank",
+                                                   "nproc_per_node",
+                                                   "numa_binding",
+                                                   "rdzv_backend",
+                                                   "rdzv_conf",
+                                                   "rdzv_endpoint",
+                                                   "rdzv_id",
+                                                   "redirects",
+                                                   "role",
+                                                   "run_path",
+                                                   "shutdown_timeout",
+                                                   "signals_to_handle",
+                                                   "standalone",
+                                                   "start_method",
+                                                   "tee",
+                                                   "virtual_local_rank"};
+  return std::find(std::begin(kTorchrun), std::end(kTorchrun), name) != std::end(kTorchrun);
+}
+
 StatusOr<const OptionDef*> FindLongOption(const std::string& name) {
   std::string wanted = Underscored(name);
   std::vector<const OptionDef*> prefixed;
@@ -176,6 +213,13 @@ StatusOr<const OptionDef*> FindLongOption(const std::string& name) {
     if (!wanted.empty() && std::string(def.name).rfind(wanted, 0) == 0) prefixed.push_back(&def);
   }
   if (prefixed.size() == 1) return prefixed[0];
+  // What a torchrun command line means under torchrun: --t is --tee, though
+  // ddprun's own --threads_per_worker shares the prefix.
+  std::vector<const OptionDef*> torchrun;
+  for (const auto* d : prefixed) {
+    if (IsTorchrunOption(d->name)) torchrun.push_back(d);
+  }
+  if (torchrun.size() == 1) return torchrun[0];
   if (prefixed.size() > 1) {
     std::string names;
     for (const auto* d : prefixed) names += std::string(names.empty() ? "" : ", ") + "--" + d->name;

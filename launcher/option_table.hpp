@@ -30,8 +30,12 @@ const std::vector<OptionDef>& OptionTable();
 // --help shows them, shell completion offers them. Empty for a flag.
 std::vector<std::string_view> ValueWords(const OptionDef& def);
 
+// Whether `name` (canonical) is one of torchrun's own options.
+bool IsTorchrunOption(std::string_view name);
+
 // Finds the option a long name refers to: exact, with '-' or '_', or (as
-// argparse allows) a prefix that is unique. `name` has no leading dashes.
+// argparse allows) a prefix that is unique, or unique among torchrun's
+// options (--t is --tee, as under torchrun). `name` has no leading dashes.
 // The error names the option and the closest valid spelling.
 StatusOr<const OptionDef*> FindLongOption(const std::string& name);
 const OptionDef* FindShortOption(char c);

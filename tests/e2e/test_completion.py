@@ -115,6 +115,7 @@ def test_values_of_an_option_with_a_fixed_set(bash_script, workdir):
     assert complete(bash_script, "ddprun --tee=", workdir) == {"0", "1", "2", "3"}
     assert complete(bash_script, "ddprun --hang_detect=t", workdir) == {"torch"}
     assert complete(bash_script, "ddprun --hang_d o", workdir) == {"output"}
+    assert complete(bash_script, "ddprun --t ", workdir) == {"0", "1", "2", "3"}  # torchrun's
     assert complete(bash_script, "ddprun --numa-binding ", workdir) == {
         "node", "socket", "exclusive", "core-complex"}
     assert complete(bash_script, "ddprun --cpu_binding s", workdir) == {"spread"}

@@ -28,6 +28,21 @@ TEST_CASE("both spellings and unique prefixes reach the same option") {
   CHECK(spaced->config.nproc_per_node == 5);
 }
 
+TEST_CASE("a prefix unique among torchrun's options means what it means under torchrun") {
+  // Found by an attacking helper: --t (torchrun's --tee) was ambiguous with ddprun's
+  // --threads_per_worker, --h (--help) with --hang_timeout and --hang_detect.
+  auto tee = Parse({"--t", "3", "./train"});
+  REQUIRE(tee.ok());
+  CHECK(tee->config.tee.all == 3);
+  // Prefixes that torchrun's options share, or only ddprun's, stay ambiguous.
+  CHECK(Contains(Error({"--s=1", "t"}), "ambiguous option --s"));
+  CHECK(Contains(Error({"--hang=1", "t"}),
+                 "ambiguous option --hang: could be --hang_timeout, "
+                 "--hang_detect"));
+  CHECK(IsTorchrunOption("tee"));
+  CHECK_FALSE(IsTorchrunOption("threads_per_worker"));
+}
+
 TEST_CASE("everything after the program goes to the program untouched") {
   auto p = Parse({"--max_restarts=1", "train.py", "--nproc_per_node=9", "-m", "--", "x"});
   REQUIRE(p.ok());
