@@ -240,6 +240,16 @@ std::vector<LimitCheck> PortChecks(const LaunchConfig& c) {
   }
   // Node rank 0 of a static job given --master_port hosts the store there: a
   // port held by another process fails its start.
+  // A c10d job given its endpoint uses that port, not the defaults.
+  std::string host;
+  int c10d_port = 29400;
+  if (c.rdzv_backend == "c10d" && !c.rdzv_endpoint.empty() &&
+      rendezvous::SplitHostPort(c.rdzv_endpoint, 29400, &host, &c10d_port).ok() &&
+      c10d_port != 0) {  // 0: a single-node job's store, on the ephemeral port above
+    out.push_back(
+        PortCheck(c10d_port, "c10d rendezvous --rdzv_endpoint port", "--rdzv_endpoint=HOST:PORT"));
+    return out;
+  }
   const bool hosts_store = c.master_port && c.rdzv_backend == "static" && c.node_rank == 0;
   out.push_back(PortCheck(c.master_port.value_or(29500),
                           hosts_store ? "this node's rendezvous store, --master_port"
@@ -331,6 +341,14 @@ std::optional<LimitCheck> EndpointCheck(const LaunchConfig& c) {
   if (fd.ok()) return LimitCheck{name, CheckStatus::kOk, "connected", ""};
   const std::string why = fd.status().message();
   if (why.find("refused") != std::string::npos) {
+    // An address of this host where nothing listens: under c10d, this node's
+    // agent (the one that can bind the endpoint) would host the store.
+    if (c.rdzv_backend == "c10d" && rendezvous::BindListener(host, port).ok()) {
+      return LimitCheck{name, CheckStatus::kOk,
+                        "an address of this host, free: this node's ddprun would host the "
+                        "rendezvous store there",
+                        ""};
+    }
     return LimitCheck{name, CheckStatus::kWarn, "host answers, nothing listens on the port yet",
                       "fine before node rank 0's ddprun starts; otherwise check its "
                       "--master_port/--rdzv_endpoint"};

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DDPRUN, base_env, run_ddprun
+from conftest import DDPRUN, base_env, free_port, run_ddprun
 
 TEST_USER = "ddprun-test"
 MARK_LINE = re.compile(r"^  (ok|warn|fail)\s+\S.*$", re.M)
@@ -53,6 +53,21 @@ def test_doctor_fails_a_master_port_held_where_this_node_hosts_the_store():
     assert re.search(rf"^  fail\s+port {port}\s+cannot bind: Address already in use \(this "
                      rf"node's rendezvous store, --master_port\)", hosts.stdout, re.M), hosts
     assert re.search(rf"^  warn\s+port {port}\s+cannot bind", other.stdout, re.M), other
+
+
+def test_doctor_checks_a_c10d_endpoint_s_port_and_that_this_node_would_host_it():
+    """With a c10d --rdzv_endpoint the doctor checked the static defaults (29500, 29400) and
+    warned that nothing listens at a free endpoint of this host, where this node's agent would
+    host the store (found by an attacking helper)."""
+    port = free_port()
+    r = run_ddprun(["doctor", "--rdzv_backend=c10d", f"--rdzv_endpoint=localhost:{port}",
+                    "--nnodes=2"])
+    assert r.rc == 0, r
+    assert re.search(rf"^  ok\s+port {port}\s+free \(c10d rendezvous --rdzv_endpoint port\)",
+                     r.stdout, re.M), r
+    assert not re.search(r"^  \w+\s+port 29[45]00\s", r.stdout, re.M), r
+    assert re.search(rf"^  ok\s+rendezvous localhost:{port}\s+an address of this host, free: "
+                     r"this node's ddprun would host the rendezvous store there", r.stdout, re.M), r
 
 
 def test_doctor_names_openblas_kernels_older_than_the_cpu():
