@@ -173,9 +173,10 @@ int Print(const std::string& text, int code) {
 // 0 when nothing fails, 1 otherwise, 2 on bad options.
 int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ,
            const ddprun::launcher::HostCounts& host) {
-  const auto json = std::find(options.begin(), options.end(), "--json");
+  // Given twice is given, as argparse takes a repeated flag.
+  const auto json = std::remove(options.begin(), options.end(), "--json");
   const bool as_json = json != options.end();
-  if (as_json) options.erase(json);
+  options.erase(json, options.end());
   auto report = ddprun::launcher::RunDoctor(options, environ, host);
   if (!report.ok()) {
     std::fprintf(stderr, "ddprun doctor: %s\n", report.status().message().c_str());

@@ -187,8 +187,9 @@ def test_a_usage_error_found_by_the_agent_is_an_incident(tmp_path):
     assert names(events(log)) == ["agent_started", "exit"]
 
 
-@pytest.mark.parametrize("how", [["doctor", "--json"], ["--doctor", "--json"]],
-                         ids=["subcommand", "option"])
+@pytest.mark.parametrize("how", [["doctor", "--json"], ["--doctor", "--json"],
+                                 ["doctor", "--json", "--json"]],
+                         ids=["subcommand", "option", "repeated"])
 def test_doctor_json_matches_its_schema_and_exit_code(how):
     # `ddprun --doctor --json` said "unknown option --json" (found by an attacking helper).
     r = subprocess.run([str(DDPRUN), *how, "--nproc_per_node=2"], env=base_env(),
