@@ -123,4 +123,10 @@ Status CheckName(std::string_view subject, std::string_view text, size_t max_len
                           "with '.'");
 }
 
+std::string Trimmed(std::string_view text) {
+  const size_t b = text.find_first_not_of(" \t");
+  if (b == std::string_view::npos) return "";
+  return std::string(text.substr(b, text.find_last_not_of(" \t") - b + 1));
+}
+
 }  // namespace ddprun

@@ -57,4 +57,8 @@ StatusOr<size_t> ParseChoice(std::string_view subject, std::string_view text,
 // with '.'.
 Status CheckName(std::string_view subject, std::string_view text, size_t max_length);
 
+// `text` without its leading and trailing blanks (spaces and tabs), as
+// Python's str.strip() leaves a list entry or a key torchrun reads.
+std::string Trimmed(std::string_view text);
+
 }  // namespace ddprun

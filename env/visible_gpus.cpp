@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "base/parse.hpp"
 #include "env/names.hpp"
 #include "env/worker_env.hpp"
 
@@ -17,12 +18,6 @@ struct EntryMatch {
   std::string why;                // when gpu is nullopt and there is more to say
   bool device_form = false;       // an index or a GPU-/MIG- UUID (not "-1", "NoDevFiles")
 };
-
-std::string Trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
 
 bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
 
@@ -53,7 +48,7 @@ void MatchUuid(const GpuInventory& inv, EntryMatch& m) {
 
 EntryMatch MatchEntry(const std::string& raw, const GpuInventory& inv) {
   EntryMatch m;
-  m.entry = Trim(raw);
+  m.entry = Trimmed(raw);
   if (StartsWith(m.entry, "GPU-") || StartsWith(m.entry, "MIG-")) {
     m.device_form = true;
     MatchUuid(inv, m);

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "env/cpus.hpp"
+#include "base/parse.hpp"
 #include "env/names.hpp"
 
 namespace ddprun::env {
@@ -40,7 +41,7 @@ StatusOr<std::string> VirtualDevice(const GroupInfo& group, int local_rank, cons
                            " devices in CUDA_VISIBLE_DEVICES=" + *visible +
                            ": lower --nproc_per_node or list more devices");
   }
-  return devices[local_rank];
+  return Trimmed(devices[local_rank]);  // as torchrun: " 1, 2" gives rank 1 "2"
 }
 
 // The SLURM_* variables that describe a task's place in its step, as Slurm

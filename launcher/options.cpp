@@ -102,12 +102,6 @@ std::vector<std::string> ParseFilters(const std::string& v) {
   return out;
 }
 
-std::string Trimmed(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t") - b + 1);
-}
-
 // As torchrun reads it (keys and values trimmed), and with one pair of quotes
 // around the whole value dropped: "--rdzv-conf='join_timeout=5,timeout=5'"
 // passed without a shell (as PyTorch's own launcher tests do) means the pairs.

@@ -232,6 +232,10 @@ TEST_CASE("--virtual_local_rank narrows to one device and sets LOCAL_RANK=0") {
   auto too_few = WorkerEnviron(g, 3, {}, {{"CUDA_VISIBLE_DEVICES", "5,6"}});
   REQUIRE_FALSE(too_few.ok());
   CHECK(too_few.status().message().find("CUDA_VISIBLE_DEVICES=5,6") != std::string::npos);
+  // As torchrun strips each entry (found by an attacking helper: " 2" was passed on).
+  auto spaced = WorkerEnviron(g, 1, {}, {{"CUDA_VISIBLE_DEVICES", " 1, 2"}});
+  REQUIRE(spaced.ok());
+  CHECK(spaced->at("CUDA_VISIBLE_DEVICES") == "2");
 }
 
 TEST_CASE("SplitList") {
