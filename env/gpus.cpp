@@ -162,7 +162,8 @@ bool FromNvml(const GpuDiscoveryPaths& paths, GpuInventory& out) {
       // A GPU NVML counts but cannot open (lost, no permission) still holds its index.
       GpuDevice lost;
       lost.index = static_cast<int>(i);
-      lost.name = "(" + ErrorText(n, "nvmlDeviceGetHandleByIndex_v2", r) + ")";
+      lost.unusable = ErrorText(n, "nvmlDeviceGetHandleByIndex_v2", r);
+      lost.name = "(" + lost.unusable + ")";
       out.devices.push_back(lost);
       continue;
     }

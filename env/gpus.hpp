@@ -33,6 +33,8 @@ struct GpuDevice {
   std::optional<std::uint64_t> memory_bytes;
   bool mig_enabled = false;
   std::vector<std::string> mig_uuids;  // "MIG-..." of its MIG instances
+  // Why NVML could not open it (lost, no permission); "" when it could.
+  std::string unusable;
 };
 
 enum class GpuSource {

@@ -75,7 +75,22 @@ std::vector<LimitCheck> GpuChecks(const env::GpuInventory& inventory,
                                   const env::VisibleGpus& visible) {
   std::vector<LimitCheck> out{InventoryCheck(inventory)};
   for (const auto& g : inventory.devices) {
-    out.push_back({"GPU " + std::to_string(g.index), CheckStatus::kOk, DeviceText(g), ""});
+    LimitCheck c{"GPU " + std::to_string(g.index), CheckStatus::kOk, DeviceText(g), ""};
+    if (!g.unusable.empty()) {
+      c.status = CheckStatus::kWarn;
+      c.fix = "NVML cannot open this GPU, and CUDA will not use it: nvidia-smi -q -i " +
+              std::to_string(g.index) +
+              " and the kernel log (dmesg: Xid) say why; a GPU lost from the bus needs a reset "
+              "(nvidia-smi -r) or a reboot; leave it out with --gpus or CUDA_VISIBLE_DEVICES";
+    } else if (g.mig_enabled && g.mig_uuids.empty()) {
+      c.status = CheckStatus::kWarn;
+      c.fix =
+          "MIG is on but has no instance, so CUDA sees no device on this GPU: create "
+          "instances (nvidia-smi mig -cgi PROFILES -C -i " +
+          std::to_string(g.index) + ") or turn MIG off (nvidia-smi -i " + std::to_string(g.index) +
+          " -mig 0, then reset the GPU)";
+    }
+    out.push_back(c);
   }
   out.push_back(VisibleCheck(inventory, visible));
   return out;

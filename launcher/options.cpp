@@ -32,6 +32,13 @@ StatusOr<bool> ParseBool(const std::string& option, const std::string& v) {
   return Bad(option, v, "1 or 0 (true or false)");
 }
 
+// ": " and what the list's reading found (a GPU listed twice, say), when anything.
+std::string WhyNone(const env::VisibleGpus& gpus) {
+  std::string why;
+  for (const auto& w : gpus.warnings) why += (why.empty() ? ": " : "; ") + w;
+  return why;
+}
+
 // `gpus`: the GPUs the workers will see (env/visible_gpus.hpp).
 StatusOr<int> ParseNproc(const std::string& v, const HostCounts& host,
                          const env::VisibleGpus& gpus) {
@@ -40,7 +47,7 @@ StatusOr<int> ParseNproc(const std::string& v, const HostCounts& host,
   if (v == "gpu") {
     if (visible == 0) {
       const std::string why =
-          gpus.checked ? env::VisibleSourceText(gpus) + " leaves none"
+          gpus.checked ? env::VisibleSourceText(gpus) + " leaves none" + WhyNone(gpus)
                        : "no NVML: " + (host.gpus.note.empty() ? "unknown" : host.gpus.note);
       return Bad("nproc_per_node", v,
                  "this machine has no visible CUDA device (" + why +
@@ -346,10 +353,14 @@ Status CheckGpuShare(const RawOptions& raw, ParsedCommandLine& parsed) {
   }
   const auto v = raw.Get("nproc_per_node");
   if (visible == 0 || (v && *v == "cpu")) return Status::Ok();
+  const std::string without =
+      c.nproc_per_node - 1 == visible
+          ? "local rank " + std::to_string(visible) + " has no GPU of its own"
+          : "local ranks " + std::to_string(visible) + " to " +
+                std::to_string(c.nproc_per_node - 1) + " have no GPU of their own";
   parsed.warnings.push_back(
-      nproc + " but " + seen + ": local ranks " + std::to_string(visible) + " to " +
-      std::to_string(c.nproc_per_node - 1) +
-      " have no GPU of their own (cuda:LOCAL_RANK fails with \"invalid device ordinal\"; two "
+      nproc + " but " + seen + ": " + without +
+      " (cuda:LOCAL_RANK fails with \"invalid device ordinal\"; two "
       "NCCL ranks on one GPU fail with \"Duplicate GPU detected\"); for a CPU job ignore this");
   return Status::Ok();
 }

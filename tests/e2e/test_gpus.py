@@ -3,6 +3,7 @@ NVML of tests/tools/fake_nvml.cpp (DDPRUN_NVML_LIBRARY), whose GPUs FAKE_NVML_DE
 describes; without it (this machine has no NVML) --nproc_per_node=gpu is a clear error."""
 
 import os
+import re
 
 import pytest
 
@@ -100,7 +101,7 @@ def test_virtual_local_rank_with_too_few_gpus_is_refused(tmp_path):
 def test_more_workers_than_gpus_is_a_warning(tmp_path):
     seen, r = run_workers(["--nproc_per_node=2"], fake_env(ONE_GPU), tmp_path)
     assert sorted(seen) == [0, 1]
-    assert "local ranks 1 to 1 have no GPU of their own" in r.stderr, r
+    assert "local rank 1 has no GPU of its own" in r.stderr, r
 
 
 def test_doctor_lists_each_gpu_and_the_visible_set():
@@ -110,6 +111,26 @@ def test_doctor_lists_each_gpu_and_the_visible_set():
     assert "GPU-bbbb2222, 0000:65:00.0, NUMA node" in r.stdout, r
     assert "80 GiB, MIG on: MIG-c1c1 MIG-c2c2" in r.stdout, r
     assert "1 of 4 (2) from CUDA_VISIBLE_DEVICES=2" in r.stdout, r
+
+
+def test_doctor_warns_about_a_gpu_nvml_cannot_open_and_a_mig_gpu_without_instances():
+    """Both were marked ok, and the doctor said OK (found by an attacking helper)."""
+    r = run_ddprun(["doctor"], env=fake_env(ONE_GPU + ",GPU-bbbb2222:0000:65:00.0+",
+                                            FAKE_NVML_LOST="0"))
+    assert r.rc == 0, r  # warnings: the job may still run on the other GPUs
+    assert re.search(r"^  warn\s+GPU 0\s+\(nvmlDeviceGetHandleByIndex_v2: GPU is lost", r.stdout,
+                     re.M), r
+    assert "a GPU lost from the bus needs a reset" in r.stdout, r
+    assert re.search(r"^  warn\s+GPU 1\s+.*MIG on: no instance$", r.stdout, re.M), r
+    assert "MIG is on but has no instance, so CUDA sees no device on this GPU" in r.stdout, r
+
+
+def test_nproc_per_node_gpu_says_why_the_visible_list_leaves_none():
+    r = run_ddprun(["--nproc_per_node=gpu", *sh("true")],
+                   env=fake_env(FOUR_GPUS, CUDA_VISIBLE_DEVICES="1,1,2"))
+    assert r.rc == 2, r
+    assert "CUDA_VISIBLE_DEVICES=1,1,2 leaves none: " in r.stderr, r
+    assert "GPU 1 is listed twice, so CUDA sees no GPU" in r.stderr, r
 
 
 def test_doctor_says_why_there_is_no_nvml():

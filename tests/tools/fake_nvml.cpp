@@ -4,9 +4,12 @@
 //
 //   FAKE_NVML_DEVICES    comma list of UUID:BUSID[+MIG-UUID...], e.g.
 //                        "GPU-aaaa:0000:17:00.0,GPU-bbbb:0000:65:00.0+MIG-1111+MIG-2222"
-//                        (a GPU with MIG instances has MIG mode on); unset: no GPU
+//                        (a GPU with MIG instances has MIG mode on, as has one
+//                        written "UUID:BUSID+", without any); unset: no GPU
 //   FAKE_NVML_NAME       every GPU's name (default "Fake GPU")
 //   FAKE_NVML_INIT_ERROR nvmlInit_v2 returns this NVML error code instead of 0
+//   FAKE_NVML_LOST       comma list of GPU indices whose handle NVML cannot
+//                        give: "GPU is lost" (error 15), as for a GPU off the bus
 //
 // Bus ids come back as NVML gives them: an eight-digit domain in upper case.
 #include <cstdio>
@@ -24,6 +27,7 @@ constexpr int kInvalidArgument = 2;
 constexpr int kNotSupported = 3;
 constexpr int kNotFound = 6;
 constexpr int kInsufficientSize = 7;
+constexpr int kGpuIsLost = 15;
 constexpr unsigned kMaxMig = 7;
 
 struct Device {
@@ -31,6 +35,7 @@ struct Device {
   std::string bus_id;  // NVML form
   std::vector<Device*> migs;
   bool is_mig = false;
+  bool mig_on = false;  // MIG mode (with or without instances)
 };
 
 std::deque<Device> g_devices;  // stable addresses: handles point into it
@@ -70,7 +75,9 @@ void Load() {
     gpu.uuid = parts[0].substr(0, colon);
     gpu.bus_id = colon == std::string::npos ? "" : NvmlBusId(parts[0].substr(colon + 1));
     g_gpus.push_back(&gpu);
+    gpu.mig_on = parts.size() > 1;
     for (size_t i = 1; i < parts.size(); ++i) {
+      if (parts[i].empty()) continue;  // "GPU-x:BUS+": MIG on, no instance
       Device& mig = g_devices.emplace_back();
       mig.uuid = parts[i];
       mig.is_mig = true;
@@ -121,6 +128,8 @@ __attribute__((visibility("default"))) const char* nvmlErrorString(int result) {
       return "Success";
     case 9:
       return "Driver Not Loaded";
+    case kGpuIsLost:
+      return "GPU is lost";
     case 18:
       return "RM has detected an NVML/RM version mismatch.";
     default:
@@ -138,6 +147,10 @@ __attribute__((visibility("default"))) int nvmlDeviceGetHandleByIndex_v2(unsigne
                                                                          void** device) {
   if (!g_initialized) return kUninitialized;
   if (index >= g_gpus.size()) return kInvalidArgument;
+  const char* lost = std::getenv("FAKE_NVML_LOST");
+  for (const auto& i : Split(lost != nullptr ? lost : "", ',')) {
+    if (!i.empty() && std::strtoul(i.c_str(), nullptr, 10) == index) return kGpuIsLost;
+  }
   *device = g_gpus[index];
   return kSuccess;
 }
@@ -172,14 +185,14 @@ __attribute__((visibility("default"))) int nvmlDeviceGetMemoryInfo(void*, FakeMe
 
 __attribute__((visibility("default"))) int nvmlDeviceGetMigMode(void* device, unsigned* current,
                                                                 unsigned* pending) {
-  if (AsDevice(device)->migs.empty()) return kNotSupported;
+  if (!AsDevice(device)->mig_on) return kNotSupported;
   *current = *pending = 1;
   return kSuccess;
 }
 
 __attribute__((visibility("default"))) int nvmlDeviceGetMaxMigDeviceCount(void* device,
                                                                           unsigned* count) {
-  if (AsDevice(device)->migs.empty()) return kNotSupported;
+  if (!AsDevice(device)->mig_on) return kNotSupported;
   *count = kMaxMig;
   return kSuccess;
 }

@@ -106,7 +106,9 @@ TEST_CASE("more workers than visible GPUs: an error with --virtual_local_rank, e
   auto shared = Parse({"--nproc_per_node=3", "t"}, {}, Host(16, 2));
   REQUIRE(shared.ok());
   REQUIRE(shared->warnings.size() == 1);
-  CHECK(Contains(shared->warnings[0], "local ranks 2 to 2 have no GPU of their own"));
+  CHECK(Contains(shared->warnings[0], "local rank 2 has no GPU of its own"));
+  CHECK(Contains(Parse({"--nproc_per_node=4", "t"}, {}, Host(16, 2))->warnings[0],
+                 "local ranks 2 to 3 have no GPU of their own"));
   CHECK(Parse({"--nproc_per_node=cpu", "t"}, {}, Host(16, 2))->warnings.empty());
   CHECK(Parse({"--nproc_per_node=3", "t"}, {}, Host(16, 0))->warnings.empty());
   CHECK(Parse({"--nproc_per_node=3", "t"})->warnings.empty());  // GPUs unknown
