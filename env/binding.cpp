@@ -122,10 +122,12 @@ StatusOr<CpuList> Exclusive(const Usable& u, const BindingRequest& req, int node
                             int peers) {
   auto cores = GroupBy(u, node, [](const CpuPlace& p) { return std::pair(p.package, p.core); });
   if (static_cast<int>(cores.size()) < peers) {
-    return InvalidArgument(
-        BindModeName(req.mode) + ": NUMA node " + std::to_string(node) + " has " +
-        std::to_string(cores.size()) + " physical cores among the allowed CPUs for its " +
-        std::to_string(peers) + " GPUs: use --numa_binding=node, or allow more CPUs");
+    return InvalidArgument(BindModeName(req.mode) + ": NUMA node " + std::to_string(node) +
+                           " has " + std::to_string(cores.size()) +
+                           " physical cores among the allowed CPUs for its " +
+                           std::to_string(peers) +
+                           (AnyGpuNode(req) ? " GPUs" : " local ranks (no GPU locality known)") +
+                           ": use --numa_binding=node, or allow more CPUs");
   }
   CpuList out;
   const int per = static_cast<int>(cores.size()) / peers;

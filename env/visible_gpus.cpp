@@ -257,8 +257,9 @@ std::string VisibleSourceText(const VisibleGpus& visible) {
 std::vector<std::optional<std::string>> LocalRankBusIds(const VisibleGpus& visible,
                                                         const GpuInventory& inventory,
                                                         int nproc_per_node) {
-  std::vector<std::optional<std::string>> out(static_cast<size_t>(std::max(nproc_per_node, 0)));
-  for (size_t r = 0; r < out.size() && r < visible.gpus.size(); ++r) {
+  std::vector<std::optional<std::string>> out(
+      std::max(static_cast<size_t>(std::max(nproc_per_node, 0)), visible.gpus.size()));
+  for (size_t r = 0; r < visible.gpus.size(); ++r) {
     const int device = visible.gpus[r].device;
     if (device < 0 || device >= static_cast<int>(inventory.devices.size())) continue;
     const std::string& bus = inventory.devices[static_cast<size_t>(device)].pci_bus_id;

@@ -66,7 +66,9 @@ int GpusSeen(const VisibleGpus& visible, const GpuInventory& host);
 // The PCI bus id (sysfs form) of the GPU local rank r uses, for r in
 // [0, nproc_per_node): the r-th visible GPU (a worker's cuda:LOCAL_RANK, or its
 // only device under --virtual_local_rank); nullopt where there is none or it
-// is not known. A MIG instance gives its GPU's bus id.
+// is not known. A MIG instance gives its GPU's bus id. Visible GPUs beyond
+// the ranks follow (no rank drives them): torchrun's exclusive binding splits
+// a NUMA node's cores among all its visible GPUs.
 std::vector<std::optional<std::string>> LocalRankBusIds(const VisibleGpus& visible,
                                                         const GpuInventory& inventory,
                                                         int nproc_per_node);

@@ -14,8 +14,8 @@
 namespace ddprun::launcher {
 
 // The plan for `c.binding` and `c.nproc_per_node`. `gpu_bus_ids[i]` is the
-// PCI bus id of GPU i, the one local rank i drives (sysfs or NVML spelling);
-// nullopt or missing where unknown (no GPU discovery yet: env/binding.hpp
+// PCI bus id of visible GPU i, the one local rank i drives when i < nproc
+// (sysfs or NVML spelling); nullopt or missing where unknown (no GPU discovery yet: env/binding.hpp
 // says how ranks are placed then). The topology is read under `sysfs_root`.
 // An empty plan for BindMode::kNone. kInvalidArgument from the planner;
 // kUnavailable when the topology or the affinity mask cannot be read.

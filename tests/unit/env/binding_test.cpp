@@ -128,6 +128,11 @@ TEST_CASE("numa binding exclusive: fewer allowed cores than GPUs on a node is re
   CHECK(plan.status().message() ==
         "--numa_binding=exclusive: NUMA node 0 has 1 physical cores among the allowed CPUs for "
         "its 2 GPUs: use --numa_binding=node, or allow more CPUs");
+  // Without GPUs the ranks, not GPUs, share the node (the message counted them as GPUs).
+  auto ranks = PlanBinding(t, {BindMode::kNumaExclusive, 2, Cpus("0"), {}});
+  REQUIRE_FALSE(ranks.ok());
+  CHECK(ranks.status().message().find("for its 2 local ranks (no GPU locality known)") !=
+        std::string::npos);
 }
 
 TEST_CASE("numa binding core-complex: one L3 group each, the fullest groups first") {

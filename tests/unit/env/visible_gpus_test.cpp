@@ -159,6 +159,11 @@ TEST_CASE("local ranks get the bus id of the visible GPU at their position") {
   CHECK(LocalRankBusIds(mig, Host(2, true), 1)[0] == "0000:11:00.0");
   CHECK(LocalRankBusIds(VisibleGpus{}, GpuInventory{}, 2) ==
         std::vector<std::optional<std::string>>(2));
+  // Visible GPUs that no rank drives follow: exclusive binding counts them (found by an
+  // attacking helper: one rank of two GPUs on a node took all its cores; torchrun half).
+  auto all = LocalRankBusIds(Resolve(std::nullopt, {}, Host(3)), Host(3), 1);
+  CHECK(all ==
+        std::vector<std::optional<std::string>>{"0000:10:00.0", "0000:11:00.0", "0000:12:00.0"});
 }
 
 TEST_CASE("the source is named for messages") {
