@@ -64,9 +64,12 @@ Status AgentDriver::CheckHostedJob() {
 Action AgentDriver::TimedStep(Kv& kv) {
   const auto began = Clock::now();
   Action action = machine_.Step(kv, began);
-  if (action.kind != ActionKind::kExit) return action;
+  const bool gone = machine_.phase() == AgentMachine::Phase::kStoreGone;
+  if (action.kind != ActionKind::kExit && !(gone && action.kind == ActionKind::kStopWorkers)) {
+    return action;
+  }
   return machine_.StepTook(
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began));
+      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began), action);
 }
 
 Action AgentDriver::Next(const SignalQuery& pending_signal, const ProgressFn& on_progress) {
@@ -175,6 +178,11 @@ void AgentDriver::Watch(const std::function<void(const std::string&)>& on_stop) 
       told = true;
     }
     if (action.kind == ActionKind::kExit) return;
+    {
+      // Nothing more to watch: the workers' exit decides (AgentMachine::AfterStoreGone).
+      std::lock_guard<std::mutex> lock(mu_);
+      if (machine_.phase() == AgentMachine::Phase::kStoreGone) return;
+    }
     (void)WaitForKey(*watch_client_, key, wake);
   }
 }

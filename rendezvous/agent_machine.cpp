@@ -106,6 +106,7 @@ AgentMachine::AgentMachine(AgentSettings settings)
 
 Action AgentMachine::Step(Kv& kv, Time now) {
   if (phase_ == Phase::kDone) return done_;
+  if (phase_ == Phase::kStoreGone) return AfterStoreGone(now);
   // A gap far longer than the poll interval means this process did not run
   // (SIGSTOP, a starved host): time it was away does not count against its
   // own waits. What happened meanwhile is read from the record below.
@@ -143,6 +144,7 @@ Action AgentMachine::Step(Kv& kv, Time now) {
     case Phase::kFinishing:
       return Finishing(kv, *rec, now);
     case Phase::kStopping:
+    case Phase::kStoreGone:
     case Phase::kDone:
       break;
   }
@@ -155,6 +157,12 @@ std::string AgentMachine::wake_key() const {
 }
 
 void AgentMachine::WorkersExited(const WorkersOutcome& outcome, Time now) {
+  if (phase_ == Phase::kStoreGone) {
+    outcome_ = outcome;
+    outcome_known_ = true;
+    next_wake_ = now;
+    return;
+  }
   if (phase_ != Phase::kRunning && phase_ != Phase::kStopping) return;
   outcome_ = outcome;
   settle_until_ = now + s_.peer_settle;
@@ -225,8 +233,8 @@ Action AgentMachine::ExitByRecord(const JobRecord& rec) {
   return done_;
 }
 
-Action AgentMachine::StepTook(std::chrono::milliseconds took) {
-  if (!gone_ || away_.count() > 0 || took <= s_.rdzv.keep_alive_interval) return done_;
+Action AgentMachine::StepTook(std::chrono::milliseconds took, Action action) {
+  if (!gone_ || away_.count() > 0 || took <= s_.rdzv.keep_alive_interval) return action;
   away_ = took;
   inside_step_ = true;
   return StoreGone(*gone_);
@@ -251,7 +259,38 @@ Action AgentMachine::StoreGone(const Status& s) {
                                   " (stopped or starved) and may have been dropped from the job, "
                                   "which then ended: its outcome is in the other agents' logs";
   }
+  if (phase_ == Phase::kRunning || phase_ == Phase::kStopping || phase_ == Phase::kStoreGone) {
+    // Workers of this node run, or have just exited unseen: they are
+    // stopped, and what they did decides this agent's exit.
+    phase_ = Phase::kStoreGone;
+    gone_message_ = message;
+    Action stop;
+    stop.kind = ActionKind::kStopWorkers;
+    stop.message = message;
+    return stop;
+  }
   return Exit(1, message);
+}
+
+Action AgentMachine::AfterStoreGone(Time now) {
+  using Kind = WorkersOutcome::Kind;
+  if (!outcome_known_) {
+    next_wake_ = now + s_.poll;  // no keep-alive to send: the store is gone
+    return Action{};
+  }
+  if (outcome_.kind == Kind::kSucceeded) {
+    // As torchrun's agent, whose workers succeeded: the store is only how it
+    // would have heard of the others.
+    return Exit(0, gone_message_ +
+                       "; this node's workers had all exited 0 by then: the job's outcome is in "
+                       "the other agents' logs");
+  }
+  if (outcome_.kind == Kind::kInterrupted) {
+    Interrupted(outcome_.signal, outcome_.signal_name);
+    return Exit(exit_code::ForSignal(outcome_.signal),
+                "received " + signal_name_ + " after " + gone_message_);
+  }
+  return Exit(1, gone_message_);
 }
 
 Action AgentMachine::Abandoned(int signal, std::string name, const std::string& store) {

@@ -82,6 +82,9 @@ class AgentMachine {
     kStopping,
     kExited,
     kFinishing,
+    // The store failed while this node's workers ran: they are stopped, and
+    // what they did decides the exit (all exited 0 by themselves: 0).
+    kStoreGone,
     kDone
   };
 
@@ -106,12 +109,12 @@ class AgentMachine {
   // request this agent was blocked in (abandoned; `store` is its address):
   // the agent leaves without a word to the others, who lose it by keep-alive.
   Action Abandoned(int signal, std::string name, const std::string& store);
-  // After a Step that returned kExit, which took `took` by the clock (the
-  // caller measures it): a
+  // After a Step that returned `action` (kExit, or kStopWorkers in
+  // kStoreGone), which took `took` by the clock (the caller measures it): a
   // store found gone at the end of a step this agent was stopped inside of
   // (SIGSTOP during a request) is told as a pause of that length, as one
   // between steps is. Returns the step's action, amended so.
-  Action StepTook(std::chrono::milliseconds took);
+  Action StepTook(std::chrono::milliseconds took, Action action);
 
   Phase phase() const { return phase_; }
   Time next_wake() const { return next_wake_; }
@@ -153,6 +156,7 @@ class AgentMachine {
   // saying so when an agent started in its place had taken its node rank.
   Action JobOver(Kv& kv, const JobRecord& rec);
   Action StoreGone(const Status& s);
+  Action AfterStoreGone(Time now);
   StatusOr<Applied> Apply(Kv& kv, const Transition& t);
   StatusOr<JobRecord> Read(Kv& kv);
   RoundResult Result(const JobRecord& rec, int node_rank) const;
@@ -190,6 +194,8 @@ class AgentMachine {
   std::optional<Time> last_step_;
   std::chrono::milliseconds away_{0};  // the longest time this agent did not run
   std::optional<Status> gone_;         // the store failure the agent exited for
+  std::string gone_message_;           // kStoreGone: what to say of it
+  bool outcome_known_ = false;         // kStoreGone: WorkersExited came
   bool inside_step_ = false;           // away_ was one step's request (StepTook)
   Time next_wake_{};
   int64_t version_ = 0;

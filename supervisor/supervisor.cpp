@@ -109,7 +109,11 @@ StatusOr<std::unique_ptr<Supervisor>> Supervisor::Create(const std::set<int>& ha
       SIGCHLD);
   int async_rc = uv_async_init(&s->loop_, &s->stop_async_, [](uv_async_t* a) {
     auto* self = static_cast<Supervisor*>(a->data);
-    if (self->running_ != nullptr && self->stop_requested_) self->running_->OnStopRequest();
+    if (self->running_ == nullptr || !self->stop_requested_) return;
+    // Exits that happened before the request are theirs, not the stop's (an
+    // agent stopped for a while comes back to workers that finished meanwhile).
+    self->ReapChildren();
+    self->running_->OnStopRequest();
   });
   if (async_rc != 0) return ErrnoStatus("uv_async_init", -async_rc);
   s->stop_async_.data = s.get();

@@ -6,6 +6,7 @@ to disagree (docs/elastic-invariants.md), each now decided by the one job record
 2. a non-host agent paused right as the workers finish: the finished job is not run again;
 3. the store host paused after every worker finished: it does not evict itself, all exit 0;
    a node killed after its workers finished, before it said so: the others complete the job;
+   an agent paused until the store host left, whose workers all exited 0: it exits 0 too;
 4. an agent waiting for a round acts on SIGTERM at once (exit 143, no worker started);
 5. --max_restarts=0, a worker SIGKILLed after its peers on other nodes died of the broken
    connection (SIGPIPE, or exit 1 after "Connection reset by peer" in their error file or on
@@ -112,6 +113,25 @@ def test_store_host_paused_after_workers_finished_exits_zero(launch, tmp_path):
     out, agents, rcs = finish_while_paused(launch, tmp_path, paused=0)
     assert rcs == [0, 0], outputs(agents)
     assert "lost" not in agents[0].stderr(), outputs(agents)
+
+
+def test_agent_paused_until_the_store_host_left_exits_zero_when_its_workers_did(launch, tmp_path):
+    """Found by an attacking helper: an agent stopped while every worker finished, and past the
+    store host's exit, came back to a store that was gone and exited 1 (its peer and torchrun
+    exit 0). Its workers had exited 0: that decides, and it says the store is gone."""
+    out, agents = c10d_agents(launch, tmp_path, "2:3", 2, FINISH)
+    wait_for(lambda: all(starts(out, n, lr) for n in range(2) for lr in range(2)), 15,
+             what="every worker started")
+    agents[1].signal(signal.SIGSTOP)
+    (out / "go").touch()
+    wait_for(lambda: finished(out, [0, 1]), 10, what="every worker finished")
+    assert agents[0].wait(AGENT_TIMEOUT) == 0, outputs(agents)  # lost it; the store is gone
+    agents[1].signal(signal.SIGCONT)
+    assert agents[1].wait(AGENT_TIMEOUT) == 0, outputs(agents)
+    assert re.search(r"store 127\.0\.0\.1:\d+ is gone .*; this node's workers had all exited 0 "
+                     r"by then: the job's outcome is in the other agents' logs",
+                     agents[1].stderr()), outputs(agents)
+    assert all(len(starts(out, n, lr)) == 1 for n in range(2) for lr in range(2)), outputs(agents)
 
 
 def test_node_killed_after_its_workers_finished_completes_the_job(launch, tmp_path):

@@ -463,14 +463,50 @@ TEST_CASE("machines: a store gone at the end of a long step is told as a pause i
   Action gone = m.Step(kv, now + std::chrono::milliseconds(200));
   REQUIRE(gone.kind == ActionKind::kExit);
   CHECK(gone.message.find("may have been dropped") == std::string::npos);
-  CHECK(m.StepTook(std::chrono::milliseconds(100)).message == gone.message);  // a quick step
-  Action paused = m.StepTook(std::chrono::milliseconds(5100));
+  CHECK(m.StepTook(std::chrono::milliseconds(100), gone).message == gone.message);  // a quick step
+  Action paused = m.StepTook(std::chrono::milliseconds(5100), gone);
   CHECK(paused.exit_code == 1);
   CHECK(paused.message ==
         gone.message +
             "; its request took 5.1 s (this agent, or the store's host, did not run meanwhile): "
             "this agent may have been dropped from the job, which then ended: its outcome is in "
             "the other agents' logs");
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+TEST_CASE("machines: a store gone while the workers ran: their own exit decides the agent's") {
+  // Found by an attacking helper: an agent stopped (SIGSTOP) past the job's end came back to
+  // workers that had all exited 0 and a store that was gone, and exited 1; its peer and torchrun
+  // exit 0. The workers are stopped, and then what they did decides.
+  for (auto kind : {WorkersOutcome::Kind::kSucceeded, WorkersOutcome::Kind::kStopped}) {
+    TwoAgents t(0);
+    auto [s0, s1] = t.Until();
+    REQUIRE(s1.kind == ActionKind::kStartWorkers);
+    t.store.SetDown(true);
+    t.now += std::chrono::seconds(10);
+    Action stop = t.a1->Step(t.kv1, t.now);
+    REQUIRE(stop.kind == ActionKind::kStopWorkers);
+    CHECK(t.a1->phase() == AgentMachine::Phase::kStoreGone);
+    CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);  // until the workers are out
+    WorkersOutcome outcome;
+    outcome.kind = kind;
+    t.a1->WorkersExited(outcome, t.now);
+    Action exit = t.a1->Step(t.kv1, t.now);
+    REQUIRE(exit.kind == ActionKind::kExit);
+    CHECK(exit.message.rfind(stop.message, 0) == 0);
+    if (kind == WorkersOutcome::Kind::kSucceeded) {
+      CHECK(exit.exit_code == 0);
+      CHECK(exit.message.find("this node's workers had all exited 0 by then") != std::string::npos);
+    } else {
+      CHECK(exit.exit_code == 1);
+      CHECK(exit.message == stop.message);
+    }
+  }
 }
 
 }  // namespace
