@@ -36,7 +36,7 @@ std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings&
   const int arrivals = joined.ok() ? static_cast<int>(*joined) : 0;
   const bool gathering = round == rec.round + 1;
   std::vector<bool> rank_seen(s.max_nodes, false);
-  bool ranked = false;
+  int distinct_ranks = 0;
   int n = 0;
   std::string seen, contested, silent;
   // The arrivals the coordinator does not count: silent past the limit.
@@ -65,8 +65,10 @@ std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings&
     }
     ++n;
     seen += (seen.empty() ? "" : ", ") + who;
-    if (node->requested_rank >= 0 && node->requested_rank < s.max_nodes) {
-      rank_seen[node->requested_rank] = ranked = true;
+    if (node->requested_rank >= 0 && node->requested_rank < s.max_nodes &&
+        !rank_seen[node->requested_rank]) {
+      rank_seen[node->requested_rank] = true;
+      ++distinct_ranks;
     }
   }
   std::ostringstream why;
@@ -79,8 +81,11 @@ std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings&
     why << n << " of at least " << s.min_nodes << " nodes joined";
   }
   if (!seen.empty()) why << "; seen: " << seen;
+  // Named only when every node counted asked for a rank of its own: one
+  // without, or a second asking for a taken one, takes a free rank instead.
+  const bool exact = n > 0 && distinct_ranks == n;
   std::string missing;
-  for (int r = 0; ranked && r < s.max_nodes; ++r) {
+  for (int r = 0; exact && r < s.max_nodes; ++r) {
     if (!rank_seen[r]) missing += (missing.empty() ? "" : ",") + std::to_string(r);
   }
   if (!missing.empty()) why << "; missing node ranks: " << missing;

@@ -511,3 +511,43 @@ TEST_CASE("machines: a store gone while the workers ran: their own exit decides 
 
 }  // namespace
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+// What an agent says while round 0 forms: 2 of 3 nodes joined, asking for `ranks`.
+std::string Forming(std::vector<int> ranks) {
+  LocalStore store;
+  RendezvousSettings rdzv;
+  rdzv.run_id = "t";
+  rdzv.min_nodes = rdzv.max_nodes = 3;
+  std::vector<LocalStore::Handle> kvs;
+  std::vector<AgentMachine> agents;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    AgentSettings s = For(rdzv, std::to_string(i));
+    s.self.requested_rank = ranks[i];
+    agents.emplace_back(s);
+    kvs.push_back(store.Connect());
+  }
+  auto now = Clock::time_point(std::chrono::hours(1));
+  for (int step = 0; step < 5; ++step) {
+    for (size_t i = 0; i < agents.size(); ++i) (void)agents[i].Step(kvs[i], now);
+    now += std::chrono::milliseconds(100);
+  }
+  auto rec = ReadRecord(kvs[0], RendezvousKeys("t"));
+  REQUIRE(rec.ok());
+  return JoinTimeoutReport(kvs[0], RendezvousKeys("t"), rdzv, *rec, 0);
+}
+
+TEST_CASE("machines: a forming round names missing node ranks only when they are known") {
+  CHECK(Forming({0, 2}).find("missing node ranks: 1") != std::string::npos);
+  // Found by an attacking helper: two agents asking for rank 1 were reported as missing
+  // ranks 0 and 2, where one node was missing (the second takes a free rank).
+  const std::string twice = Forming({1, 1});
+  CHECK(twice.find("2 of at least 3 nodes joined") != std::string::npos);
+  CHECK(twice.find("missing node ranks") == std::string::npos);
+  CHECK(Forming({1, -1}).find("missing node ranks") == std::string::npos);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
