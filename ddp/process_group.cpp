@@ -1,10 +1,12 @@
 #include "ddp/process_group.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <limits>
 
 #include "base/parse.hpp"
 
+#include "ddp/collective_check.hpp"
 #include "ddp/gloo_process_group.hpp"
 #include "env/names.hpp"
 #ifdef DDPRUN_HAVE_CUDA
@@ -99,13 +101,30 @@ StatusOr<LaunchEnv> ReadLaunchEnv() {
   return e;
 }
 
-StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const LaunchEnv& env, Device device) {
+namespace {
+
+StatusOr<std::unique_ptr<ProcessGroup>> CreateBackend(const LaunchEnv& env, Device device) {
   if (device == Device::kCpu) return CreateGlooProcessGroup(env);
 #ifdef DDPRUN_HAVE_CUDA
   return CreateNcclProcessGroupFromEnv(env);
 #else
   return Unimplemented("ddp: this build has no CUDA/NCCL path (built without the CUDA toolkit)");
 #endif
+}
+
+}  // namespace
+
+StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const LaunchEnv& env, Device device) {
+  auto checked = CollectiveCheckRequested();
+  if (!checked.ok()) return checked.status();
+  auto group = CreateBackend(env, device);
+  if (!group.ok() || !*checked) return group;
+  if (env.rank == 0) {
+    std::fprintf(stderr,
+                 "ddp: TORCH_DISTRIBUTED_DEBUG=DETAIL: each collective is compared with the "
+                 "other ranks' before it runs (a store round trip each: slower)\n");
+  }
+  return WithCollectiveCheck(std::move(*group));
 }
 
 }  // namespace ddprun::ddp

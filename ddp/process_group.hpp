@@ -61,7 +61,7 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
-  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  virtual void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
   const char* backend() const { return backend_; }
 
   // In place, on every rank's `t` (same count and dtype everywhere).
@@ -104,7 +104,9 @@ StatusOr<LaunchEnv> ReadLaunchEnv();
 
 // Connects to the agent store at MASTER_ADDR:MASTER_PORT and builds the group
 // for `device`: Gloo for kCpu, NCCL for kCuda (when built with CUDA). Keys
-// live under the attempt's key space ("ddp/attempt_<restart count>/").
+// live under the attempt's key space ("ddp/attempt_<restart count>/"). Under
+// TORCH_DISTRIBUTED_DEBUG=DETAIL each collective is checked against the other
+// ranks' first (ddp/collective_check.hpp).
 StatusOr<std::unique_ptr<ProcessGroup>> CreateProcessGroup(const LaunchEnv& env, Device device);
 
 }  // namespace ddprun::ddp

@@ -12,10 +12,10 @@ from trainlib import freeze_inside_a_collective
 from trainlib import train_env as env
 
 
-def ddprun(nproc, *args, timeout=120):
+def ddprun(nproc, *args, timeout=120, **extra_env):
     return subprocess.run([DDPRUN, f"--nproc_per_node={nproc}", "--shutdown_timeout=5", TRAIN,
-                           "--device", "cpu", *args], env=env(), capture_output=True, text=True,
-                          timeout=timeout)
+                           "--device", "cpu", *args], env=env(**extra_env), capture_output=True,
+                          text=True, timeout=timeout)
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -114,6 +114,33 @@ def test_a_rank_that_stops_participating_makes_the_others_time_out_not_hang():
     # Rank 0 timed out (the root cause by time); the flight recorders name rank 1 as why.
     assert re.search(r"cause     : rank 1 never entered allreduce #\d+ \([^)]*\), in which rank 0 "
                      r"waited until it failed", r.stderr), r.stderr
+
+
+def test_detail_debugging_names_the_ranks_whose_collectives_differ_at_once():
+    """TORCH_DISTRIBUTED_DEBUG=DETAIL, as PyTorch's: each collective is compared across the ranks
+    before it runs. Rank 2 all-reduces its loss at step 5 where the others broadcast buffers:
+    every rank fails at once naming both sides, where it would hang until the timeout."""
+    start = time.monotonic()
+    r = ddprun(3, "--width", "32", "--depth", "1", "--steps", "40", "--diverge-at-step", "5",
+               "--hang-rank", "2", "--collective-timeout", "600",
+               TORCH_DISTRIBUTED_DEBUG="DETAIL")
+    assert r.returncode == 1, r.stderr
+    assert time.monotonic() - start < 30
+    assert re.search(r"ddp: the ranks' collectives differ \(TORCH_DISTRIBUTED_DEBUG=DETAIL\): "
+                     r"ranks 0,1: #(\d+) broadcast\(from rank 0\) of \d+ uint8; "
+                     r"rank 2: #\1 allreduce\(sum\) of 1 float32: every rank must issue the same "
+                     r"collectives", r.stderr), r.stderr
+
+
+def test_detail_debugging_trains_exactly_as_without_it():
+    plain = ddprun(2, *SMALL)
+    detail = ddprun(2, *SMALL, TORCH_DISTRIBUTED_DEBUG="DETAIL")
+    assert plain.returncode == 0 and detail.returncode == 0, (plain.stderr, detail.stderr)
+    assert checksums(detail.stdout) == checksums(plain.stdout)
+    assert "TORCH_DISTRIBUTED_DEBUG=DETAIL: each collective is compared" in detail.stderr
+    bad = ddprun(1, *SMALL, TORCH_DISTRIBUTED_DEBUG="VERBOSE")
+    assert bad.returncode != 0
+    assert "TORCH_DISTRIBUTED_DEBUG=VERBOSE is not a level: use OFF, INFO or DETAIL" in bad.stderr
 
 
 def test_a_job_suspended_whole_inside_a_collective_does_not_time_it_out(launch):
