@@ -1,6 +1,7 @@
 #include "ddp/collective_check.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <map>
 #include <utility>
@@ -107,8 +108,10 @@ StatusOr<bool> CollectiveCheckRequested() {
   const char* v = std::getenv("TORCH_DISTRIBUTED_DEBUG");
   if (v == nullptr || *v == '\0') return false;
   const std::string value = v;
-  if (value == "DETAIL") return true;
-  if (value == "OFF" || value == "INFO") return false;
+  std::string level = value;  // as PyTorch reads it: any case
+  for (char& c : level) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (level == "DETAIL") return true;
+  if (level == "OFF" || level == "INFO") return false;
   return InvalidArgument("ddp: TORCH_DISTRIBUTED_DEBUG=" + value +
                          " is not a level: use OFF, INFO or DETAIL (DETAIL checks every "
                          "collective against the other ranks' first)");
