@@ -70,14 +70,17 @@ TEST_CASE("collective check: a gather that fails names the collective and the li
 }
 
 TEST_CASE("collective check: TORCH_DISTRIBUTED_DEBUG levels") {
-  for (auto [value, wanted] :
-       {std::pair{"", false}, {"OFF", false}, {"INFO", false}, {"DETAIL", true}}) {
+  for (auto [value, wanted] : {std::pair{"", false},
+                               {"OFF", false},
+                               {"INFO", false},
+                               {"DETAIL", true},
+                               {"detail", true}}) {
     setenv("TORCH_DISTRIBUTED_DEBUG", value, 1);
     auto r = CollectiveCheckRequested();
     REQUIRE(r.ok());
     CHECK(*r == wanted);
   }
-  setenv("TORCH_DISTRIBUTED_DEBUG", "detail", 1);
+  setenv("TORCH_DISTRIBUTED_DEBUG", "verbose", 1);
   CHECK_FALSE(CollectiveCheckRequested().ok());
   unsetenv("TORCH_DISTRIBUTED_DEBUG");
   CHECK_FALSE(*CollectiveCheckRequested());
