@@ -240,11 +240,22 @@ Status StoreClient::Wait(const std::vector<std::string>& keys, Duration timeout)
   auto ack = ReadU8(Deadline());
   if (ack.ok() && *ack == kStopWaiting) ack = ReadU8(Deadline());
   if (!ack.ok()) return ack.status();
-  std::string names;
-  for (const auto& k : keys) names += (names.empty() ? "" : ", ") + k;
-  return Status(StatusCode::kDeadlineExceeded, "store " + address_ + ": waited " +
-                                                   std::to_string(timeout.count()) +
-                                                   " ms for keys " + names);
+  // Which of them are still missing, said first (what was not set is the news).
+  constexpr size_t kAsked = 64;
+  std::string names, missing;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    names += (names.empty() ? "" : ", ") + keys[i];
+    if (i >= kAsked) continue;
+    auto there = Check({keys[i]});
+    if (there.ok() && !*there) missing += (missing.empty() ? "" : ", ") + keys[i];
+  }
+  const std::string waited =
+      "store " + address_ + ": waited " + std::to_string(timeout.count()) + " ms for ";
+  if (missing.empty() || missing == names) {
+    return Status(StatusCode::kDeadlineExceeded, waited + "keys " + names);
+  }
+  return Status(StatusCode::kDeadlineExceeded,
+                waited + "keys " + missing + " (of " + names + "; the others were set)");
 }
 
 StatusOr<int64_t> StoreClient::NumKeys() {

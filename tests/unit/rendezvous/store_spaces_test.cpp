@@ -151,3 +151,30 @@ TEST_CASE("store: a wrong token still fails, after the handshake retries") {
 
 }  // namespace
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+TEST_CASE("store: a wait that times out names the keys still missing first") {
+  auto server = StoreServer::Start([] {
+    StoreServerOptions o;
+    o.host = "127.0.0.1";
+    return o;
+  }());
+  REQUIRE(server.ok());
+  auto c = StoreClient::Connect("127.0.0.1", (*server)->port(), std::chrono::seconds(5), "",
+                                StoreRole::kWorker);
+  REQUIRE(c.ok());
+  REQUIRE(c->Set("g/0", "mine").ok());
+  Status s = c->Wait({"g/0", "g/1"}, std::chrono::milliseconds(200));
+  CHECK(s.code() == StatusCode::kDeadlineExceeded);
+  CHECK(s.message().find("waited 200 ms for keys g/1 (of g/0, g/1; the others were set)") !=
+        std::string::npos);
+  Status none = c->Wait({"h/0", "h/1"}, std::chrono::milliseconds(100));
+  CHECK(none.message().find("waited 100 ms for keys h/0, h/1") != std::string::npos);
+  CHECK(c->Set("g/1", "late").ok());  // the connection is still in step after both
+  CHECK(*c->Get("g/1") == "late");
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
