@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "env/cpus.hpp"
 #include "base/parse.hpp"
+#include "env/cpus.hpp"
 #include "env/names.hpp"
 
 namespace ddprun::env {
