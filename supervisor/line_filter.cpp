@@ -17,6 +17,14 @@ bool LineFilter::Matches(size_t from) const {
 
 void LineFilter::Take(std::string_view piece, std::string& out) {
   const bool ends = !piece.empty() && piece.back() == '\n';
+  if (ends && held_.empty() && !matched_) {
+    // The common case, a whole line: matched where it is, not copied first.
+    const bool found = std::any_of(needles_.begin(), needles_.end(), [&](const std::string& n) {
+      return piece.find(n) != std::string_view::npos;
+    });
+    if (found) out.append(prefix_).append(piece);
+    return;
+  }
   if (matched_) {
     out.append(piece);
   } else {
