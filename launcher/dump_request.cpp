@@ -17,25 +17,24 @@ namespace ddprun::launcher {
 
 namespace {
 
-std::string Comm(int pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/comm");
-  std::string name;
-  std::getline(in, name);
-  return name;
-}
-
-// What /proc/PID/status says of `pid`: its state letter, and whether it
-// catches `sig` (SigCgt, a hexadecimal mask with bit sig-1 for signal sig).
+// What /proc/PID/status says of `pid`: its name (comm), state letter, and
+// whether it catches `sig` (SigCgt, a hexadecimal mask with bit sig-1 for
+// signal sig). Name "" when there is no such process.
 struct Catching {
+  std::string name;
   char state = '?';
   bool catches = false;
+  bool IsDdprun() const { return name == "ddprun"; }
 };
 
 Catching StatusOf(int pid, int sig) {
   Catching c;
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   for (std::string line; std::getline(in, line);) {
-    if (line.rfind("State:", 0) == 0) {
+    if (line.rfind("Name:", 0) == 0) {
+      const size_t at = line.find_first_not_of(" \t", 5);
+      if (at != std::string::npos) c.name = line.substr(at);
+    } else if (line.rfind("State:", 0) == 0) {
       const size_t at = line.find_first_not_of(" \t", 6);
       if (at != std::string::npos) c.state = line[at];
     } else if (line.rfind("SigCgt:", 0) == 0) {
@@ -54,7 +53,8 @@ std::vector<int> RunningLaunchers() {
   while (dirent* e = readdir(d)) {
     int pid = std::atoi(e->d_name);
     if (pid <= 0 || pid == getpid()) continue;
-    if (Comm(pid) == "ddprun" && StatusOf(pid, DumpSignal()).catches) pids.push_back(pid);
+    const Catching c = StatusOf(pid, DumpSignal());
+    if (c.IsDdprun() && c.catches) pids.push_back(pid);
   }
   closedir(d);
   return pids;
@@ -84,7 +84,7 @@ std::optional<int> MaybeRequestDump(const std::vector<std::string>& args) {
     return 2;
   }
   const Catching status = StatusOf(pid, DumpSignal());
-  if (Comm(pid) != "ddprun" || status.state == 'Z' || status.state == 'X') {
+  if (!status.IsDdprun() || status.state == 'Z' || status.state == 'X') {
     std::fprintf(stderr, "ddprun dump: process %d is not a running ddprun%s\n", pid,
                  status.state == 'Z' ? " (it has exited; its parent has not reaped it)" : "");
     return 1;
