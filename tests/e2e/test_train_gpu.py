@@ -16,6 +16,8 @@ import pytest
 from trainlib import (DDPRUN, SMALL, TRAIN, assert_matches_reference, checksums,
                       freeze_inside_a_collective, losses, train_env)
 REL = 1e-4  # cuBLAS and OpenBLAS sum in different orders
+# SMALL's model, run for as long as it takes a rank to hang or crash.
+LONG = [a if prev != "--steps" else "100000" for prev, a in zip([None] + SMALL, SMALL)]
 
 
 def gpu_count():
@@ -116,7 +118,7 @@ def test_ranks_sharing_one_gpu_match_the_reference(world, extra):
 
 
 def test_a_hung_nccl_rank_is_named_by_the_flight_recorders(tmp_path):
-    r, elapsed = ddprun_onehost(2, *SMALL, "--steps", "100000", "--hang-at-step", "30",
+    r, elapsed = ddprun_onehost(2, *LONG, "--hang-at-step", "30",
                                 "--hang-rank", "1",
                                 launcher=["--hang_timeout=4", f"--log_dir={tmp_path}"])
     assert r.returncode == 124, r.stderr
@@ -125,7 +127,7 @@ def test_a_hung_nccl_rank_is_named_by_the_flight_recorders(tmp_path):
 
 
 def test_an_nccl_collective_timeout_aborts_instead_of_hanging():
-    r, elapsed = ddprun_onehost(2, *SMALL, "--steps", "100000", "--hang-at-step", "5",
+    r, elapsed = ddprun_onehost(2, *LONG, "--hang-at-step", "5",
                                 "--hang-rank", "1", "--collective-timeout", "5")
     assert r.returncode != 0, r.stdout
     assert elapsed < 60, elapsed
@@ -147,7 +149,7 @@ def test_an_nccl_job_suspended_whole_inside_a_collective_does_not_time_it_out(la
 
 
 def test_a_crashed_nccl_rank_makes_the_others_fail_fast():
-    r, elapsed = ddprun_onehost(2, *SMALL, "--steps", "100000", "--crash-at-step", "5",
+    r, elapsed = ddprun_onehost(2, *LONG, "--crash-at-step", "5",
                                 "--hang-rank", "1")
     assert r.returncode == 1, r.stderr
     assert elapsed < 60, elapsed
