@@ -129,9 +129,11 @@ def test_console_that_resumes_gets_a_counted_notice(tmp_path):
     assert log_lines[-1].startswith("rank 0 done after"), log_lines[-1]
     total = int(log_lines[-1].split()[4])
     assert len(log_lines) == total + 1, "the log file lost lines"
-    notices = [line for line in text.splitlines() if "lines not shown: console not reading" in line]
+    # After the stall, a reader slower than the worker (a loaded machine) is told apart:
+    # "console slower than the workers". Both count lines not shown.
+    notices = [line for line in text.splitlines() if "lines not shown: console " in line]
     assert notices, "no notice of dropped lines"
-    assert "stdout.log" in notices[0], notices[0]
+    assert "console not reading" in notices[0] and "stdout.log" in notices[0], notices[0]
     shown = sum(1 for line in text.splitlines() if " line " in line and "rank 0" in line)
     missed = sum(int(n.split("[ddprun: ")[1].split()[0]) for n in notices)
     assert shown + missed == total, f"shown {shown} + missed {missed} != printed {total}"
