@@ -354,11 +354,13 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   auto specs = BuildWorkerSpecs(c_, program_, group, *layout_, environ_);
   if (!specs.ok()) return FinishLocally(exit_code::kUsage, specs.status().message());
   sup_->ClearStopRequest();
-  Status watching = driver_->StartWatching([this](const std::string& reason) {
-    spdlog::warn("stopping the workers: {}", reason);
-    record_.MembershipChange(reason);
-    sup_->RequestStop();
-  });
+  Status watching = driver_->StartWatching(
+      [this](const std::string& reason) {
+        spdlog::warn("stopping the workers: {}", reason);
+        record_.MembershipChange(reason);
+        sup_->RequestStop();
+      },
+      [](const std::string& note) { spdlog::warn("{}", note); });
   if (!watching.ok()) return FinishLocally(1, watching.message());
   facts_.GroupStarting(*specs);
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);

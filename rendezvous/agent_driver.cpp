@@ -63,11 +63,10 @@ Status AgentDriver::CheckHostedJob() {
 
 Action AgentDriver::TimedStep(Kv& kv) {
   const auto began = Clock::now();
+  const bool was_gone = machine_.phase() == AgentMachine::Phase::kStoreGone;
   Action action = machine_.Step(kv, began);
-  const bool gone = machine_.phase() == AgentMachine::Phase::kStoreGone;
-  if (action.kind != ActionKind::kExit && !(gone && action.kind == ActionKind::kStopWorkers)) {
-    return action;
-  }
+  const bool gone = !was_gone && machine_.phase() == AgentMachine::Phase::kStoreGone;
+  if (action.kind != ActionKind::kExit && !gone) return action;
   return machine_.StepTook(
       std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began), action);
 }
@@ -127,7 +126,7 @@ void AgentDriver::WorkersExited(const WorkersOutcome& outcome) {
   machine_.WorkersExited(outcome, Clock::now());
 }
 
-Status AgentDriver::StartWatching(std::function<void(const std::string&)> on_stop) {
+Status AgentDriver::StartWatching(NoteFn on_stop, NoteFn on_note) {
   StopWatching();
   const auto& s = machine_.settings().rdzv;
   auto client = StoreClient::Connect(host_, port_, s.read_timeout, s.token, StoreRole::kAgent);
@@ -135,7 +134,9 @@ Status AgentDriver::StartWatching(std::function<void(const std::string&)> on_sto
   watch_client_.emplace(std::move(*client));
   stop_watching_ = false;
   try {
-    watcher_ = std::thread([this, on_stop = std::move(on_stop)] { Watch(on_stop); });
+    watcher_ = std::thread([this, on_stop = std::move(on_stop), on_note = std::move(on_note)] {
+      Watch(on_stop, on_note);
+    });
   } catch (const std::system_error& e) {
     watch_client_.reset();
     return Unavailable(std::string("rendezvous: start the watch thread: ") + e.what() +
@@ -152,11 +153,12 @@ void AgentDriver::StopWatching() {
     stop_watching_ = true;
     if (watch_client_) watch_client_->Interrupt();
   }
+  stop_cv_.notify_all();
   if (watcher_.joinable()) watcher_.join();
   watch_client_.reset();
 }
 
-void AgentDriver::Watch(const std::function<void(const std::string&)>& on_stop) {
+void AgentDriver::Watch(const NoteFn& on_stop, const NoteFn& on_note) {
   ClientKv kv(*watch_client_);
   // After the stop is asked for, the machine is still stepped while the
   // workers take their grace: its keep-alive goes on, and the time is not
@@ -176,12 +178,20 @@ void AgentDriver::Watch(const std::function<void(const std::string&)>& on_stop) 
     if ((action.kind == ActionKind::kStopWorkers || action.kind == ActionKind::kExit) && !told) {
       on_stop(action.message);
       told = true;
+    } else if (action.kind == ActionKind::kWait && !action.message.empty() && on_note) {
+      on_note(action.message);
     }
     if (action.kind == ActionKind::kExit) return;
     {
-      // Nothing more to watch: the workers' exit decides (AgentMachine::AfterStoreGone).
-      std::lock_guard<std::mutex> lock(mu_);
-      if (machine_.phase() == AgentMachine::Phase::kStoreGone) return;
+      // The store is gone: nothing more to watch once the workers are being
+      // stopped, their exit decides (AgentMachine::AfterStoreGone); until
+      // then the machine is stepped by its clock alone.
+      std::unique_lock<std::mutex> lock(mu_);
+      if (machine_.phase() == AgentMachine::Phase::kStoreGone) {
+        if (told) return;
+        stop_cv_.wait_until(lock, wake, [this] { return stop_watching_.load(); });
+        continue;
+      }
     }
     (void)WaitForKey(*watch_client_, key, wake);
   }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <memory>
@@ -44,8 +45,11 @@ class AgentDriver {
   // After kClearWorkerStore: empties the workers' key space of the store
   // (closing an earlier round's worker connections) and tells the machine.
   Status ClearWorkerStore();
-  // While the workers run: `on_stop(reason)` is called once when they must stop.
-  Status StartWatching(std::function<void(const std::string&)> on_stop);
+  // While the workers run: `on_stop(reason)` is called once when they must stop;
+  // `on_note(what)` when something is worth telling that does not stop them yet
+  // (the store gone: they may end by themselves first).
+  using NoteFn = std::function<void(const std::string&)>;
+  Status StartWatching(NoteFn on_stop, NoteFn on_note = {});
   void StopWatching();
   void WorkersExited(const WorkersOutcome& outcome);
 
@@ -75,7 +79,7 @@ class AgentDriver {
   std::map<std::string, Clock::time_point> Others(Kv& kv, const std::string& self,
                                                   Clock::time_point current,
                                                   Clock::time_point earlier);
-  void Watch(const std::function<void(const std::string&)>& on_stop);
+  void Watch(const NoteFn& on_stop, const NoteFn& on_note);
 
   StoreClient client_;
   std::string host_;
@@ -85,6 +89,7 @@ class AgentDriver {
   AgentMachine machine_;
   std::optional<StoreClient> watch_client_;
   std::atomic<bool> stop_watching_{false};
+  std::condition_variable stop_cv_;  // stop_watching_ set (under mu_)
   std::thread watcher_;
   bool left_ = false;
 };

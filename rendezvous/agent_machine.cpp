@@ -265,35 +265,72 @@ Action AgentMachine::StoreGone(const Status& s) {
                                   "which then ended: its outcome is in the other agents' logs";
   }
   if (phase_ == Phase::kRunning || phase_ == Phase::kStopping || phase_ == Phase::kStoreGone) {
-    // Workers of this node run, or have just exited unseen: they are
-    // stopped, and what they did decides this agent's exit.
+    // Workers of this node run, or have just exited unseen: they may end by
+    // themselves (a job at its end, its host gone with it, finishes on every
+    // node alike), else they are stopped (AfterStoreGone); what they did
+    // decides this agent's exit.
+    if (phase_ == Phase::kStopping) stop_asked_ = true;  // the round had ended
     phase_ = Phase::kStoreGone;
     gone_message_ = message;
-    Action stop;
-    stop.kind = ActionKind::kStopWorkers;
-    stop.message = message;
-    return stop;
+    if (!stop_at_ && last_step_) {
+      // The grace counts from this step's clock (it began the step that failed).
+      stop_at_ = *last_step_ + s_.store_gone_grace;
+      next_wake_ = std::min(*last_step_ + s_.poll, *stop_at_);
+    }
+    Action note;  // kWait
+    note.message = message;
+    if (!stop_asked_) {
+      note.message += "; this node's workers may go on for up to " +
+                      DurationText(s_.store_gone_grace) +
+                      " to end by themselves, then they are stopped";
+    }
+    return note;
+  }
+  if ((phase_ == Phase::kExited || phase_ == Phase::kFinishing) &&
+      outcome_.kind == WorkersOutcome::Kind::kSucceeded) {
+    gone_message_ = message;
+    return ExitWorkersSucceeded();
   }
   return Exit(1, message);
+}
+
+Action AgentMachine::ExitWorkersSucceeded() {
+  // As torchrun's agent, whose workers succeeded: the store is only how it
+  // would have heard of the others.
+  return Exit(0, gone_message_ +
+                     "; this node's workers had all exited 0 by then: the job's outcome is in "
+                     "the other agents' logs");
 }
 
 Action AgentMachine::AfterStoreGone(Time now) {
   using Kind = WorkersOutcome::Kind;
   if (!outcome_known_) {
-    next_wake_ = now + s_.poll;  // no keep-alive to send: the store is gone
+    // No keep-alive to send: the store is gone. The workers' own end is
+    // waited for until the grace is over.
+    if (!stop_at_) stop_at_ = now + s_.store_gone_grace;
+    if (!stop_asked_ && now >= *stop_at_) {
+      stop_asked_ = true;
+      next_wake_ = now + s_.poll;
+      Action stop;
+      stop.kind = ActionKind::kStopWorkers;
+      stop.message = gone_message_ + "; this node's workers did not end within " +
+                     DurationText(s_.store_gone_grace) + " after it";
+      return stop;
+    }
+    next_wake_ = stop_asked_ ? now + s_.poll : std::min(now + s_.poll, *stop_at_);
     return Action{};
   }
-  if (outcome_.kind == Kind::kSucceeded) {
-    // As torchrun's agent, whose workers succeeded: the store is only how it
-    // would have heard of the others.
-    return Exit(0, gone_message_ +
-                       "; this node's workers had all exited 0 by then: the job's outcome is in "
-                       "the other agents' logs");
-  }
+  if (outcome_.kind == Kind::kSucceeded) return ExitWorkersSucceeded();
   if (outcome_.kind == Kind::kInterrupted) {
     Interrupted(outcome_.signal, outcome_.signal_name);
     return Exit(exit_code::ForSignal(outcome_.signal),
                 "received " + signal_name_ + " after " + gone_message_);
+  }
+  if (outcome_.kind == Kind::kFailed && !outcome_.cause.what.empty()) {
+    // Their failure follows from the store host's loss, most likely (peers
+    // gone with it): that stays the cause, as every other agent says.
+    return Exit(
+        1, gone_message_ + "; this node's workers failed meanwhile (" + outcome_.cause.what + ")");
   }
   return Exit(1, gone_message_);
 }

@@ -41,6 +41,11 @@ struct AgentSettings {
   std::chrono::milliseconds peer_settle{2000};
   // How often the machine wants to look at the store while nothing happens.
   std::chrono::milliseconds poll{200};
+  // The store failed while this node's workers ran (its host died, say, as the
+  // job ended): how long they may go on to end by themselves before they are
+  // stopped. A job at its end then finishes on every node alike; workers whose
+  // peers are gone fail in their collectives.
+  std::chrono::milliseconds store_gone_grace{5000};
 };
 
 // What this node's workers did in a round.
@@ -82,8 +87,9 @@ class AgentMachine {
     kStopping,
     kExited,
     kFinishing,
-    // The store failed while this node's workers ran: they are stopped, and
-    // what they did decides the exit (all exited 0 by themselves: 0).
+    // The store failed while this node's workers ran: they may end by
+    // themselves within store_gone_grace, else they are stopped; what they did
+    // decides the exit (all exited 0 by themselves: 0).
     kStoreGone,
     kDone
   };
@@ -157,6 +163,8 @@ class AgentMachine {
   Action JobOver(Kv& kv, const JobRecord& rec);
   Action StoreGone(const Status& s);
   Action AfterStoreGone(Time now);
+  // Exits 0 after the store failed: this node's workers had all exited 0.
+  Action ExitWorkersSucceeded();
   StatusOr<Applied> Apply(Kv& kv, const Transition& t);
   StatusOr<JobRecord> Read(Kv& kv);
   RoundResult Result(const JobRecord& rec, int node_rank) const;
@@ -196,6 +204,8 @@ class AgentMachine {
   std::optional<Status> gone_;         // the store failure the agent exited for
   std::string gone_message_;           // kStoreGone: what to say of it
   bool outcome_known_ = false;         // kStoreGone: WorkersExited came
+  std::optional<Time> stop_at_;        // kStoreGone: when the workers are stopped
+  bool stop_asked_ = false;            // kStoreGone: they are being stopped
   bool inside_step_ = false;           // away_ was one step's request (StepTook)
   Time next_wake_{};
   int64_t version_ = 0;

@@ -24,7 +24,9 @@ and checks, per round (violation names in brackets):
       [rerun_after_success];
   (c) every agent ends within --bound seconds of the round start [hung];
   (d) the agents that were not SIGKILLed exit with the same code [exit_mismatch] and name the
-      same root cause (exit code and rank) [cause_mismatch]; but an agent SIGSTOPped past the
+      same root cause (exit code and rank; or the store gone, when its host was killed: their
+      workers may end by themselves for 5 s first, and fail of the peers gone with it)
+      [cause_mismatch]; but an agent SIGSTOPped past the
       keep-alive limit is lost by contract, and one that comes back to a store that is gone
       (the job ended without it) exits 1 saying it may have been dropped: not compared;
   (e) when only agents were lost or paused (no worker killed, host not killed), no agent gives
@@ -113,6 +115,9 @@ ROOT_RE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[0\]:\n(?:.*\
 FAILURE_RE = re.compile(r"failure: code=(-?\d+) node \d+ \([^)]*\): rank (\d+)")
 # Every agent of a failed job prints the one recorded root cause.
 JOB_FAILED_RE = re.compile(r"the job failed: (.*)")
+# An agent's last error: the store gone (its host killed) is the cause it names.
+LAST_ERROR_RE = re.compile(r"\[ddprun [\d:]+ error\] (.*)")
+STORE_GONE_RE = re.compile(r"^rendezvous: store \S+ is gone")
 
 
 class Stop(Exception):
@@ -732,7 +737,12 @@ class Round:
             text = a.text().decode(errors="replace")
             m = ROOT_RE.search(text)
             said = JOB_FAILED_RE.findall(text)
-            if said:
+            errors = LAST_ERROR_RE.findall(text)
+            if errors and STORE_GONE_RE.match(errors[-1]):
+                # No store left to agree through: each agent names the store's loss (its
+                # workers' own failures, printed above it, follow from the peers gone with it).
+                causes[a.idx] = "the store is gone"
+            elif said:
                 causes[a.idx] = said[-1].strip()
             elif m:
                 code = int(m.group(2))  # torchrun's exitcode: -N for signal N

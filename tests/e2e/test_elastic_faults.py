@@ -15,7 +15,9 @@ to disagree (docs/elastic-invariants.md), each now decided by the one job record
 6. an agent stopped by SIGTERM while it waits for a restart's round is not counted in it: the
    others form that round without it (it used to be counted, its workers awaited, and the round
    ended again once its keep-alive stopped);
-7. the store host stopped by SIGHUP while another node's workers take their grace: that node
+7. the store host SIGKILLed while another node's workers run: they may end by themselves
+   within 5 s (exit 0 when they all exit 0), else they are stopped (exit 1);
+   the store host stopped by SIGHUP while another node's workers take their grace: that node
    says the store is gone, not that it did not run itself, and the host tells its one SIGHUP
    once;
 8. an agent waiting for a round gets SIGTERM while the store host is paused (SIGSTOP): it
@@ -259,6 +261,36 @@ def test_store_host_gone_during_anothers_grace_is_told_as_such(launch, tmp_path)
     assert "is gone" in err, outputs(agents)
     assert "did not run" not in err, outputs(agents)
     assert agents[0].stderr().count("SIGHUP") == 1, outputs(agents)
+
+
+@pytest.mark.parametrize("finish", [True, False])
+def test_store_host_killed_while_workers_run_lets_them_end_by_themselves(launch, tmp_path, finish):
+    """The store host SIGKILLed while node 1's workers run: they may go on for 5 s. Found by the
+    chaos suite (the host killed as the job ended): one agent stopped its workers at once and
+    exited 1 where another's had just exited 0. Workers that then end by themselves with 0 make
+    it exit 0; workers still running after the grace are stopped, and it exits 1."""
+    out, agents = c10d_agents(launch, tmp_path, "2:2", 2, FINISH)
+    wait_for(lambda: all(starts(out, n, lr) for n in range(2) for lr in range(2)), 15,
+             what="every worker started")
+    agents[0].signal(signal.SIGKILL)
+    killed = time.monotonic()
+    wait_for(lambda: "may go on for up to 5 s" in agents[1].stderr(), 10,
+             what="node 1 finding the store gone")
+    if finish:
+        (out / "go").touch()
+    rc = agents[1].wait(AGENT_TIMEOUT)
+    took = time.monotonic() - killed
+    err = agents[1].stderr()
+    assert re.search(r"store 127\.0\.0\.1:\d+ is gone", err), outputs(agents)
+    if finish:
+        assert rc == 0, outputs(agents)
+        assert "this node's workers had all exited 0 by then" in err, outputs(agents)
+        assert "stopping the workers" not in err, outputs(agents)
+    else:
+        assert rc == 1, outputs(agents)
+        assert re.search(r"stopping the workers: .*this node's workers did not end within 5 s "
+                         r"after it", err), outputs(agents)
+        assert 5 <= took < 15, f"{took:.1f} s\n{outputs(agents)}"
 
 
 def test_sigterm_while_the_store_host_is_paused_exits_at_once(launch, tmp_path):
