@@ -544,7 +544,8 @@ StatusOr<DumpResult> WriteDebugDump(const DumpRequest& request) {
   const TraceAnalysis analysis = Analyze(dumps, request.unseen, now, !request.hung.empty());
   DumpResult result{FormatSummary(request, dumps, analysis, now, torch.text), analysis.stragglers,
                     false, ""};
-  for (int r : torch.laggards) {
+  // Behind, else waiting for each other: the root cause is among them.
+  for (int r : torch.laggards.empty() ? torch.deadlocked : torch.laggards) {
     if (std::find(result.stragglers.begin(), result.stragglers.end(), r) ==
         result.stragglers.end()) {
       result.stragglers.push_back(r);

@@ -41,6 +41,9 @@ struct TorchSide {
   std::string verdict;        // one line, to print the moment the hang is found
   std::string state;          // the same without what it means for a hang (a dump on request)
   std::vector<int> laggards;  // ranks that did not enter the latest collective
+  // A deadlock: the ranks that wait for each other. None alone is behind, but
+  // the root cause is among them, not among the ranks that merely wait with them.
+  std::vector<int> deadlocked;
   // Every rank read waits inside the same collective: none here is behind,
   // so a rank elsewhere (another node) that never entered it may be.
   bool all_waiting = false;

@@ -285,6 +285,21 @@ void Deadlock(const Survey& s, std::vector<int> circle, TorchSide& side) {
     }
   }
   std::sort(circle.begin(), circle.end());
+  // The ranks on a cycle of waits: the others only wait for one of them.
+  for (int r : circle) {
+    std::vector<int> todo = WaitsFor(s, r), seen;
+    bool back = false;
+    while (!todo.empty() && !back) {
+      const int q = todo.back();
+      todo.pop_back();
+      back = q == r;
+      if (back || std::count(seen.begin(), seen.end(), q)) continue;
+      seen.push_back(q);
+      for (int next : WaitsFor(s, q)) todo.push_back(next);
+    }
+    if (back) side.deadlocked.push_back(r);
+  }
+  if (side.deadlocked.empty()) side.deadlocked = circle;
   for (int r : circle) side.state += (side.state.empty() ? "" : "; ") + WaitClause(s, r);
   side.state = RanksNoun(circle) + " wait for each other: " + side.state;
   const bool p2p = std::any_of(circle.begin(), circle.end(), [&](int r) { return s.InP2p(r); });

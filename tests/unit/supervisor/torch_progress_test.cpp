@@ -171,8 +171,8 @@ TEST_CASE("CollectTorchSide asks through PyTorch's pipe where one is read, else 
   });
   std::thread hook = AnswerAsTheHook(dir, 1);
   // Port 1: nothing listens, as when NCCL is older than 2.24; an NCCL job is told so.
-  const TorchSide side =
-      CollectTorchSide({dir, "", {0, 1}, "", "127.0.0.1:1", milliseconds(3000), milliseconds(100)});
+  const TorchSide side = CollectTorchSide(
+      {dir, "", {0, 1}, "", "127.0.0.1:1", milliseconds(3000), milliseconds(100), {}});
   monitor.join();
   hook.join();
   close(reader);
@@ -193,7 +193,7 @@ TEST_CASE("CollectTorchSide says which ranks' dumps did not come, and never coun
   std::thread hook = AnswerAsTheHook(dir, 0);
   const std::string out = dir + "/request_1/torch";
   const TorchSide side = CollectTorchSide(
-      {dir, out, {0, 1}, "/bin/true", "127.0.0.1:1", milliseconds(700), milliseconds(100)});
+      {dir, out, {0, 1}, "/bin/true", "127.0.0.1:1", milliseconds(700), milliseconds(100), {}});
   hook.join();
   // No rank used NCCL's pipe and no RAS service listens: a Gloo job, nothing to say of RAS.
   CHECK_FALSE(Has(side.text, "nccl ras"));
@@ -204,8 +204,8 @@ TEST_CASE("CollectTorchSide says which ranks' dumps did not come, and never coun
   CHECK_FALSE(std::filesystem::exists(out + "/nccl_trace_rank_1"));
   CHECK_FALSE(std::filesystem::exists(dir + "/nccl_trace_rank_1"));  // the old one is gone
   // No dump at all: nothing to analyse, and no analyser runs.
-  const TorchSide none =
-      CollectTorchSide({dir, out + "2", {1}, "/bin/true", "", milliseconds(50), milliseconds(50)});
+  const TorchSide none = CollectTorchSide(
+      {dir, out + "2", {1}, "/bin/true", "", milliseconds(50), milliseconds(50), {}});
   CHECK(Has(none.text, "no analysis: no rank's flight recorder came"));
   std::filesystem::remove_all(dir);
 }
@@ -215,7 +215,7 @@ TEST_CASE("CollectTorchSide says when the analyser cannot run") {
   Progress(dir, 0, "3 gloo:barrier entered");
   std::thread hook = AnswerAsTheHook(dir, 0);
   const TorchSide side = CollectTorchSide(
-      {dir, "", {0}, "/nonexistent/python3", "", milliseconds(3000), milliseconds(2000)});
+      {dir, "", {0}, "/nonexistent/python3", "", milliseconds(3000), milliseconds(2000), {}});
   hook.join();
   CHECK(Has(side.text, "fr_trace (/nonexistent/python3 -m"));
   CHECK_FALSE(Has(side.text, "missing ranks"));

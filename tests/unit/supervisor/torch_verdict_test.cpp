@@ -105,11 +105,23 @@ TEST_CASE("Ranks waiting for each other in different groups are a deadlock, none
   const TorchSide side = NameLaggards({In(0, "1", {0, 1}, 4, false), In(0, "2", {0, 1}, 5, true),
                                        In(1, "2", {0, 1}, 4, false), In(1, "1", {0, 1}, 5, true)});
   CHECK(side.laggards.empty());
+  CHECK(side.deadlocked == std::vector<int>{0, 1});  // the root cause is among them
   CHECK(side.verdict ==
         "ranks 0,1 wait for each other: rank 0 waits in gloo:all_reduce #5 of process group 2 "
         "(ranks 0,1) for rank 1; rank 1 waits in gloo:all_reduce #5 of process group 1 (ranks "
         "0,1) for rank 0: a deadlock, the ranks call the collectives of their process groups in "
         "different orders");
+}
+
+TEST_CASE("A rank that only waits for a deadlocked one is not among the deadlocked") {
+  // Found by an attacking helper: the root cause was rank 2, which waited (in group 3) for rank
+  // 0, one of the two ranks that wait for each other.
+  const TorchSide side = NameLaggards({In(0, "1", {0, 1}, 4, false), In(0, "2", {0, 1}, 5, true),
+                                       In(1, "2", {0, 1}, 4, false), In(1, "1", {0, 1}, 5, true),
+                                       In(2, "3", {0, 2}, 1, true)});
+  CHECK(side.laggards.empty());
+  CHECK(side.deadlocked == std::vector<int>{0, 1});
+  CHECK(Has(side.verdict, "a deadlock"));
 }
 
 // Rank `rank` waits in a p2p operation ("send" or "recv") with `peer` in the default group.
@@ -162,6 +174,7 @@ TEST_CASE("A send waiting for a rank inside a collective the sender never entere
   const TorchSide side =
       NameLaggards({In(0, "0", {}, 1, false), P2p(0, "send", 1), In(1, "0", {}, 2, true)});
   CHECK(side.laggards.empty());
+  CHECK(side.deadlocked == std::vector<int>{0, 1});
   CHECK(side.verdict ==
         "ranks 0,1 wait for each other: rank 0 waits in send to rank 1; rank 1 waits in "
         "gloo:all_reduce #2 for rank 0: a deadlock, the ranks call the collectives and "
