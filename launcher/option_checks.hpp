@@ -19,5 +19,8 @@ void NoteIneffective(const RawOptions& raw, ParsedCommandLine& parsed);
 // environment; adds warnings to `parsed`, also for a PET_ variable that no
 // option reads (a misspelling, with the closest one).
 Status CheckCombinations(const env::Environ& environ, ParsedCommandLine& parsed);
+// Warnings on the program, once it is known: a Python started with an option
+// that keeps --hang_detect=torch's hook from loading (-E, -I, -S).
+void CheckProgram(ParsedCommandLine& parsed);
 
 }  // namespace ddprun::launcher

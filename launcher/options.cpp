@@ -588,6 +588,7 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
   }
   parsed.config.program = *split->program;
   parsed.config.program_args = split->program_args;
+  CheckProgram(parsed);
   return parsed;
 }
 

@@ -44,6 +44,28 @@ TEST_CASE("options that do nothing in their company are told") {
       "TORCH_FR_BUFFER_SIZE=0 turns PyTorch's flight recorder off"));
   CHECK(Parse({"--hang_detect=torch", "--hang_timeout=5", "t.py"}, {{"TORCH_FR_BUFFER_SIZE", "9"}})
             ->warnings.empty());
+  // Python options that keep the hook (PYTHONPATH's sitecustomize) from loading.
+  CHECK(Contains(
+      Warning({"--hang_detect=torch", "--hang_timeout=5", "--no_python", "python3", "-E", "t.py"}),
+      "python3 -E ignores PYTHONPATH, where ddprun puts the hook of --hang_detect=torch: "
+      "it sees no collective, finds no hang and serves no `ddprun dump`; drop -E or use "
+      "--hang_detect=heartbeat"));
+  CHECK(Contains(Warning({"--hang_detect=torch", "--hang_timeout=5", "--no_python",
+                          "/usr/bin/python3.12", "-u", "-Is", "t.py"}),
+                 "/usr/bin/python3.12 -I ignores PYTHONPATH"));
+  CHECK(Contains(Warning({"--hang_detect=torch", "--hang_timeout=5", "--no_python", "python", "-W",
+                          "ignore", "-S", "t.py"}),
+                 "python -S imports no site module, which loads the hook"));
+  for (auto args : std::vector<std::vector<std::string>>{
+           {"--no_python", "python3", "-X", "importtime", "-W", "Ignore", "t.py", "-E"},
+           {"--no_python", "python3", "-c", "import os; -E"},
+           {"--no_python", "python3", "-Wignore::DeprecationWarning:Emit", "t.py"},
+           {"--no_python", "pythonic", "-E", "t.py"},
+           {"t.py", "-E"}}) {
+    args.insert(args.begin(), {"--hang_detect=torch", "--hang_timeout=5"});
+    CAPTURE(args[3]);
+    CHECK(Parse(args)->warnings.empty());
+  }
   CHECK(Contains(Warning({"--log_dir=/dev/null", "--duplicate_stdout_filters=loss", "t"}),
                  "--duplicate_stdout_filters does nothing with --log_dir=/dev/null"));
   CHECK(Contains(Warning({"--log_dir=/dev/null", "-r", "3", "t"}),
