@@ -1,5 +1,5 @@
 """ddprun's PyTorch progress hook (--hang_detect=torch), loaded by the workers' Python through
-PYTHONPATH. It changes nothing the user's program does (it only wraps three p2p functions, below,
+PYTHONPATH. It changes nothing the user's program does (it only wraps four functions, below,
 which still return what they did and raise what they did): a daemon thread reads PyTorch's own flight
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
@@ -7,7 +7,9 @@ $DDPRUN_TORCH_DIR/progress_<RANK>: one line per process group the rank used, its
 there, "<seq> <op> <entered|retired> <group> <ranks|*> <desc>", the newest last, then one line per
 point-to-point operation it waits in, "p2p <send|recv> <peer|*> <group> <ranks|*> <desc>" (Gloo's
 flight recorder does not record them: the hook wraps send, recv and batch_isend_irecv as
-torch.distributed is imported; entering or finishing one is progress too) (and once, in python_<RANK>,
+torch.distributed is imported; entering or finishing one is progress too) (and monitored_barrier,
+made of such operations inside PyTorch: a line "<calls> monitored_barrier <entered|retired>
+<group>:monitored_barrier ...", a sequence of its own) (and once, in python_<RANK>,
 "<pid> <sys.executable>": where the rank's Python is, for ddprun's dump). After
 destroy_process_group, once the main module has finished (before the interpreter joins the program's threads), and when the
 interpreter exits (after the program's own exit handlers), it removes the heartbeat file: the
@@ -74,21 +76,68 @@ def _word(text):
 
 
 def _progress(dist, entries, last):
-    """Each process group's last collective in `entries` merged into `last` (group name ->
-    (record id, line)): a group whose records left the recorder's ring keeps its last."""
+    """Each process group's last collective in `entries`, and its last monitored_barrier, merged
+    into `last` (group name -> (order, line)): a group whose records left the recorder's ring
+    keeps its last. Ordered by when each was entered (the flight recorder's time_created_ns,
+    the wall clock's, as the barriers' times), the newest last."""
     for e in entries:
         name = str((e.get("process_group") or ("0",))[0])
         ranks, desc = _group_members(dist, name)
         state = "retired" if e.get("retired") else "entered"
-        last[name] = (e.get("record_id", 0), "%d %s %s %s %s %s\n" % (
+        order = (e.get("time_created_ns", 0), e.get("record_id", 0))
+        last[name] = (order, "%d %s %s %s %s %s\n" % (
             e.get("collective_seq_id", 0), _word(e.get("profiling_name", "?")), state,
             _word(name), ranks, " ".join(str(desc).split())))
+    with _p2p_lock:
+        barriers = list(_barriers.items())
+    for name, (calls, state, entered_ns, _) in barriers:
+        ranks, desc = _group_members(dist, name)
+        # A sequence of its own, as a group of its own: every member calls it as often.
+        pseudo = name + ":monitored_barrier"
+        last[pseudo] = ((entered_ns, 0), "%d monitored_barrier %s %s %s %s\n" % (
+            calls, state, _word(pseudo), ranks, " ".join(str(desc).split())))
     return "".join(line for _, line in sorted(last.values(), key=lambda v: v[0]))
 
 
 _p2p = {}  # key -> (op, peer, group name, the Work of an async one or None): ops not finished
 _p2p_lock = threading.Lock()
 _p2p_changes = 0  # counts ops entered and finished: progress the flight recorder does not see
+# Gloo's monitored_barrier is made of sends and recvs inside PyTorch, which its flight recorder
+# leaves out: group name -> [calls, "entered" or "retired", wall-clock ns when last entered,
+# id() of the group object]. Counted from the group's making, whenever the watcher first looks.
+_barriers = {}
+
+
+def _barrier_enter(group, pg_id):
+    global _p2p_changes
+    with _p2p_lock:
+        _p2p_changes += 1
+        b = _barriers.get(group)
+        if b is None or b[3] != pg_id:  # a group of that name made again: counted anew
+            b = _barriers[group] = [0, "retired", 0, pg_id]
+        b[0] += 1
+        b[1] = "entered"
+        b[2] = time.time_ns()
+
+
+def _forget_dead_barriers(c10d_py):
+    """Drops the barriers of process groups that no longer exist (destroyed, made again)."""
+    try:
+        live = {id(pg) for pg in list(c10d_py._world.pg_names)}
+    except Exception:
+        return
+    with _p2p_lock:
+        for name in [n for n, b in _barriers.items() if b[3] not in live]:
+            del _barriers[name]
+
+
+def _barrier_leave(group, passed):
+    """A barrier that raised (PyTorch found a rank missing) stays entered: it did not pass."""
+    global _p2p_changes
+    with _p2p_lock:
+        _p2p_changes += 1
+        if passed:
+            _barriers[group][1] = "retired"
 
 
 def _p2p_enter(op, peer, group, work=None):
@@ -151,10 +200,11 @@ def _p2p_args(c10d_py, signature, args, kwargs, peer_name):
 
 
 def _wrap_p2p(c10d_py):
-    """Wraps send, recv and batch_isend_irecv in torch.distributed.distributed_c10d, where the
-    package (importing * from it), the program and PyTorch's own send_object_list find them, to
-    record the operations the flight recorder of Gloo leaves out. isend and irecv are not wrapped:
-    batch_isend_irecv's P2POp compares its op with them."""
+    """Wraps send, recv, batch_isend_irecv and monitored_barrier in
+    torch.distributed.distributed_c10d, where the package (importing * from it), the program and
+    PyTorch's own send_object_list find them, to record the operations the flight recorder of Gloo
+    leaves out. isend and irecv are not wrapped: batch_isend_irecv's P2POp compares its op with
+    them."""
     if getattr(c10d_py, "_ddprun_p2p", False):
         return
     c10d_py._ddprun_p2p = True
@@ -170,6 +220,28 @@ def _wrap_p2p(c10d_py):
                 return fn(*args, **kwargs)
             finally:
                 _p2p_leave(key)
+        return wrapper
+
+    def barrier(fn):
+        import inspect
+        signature = inspect.signature(fn)
+
+        def wrapper(*args, **kwargs):
+            try:
+                group = signature.bind_partial(*args, **kwargs).arguments.get("group")
+                if group is None:
+                    group = c10d_py._get_default_group()
+                name = c10d_py._get_process_group_name(group)
+            except Exception:
+                return fn(*args, **kwargs)  # never disturb the job: this one goes unseen
+            _barrier_enter(name, id(group))
+            passed = False
+            try:
+                result = fn(*args, **kwargs)
+                passed = True
+                return result
+            finally:
+                _barrier_leave(name, passed)
         return wrapper
 
     def batch(fn):
@@ -189,7 +261,8 @@ def _wrap_p2p(c10d_py):
     package = sys.modules.get("torch.distributed")
     for name, make in (("send", lambda f: blocking(f, "send", "dst")),
                        ("recv", lambda f: blocking(f, "recv", "src")),
-                       ("batch_isend_irecv", batch)):
+                       ("batch_isend_irecv", batch),
+                       ("monitored_barrier", barrier)):
         original = getattr(c10d_py, name, None)
         if original is None:
             continue
@@ -327,6 +400,7 @@ def _watch(torch_dir, heartbeat, rank):
                    "%d %s\n" % (os.getpid(), sys.executable))
             _members.clear()  # a process group made again: its groups are new
             groups.clear()
+            _forget_dead_barriers(dist.distributed_c10d)
             _wrap_p2p(dist.distributed_c10d)  # imported some other way than _P2pFinder saw
         was_initialized = True
         import torch._C._distributed_c10d as c10d
@@ -335,7 +409,7 @@ def _watch(torch_dir, heartbeat, rank):
             p2p = _p2p_lines(dist)
             last = entries[-1] if entries else {}
             now = (last.get("record_id"), bool(last.get("retired")), _p2p_changes)
-            if now != seen and (entries or p2p or seen is not None):
+            if now != seen and (entries or p2p or _barriers or seen is not None):
                 collectives_moved = seen is None or now[:2] != seen[:2]
                 seen = now
                 _beat(heartbeat, last.get("record_id") if collectives_moved else None)

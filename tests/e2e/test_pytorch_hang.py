@@ -203,6 +203,46 @@ def test_the_rank_that_never_joined_is_the_root_cause_not_the_one_waiting_for_it
     assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", r.stderr), r.stderr
 
 
+BARRIERS = """
+import os, sys, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+stop = int(sys.argv[1])  # rank 1 stops before this barrier; -1: never
+for i in range(1, 10**9):
+    if os.environ["RANK"] == "1" and i == stop:
+        print("rank 1 stops before monitored_barrier", i, flush=True)
+        time.sleep(100000)
+    dist.monitored_barrier(timeout=__import__("datetime").timedelta(seconds=600))
+    if i * 0.05 > float(sys.argv[2]):
+        break
+    time.sleep(0.05)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("stop", [-1, 20])
+def test_monitored_barriers_are_progress_and_the_rank_missing_one_is_named(tmp_path, stop):
+    """A loop of monitored_barrier alone: Gloo makes it of sends and recvs inside PyTorch, which
+    its flight recorder leaves out. It was taken for a hang (no progress after the one
+    all_reduce) and killed; a rank that stopped calling it was not named (found by an attacking
+    helper). The hook records each call: a healthy loop runs on, and the rank missing a barrier
+    is the root cause."""
+    script = tmp_path / "barriers.py"
+    script.write_text(BARRIERS)
+    seconds = HANG_TIMEOUT + 3
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=2",
+                        f"--log_dir={tmp_path}", f"--hang_timeout={HANG_TIMEOUT}",
+                        "--exit_timeout=20", "--hang_detect=torch", str(script), str(stop),
+                        str(seconds)], env=env(), capture_output=True, text=True, timeout=120)
+    if stop < 0:
+        assert r.returncode == 0, r.stderr
+        return
+    assert r.returncode == 124, r.stderr
+    assert re.search(r"hang, by PyTorch's collectives: rank 1 did not enter monitored_barrier "
+                     r"#20 \(rank 0 waits in it\)", r.stderr), r.stderr
+    assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", r.stderr), r.stderr
+
+
 def test_with_a_subgroup_the_rank_that_stopped_is_named_not_the_one_blocked_by_it(tmp_path):
     """Ranks 0,1 all_reduce in a process group of their own; rank 1 stops before that one. Rank 0
     waits in it and so falls behind rank 2 in the default group. Numbers of different groups were
