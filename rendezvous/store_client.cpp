@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "base/pause_clock.hpp"
 #include "rendezvous/store_protocol.hpp"
 
 namespace ddprun::rendezvous {
@@ -142,13 +143,19 @@ Status StoreClient::SendBytes(const std::string& bytes) {
 
 Status StoreClient::ReadExact(void* out, size_t n, Clock::time_point deadline) {
   auto* p = static_cast<char*>(out);
+  // Time in which this process did not run (the whole job suspended, a host
+  // starved) does not count toward the deadline: the reply may be there.
+  PauseClock paused;
+  paused.Start(Clock::now());
   while (n > 0) {
     if (broken_) return Gone("connection already closed");
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    // While it can be interrupted, it looks now and then.
-    const long slice = interrupted_ ? std::min<long>(left.count(), 200) : left.count();
+    // It looks at least every PauseClock tick; while it can be interrupted, more often.
+    const long slice = std::min<long>(
+        left.count(), interrupted_ ? 200 : std::chrono::milliseconds(PauseClock::kTick).count());
     pollfd pfd{fd_.get(), POLLIN, 0};
     int rc = poll(&pfd, 1, static_cast<int>(std::max<long>(0, slice)));
+    deadline += paused.Look(Clock::now()).discounted;
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0 && interrupted_ && interrupted_()) {
       broken_ = true;  // the reply may come later and be taken for the next one's

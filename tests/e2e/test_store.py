@@ -14,6 +14,7 @@ import datetime
 import os
 import queue
 import resource
+import signal
 import socket
 import struct
 import subprocess
@@ -792,6 +793,28 @@ def test_slow_reader_does_not_stall_others(server):
     while server.connections() != 2 and time.monotonic() < wait_deadline:
         time.sleep(0.02)
     assert server.connections() == 2
+
+
+@pytest.mark.parametrize("suspended", [True, False])
+def test_a_client_suspended_while_it_waits_does_not_count_that_time(server, cli_factory,
+                                                                     suspended):
+    """The whole job suspended (SIGSTOP, Slurm's scontrol suspend) while a worker waits on a key,
+    as the DDP core's TORCH_DISTRIBUTED_DEBUG=DETAIL check does: the time it did not run does not
+    count toward its wait, which timed out the moment the job resumed. A client that runs all
+    along still times out."""
+    cli = cli_factory(server.port)
+    setter = cli_factory(server.port)
+    cli.write("wait 2000 late\n")
+    time.sleep(0.3)
+    if suspended:
+        cli.proc.send_signal(signal.SIGSTOP)
+        time.sleep(3.0)
+        cli.proc.send_signal(signal.SIGCONT)
+        time.sleep(0.5)
+        assert setter("set late v") == "ok"
+        assert cli.readline(10).rstrip() == "ok"
+    else:
+        assert cli.readline(10).rstrip().startswith("error store ")
 
 
 def test_client_disconnect_mid_wait_is_cleaned_up(server):
