@@ -23,16 +23,18 @@ CHATTY = textwrap.dedent("""\
     import os, signal, sys, time
     d = os.environ["OUT_DIR"]
     rank = int(os.environ["RANK"])
-    def on_term(sig, frame):
-        with open(f"{d}/term.{rank}", "w") as f:
+    def note(name):  # whole when it appears: the test reads it as soon as it exists
+        with open(f"{d}/{name}.tmp", "w") as f:
             f.write(repr(time.time()))
+        os.replace(f"{d}/{name}.tmp", f"{d}/{name}")
+    def on_term(sig, frame):
+        note(f"term.{rank}")
         os._exit(143)
     signal.signal(signal.SIGTERM, on_term)
     start = time.time()
     if rank == 0 and os.environ.get("FAIL") == "1":
         time.sleep(1.0)
-        with open(f"{d}/failed", "w") as f:
-            f.write(repr(time.time()))
+        note("failed")
         sys.exit(7)
     n = 0
     limit = float(os.environ.get("PRINT_FOR", "1e9"))
