@@ -42,8 +42,17 @@ install(FILES ${DDPRUN_SCHEMAS} DESTINATION ${CMAKE_INSTALL_DOCDIR}/schemas COMP
 install(FILES ${DDPRUN_COMPLETION_DIR}/ddprun.bash
         DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME ddprun
         COMPONENT runtime)
-install(FILES ${DDPRUN_COMPLETION_DIR}/_ddprun
-        DESTINATION ${CMAKE_INSTALL_DATADIR}/zsh/vendor-completions COMPONENT runtime)
+# zsh: Debian's looks in /usr/share/zsh/vendor-completions (the .deb's prefix) and not in
+# /usr/share/zsh/site-functions; every zsh looks in <its prefix>/share/zsh/site-functions, as
+# Debian's in /usr/local/share/zsh/site-functions. The prefix is known when installing.
+install(CODE "
+  if(\"\${CMAKE_INSTALL_PREFIX}\" STREQUAL \"/usr\")
+    set(zsh_dir vendor-completions)
+  else()
+    set(zsh_dir site-functions)
+  endif()
+  file(INSTALL DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_DATADIR}/zsh/\${zsh_dir}\"
+       TYPE FILE FILES \"${DDPRUN_COMPLETION_DIR}/_ddprun\")" COMPONENT runtime)
 
 # The man page gzip'd (-9n: smallest, no name or time stamp, as Debian policy wants; man reads
 # it everywhere). The Debian changelog is made the same way (deb.cmake).
@@ -120,27 +129,29 @@ install(FILES ${CMAKE_BINARY_DIR}/packaging/ddprunConfig.cmake
               ${CMAKE_BINARY_DIR}/packaging/ddprunConfigVersion.cmake
         DESTINATION ${DDPRUN_CMAKE_DIR} COMPONENT dev)
 
-# The pkg-config file, ddprun-ddp.pc. Its prefix is the one of the install (`--prefix P`, or /usr
-# in the .deb), known only when installing: the template is configured now with every other value
-# and @CMAKE_INSTALL_PREFIX@ left in, then configured again by the install script.
-set(DDPRUN_PC_INSTALL_PREFIX "@CMAKE_INSTALL_PREFIX@")
-# Static: what the archive's objects need goes under Libs.private (`pkg-config --static`).
+# The pkg-config file, ddprun-ddp.pc. Its prefix is found from where it lies
+# (${pcfiledir}/../.. for lib/pkgconfig), so an install moved, or under a relative --prefix or a
+# path with spaces, is found where it is. The library is static only: what its objects need goes
+# under Libs (under Libs.private, a plain `pkg-config --libs` would leave them out).
+set(up "..")  # from <libdir>/pkgconfig to the prefix
+string(REGEX MATCHALL "[^/]+" libdir_parts "${CMAKE_INSTALL_LIBDIR}")
+foreach(part IN LISTS libdir_parts)
+  string(APPEND up "/..")
+endforeach()
+set(DDPRUN_PC_UP "${up}")
 set(DDPRUN_PC_CFLAGS "")
 set(DDPRUN_PC_CUDA_VARS "")
-set(DDPRUN_PC_LIBS_PRIVATE "-lgloo -lpthread")
+set(DDPRUN_PC_LIBS "-lgloo -lpthread")
 if(DDPRUN_HAVE_CUDA)
   # CUDA and NCCL have no .pc of their own here: their directory is a variable a user can change
   # (pkg-config --define-variable=cudalibdir=DIR).
   get_filename_component(cuda_libdir ${NCCL_LIBRARY} DIRECTORY)
   set(DDPRUN_PC_CUDA_VARS "cudalibdir=${cuda_libdir}\n")
   set(DDPRUN_PC_CFLAGS " -DDDPRUN_HAVE_CUDA=1")
-  string(APPEND DDPRUN_PC_LIBS_PRIVATE " -L\${cudalibdir} -lcudart -lnccl")
+  string(APPEND DDPRUN_PC_LIBS " -L\${cudalibdir} -lcudart -lnccl")
 endif()
-configure_file(packaging/ddprun-ddp.pc.in ${CMAKE_BINARY_DIR}/packaging/ddprun-ddp.pc.in @ONLY)
-install(CODE "
-  set(pc \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig/ddprun-ddp.pc\")
-  message(STATUS \"Installing: \${pc}\")
-  configure_file(\"${CMAKE_BINARY_DIR}/packaging/ddprun-ddp.pc.in\" \"\${pc}\" @ONLY)
-  list(APPEND CMAKE_INSTALL_MANIFEST_FILES \"\${pc}\")" COMPONENT dev)
+configure_file(packaging/ddprun-ddp.pc.in ${CMAKE_BINARY_DIR}/packaging/ddprun-ddp.pc @ONLY)
+install(FILES ${CMAKE_BINARY_DIR}/packaging/ddprun-ddp.pc
+        DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig COMPONENT dev)
 
 include(packaging/deb.cmake)

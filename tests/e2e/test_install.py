@@ -3,7 +3,10 @@ the docs, the DDP core's public headers and no private one, the CMake package an
 file, with no path of this build in them), and examples/consumer, a worker of its own built against
 that prefix with find_package and with pkg-config, run by the installed ddprun on 2 CPU ranks."""
 import gzip
+import os
 import re
+import shlex
+import shutil
 import subprocess
 
 import pytest
@@ -51,7 +54,7 @@ def test_the_install_has_exactly_the_expected_files(prefix):
         "bin/ddprun", "libexec/ddprun/train", "share/man/man1/ddprun.1.gz",
         "share/doc/ddprun/README.md", f"{LIBDIR}/libddprun_ddp.a",
         f"{LIBDIR}/pkgconfig/ddprun-ddp.pc",
-        "share/bash-completion/completions/ddprun", "share/zsh/vendor-completions/_ddprun",
+        "share/bash-completion/completions/ddprun", "share/zsh/site-functions/_ddprun",
     } | docs | cmake | {f"include/ddprun/{h}" for h in PUBLIC_HEADERS} | CUDA_PLUGIN
     installed = files_under(prefix)
     assert installed == expected, (sorted(installed - expected), sorted(expected - installed))
@@ -96,7 +99,8 @@ def test_the_package_files_name_no_path_of_this_build(prefix):
         for path in (SOURCE, BUILD):
             assert str(path) not in text, (f, path)
     pc = (prefix / LIBDIR / "pkgconfig" / "ddprun-ddp.pc").read_text()
-    assert f"prefix={prefix}\n" in pc, pc
+    up = "/".join([".."] * (1 + len(LIBDIR.split("/"))))  # from <libdir>/pkgconfig
+    assert f"prefix=${{pcfiledir}}/{up}\n" in pc, pc
     cmake = "\n".join(f.read_text() for f in files[:-1])
     # Every absolute path in the CMake package is computed from where it is installed.
     assert not re.findall(r'"/[^"$][^"]*"', cmake)
@@ -119,6 +123,33 @@ def build_with_pkg_config(prefix, tmp_path):
     r = check_run(["make", "-f", CONSUMER / "Makefile"], env=env, cwd=build, timeout=120)
     assert "warning:" not in r.stdout + r.stderr, r.stdout + r.stderr
     return build / "consumer"
+
+
+def test_pkg_config_finds_an_install_moved_to_a_path_with_a_space(prefix, tmp_path):
+    """The .pc file names its prefix by where it lies: an install copied elsewhere (a relative
+    --prefix, a container image's) is found there, spaces and all; a plain --libs (no --static)
+    has what the static library needs."""
+    moved = tmp_path / "moved prefix"
+    shutil.copytree(prefix, moved, symlinks=True)
+    env = base_env(PKG_CONFIG_PATH=str(moved / LIBDIR / "pkgconfig"))
+    cflags = check_run(["pkg-config", "--cflags", "ddprun-ddp"], env=env, timeout=30).stdout
+    libs = check_run(["pkg-config", "--libs", "ddprun-ddp"], env=env, timeout=30).stdout
+    include = shlex.split(cflags)[0]
+    assert include.startswith("-I") and os.path.samefile(include[2:], moved / "include/ddprun"), \
+        cflags
+    assert "-lgloo" in libs and "-lpthread" in libs, libs
+    libdir = next(a[2:] for a in shlex.split(libs) if a.startswith("-L"))
+    assert os.path.samefile(libdir, moved / LIBDIR), libs
+
+
+def test_zsh_finds_the_completion_under_the_debian_prefix_too(tmp_path):
+    """Debian's zsh reads /usr/share/zsh/vendor-completions, not site-functions: the .deb's
+    prefix (/usr) installs it there (DESTDIR stands in for the root)."""
+    root = tmp_path / "root"
+    check_run(["cmake", "--install", str(BUILD), "--prefix", "/usr", "--component", "runtime"],
+              env=base_env(DESTDIR=str(root)), timeout=120)
+    assert (root / "usr/share/zsh/vendor-completions/_ddprun").is_file()
+    assert not (root / "usr/share/zsh/site-functions").exists()
 
 
 def test_consumer_built_both_ways_trains_alike_on_every_rank(prefix, tmp_path):

@@ -4,6 +4,7 @@ dpkg-shlibdeps, the man page gzip'd, copyright and changelog); and the demo job 
 of both packages unpacked with `dpkg -x` into a scratch root: the packaged ddprun launching the
 packaged trainer on 2 CPU ranks, which ends with the checksum of the build's --reference run."""
 import gzip
+import os
 import re
 import shutil
 import subprocess
@@ -90,7 +91,13 @@ def test_docs_man_page_and_changelog_are_in_place(debs, root):
 def test_dev_package_is_found_at_usr(root):
     pcs = list(root.glob("usr/lib/*/pkgconfig/ddprun-ddp.pc"))
     assert len(pcs) == 1, pcs
-    assert "prefix=/usr\n" in pcs[0].read_text()
+    # The prefix is found from where the file lies: /usr once installed, the unpacked tree here.
+    env = base_env(PKG_CONFIG_PATH=str(pcs[0].parent))
+    cflags = check_run(["pkg-config", "--cflags", "ddprun-ddp"], env=env, timeout=30).stdout
+    include = next(a[2:] for a in cflags.split() if a.startswith("-I"))
+    assert os.path.samefile(include, root / "usr/include/ddprun"), cflags
+    # Debian's zsh reads vendor-completions under /usr.
+    assert (root / "usr/share/zsh/vendor-completions/_ddprun").is_file()
     assert list(root.glob("usr/lib/*/libddprun_ddp.a"))
     assert list(root.glob("usr/lib/*/cmake/ddprun/ddprunConfig.cmake"))
     assert (root / "usr/include/ddprun/ddp/reducer.hpp").exists()
