@@ -10,7 +10,9 @@ flight recorder does not record them: the hook wraps send, recv and batch_isend_
 torch.distributed is imported; entering or finishing one is progress too) (and monitored_barrier,
 made of such operations inside PyTorch: a line "<calls> monitored_barrier <entered|retired>
 <group>:monitored_barrier ...", a sequence of its own) (and once, in python_<RANK>,
-"<pid> <sys.executable>": where the rank's Python is, for ddprun's dump). After
+"<pid> <sys.executable>": where the rank's Python is, for ddprun's dump; the rank's Python is the
+first of its Pythons to make a process group, claimed in owner_<RANK>: under a Python wrapper that
+starts the trainer as a child, the child). After
 destroy_process_group, once the main module has finished (before the interpreter joins the program's threads), and when the
 interpreter exits (after the program's own exit handlers), it removes the heartbeat file: the
 rank is finishing, no beat is due any more, only its exit (ddprun's --exit_timeout); a process
@@ -358,7 +360,7 @@ _exiting = False
 # When the main module finished: the flight recorder's last record then. Progress of that record
 # or an earlier one (seen late) is the main module's own and does not make the rank run again.
 _finished_through = None
-_rank_pid = None  # the rank's own process: the one that started the hook
+_rank_pid = None  # the rank's process: the one that claimed it (_claim)
 
 
 def _beat(heartbeat, record_id=None):
@@ -396,6 +398,8 @@ def _watch(torch_dir, heartbeat, rank):
             _beat(heartbeat)
         dist = sys.modules["torch.distributed"]
         if not was_initialized:  # the rank's training process (under a wrapper script, too)
+            if not _claim(torch_dir, rank):
+                return  # another Python of the rank speaks for it
             _write(os.path.join(torch_dir, "python_" + rank),
                    "%d %s\n" % (os.getpid(), sys.executable))
             _members.clear()  # a process group made again: its groups are new
@@ -467,19 +471,64 @@ def _wrap_thread_shutdown(heartbeat):
     threading._shutdown = _shutdown
 
 
-def _start():
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # another user's: alive
+    return True
+
+
+def _claim(torch_dir, rank):
+    """Whether this process speaks for the rank: the first of the rank's Pythons to make a process
+    group (the rank's own process, or the trainer that a Python wrapper started) claims it in
+    owner_<RANK>, with its pid; the others (the wrapper, DataLoader workers, any child) neither beat
+    nor, exiting, say the rank is finishing. A claim of a process that is gone is taken over."""
     global _rank_pid
+    if _rank_pid == os.getpid():
+        return True
+    path = os.path.join(torch_dir, "owner_" + rank)
+    mine = "%s.%d" % (path, os.getpid())
+    try:
+        with open(mine, "w") as f:
+            f.write("%d\n" % os.getpid())
+        for _ in range(2):
+            try:
+                os.link(mine, path)  # whole, and only if no one has claimed it
+            except FileExistsError:
+                try:
+                    pid = int((_read(path) or "").split()[0])
+                except (ValueError, IndexError):
+                    return False  # unreadable: someone else's
+                if pid != os.getpid() and _alive(pid):
+                    return False
+                if pid != os.getpid():
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+                    continue
+            _rank_pid = os.getpid()
+            return True
+        return False
+    except OSError:
+        return False  # the directory is gone or full: unwatched, never disturbed
+    finally:
+        try:
+            os.unlink(mine)
+        except OSError:
+            pass
+
+
+def _start():
     torch_dir = os.environ.get("DDPRUN_TORCH_DIR", "")
     if not torch_dir:
         return
-    # The rank's own Python only: a child it starts (multiprocessing, a DataLoader worker, by fork
-    # or spawn) inherits the environment and must neither beat for the rank nor, exiting, say
-    # the rank is finishing.
-    owner = os.environ.get("DDPRUN_TORCH_HOOK_PID")
-    if owner is not None and owner != str(os.getpid()):
-        return
-    os.environ["DDPRUN_TORCH_HOOK_PID"] = str(os.getpid())
-    _rank_pid = os.getpid()
+    # In every Python of the rank (a wrapper's child too): the first to make a process group
+    # claims the rank (_claim); a forked child has no watcher thread, and its inherited claim
+    # is its parent's pid, not its own.
     os.makedirs(torch_dir, exist_ok=True)
     heartbeat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
     if heartbeat:

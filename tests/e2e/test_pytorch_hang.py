@@ -346,16 +346,34 @@ def test_a_rank_blocked_in_a_send_is_not_blamed_the_one_that_never_receives_is(t
     assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", r.stderr), r.stderr
 
 
-def test_a_job_under_a_wrapper_script_gets_its_python_dumped_and_analysed(tmp_path):
+PY_WRAPPER = """
+import subprocess, sys
+sys.exit(subprocess.run([sys.executable, *sys.argv[1:]]).returncode)
+"""
+
+
+@pytest.mark.parametrize("wrapper_kind", ["sh", "python"])
+def test_a_job_under_a_wrapper_script_gets_its_python_dumped_and_analysed(tmp_path, wrapper_kind):
     """`ddprun ./run.sh` where run.sh runs python as a child: the dump read only the shell
     (its wait4), and said the program does not run under Python, with no analysis (found by an
-    attacking helper). Now py-spy reads the rank's Python and fr_trace runs on the dumps."""
-    wrapper = tmp_path / "run.sh"
-    wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" {JOB} "$@"\n')
-    wrapper.chmod(0o755)
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", str(wrapper),
+    attacking helper). Now py-spy reads the rank's Python and fr_trace runs on the dumps. A Python
+    wrapper took the hook for itself, and the trainer it started was never watched: no hang was
+    ever found (found by an attacking helper); the first Python to make a process group is the
+    rank's."""
+    if wrapper_kind == "sh":
+        wrapper = tmp_path / "run.sh"
+        wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" {JOB} "$@"\n')
+        wrapper.chmod(0o755)
+        program = [str(wrapper)]
+    else:
+        wrapper = tmp_path / "wrapper.py"
+        wrapper.write_text(PY_WRAPPER)
+        program = [str(wrapper), JOB]
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", *program,
                "--steps", "100", "--hang-step", "5")
     assert r.returncode == 124, r.stderr
+    assert re.search(r"hang, by PyTorch's collectives: rank 1 did not enter gloo:all_reduce",
+                     r.stderr), r.stderr
     assert "no analysis" not in r.stderr, r.stderr
     assert "missing ranks: {1}" in r.stderr, r.stderr
     if (Path(sys.executable).parent / "py-spy").exists():
