@@ -272,11 +272,9 @@ Action AgentMachine::StoreGone(const Status& s) {
     if (phase_ == Phase::kStopping) stop_asked_ = true;  // the round had ended
     phase_ = Phase::kStoreGone;
     gone_message_ = message;
-    if (!stop_at_ && last_step_) {
-      // The grace counts from this step's clock (it began the step that failed).
-      stop_at_ = *last_step_ + s_.store_gone_grace;
-      next_wake_ = std::min(*last_step_ + s_.poll, *stop_at_);
-    }
+    // Stepped again at once: the grace counts from then (AfterStoreGone), not
+    // from the start of this step, whose request may have waited read_timeout.
+    if (last_step_) next_wake_ = *last_step_;
     Action note;  // kWait
     note.message = message;
     if (!stop_asked_) {

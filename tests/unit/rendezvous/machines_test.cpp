@@ -527,6 +527,24 @@ TEST_CASE("machines: a store gone while the workers ran: their own exit decides 
   }
 }
 
+TEST_CASE("machines: the grace after the store went counts from when it was found gone") {
+  // Found by an attacking helper: the store host SIGSTOPped, the request that found it gone took
+  // read_timeout (5 s), and the grace was counted from that request's start: the workers were
+  // stopped in the same millisecond as "may go on for up to 5 s" was said.
+  TwoAgents t(0);
+  auto [s0, s1] = t.Until();
+  REQUIRE(s1.kind == ActionKind::kStartWorkers);
+  t.store.SetDown(true);
+  REQUIRE(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);  // the step whose request failed
+  CHECK(t.a1->next_wake() <= t.now);                            // stepped again at once
+  t.now += std::chrono::seconds(5);  // the failed request's wait, as the driver's clock saw it
+  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);  // the grace starts here
+  t.now += std::chrono::milliseconds(4900);
+  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);
+  t.now += std::chrono::milliseconds(100);
+  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kStopWorkers);
+}
+
 TEST_CASE("machines: a store gone after this node's workers all exited 0: the agent exits 0") {
   // Its workers' success was being recorded, or was, and the job's end not yet read: as torchrun's
   // agent, and as an agent whose workers were still running at the time (above).
