@@ -392,14 +392,15 @@ def _watch(torch_dir, heartbeat, rank):
             if was_initialized:
                 was_initialized, finished = False, True
                 _finishing(heartbeat)
+                _release(torch_dir, rank)  # a child (a trainer it starts now) may claim the rank
             continue
-        if finished:  # a process group again after a destroyed one: running again
-            finished = False
-            _beat(heartbeat)
         dist = sys.modules["torch.distributed"]
         if not was_initialized:  # the rank's training process (under a wrapper script, too)
             if not _claim(torch_dir, rank):
-                return  # another Python of the rank speaks for it
+                continue  # another Python of the rank speaks for it: asked again while it lives
+            if finished:  # a process group again after a destroyed one: running again
+                finished = False
+                _beat(heartbeat)
             _write(os.path.join(torch_dir, "python_" + rank),
                    "%d %s\n" % (os.getpid(), sys.executable))
             _members.clear()  # a process group made again: its groups are new
@@ -445,6 +446,9 @@ def _at_exit(heartbeat):
     with _lock:
         _exiting = True
     _finishing(heartbeat)
+    torch_dir = os.environ.get("DDPRUN_TORCH_DIR", "")
+    if torch_dir:
+        _release(torch_dir, os.environ.get("RANK", "0"))  # another Python of the rank may go on
 
 
 def _wrap_thread_shutdown(heartbeat):
@@ -472,13 +476,15 @@ def _wrap_thread_shutdown(heartbeat):
 
 
 def _alive(pid):
+    """Whether process `pid` runs (a zombie, exited but not yet waited for, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:
         pass  # another user's: alive
-    return True
+    stat = _read("/proc/%d/stat" % pid) or ""
+    return stat[stat.rfind(")") + 2:][:1] != "Z"
 
 
 def _claim(torch_dir, rank):
@@ -520,6 +526,21 @@ def _claim(torch_dir, rank):
             os.unlink(mine)
         except OSError:
             pass
+
+
+def _release(torch_dir, rank):
+    """Gives the rank's claim up (its process group destroyed): the next Python of the rank to
+    make one claims it."""
+    global _rank_pid
+    if _rank_pid != os.getpid():
+        return
+    _rank_pid = None
+    path = os.path.join(torch_dir, "owner_" + rank)
+    try:
+        if int((_read(path) or "0").split()[0]) == os.getpid():
+            os.unlink(path)
+    except (ValueError, IndexError, OSError):
+        pass
 
 
 def _start():

@@ -382,6 +382,41 @@ def test_a_job_under_a_wrapper_script_gets_its_python_dumped_and_analysed(tmp_pa
         assert "stuck_before_all_reduce" in rank1, rank1
 
 
+HELPER = """
+import sys, tempfile, time, torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
+dist.all_reduce(torch.ones(1))
+time.sleep(1.5)
+dist.destroy_process_group()
+"""
+MAIN = """
+import subprocess, sys, time, torch, torch.distributed as dist
+helper = subprocess.Popen([sys.executable, sys.argv[1]])
+time.sleep(1.0)  # the helper makes its process group first
+dist.init_process_group("gloo")
+for i in range(40):
+    dist.all_reduce(torch.ones(1))
+    time.sleep(0.2)
+helper.wait()
+dist.destroy_process_group()
+"""
+
+
+def test_a_helper_python_with_a_process_group_of_its_own_hands_the_rank_back(tmp_path):
+    """A rank's Python starts a helper Python that makes, uses and destroys a process group of
+    its own before the training starts: the helper claimed the rank first, the trainer's hook
+    stopped watching, and the helper's exit (removing the heartbeat file) made the healthy rank
+    "hung at exit" (found by an attacking helper). A claim is given up at destroy and at exit,
+    that of an exited process (a zombie too) is taken over, and a hook that could not claim asks
+    again."""
+    helper, main = tmp_path / "helper.py", tmp_path / "main.py"
+    helper.write_text(HELPER)
+    main.write_text(MAIN)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=10",
+               "--hang_detect=torch", str(main), str(helper), timeout=120)
+    assert r.returncode == 0, r.stderr
+
+
 def test_a_process_group_made_again_after_destroy_runs_on(tmp_path):
     # Seen finishing during the sleep after the first group (ddprun looks every 3 s); the second
     # group's collectives create the heartbeat file again well before the 12 s are up, and it
