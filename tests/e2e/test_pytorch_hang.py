@@ -390,11 +390,12 @@ time.sleep(1.5)
 dist.destroy_process_group()
 """
 MAIN = """
-import subprocess, sys, time, torch, torch.distributed as dist
+import subprocess, sys, time
 helper = subprocess.Popen([sys.executable, sys.argv[1]])
-time.sleep(1.0)  # the helper makes its process group first
+time.sleep(1.0)  # the helper makes its process group first (it imports torch meanwhile)
+import torch, torch.distributed as dist
 dist.init_process_group("gloo")
-for i in range(40):
+for i in range(75):  # 15 s: longer than --exit_timeout, which the helper's exit started
     dist.all_reduce(torch.ones(1))
     time.sleep(0.2)
 helper.wait()
