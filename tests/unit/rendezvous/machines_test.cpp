@@ -6,6 +6,7 @@
 #include "rendezvous/agent_machine.hpp"
 #include "rendezvous/coordinator_machine.hpp"
 #include "tests/unit/rendezvous/record_test_util.hpp"
+#include "tests/unit/rendezvous/two_agents.hpp"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -13,51 +14,7 @@ namespace {
 using record_test::For;
 using record_test::Member;
 using record_test::WorkerCause;
-
-struct TwoAgents {
-  using Time = Clock::time_point;
-  LocalStore store;
-  LocalStore::Handle kv0 = store.Connect(), kv1 = store.Connect(), kvc = store.Connect();
-  RendezvousSettings rdzv;
-  std::optional<AgentMachine> a0, a1;
-  std::optional<CoordinatorMachine> coordinator;
-  Time now = Time(std::chrono::hours(1));
-
-  explicit TwoAgents(int max_restarts) {
-    rdzv.run_id = "t";
-    rdzv.min_nodes = rdzv.max_nodes = 2;
-    AgentSettings s;
-    s.rdzv = rdzv;
-    s.max_restarts = max_restarts;
-    s.self = Member("0");
-    s.hosts_store = true;
-    a0.emplace(s);
-    s.self = Member("1");
-    s.hosts_store = false;
-    a1.emplace(s);
-    coordinator.emplace(rdzv, "0", [](const std::string&) {});
-  }
-  // Steps everyone until both agents ask for something; returns (a0's, a1's).
-  std::pair<Action, Action> Until() {
-    std::optional<Action> r0, r1;
-    for (int i = 0; i < 100 && !(r0 && r1); ++i) {
-      now += std::chrono::milliseconds(50);
-      (void)coordinator->Step(kvc, now);
-      for (auto [m, kv, r] : {std::tuple(&*a0, &kv0, &r0), std::tuple(&*a1, &kv1, &r1)}) {
-        if (*r) continue;
-        Action a = m->Step(*kv, now);
-        if (a.kind == ActionKind::kClearWorkerStore) {
-          m->WorkerStoreCleared();
-        } else if (a.kind != ActionKind::kWait) {
-          *r = a;
-        }
-      }
-    }
-    REQUIRE(r0);
-    REQUIRE(r1);
-    return {*r0, *r1};
-  }
-};
+using test::TwoAgents;
 
 TEST_CASE("machines: a failure restarts both nodes with the same restart count") {
   TwoAgents t(1);
@@ -439,161 +396,6 @@ TEST_CASE("machines: a coordinator's own pause does not count against the join t
   }
   CHECK(failed_at >= 14900);  // the 15 s left
   CHECK(failed_at <= 15200);
-}
-
-}  // namespace
-}  // namespace ddprun::rendezvous
-
-namespace ddprun::rendezvous {
-namespace {
-
-TEST_CASE("machines: a store gone at the end of a long step is told as a pause inside it") {
-  // SIGSTOP while a request waits: the clock the step began with cannot show it; the driver
-  // measures the step (StepTook), and the agent says it may have been dropped.
-  LocalStore store;
-  auto kv = store.Connect();
-  AgentSettings s;
-  s.rdzv.run_id = "t";
-  s.rdzv.min_nodes = s.rdzv.max_nodes = 2;
-  s.self = Member("0");
-  AgentMachine m(s);
-  auto now = Clock::time_point(std::chrono::hours(1));
-  REQUIRE(m.Step(kv, now).kind == ActionKind::kWait);
-  store.SetDown(true);
-  Action gone = m.Step(kv, now + std::chrono::milliseconds(200));
-  REQUIRE(gone.kind == ActionKind::kExit);
-  CHECK(gone.message.find("may have been dropped") == std::string::npos);
-  CHECK(m.StepTook(std::chrono::milliseconds(100), gone).message == gone.message);  // a quick step
-  Action paused = m.StepTook(std::chrono::milliseconds(5100), gone);
-  CHECK(paused.exit_code == 1);
-  CHECK(paused.message ==
-        gone.message +
-            "; its request took 5.1 s (this agent, or the store's host, did not run meanwhile): "
-            "this agent may have been dropped from the job, which then ended: its outcome is in "
-            "the other agents' logs");
-}
-
-}  // namespace
-}  // namespace ddprun::rendezvous
-
-namespace ddprun::rendezvous {
-namespace {
-
-TEST_CASE("machines: a store gone while the workers ran: their own exit decides the agent's") {
-  // Found by an attacking helper: an agent stopped (SIGSTOP) past the job's end came back to
-  // workers that had all exited 0 and a store that was gone, and exited 1; its peer and torchrun
-  // exit 0. The workers may end by themselves within the grace (the chaos suite's host killed as
-  // the job ended: one agent stopped its workers at once and exited 1, the other's had exited 0),
-  // else they are stopped; then what they did decides.
-  for (auto kind : {WorkersOutcome::Kind::kSucceeded, WorkersOutcome::Kind::kStopped}) {
-    CAPTURE(static_cast<int>(kind));
-    TwoAgents t(0);
-    auto [s0, s1] = t.Until();
-    REQUIRE(s1.kind == ActionKind::kStartWorkers);
-    t.store.SetDown(true);
-    t.now += std::chrono::seconds(10);
-    Action note = t.a1->Step(t.kv1, t.now);
-    REQUIRE(note.kind == ActionKind::kWait);
-    CHECK(t.a1->phase() == AgentMachine::Phase::kStoreGone);
-    CHECK(note.message.find("this node's workers may go on for up to 5 s to end by themselves") !=
-          std::string::npos);
-    const std::string gone = note.message.substr(0, note.message.find("; this node's"));
-    CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);  // the grace starts
-    CHECK(t.a1->next_wake() <= t.now + std::chrono::seconds(5));
-    if (kind == WorkersOutcome::Kind::kStopped) {
-      t.now += std::chrono::milliseconds(4900);
-      CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);
-      t.now += std::chrono::milliseconds(100);
-      Action stop = t.a1->Step(t.kv1, t.now);
-      REQUIRE(stop.kind == ActionKind::kStopWorkers);
-      CHECK(stop.message == gone + "; this node's workers did not end within 5 s after it");
-      CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);  // until the workers are out
-    } else {
-      t.now += std::chrono::seconds(1);  // they end by themselves
-    }
-    WorkersOutcome outcome;
-    outcome.kind = kind;
-    t.a1->WorkersExited(outcome, t.now);
-    Action exit = t.a1->Step(t.kv1, t.now);
-    REQUIRE(exit.kind == ActionKind::kExit);
-    CHECK(exit.message.rfind(gone, 0) == 0);
-    if (kind == WorkersOutcome::Kind::kSucceeded) {
-      CHECK(exit.exit_code == 0);
-      CHECK(exit.message.find("this node's workers had all exited 0 by then") != std::string::npos);
-    } else {
-      CHECK(exit.exit_code == 1);
-      CHECK(exit.message == gone);
-    }
-  }
-}
-
-TEST_CASE("machines: the grace after the store went counts from when it was found gone") {
-  // Found by an attacking helper: the store host SIGSTOPped, the request that found it gone took
-  // read_timeout (5 s), and the grace was counted from that request's start: the workers were
-  // stopped in the same millisecond as "may go on for up to 5 s" was said.
-  TwoAgents t(0);
-  auto [s0, s1] = t.Until();
-  REQUIRE(s1.kind == ActionKind::kStartWorkers);
-  t.store.SetDown(true);
-  REQUIRE(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);  // the step whose request failed
-  CHECK(t.a1->next_wake() <= t.now);                            // stepped again at once
-  t.now += std::chrono::seconds(5);  // the failed request's wait, as the driver's clock saw it
-  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);  // the grace starts here
-  t.now += std::chrono::milliseconds(4900);
-  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);
-  t.now += std::chrono::milliseconds(100);
-  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kStopWorkers);
-}
-
-TEST_CASE("machines: a store gone after this node's workers all exited 0: the agent exits 0") {
-  // Its workers' success was being recorded, or was, and the job's end not yet read: as torchrun's
-  // agent, and as an agent whose workers were still running at the time (above).
-  TwoAgents t(0);
-  auto [s0, s1] = t.Until();
-  REQUIRE(s1.kind == ActionKind::kStartWorkers);
-  WorkersOutcome ok;
-  t.a1->WorkersExited(ok, t.now);
-  t.store.SetDown(true);
-  Action exit = t.a1->Step(t.kv1, t.now);
-  REQUIRE(exit.kind == ActionKind::kExit);
-  CHECK(exit.exit_code == 0);
-  CHECK(exit.message.find("this node's workers had all exited 0 by then") != std::string::npos);
-  // Failed workers: 1, as before.
-  TwoAgents f(0);
-  std::tie(s0, s1) = f.Until();
-  REQUIRE(s1.kind == ActionKind::kStartWorkers);
-  WorkersOutcome failed;
-  failed.kind = WorkersOutcome::Kind::kFailed;
-  failed.cause.exit_code = 3;
-  f.a1->WorkersExited(failed, f.now);
-  f.store.SetDown(true);
-  Action exit1 = f.a1->Step(f.kv1, f.now);
-  REQUIRE(exit1.kind == ActionKind::kExit);
-  CHECK(exit1.exit_code == 1);
-}
-
-TEST_CASE(
-    "machines: workers failing by themselves after the store went: its loss stays the cause") {
-  // The chaos suite's host killed mid-training: the other nodes' workers fail of the peers gone
-  // with it, each node's first its own; every agent names the store's loss, then theirs.
-  TwoAgents t(0);
-  auto [s0, s1] = t.Until();
-  REQUIRE(s1.kind == ActionKind::kStartWorkers);
-  t.store.SetDown(true);
-  Action note = t.a1->Step(t.kv1, t.now);
-  REQUIRE(note.kind == ActionKind::kWait);
-  const std::string gone = note.message.substr(0, note.message.find("; this node's"));
-  WorkersOutcome failed;
-  failed.kind = WorkersOutcome::Kind::kFailed;
-  failed.cause.exit_code = 1;
-  failed.cause.what = "rank 2 (local_rank 0, pid 7) exit code 1";
-  t.now += std::chrono::milliseconds(300);
-  t.a1->WorkersExited(failed, t.now);
-  Action exit = t.a1->Step(t.kv1, t.now);
-  REQUIRE(exit.kind == ActionKind::kExit);
-  CHECK(exit.exit_code == 1);
-  CHECK(exit.message ==
-        gone + "; this node's workers failed meanwhile (rank 2 (local_rank 0, pid 7) exit code 1)");
 }
 
 }  // namespace
