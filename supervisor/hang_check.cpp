@@ -74,6 +74,9 @@ std::optional<SteadyTime> NextHangCheck(const std::vector<Beat>& beats, const Ha
     if (!b.running) continue;
     if (b.finishing) {
       if (exit_limit.count() > 0) earliest(b.last + exit_limit);
+      // It may create its heartbeat file again (a new process group after a
+      // destroyed one): looked at within a hang limit, its hang is found on time.
+      if (hang.count() > 0) earliest(now + hang);
       continue;
     }
     if (b.beaten && hang.count() > 0) earliest(b.last + hang);

@@ -157,6 +157,22 @@ def test_a_finishing_worker_that_never_exits_is_hung_at_exit_and_not_restarted(t
     assert report["root_cause"]["class"] == "exit-hang", report
 
 
+def test_a_worker_that_beats_again_after_finishing_is_held_to_the_hang_limit_again(tmp_path):
+    # A process group destroyed (file removed) and made again (file created), then silent: ddprun
+    # looked at a finishing worker only at its --exit_timeout, so the hang after the new group
+    # was found 30 s late, as hung at exit.
+    script = ('touch "$DDPRUN_HEARTBEAT_FILE"; rm "$DDPRUN_HEARTBEAT_FILE"; sleep 3; '
+              'touch "$DDPRUN_HEARTBEAT_FILE"; exec sleep 600')
+    r, elapsed = run(["--nproc_per_node=1", "--hang_timeout=2", "--exit_timeout=30",
+                      "--shutdown_timeout=1", f"--log_dir={tmp_path}", "--no_python", "/bin/sh",
+                      "-c", script])
+    assert r.returncode == 124, r.stderr
+    assert re.search(r"rank 0 \(local_rank 0, pid \d+\) hung: no heartbeat for [\d.]+ s",
+                     r.stderr), r.stderr
+    assert "hung at exit" not in r.stderr, r.stderr
+    assert elapsed < 20, elapsed  # 3 s, the 2 s limit (within 2 s of the file), dump, grace
+
+
 @pytest.mark.parametrize("finish", ["", 'rm "$DDPRUN_HEARTBEAT_FILE"; '],
                          ids=["running", "finishing"])
 def test_workers_that_exited_while_the_launcher_was_stopped_are_not_hung(tmp_path, finish):

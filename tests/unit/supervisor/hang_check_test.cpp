@@ -110,7 +110,22 @@ TEST_CASE(
   limits.exit_timeout = Duration(0);
   v = FindHung({Finishing(1, milliseconds(0))}, limits, kT0 + milliseconds(999999));
   CHECK(v.hung.empty());
-  CHECK_FALSE(NextHangCheck({Finishing(1, milliseconds(0))}, limits, kT0));
+  // Looked at again only to see whether it beats again (see below).
+  CHECK(NextHangCheck({Finishing(1, milliseconds(0))}, limits, kT0) == kT0 + milliseconds(10000));
+}
+
+TEST_CASE("a finishing worker is looked at within --hang_timeout: it may create its file again") {
+  // A process group destroyed (file removed) and made again (file created):
+  // the look that sees the new file must come within a hang limit, not at the
+  // exit limit, or a hang after the new group is found only at --exit_timeout.
+  auto next = NextHangCheck({Finishing(1, milliseconds(0))},
+                            {Duration(3), Duration(0), Duration(40)}, kT0 + milliseconds(1000));
+  REQUIRE(next);
+  CHECK(*next == kT0 + milliseconds(4000));
+  next = NextHangCheck({Finishing(1, milliseconds(0))}, {Duration(3), Duration(0), Duration(0)},
+                       kT0 + milliseconds(1000));
+  REQUIRE(next);
+  CHECK(*next == kT0 + milliseconds(4000));
 }
 
 TEST_CASE("with an exit limit, workers are looked at within a quarter of it for a removed file") {
