@@ -302,6 +302,7 @@ std::optional<Explanation> Explain(const FailureRecord& failure, const ExplainCo
   const std::string text = TextOf(failure);
   ExplainContext c = context;
   c.core_dump = failure.core;
+  c.hung = failure.hung;
   for (const auto& entry : Catalogue()) {
     if (auto e = entry.match(text, c)) {
       e->signature = entry.signature;

@@ -65,6 +65,9 @@ struct ExplainContext {
   // Where the failed worker's core dump went (FailureRecord::core; set by
   // Explain() from the failure): "" when none was dumped.
   std::string core_dump;
+  // The failed worker was declared hung (FailureRecord::hung; set by
+  // Explain()): it did not end by raising what its output shows.
+  bool hung = false;
   // The OOM kills since the failed worker's group started (env::OomKillsSince)
   // and the memory facts now; nullopt: not read.
   std::optional<env::MemoryFacts> memory;

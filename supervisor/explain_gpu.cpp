@@ -73,8 +73,11 @@ Match DdpCollectiveTimeout(const std::string& text, const ExplainContext& c) {
 }
 
 // torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, monitoredBarrier: the
-// rank that raised waited for the ranks it names, the causes.
-Match MonitoredBarrier(const std::string& text, const ExplainContext&) {
+// rank that raised waited for the ranks it names, the causes. Not for a rank
+// declared hung: it caught what the barrier raised and went on to hang
+// elsewhere (the hang's verdict names who stopped).
+Match MonitoredBarrier(const std::string& text, const ExplainContext& c) {
+  if (c.hung) return {};
   auto m = Find(text, R"((?:\[Rank (\d+)\]: )?Ranks? ([\d, ]+?) failed to pass monitoredBarrier)"
                       R"( in (\d+) ms)");
   if (!m) return {};

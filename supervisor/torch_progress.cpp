@@ -137,6 +137,7 @@ std::vector<TorchProgress> ReadTorchProgress(const std::string& dir,
         continue;
       }
       if (!p.p2p) p.entered = state == "entered";
+      p.raised = !p.p2p && state == "raised";
       fields >> p.group >> members;
       std::getline(fields >> std::ws, p.desc);
       p.everyone = members == "*";

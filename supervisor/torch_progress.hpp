@@ -17,7 +17,7 @@
 namespace ddprun::supervisor {
 
 // One rank's last collective in one process group: a line of its progress
-// file, "<seq> <op> <entered|retired> <group> <ranks|*|?> <desc>" (the hook
+// file, "<seq> <op> <entered|retired|raised> <group> <ranks|*|?> <desc>" (the hook
 // writes the newest last; lines of three fields are the default group's).
 // Or a point-to-point operation the rank waits in, which Gloo's flight
 // recorder does not record: "p2p <send|recv> <peer|*|?> <group> <ranks> <desc>".
@@ -30,6 +30,8 @@ struct TorchProgress {
   int peer = kUnknownPeer;   // p2p: the other side's global rank
   std::string op;            // p2p: "send" or "recv"
   bool entered = false;      // entered #seq and not seen finishing it
+  bool raised = false;       // a monitored_barrier that raised: the ranks' counts of the
+                             // group's barriers no longer match, they are not compared
   std::string group = "0";   // the process group's name (PyTorch's group_name)
   std::string desc;          // its group_desc ("default_pg", "undefined", the user's)
   bool everyone = true;      // the default group: every rank of the job

@@ -76,6 +76,7 @@ struct Survey {
   std::map<int, const TorchProgress*> newest;  // each rank's newest, any group
   std::map<std::string, Group> groups;
   std::map<int, std::vector<const TorchProgress*>> p2p;  // the p2p operations each waits in
+  std::map<std::string, std::vector<const TorchProgress*>> raised;  // by group: not compared
   bool InP2p(int rank) const { return p2p.count(rank) != 0; }
 };
 
@@ -122,6 +123,11 @@ std::vector<int> Awaited(const Survey& s, const TorchProgress& p) {
 
 Survey Gather(const std::vector<TorchProgress>& progress, const std::vector<int>& beating) {
   Survey s;
+  // A monitored_barrier that raised on one rank (and was caught) leaves the
+  // ranks' counts of that group's barriers apart for good: whoever reported it.
+  for (const TorchProgress& p : progress) {
+    if (p.raised) s.raised[p.group].push_back(&p);
+  }
   for (const TorchProgress& p : progress) {
     if (std::find(s.ranks.begin(), s.ranks.end(), p.rank) == s.ranks.end()) {
       s.ranks.push_back(p.rank);
@@ -130,7 +136,7 @@ Survey Gather(const std::vector<TorchProgress>& progress, const std::vector<int>
       s.p2p[p.rank].push_back(&p);
       continue;
     }
-    if (p.seq < 0) continue;
+    if (p.seq < 0 || s.raised.count(p.group)) continue;
     s.newest[p.rank] = &p;  // the hook writes the newest last
     Group& g = s.groups[p.group];
     g.at[p.rank] = &p;
@@ -363,6 +369,13 @@ void P2pStanding(const Survey& s, TorchSide& side) {
 }
 
 void Describe(const Survey& s, TorchSide& side) {
+  for (const auto& [name, raised] : s.raised) {
+    std::vector<int> ranks;
+    for (const TorchProgress* p : raised) ranks.push_back(p->rank);
+    side.text += "  " + raised.front()->op + Label(*raised.front()) + " raised on " +
+                 RanksNoun(ranks) +
+                 ": its calls are not compared (the ranks' counts of them differ since)\n";
+  }
   for (int r : s.ranks) {
     const std::string rank = "  rank " + std::to_string(r);
     if (const auto p2p = s.p2p.find(r); p2p != s.p2p.end()) {

@@ -8,8 +8,8 @@ there, "<seq> <op> <entered|retired> <group> <ranks|*> <desc>", the newest last,
 point-to-point operation it waits in, "p2p <send|recv> <peer|*> <group> <ranks|*> <desc>" (Gloo's
 flight recorder does not record them: the hook wraps send, recv and batch_isend_irecv as
 torch.distributed is imported; entering or finishing one is progress too) (and monitored_barrier,
-made of such operations inside PyTorch: a line "<calls> monitored_barrier <entered|retired>
-<group>:monitored_barrier ...", a sequence of its own) (and once, in python_<RANK>,
+made of such operations inside PyTorch: a line "<calls> monitored_barrier <entered|retired|raised>
+<group>:monitored_barrier ...", a sequence of its own; "raised" for good once one raised) (and once, in python_<RANK>,
 "<pid> <sys.executable>": where the rank's Python is, for ddprun's dump; the rank's Python is the
 first of its Pythons to make a process group, claimed in owner_<RANK>: under a Python wrapper that
 starts the trainer as a child, the child). After
@@ -105,8 +105,8 @@ _p2p = {}  # key -> (op, peer, group name, the Work of an async one or None): op
 _p2p_lock = threading.Lock()
 _p2p_changes = 0  # counts ops entered and finished: progress the flight recorder does not see
 # Gloo's monitored_barrier is made of sends and recvs inside PyTorch, which its flight recorder
-# leaves out: group name -> [calls, "entered" or "retired", wall-clock ns when last entered,
-# id() of the group object]. Counted from the group's making, whenever the watcher first looks.
+# leaves out: group name -> [calls, "entered", "retired" or "raised" (for good, once one raised),
+# wall-clock ns when last entered, id() of the group object]. Counted from the group's making, whenever the watcher first looks.
 _barriers = {}
 
 
@@ -118,7 +118,8 @@ def _barrier_enter(group, pg_id):
         if b is None or b[3] != pg_id:  # a group of that name made again: counted anew
             b = _barriers[group] = [0, "retired", 0, pg_id]
         b[0] += 1
-        b[1] = "entered"
+        if b[1] != "raised":
+            b[1] = "entered"
         b[2] = time.time_ns()
 
 
@@ -134,12 +135,17 @@ def _forget_dead_barriers(c10d_py):
 
 
 def _barrier_leave(group, passed):
-    """A barrier that raised (PyTorch found a rank missing) stays entered: it did not pass."""
+    """A barrier that raised (PyTorch found a rank missing) is "raised" for good: this rank left
+    it, the others may never have entered it, and a program that caught the error goes on with
+    its count of the group's barriers one apart from theirs; ddprun compares them no more."""
     global _p2p_changes
     with _p2p_lock:
         _p2p_changes += 1
-        if passed:
-            _barriers[group][1] = "retired"
+        b = _barriers[group]
+        if not passed:
+            b[1] = "raised"
+        elif b[1] != "raised":
+            b[1] = "retired"
 
 
 def _p2p_enter(op, peer, group, work=None):

@@ -243,6 +243,44 @@ def test_monitored_barriers_are_progress_and_the_rank_missing_one_is_named(tmp_p
     assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", r.stderr), r.stderr
 
 
+PROBE = """
+import datetime, os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+sub = dist.new_group([0, 1])
+if rank == 0:  # a probe rank 1 never joins: it raises after 1 s, and the program goes on
+    try:
+        dist.monitored_barrier(group=sub, timeout=datetime.timedelta(seconds=1))
+    except RuntimeError as e:
+        print("probe failed, carrying on:", e, flush=True)
+for i in range(30):
+    if i == 10 and rank == 0:
+        print("rank 0 stops outside collectives", flush=True)
+        time.sleep(100000)
+    dist.all_reduce(torch.ones(1))
+    time.sleep(0.1)
+"""
+
+
+def test_a_monitored_barrier_that_raised_and_was_caught_is_not_blamed_for_a_later_hang(tmp_path):
+    """The hook kept a barrier that raised as entered, and its error text in rank 0's output
+    was taken for the cause: a later hang of rank 0 (outside collectives) was blamed on rank 1,
+    which missed the probe (found by an attacking helper). A raised barrier's group is no longer
+    compared, and a hung rank's output is not read for what it raised and caught."""
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", str(script),
+               timeout=120)
+    assert r.returncode == 124, r.stderr
+    assert "probe failed, carrying on" in r.stdout, r.stdout
+    assert re.search(r"hang, by PyTorch's collectives: rank 0 did not enter gloo:all_reduce #\d+ "
+                     r"\(rank 1 waits in it\)", r.stderr), r.stderr
+    assert re.search(r"monitored_barrier .*raised on rank 0: its calls are not compared",
+                     r.stderr), r.stderr
+    assert "did not reach monitored_barrier" not in r.stderr, r.stderr
+    assert re.search(r"the job failed: node 0 \(.*\): rank 0 \(local_rank 0", r.stderr), r.stderr
+
+
 def test_with_a_subgroup_the_rank_that_stopped_is_named_not_the_one_blocked_by_it(tmp_path):
     """Ranks 0,1 all_reduce in a process group of their own; rank 1 stops before that one. Rank 0
     waits in it and so falls behind rank 2 in the default group. Numbers of different groups were

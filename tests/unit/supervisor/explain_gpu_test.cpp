@@ -47,6 +47,12 @@ TEST_CASE("explain: monitored_barrier names the ranks that never reached it, not
                          "rank that raised waited in it",
                          0) == 0);
   CHECK(all->fix.find("those ranks were") != std::string::npos);
+  // A rank that caught it and hung later: the barrier's ranks are no cause of that.
+  FailureRecord hung = Failed("hung: no heartbeat for 3.0 s (--hang_timeout=3)",
+                              "probe failed: [Rank 0]: Rank 1 failed to pass monitoredBarrier in "
+                              "1000 ms\nstep 10\n");
+  hung.hung = true;
+  CHECK_FALSE(Explain(hung, {}).has_value());
 }
 
 // ddp/gloo_process_group.cpp: the DDP core's collective timeout, with and without the recorders.

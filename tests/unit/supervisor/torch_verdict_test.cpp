@@ -200,6 +200,46 @@ TEST_CASE("A transfer both sides posted, or one with a rank elsewhere, blames no
   CHECK(first.laggards == std::vector<int>{1});
 }
 
+TEST_CASE(
+    "A monitored_barrier that raised on a rank takes its group's barriers out of the verdict") {
+  // Rank 0's probe barrier over ranks 0,1 raised (rank 1 never came) and was
+  // caught; later rank 0 stopped outside any collective and rank 1 waits in
+  // all_reduce #11. The barrier's counts (1 against none) are no cause.
+  TorchProgress barrier = In(0, "1:monitored_barrier", {0, 1}, 1, false);
+  barrier.op = "monitored_barrier";
+  barrier.raised = true;
+  const std::vector<TorchProgress> progress = {barrier, In(0, "0", {}, 10, false),
+                                               In(1, "0", {}, 11, true)};
+  const TorchSide side = NameLaggards(progress);
+  CHECK(side.laggards == std::vector<int>{0});
+  CHECK(side.verdict == "rank 0 did not enter gloo:all_reduce #11 (rank 1 waits in it)");
+  CHECK(Has(side.text,
+            "monitored_barrier of process group 1:monitored_barrier (ranks 0,1) raised "
+            "on rank 0: its calls are not compared"));
+  CHECK_FALSE(Has(side.text, "did not enter monitored_barrier"));
+  // Later both call the group's barrier again, rank 0 its 2nd, rank 1 its 1st:
+  // the same barrier, one apart for good. Rank 1 waiting in it is no lag of rank 0's.
+  TorchProgress again = barrier;
+  again.seq = 2;
+  again.entered = true;
+  TorchProgress first = barrier;
+  first.rank = 1;
+  first.raised = false;
+  first.entered = true;
+  const TorchSide later =
+      NameLaggards({In(0, "0", {}, 11, false), again, In(1, "0", {}, 11, false), first});
+  CHECK(later.laggards.empty());
+  CHECK_FALSE(Has(later.verdict, "did not enter"));
+  // The state is read from the hook's line.
+  const auto dir = std::filesystem::temp_directory_path() / "ddprun_torch_verdict_raised";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "progress_0") << "1 monitored_barrier raised 1:monitored_barrier 0,1 u\n";
+  const auto read = ReadTorchProgress(dir.string(), {0});
+  REQUIRE(read.size() == 1);
+  CHECK((read[0].raised && !read[0].entered && read[0].seq == 1));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("A group's label names its description and shortens a long member list") {
   std::vector<int> many;
   for (int r = 0; r < 12; ++r) many.push_back(r);
