@@ -1,5 +1,5 @@
 """ddprun's PyTorch progress hook (--hang_detect=torch), loaded by the workers' Python through
-PYTHONPATH. It changes nothing the user's program does (it only wraps four functions, below,
+PYTHONPATH. It changes nothing the user's program does (it only wraps five functions, below,
 which still return what they did and raise what they did): a daemon thread reads PyTorch's own flight
 recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
@@ -211,7 +211,7 @@ def _wrap_p2p(c10d_py):
     """Wraps send, recv, batch_isend_irecv and monitored_barrier in
     torch.distributed.distributed_c10d, where the package (importing * from it), the program and
     PyTorch's own send_object_list find them, to record the operations the flight recorder of Gloo
-    leaves out. isend and irecv are not wrapped: batch_isend_irecv's P2POp compares its op with
+    leaves out; and init_process_group, to start a watcher in a process that has none. isend and irecv are not wrapped: batch_isend_irecv's P2POp compares its op with
     them."""
     if getattr(c10d_py, "_ddprun_p2p", False):
         return
@@ -252,6 +252,13 @@ def _wrap_p2p(c10d_py):
                 _barrier_leave(name, passed)
         return wrapper
 
+    def init(fn):
+        def wrapper(*args, **kwargs):
+            result = fn(*args, **kwargs)
+            _watch_here()  # a forked child (multiprocessing's fork, forkserver) has no watcher
+            return result
+        return wrapper
+
     def batch(fn):
         def wrapper(p2p_op_list, *args, **kwargs):
             works = fn(p2p_op_list, *args, **kwargs)
@@ -270,7 +277,8 @@ def _wrap_p2p(c10d_py):
     for name, make in (("send", lambda f: blocking(f, "send", "dst")),
                        ("recv", lambda f: blocking(f, "recv", "src")),
                        ("batch_isend_irecv", batch),
-                       ("monitored_barrier", barrier)):
+                       ("monitored_barrier", barrier),
+                       ("init_process_group", init)):
         original = getattr(c10d_py, name, None)
         if original is None:
             continue
@@ -549,13 +557,43 @@ def _release(torch_dir, rank):
         pass
 
 
+_watch_args = None  # (torch dir, heartbeat file, rank) once _start ran
+_watcher_pid = None  # the process whose watcher thread runs
+
+
+def _watch_here():
+    """Starts the watcher thread in this process unless it has one: a forked child (a trainer
+    that multiprocessing started with fork or forkserver) has none, and is watched once it makes
+    a process group. DataLoader workers, which make none, get no thread."""
+    global _watcher_pid
+    if _watch_args is None or _watcher_pid == os.getpid():
+        return
+    _watcher_pid = os.getpid()
+    try:
+        threading.Thread(target=_watch, args=_watch_args, name="ddprun-torch-hook",
+                         daemon=True).start()
+    except RuntimeError:
+        pass  # no thread to be had (a thread limit): unwatched, never disturbed
+
+
+def _after_fork_in_child():
+    """A lock another thread of the parent held at the fork stays held in the child for good:
+    new ones. The parent's operations in flight are not the child's."""
+    global _lock, _p2p_lock
+    _lock = threading.Lock()
+    _p2p_lock = threading.Lock()
+    _p2p.clear()
+    _barriers.clear()
+
+
 def _start():
+    global _watch_args
     torch_dir = os.environ.get("DDPRUN_TORCH_DIR", "")
     if not torch_dir:
         return
     # In every Python of the rank (a wrapper's child too): the first to make a process group
-    # claims the rank (_claim); a forked child has no watcher thread, and its inherited claim
-    # is its parent's pid, not its own.
+    # claims the rank (_claim); a forked child has no watcher thread until it makes one
+    # (_watch_here), and its inherited claim is its parent's pid, not its own.
     os.makedirs(torch_dir, exist_ok=True)
     heartbeat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
     if heartbeat:
@@ -563,8 +601,9 @@ def _start():
         _wrap_thread_shutdown(heartbeat)
     if "torch.distributed.distributed_c10d" not in sys.modules:
         sys.meta_path.insert(0, _P2pFinder())
-    args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
-    threading.Thread(target=_watch, args=args, name="ddprun-torch-hook", daemon=True).start()
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+    _watch_args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
+    _watch_here()
 
 
 def _chain():

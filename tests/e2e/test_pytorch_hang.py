@@ -388,25 +388,41 @@ PY_WRAPPER = """
 import subprocess, sys
 sys.exit(subprocess.run([sys.executable, *sys.argv[1:]]).returncode)
 """
+MP_WRAPPER = """
+import multiprocessing, runpy, sys
+def train(argv):
+    sys.argv = argv
+    runpy.run_path(argv[0], run_name="__main__")
+if __name__ == "__main__":
+    child = multiprocessing.get_context(sys.argv[1]).Process(target=train, args=(sys.argv[2:],))
+    child.start()
+    child.join()
+    sys.exit(child.exitcode)
+"""
 
 
-@pytest.mark.parametrize("wrapper_kind", ["sh", "python"])
+@pytest.mark.parametrize("wrapper_kind", ["sh", "python", "fork", "forkserver"])
 def test_a_job_under_a_wrapper_script_gets_its_python_dumped_and_analysed(tmp_path, wrapper_kind):
     """`ddprun ./run.sh` where run.sh runs python as a child: the dump read only the shell
     (its wait4), and said the program does not run under Python, with no analysis (found by an
     attacking helper). Now py-spy reads the rank's Python and fr_trace runs on the dumps. A Python
     wrapper took the hook for itself, and the trainer it started was never watched: no hang was
     ever found (found by an attacking helper); the first Python to make a process group is the
-    rank's."""
+    rank's. A trainer that multiprocessing forked (fork, forkserver) had no watcher thread at
+    all (found by an attacking helper)."""
     if wrapper_kind == "sh":
         wrapper = tmp_path / "run.sh"
         wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" {JOB} "$@"\n')
         wrapper.chmod(0o755)
         program = [str(wrapper)]
-    else:
+    elif wrapper_kind == "python":
         wrapper = tmp_path / "wrapper.py"
         wrapper.write_text(PY_WRAPPER)
         program = [str(wrapper), JOB]
+    else:
+        wrapper = tmp_path / "mp_wrapper.py"
+        wrapper.write_text(MP_WRAPPER)
+        program = [str(wrapper), wrapper_kind, JOB]
     r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", *program,
                "--steps", "100", "--hang-step", "5")
     assert r.returncode == 124, r.stderr
@@ -418,6 +434,19 @@ def test_a_job_under_a_wrapper_script_gets_its_python_dumped_and_analysed(tmp_pa
         rank1 = next(Path(tmp_path).glob("*/attempt_0/dumps/rank_1.txt")).read_text()
         assert "the rank's Python, pid" in rank1, rank1
         assert "stuck_before_all_reduce" in rank1, rank1
+
+
+@pytest.mark.parametrize("context", ["fork", "forkserver"])
+def test_a_forked_trainer_that_finishes_ends_the_job_well(tmp_path, context):
+    """The watcher a forked trainer starts says the rank is finishing as it ends; the wrapper
+    then exits (no hang at exit, no hang while it waits)."""
+    wrapper = tmp_path / "mp_wrapper.py"
+    wrapper.write_text(MP_WRAPPER)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=5",
+               "--hang_detect=torch", str(wrapper), context, JOB, "--steps", "30",
+               "--step-sleep", "0.1")
+    assert r.returncode == 0, r.stderr
+    assert "hung" not in r.stderr, r.stderr
 
 
 HELPER = """
