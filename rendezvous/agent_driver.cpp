@@ -62,13 +62,18 @@ Status AgentDriver::CheckHostedJob() {
 }
 
 Action AgentDriver::TimedStep(Kv& kv) {
+  using std::chrono::milliseconds;
+  const auto waited = StoreClient::Waited();  // by every thread's client: between the steps
+  machine_.WaitedForStore(std::chrono::duration_cast<milliseconds>(waited - waited_at_step_));
+  waited_at_step_ = waited;
   const auto began = Clock::now();
   const bool was_gone = machine_.phase() == AgentMachine::Phase::kStoreGone;
   Action action = machine_.Step(kv, began);
   const bool gone = !was_gone && machine_.phase() == AgentMachine::Phase::kStoreGone;
   if (action.kind != ActionKind::kExit && !gone) return action;
-  return machine_.StepTook(
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - began), action);
+  return machine_.StepTook(std::chrono::duration_cast<milliseconds>(Clock::now() - began),
+                           std::chrono::duration_cast<milliseconds>(StoreClient::Waited() - waited),
+                           action);
 }
 
 Action AgentDriver::Next(const SignalQuery& pending_signal, const ProgressFn& on_progress) {

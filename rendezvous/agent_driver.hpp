@@ -71,7 +71,8 @@ class AgentDriver {
         keys_(settings.rdzv.run_id),
         machine_(std::move(settings)) {}
   Status CheckHostedJob();
-  // machine_.Step now, then StepTook with how long it took. Under mu_.
+  // machine_.Step now, told how long the requests waited for the store since
+  // the last (WaitedForStore), then StepTook with how long it took. Under mu_.
   Action TimedStep(Kv& kv);
   // Every other agent the job has seen, with how long the store host waits
   // for it to leave: until `current` for the last round's members and the
@@ -92,6 +93,7 @@ class AgentDriver {
   std::condition_variable stop_cv_;  // stop_watching_ set (under mu_)
   std::thread watcher_;
   bool left_ = false;
+  std::chrono::nanoseconds waited_at_step_ = StoreClient::Waited();  // as the last step began
 };
 
 }  // namespace ddprun::rendezvous

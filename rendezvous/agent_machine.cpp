@@ -117,13 +117,17 @@ Action AgentMachine::Step(Kv& kv, Time now) {
   // own waits. What happened meanwhile is read from the record below.
   if (last_step_ && now - *last_step_ > s_.rdzv.keep_alive_interval) {
     deadline_ += now - *last_step_;
-    away_ =
-        std::max(away_, std::chrono::duration_cast<std::chrono::milliseconds>(now - *last_step_));
+    // Not the time its requests waited for the store's replies (a store host
+    // stopped): this agent ran then.
+    const auto gap = std::chrono::duration_cast<std::chrono::milliseconds>(now - *last_step_);
+    const auto self = gap - std::min(gap, waited_);
+    if (self > s_.rdzv.keep_alive_interval) away_ = std::max(away_, self);
     // Nor does it count as the holder's silence: this agent could not watch
     // it (and when the store host was stopped, no one could beat).
     if (contest_) contest_->since = now;
   }
   last_step_ = now;
+  waited_ = {};
   if (Status s = Beat(kv, now); !s.ok()) return StoreGone(s);
   // A signal ends the agent, but what its workers did is recorded first (a
   // success is a success; the signal stops only what runs).
@@ -238,10 +242,17 @@ Action AgentMachine::ExitByRecord(const JobRecord& rec) {
   return done_;
 }
 
-Action AgentMachine::StepTook(std::chrono::milliseconds took, Action action) {
-  if (!gone_ || away_.count() > 0 || took <= s_.rdzv.keep_alive_interval) return action;
-  away_ = took;
-  inside_step_ = true;
+Action AgentMachine::StepTook(std::chrono::milliseconds took, std::chrono::milliseconds waited,
+                              Action action) {
+  if (!gone_ || away_.count() > 0 || silent_.count() > 0 || took <= s_.rdzv.keep_alive_interval) {
+    return action;
+  }
+  const auto self = took - std::min(took, waited);
+  if (self > s_.rdzv.keep_alive_interval) {
+    away_ = self;
+  } else {
+    silent_ = took;
+  }
   return StoreGone(*gone_);
 }
 
@@ -256,13 +267,12 @@ Action AgentMachine::StoreGone(const Status& s) {
         "(read_timeout in --rdzv_conf bounds the wait)";
   } else if (away_.count() > 0) {
     // The likely story: the job went on without this node and is over.
-    message += inside_step_ ? "; its request took " + DurationText(away_) +
-                                  " (this agent, or the store's host, did not run meanwhile): "
-                                  "this agent may have been dropped from the job, which then "
-                                  "ended: its outcome is in the other agents' logs"
-                            : "; this agent did not run for " + DurationText(away_) +
-                                  " (stopped or starved) and may have been dropped from the job, "
-                                  "which then ended: its outcome is in the other agents' logs";
+    message += "; this agent did not run for " + DurationText(away_) +
+               " (stopped or starved) and may have been dropped from the job, which then "
+               "ended: its outcome is in the other agents' logs";
+  } else if (silent_.count() > 0) {
+    message += "; it had not answered this agent's request for " + DurationText(silent_) +
+               " (its host stopped or starved) before it went";
   }
   if (phase_ == Phase::kRunning || phase_ == Phase::kStopping || phase_ == Phase::kStoreGone) {
     // Workers of this node run, or have just exited unseen: they may end by

@@ -115,12 +115,19 @@ class AgentMachine {
   // request this agent was blocked in (abandoned; `store` is its address):
   // the agent leaves without a word to the others, who lose it by keep-alive.
   Action Abandoned(int signal, std::string name, const std::string& store);
+  // Since the last Step began, this agent's requests waited this long for the
+  // store's replies while it ran (the caller measures it; StoreClient::Waited):
+  // that much of the gap before the next Step is the store's silence, not
+  // this agent's absence. Without it every gap counts as absence.
+  void WaitedForStore(std::chrono::milliseconds waited) { waited_ += waited; }
   // After a Step that returned `action` (kExit, or kStopWorkers in
-  // kStoreGone), which took `took` by the clock (the caller measures it): a
-  // store found gone at the end of a step this agent was stopped inside of
-  // (SIGSTOP during a request) is told as a pause of that length, as one
-  // between steps is. Returns the step's action, amended so.
-  Action StepTook(std::chrono::milliseconds took, Action action);
+  // kStoreGone), which took `took` by the clock, `waited` of it waiting for
+  // the store's replies while running (the caller measures both): a store
+  // found gone at the end of a step this agent was stopped inside of (SIGSTOP
+  // during a request) is told as a pause of that length, as one between steps
+  // is; one that did not answer for long before it went, as that. Returns the
+  // step's action, amended so.
+  Action StepTook(std::chrono::milliseconds took, std::chrono::milliseconds waited, Action action);
 
   Phase phase() const { return phase_; }
   Time next_wake() const { return next_wake_; }
@@ -200,13 +207,14 @@ class AgentMachine {
   std::string signal_name_;
   Time next_beat_{};
   std::optional<Time> last_step_;
-  std::chrono::milliseconds away_{0};  // the longest time this agent did not run
-  std::optional<Status> gone_;         // the store failure the agent exited for
-  std::string gone_message_;           // kStoreGone: what to say of it
-  bool outcome_known_ = false;         // kStoreGone: WorkersExited came
-  std::optional<Time> stop_at_;        // kStoreGone: when the workers are stopped
-  bool stop_asked_ = false;            // kStoreGone: they are being stopped
-  bool inside_step_ = false;           // away_ was one step's request (StepTook)
+  std::chrono::milliseconds away_{0};    // the longest time this agent did not run
+  std::optional<Status> gone_;           // the store failure the agent exited for
+  std::string gone_message_;             // kStoreGone: what to say of it
+  bool outcome_known_ = false;           // kStoreGone: WorkersExited came
+  std::optional<Time> stop_at_;          // kStoreGone: when the workers are stopped
+  bool stop_asked_ = false;              // kStoreGone: they are being stopped
+  std::chrono::milliseconds waited_{0};  // WaitedForStore since the last Step
+  std::chrono::milliseconds silent_{0};  // the store's request before it went took this long
   Time next_wake_{};
   int64_t version_ = 0;
 };

@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <thread>
@@ -141,6 +142,14 @@ Status StoreClient::SendBytes(const std::string& bytes) {
   return Status::Ok();
 }
 
+namespace {
+std::atomic<int64_t> waited_ns{0};  // StoreClient::Waited
+}  // namespace
+
+std::chrono::nanoseconds StoreClient::Waited() {
+  return std::chrono::nanoseconds(waited_ns.load());
+}
+
 Status StoreClient::ReadExact(void* out, size_t n, Clock::time_point deadline) {
   auto* p = static_cast<char*>(out);
   // Time in which this process did not run (the whole job suspended, a host
@@ -154,8 +163,15 @@ Status StoreClient::ReadExact(void* out, size_t n, Clock::time_point deadline) {
     const long slice = std::min<long>(
         left.count(), interrupted_ ? 200 : std::chrono::milliseconds(PauseClock::kTick).count());
     pollfd pfd{fd_.get(), POLLIN, 0};
+    const auto before = Clock::now();
     int rc = poll(&pfd, 1, static_cast<int>(std::max<long>(0, slice)));
-    deadline += paused.Look(Clock::now()).discounted;
+    const auto after = Clock::now();
+    const auto discounted = paused.Look(after).discounted;
+    deadline += discounted;
+    if (after - before > discounted) {
+      waited_ns +=
+          std::chrono::duration_cast<std::chrono::nanoseconds>(after - before - discounted).count();
+    }
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0 && interrupted_ && interrupted_()) {
       broken_ = true;  // the reply may come later and be taken for the next one's

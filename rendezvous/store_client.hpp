@@ -73,6 +73,11 @@ class StoreClient {
 
   const std::string& address() const { return address_; }
   void set_timeout(Duration d) { timeout_ = d; }
+  // The time this process's clients have spent, all together, blocked waiting
+  // for a store's replies while the process ran (time it was stopped or
+  // starved not counted): a gap between an agent's steps this explains was
+  // the store's silence, not the agent's absence. Thread-safe.
+  static std::chrono::nanoseconds Waited();
   // A read this client is blocked in asks `interrupted` every 200 ms and,
   // when it says so, fails with kAborted; the connection is then unusable (its
   // reply may still come). Only from the thread that makes the requests; {}

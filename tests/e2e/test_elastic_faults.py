@@ -299,6 +299,33 @@ def test_store_host_killed_while_workers_run_lets_them_end_by_themselves(launch,
         assert 5 <= took < 15, f"{took:.1f} s\n{outputs(agents)}"
 
 
+@pytest.mark.parametrize("paused", ["host", "self"])
+def test_store_gone_after_a_pause_says_who_did_not_run(launch, tmp_path, paused):
+    """The store host SIGSTOPped 5 s, then SIGKILLed: node 1 ran all along, blocked on the
+    stopped store's replies, yet said "this agent did not run for 5 s ... may have been dropped"
+    (found by an attacking helper). Time waiting for the store's replies is not absence. Node 1
+    itself stopped across the host's death: that it says."""
+    out, agents = c10d_agents(launch, tmp_path, "2:2", 2, FINISH)
+    wait_for(lambda: all(starts(out, n, lr) for n in range(2) for lr in range(2)), 15,
+             what="every worker started")
+    stopped = agents[0] if paused == "host" else agents[1]
+    stopped.signal(signal.SIGSTOP)
+    time.sleep(5)
+    agents[0].signal(signal.SIGKILL)
+    if paused == "self":
+        time.sleep(0.5)
+        agents[1].signal(signal.SIGCONT)
+    assert agents[1].wait(AGENT_TIMEOUT) == 1, outputs(agents)
+    err = agents[1].stderr()
+    assert re.search(r"store 127\.0\.0\.1:\d+ is gone", err), outputs(agents)
+    if paused == "host":
+        assert "did not run for" not in err, outputs(agents)
+        assert "may have been dropped" not in err, outputs(agents)
+    else:
+        assert re.search(r"this agent did not run for [\d.]+ s \(stopped or starved\) and may "
+                         r"have been dropped from the job", err), outputs(agents)
+
+
 def test_sigterm_while_the_store_host_is_paused_exits_at_once(launch, tmp_path):
     conf = "join_timeout=60,read_timeout=30,keep_alive_interval=1,keep_alive_max_attempt=3"
     out, agents = c10d_agents(launch, tmp_path, "3:3", 2, FINISH,

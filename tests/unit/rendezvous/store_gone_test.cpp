@@ -16,30 +16,68 @@ namespace {
 using record_test::Member;
 using test::TwoAgents;
 
+// One agent of two, waiting for the other, whose store goes down after `gap`
+// (`waited` of it spent waiting for the store's replies) since its first step.
+struct LoneAgent {
+  LocalStore store;
+  LocalStore::Handle kv = store.Connect();
+  AgentMachine m{Settings()};
+  Clock::time_point now = Clock::time_point(std::chrono::hours(1));
+  static AgentSettings Settings() {
+    AgentSettings s;
+    s.rdzv.run_id = "t";
+    s.rdzv.min_nodes = s.rdzv.max_nodes = 2;
+    s.self = Member("0");
+    return s;
+  }
+  Action GoneAfter(std::chrono::milliseconds gap, std::chrono::milliseconds waited) {
+    REQUIRE(m.Step(kv, now).kind == ActionKind::kWait);
+    store.SetDown(true);
+    m.WaitedForStore(waited);
+    Action gone = m.Step(kv, now + gap);
+    REQUIRE(gone.kind == ActionKind::kExit);
+    return gone;
+  }
+};
+
 TEST_CASE("machines: a store gone at the end of a long step is told as a pause inside it") {
+  using std::chrono::milliseconds;
   // SIGSTOP while a request waits: the clock the step began with cannot show it; the driver
   // measures the step (StepTook), and the agent says it may have been dropped.
-  LocalStore store;
-  auto kv = store.Connect();
-  AgentSettings s;
-  s.rdzv.run_id = "t";
-  s.rdzv.min_nodes = s.rdzv.max_nodes = 2;
-  s.self = Member("0");
-  AgentMachine m(s);
-  auto now = Clock::time_point(std::chrono::hours(1));
-  REQUIRE(m.Step(kv, now).kind == ActionKind::kWait);
-  store.SetDown(true);
-  Action gone = m.Step(kv, now + std::chrono::milliseconds(200));
-  REQUIRE(gone.kind == ActionKind::kExit);
+  LoneAgent a;
+  Action gone = a.GoneAfter(milliseconds(200), milliseconds(0));
   CHECK(gone.message.find("may have been dropped") == std::string::npos);
-  CHECK(m.StepTook(std::chrono::milliseconds(100), gone).message == gone.message);  // a quick step
-  Action paused = m.StepTook(std::chrono::milliseconds(5100), gone);
+  CHECK(a.m.StepTook(milliseconds(100), milliseconds(0), gone).message ==
+        gone.message);  // a quick step
+  Action paused = a.m.StepTook(milliseconds(5100), milliseconds(50), gone);
   CHECK(paused.exit_code == 1);
-  CHECK(paused.message ==
-        gone.message +
-            "; its request took 5.1 s (this agent, or the store's host, did not run meanwhile): "
-            "this agent may have been dropped from the job, which then ended: its outcome is in "
-            "the other agents' logs");
+  CHECK(paused.message == gone.message +
+                              "; this agent did not run for 5.05 s (stopped or starved) and may "
+                              "have been dropped from the job, which then ended: its outcome is "
+                              "in the other agents' logs");
+  // The request waited for a store host that was stopped, then killed: this agent ran all
+  // along (found by an attacking helper: it said it had not run).
+  LoneAgent b;
+  gone = b.GoneAfter(milliseconds(200), milliseconds(0));
+  Action silent = b.m.StepTook(milliseconds(5100), milliseconds(5090), gone);
+  CHECK(silent.message == gone.message +
+                              "; it had not answered this agent's request for 5.1 s (its host "
+                              "stopped or starved) before it went");
+}
+
+TEST_CASE("machines: a gap between steps spent waiting for the store is not this agent's absence") {
+  using std::chrono::milliseconds;
+  // The wait for the next record version, and its cancel, blocked on a stopped store host
+  // that was then killed: the next step found it gone 6.2 s after the last.
+  LoneAgent waiting;
+  Action gone = waiting.GoneAfter(milliseconds(6200), milliseconds(6150));
+  CHECK(gone.message.find("did not run") == std::string::npos);
+  CHECK(gone.message.find("may have been dropped") == std::string::npos);
+  // Stopped itself for most of the gap (its waits saw the pause and did not count it).
+  LoneAgent stopped;
+  gone = stopped.GoneAfter(milliseconds(6200), milliseconds(300));
+  CHECK(gone.message.find("; this agent did not run for 5.9 s (stopped or starved)") !=
+        std::string::npos);
 }
 
 TEST_CASE("machines: a store gone while the workers ran: their own exit decides the agent's") {
