@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "base/read_file.hpp"
 #include "env/core_dump.hpp"
 #include "env/host.hpp"
+#include "supervisor/explain.hpp"
 
 namespace ddprun::supervisor {
 
@@ -411,6 +413,21 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
   if (earlier != out.end()) {
     earlier->raised_first = true;
     std::rotate(out.begin(), earlier, earlier + 1);
+    return out;
+  }
+  // A rank that lost its peer ("Connection reset by peer", or SIGPIPE) failed
+  // because another rank had died. Its error file's time, whole seconds, can
+  // come before the time ddprun saw that death (ddprun looks late when the
+  // host is starved, by as long as it did not run): a failure that is no such
+  // loss, found with it before the group was stopped, is the cause.
+  auto lost_peer = [](const FailureRecord& f) {
+    return f.exit.signal == SIGPIPE || LostPeerSign(f.message) || LostPeerSign(f.output_tail);
+  };
+  if (!out.empty() && lost_peer(out.front()) && !out.front().after_stop) {
+    auto cause = std::find_if(out.begin() + 1, out.end(), [&](const FailureRecord& f) {
+      return !f.after_stop && !f.hung && !f.timer && !lost_peer(f);
+    });
+    if (cause != out.end()) std::rotate(out.begin(), cause, cause + 1);
   }
   return out;
 }

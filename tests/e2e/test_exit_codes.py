@@ -4,6 +4,8 @@ import os
 import re
 import signal
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 
@@ -414,3 +416,42 @@ main()
     assert "RuntimeError: corrupt shard on rank 1" in root, r.stderr
     assert "it raised first (its error file is the oldest)" in root, r.stderr
     assert r.elapsed < 15, r
+
+
+def test_a_rank_killed_while_ddprun_looked_late_is_the_root_cause_not_its_victims(tmp_path):
+    """Rank 2 SIGKILLed while ddprun did not run (stopped here; a starved host in life): the
+    others raised "Connection closed by peer" at once, and their error files, whole seconds,
+    were older than the exit ddprun saw for rank 2. A victim was named, exit 1 (found by an
+    attacking helper). A lost peer is no cause where a rank near it died."""
+    from trainlib import TRAIN, train_env
+    p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=3", f"--log_dir={tmp_path}", TRAIN,
+                          "--steps", "100000", "--width", "16", "--depth", "1"],
+                         env=train_env(OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        rank2 = None
+        deadline = time.monotonic() + 30
+        while rank2 is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+            for child in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split():
+                try:
+                    environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
+                except OSError:
+                    continue
+                if b"RANK=2" in environ:
+                    rank2 = int(child)
+        assert rank2 is not None, "rank 2 never started"
+        time.sleep(1.5)  # training
+        p.send_signal(signal.SIGSTOP)
+        os.kill(rank2, signal.SIGKILL)
+        time.sleep(2.5)
+        p.send_signal(signal.SIGCONT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.send_signal(signal.SIGCONT)
+        p.kill()
+        p.wait()
+    assert p.returncode == 137, err
+    root = err.split("Root Cause (first observed failure):", 1)[1]
+    assert re.search(r"rank\s*: 2 \(local_rank: 2\)", root), err
+    assert "(SIGKILL)" in root, err

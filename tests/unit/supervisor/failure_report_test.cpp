@@ -285,6 +285,60 @@ TEST_CASE("workers that failed on their own while the group stopped are failures
   std::remove(error_files[4].c_str());
 }
 
+TEST_CASE("a rank that lost its peer is not the root cause where a rank near it died first") {
+  // Found by an attacking helper: rank 2 SIGKILLed while ddprun looked late (a starved host);
+  // ranks 0 and 3 raised "Connection closed by peer" at once, their error files (whole seconds)
+  // two seconds older than the exit ddprun saw for rank 2. Rank 0 was named; exit 1, not 137.
+  GroupResult r;
+  r.outcome = Outcome::kFailed;
+  const auto seen = std::chrono::system_clock::from_time_t(5002);
+  std::vector<std::string> error_files(4, "");
+  for (int lr : {0, 2, 3}) {
+    WorkerRecord w;
+    w.local_rank = w.rank = lr;
+    w.pid = 300 + lr;
+    w.state = WorkerState::kFailed;
+    w.exit = lr == 2 ? ExitStatus::Signaled(SIGKILL) : ExitStatus::Exited(1);
+    w.exit_time = seen;
+    r.workers.push_back(w);
+    if (lr != 2) {
+      error_files[static_cast<size_t>(lr)] =
+          TempFile("ddprun_err_peer" + std::to_string(lr) + ".json",
+                   R"({"message": {"message": "RuntimeError: [gloo/transport/tcp/pair.cc:534] )"
+                   R"(Connection closed by peer [127.0.0.1]:1", "extraInfo": {"py_callstack": "tb )"
+                   R"(Connection closed by peer", "timestamp": "5000"}}})");
+    }
+  }
+  r.failures = {0, 1, 2};
+  auto records = CollectFailures(r, error_files, true);
+  REQUIRE(records.size() == 3);
+  CHECK(records[0].rank == 2);
+  CHECK(records[0].exit.signal == SIGKILL);
+  // A rank that died of SIGPIPE writing to the dead peer is a victim too.
+  WorkerRecord& rank2 = r.workers[1];
+  WorkerRecord& rank3 = r.workers[2];
+  const std::string rank3_file = error_files[3];
+  error_files[3] = "";  // died without a word
+  rank3.exit = ExitStatus::Signaled(SIGPIPE);
+  rank3.exit_time = std::chrono::system_clock::from_time_t(5001);
+  records = CollectFailures(r, error_files, true);
+  CHECK(records[0].rank == 2);
+  error_files[3] = rank3_file;
+  // However late ddprun saw it (stopped 5 s here), found with them: their cause.
+  rank2.exit = ExitStatus::Exited(7);
+  rank2.exit_time = std::chrono::system_clock::from_time_t(5005);  // the error files say 5000
+  CHECK(CollectFailures(r, error_files, true)[0].rank == 2);
+  // Failing only once the group was being stopped: not their cause.
+  rank2.state = WorkerState::kStopped;
+  r.failures = {0, 2};
+  CountOwnFailures(r, error_files);
+  REQUIRE(r.failures.size() == 3);
+  CHECK(CollectFailures(r, error_files, true)[0].rank != 2);
+  for (const auto& f : error_files) {
+    if (!f.empty()) std::remove(f.c_str());
+  }
+}
+
 TEST_CASE("a worker that raised before the root cause, and exited only at the stop, is the root") {
   // Found by an attacking helper: rank 1 raised (its error file written) and a thread that is
   // not a daemon kept it alive; rank 0 gave up on it later and exited first. torchrun takes the
