@@ -299,7 +299,7 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   const bool other_nodes = round.world_size > static_cast<int>(result.workers.size());
   o.cause.cls = at_exit                           ? rendezvous::FailureClass::kExitHang
                 : root.hung                       ? rendezvous::FailureClass::kHang
-                : other_nodes && DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
+                : other_nodes && supervisor::DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
                                                   : rendezvous::FailureClass::kWorker;
   // Every rank here hung inside a collective: a rank on another node that
   // never entered it is the likelier cause, which its agent records first.

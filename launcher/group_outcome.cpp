@@ -7,11 +7,9 @@
 #include <cstdio>
 #include <random>
 #include <set>
-#include <string_view>
 
 #include "env/host.hpp"
 #include "env/processes.hpp"
-#include "supervisor/explain.hpp"
 
 namespace ddprun::launcher {
 
@@ -34,6 +32,12 @@ void LogStopped(const supervisor::GroupResult& r) {
           "rank {} (local_rank {}, pid {}) did not exit after SIGKILL (stuck in the "
           "kernel, state D?): abandoned",
           w.rank, w.local_rank, w.pid);
+    } else if (w.state == supervisor::WorkerState::kStopped && w.exit.signal == SIGPIPE) {
+      // Not a signal ddprun sends: it wrote to a connection a stopped peer had closed.
+      spdlog::info(
+          "rank {} (local_rank {}, pid {}) ended while ddprun stopped the group: {} (it wrote "
+          "to a connection that a stopped peer had closed)",
+          w.rank, w.local_rank, w.pid, w.exit.Describe());
     } else if (w.state == supervisor::WorkerState::kStopped) {
       spdlog::info("rank {} (local_rank {}, pid {}) stopped by ddprun: {}", w.rank, w.local_rank,
                    w.pid, w.exit.Describe());
@@ -50,15 +54,6 @@ void WarnIfFull(const std::string& run_dir) {
       "ddprun could not see it; free space there, give --log_dir on a filesystem with room, or "
       "--tee, whose writes ddprun checks",
       run_dir);
-}
-
-bool DiedOfPeer(const supervisor::FailureRecord& f) {
-  if (f.exit.signal == SIGPIPE) return true;
-  // Its last lines too: a worker that wrote no error file still said why.
-  const std::string_view tail =
-      std::string_view(f.output_tail)
-          .substr(f.output_tail.size() > 1024 ? f.output_tail.size() - 1024 : 0);
-  return supervisor::LostPeerSign(f.message) || supervisor::LostPeerSign(tail);
 }
 
 std::string DefaultTimerFile(const env::Environ& environ) {

@@ -24,11 +24,6 @@ void LogStopped(const supervisor::GroupResult& r);
 // since their failed writes are lost without anyone seeing them.
 void WarnIfFull(const std::string& run_dir);
 
-// Whether a failure looks like the consequence of a peer going away (its
-// connection broke) rather than a cause of its own: such a failure is
-// recorded only if no other failure is within the peer settle time.
-bool DiedOfPeer(const supervisor::FailureRecord& f);
-
 // Where torch's agent puts the file timer's pipe when TORCHELASTIC_TIMER_FILE
 // is unset: <tempdir>/watchdog_timer_<uuid4>.
 std::string DefaultTimerFile(const env::Environ& environ);

@@ -365,6 +365,15 @@ void CountOwnFailures(GroupResult& result, const std::vector<std::string>& error
   }
 }
 
+bool DiedOfPeer(const FailureRecord& f) {
+  if (f.exit.signal == SIGPIPE) return true;
+  // Its last lines too: a worker that wrote no error file still said why.
+  const std::string_view tail =
+      std::string_view(f.output_tail)
+          .substr(f.output_tail.size() > 1024 ? f.output_tail.size() - 1024 : 0);
+  return LostPeerSign(f.message) || LostPeerSign(tail);
+}
+
 std::vector<FailureRecord> CollectFailures(const GroupResult& result,
                                            const std::vector<std::string>& error_files,
                                            bool python) {
@@ -420,12 +429,9 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
   // come before the time ddprun saw that death (ddprun looks late when the
   // host is starved, by as long as it did not run): a failure that is no such
   // loss, found with it before the group was stopped, is the cause.
-  auto lost_peer = [](const FailureRecord& f) {
-    return f.exit.signal == SIGPIPE || LostPeerSign(f.message) || LostPeerSign(f.output_tail);
-  };
-  if (!out.empty() && lost_peer(out.front()) && !out.front().after_stop) {
+  if (!out.empty() && DiedOfPeer(out.front()) && !out.front().after_stop) {
     auto cause = std::find_if(out.begin() + 1, out.end(), [&](const FailureRecord& f) {
-      return !f.after_stop && !f.hung && !f.timer && !lost_peer(f);
+      return !f.after_stop && !f.hung && !f.timer && !DiedOfPeer(f);
     });
     if (cause != out.end()) std::rotate(out.begin(), cause, cause + 1);
   }

@@ -72,6 +72,10 @@ void CountOwnFailures(GroupResult& result, const std::vector<std::string>& error
 // i's ("" or /dev/null: none).
 void FillTailsFromLogs(GroupResult& result, const std::vector<std::string>& stderr_logs);
 
+// Whether a failure looks like the consequence of a peer going away (its
+// connection broke, or SIGPIPE) rather than a cause of its own.
+bool DiedOfPeer(const FailureRecord& f);
+
 // One record per failed worker of `result`, root cause first.
 // `error_files[i]` is the error file path of local rank i. A worker that
 // wrote none has its last output line shown, and, when the workers run under
