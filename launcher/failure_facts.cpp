@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 
+#include "base/format.hpp"
 #include "env/interfaces.hpp"
 #include "env/limits.hpp"
 #include "env/names.hpp"
 #include "env/port_holder.hpp"
+#include "env/processes.hpp"
 #include "env/trace_file.hpp"
 #include "supervisor/trace_analysis.hpp"
 
@@ -67,6 +70,16 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
   }
   never_entered_ = supervisor::NeverEntered(traces);
   diverged_ = supervisor::FirstMismatch(traces);
+  // The ranks found stopped (SIGSTOP, a debugger) as the group began to stop.
+  std::map<char, std::vector<int>> stopped;
+  for (const auto& w : result.workers) {
+    if (w.stopped_at_stop != 0 && w.pid != root.pid) stopped[w.stopped_at_stop].push_back(w.rank);
+  }
+  stopped_.clear();
+  for (const auto& [state, ranks] : stopped) {
+    stopped_ += (stopped_.empty() ? "" : ", and ") + RanksNoun(ranks) +
+                (ranks.size() == 1 ? " was " : " were ") + env::WhyStopped(state);
+  }
 }
 
 bool FailureFacts::AnyWritesOwnLogs() const {
@@ -131,6 +144,7 @@ supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Pr
   x.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
   x.never_entered = never_entered_;
   x.diverged = diverged_;
+  x.stopped = stopped_;
   x.finished_ranks = finished_ranks_;
   x.finished_seconds_before = finished_seconds_before_;
   return x;

@@ -54,6 +54,7 @@ class FailureFacts {
   std::map<int, std::string> trace_files_;  // rank -> its DDPRUN_TRACE_FILE, same group
   std::string never_entered_;               // ExplainContext::never_entered
   std::string diverged_;                    // ExplainContext::diverged
+  std::string stopped_;                     // ExplainContext::stopped
   bool root_writes_own_logs_ = false;
   std::vector<int> finished_ranks_;     // ExplainContext::finished_ranks
   double finished_seconds_before_ = 0;  // ExplainContext::finished_seconds_before

@@ -78,6 +78,9 @@ struct ExplainContext {
   // The first collective two ranks ran differently (supervisor::FirstMismatch):
   // their programs diverged; "" when none.
   std::string diverged;
+  // The ranks found stopped as the group began to stop: "rank 0 was stopped
+  // by a signal (SIGSTOP)"; "" when none.
+  std::string stopped;
   // The ranks of this host's group that had exited 0 (their programs
   // finished) before the failed worker ended, and how long before it the
   // last of them did.

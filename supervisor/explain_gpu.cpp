@@ -6,11 +6,31 @@
 
 namespace ddprun::supervisor::explain {
 
+namespace {
+
+// `waited` ("rank 1 waited 3 s in allreduce #9 (the collective timeout)")
+// while a rank was stopped (ExplainContext::stopped): that rank held it.
+Match WhileStopped(const std::string& waited, const ExplainContext& c) {
+  return Lines(waited + " while " + c.stopped +
+                   ": the stopped rank held the collective, the rank that timed out is its victim",
+               "continue a stopped rank (kill -CONT) within the collective timeout; if ranks are "
+               "stopped on purpose (a debugger), raise the collective timeout meanwhile (ddprun's "
+               "hang limits already leave the time a rank is stopped out)");
+}
+
+}  // namespace
+
 // torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, the watchdog (WorkNCCL's operator<<).
-Match CollectiveTimeout(const std::string& text, const ExplainContext&) {
+Match CollectiveTimeout(const std::string& text, const ExplainContext& c) {
   auto m = Find(text, R"(\[Rank (\d+)\] Watchdog caught collective operation timeout: WorkNCCL\()"
                       R"(SeqNum=(\d+), OpType=(\w+)[^)]*Timeout\(ms\)=(\d+)\))");
   if (!m) return {};
+  if (!c.stopped.empty()) {
+    return WhileStopped("rank " + (*m)[1].str() + " waited " + (*m)[4].str() +
+                            " ms (the process group's timeout) in collective number " +
+                            (*m)[2].str() + ", a " + (*m)[3].str(),
+                        c);
+  }
   return Lines("rank " + (*m)[1].str() + " waited " + (*m)[4].str() +
                    " ms (the process group's "
                    "timeout) in collective number " +
@@ -61,12 +81,17 @@ Match DdpCollectiveTimeout(const std::string& text, const ExplainContext& c) {
                      " ended it: their programs diverged",
                  kSameCollectives);
   }
+  const std::string who = (*m)[1].matched ? "rank " + (*m)[1].str() : "the rank";
+  if (!c.stopped.empty()) {
+    return WhileStopped(who + " waited " + (*m)[3].str() + " s in " + (*m)[2].str() +
+                            " (the collective timeout" + limit + ")",
+                        c);
+  }
   if (!c.never_entered.empty()) {
     return Lines(c.never_entered + " (the collective timeout" + limit +
                      "): the ranks that timed out are its victims",
                  "look at what the rank(s) that never entered it were doing: one" + fix);
   }
-  const std::string who = (*m)[1].matched ? "rank " + (*m)[1].str() : "the rank";
   return Lines(who + " waited " + (*m)[3].str() + " s in " + (*m)[2].str() +
                    " (the collective timeout) for a rank that stopped taking part",
                "look for the rank that never entered " + (*m)[2].str() + ": it" + fix);

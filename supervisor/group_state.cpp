@@ -177,6 +177,9 @@ void GroupState::BeginStop(int sig) {
   if (phase_ != Phase::kRunning) return;
   phase_ = Phase::kStopping;
   if (!AnyRunning()) return;
+  for (WorkerRecord& w : workers_) {
+    if (w.state == WorkerState::kRunning) w.stopped_at_stop = control_->StoppedState(w.pid);
+  }
   SignalSurvivors(sig);
   // A worker stopped (SIGSTOP, a job-control stop) acts on the signal only
   // once continued: without SIGCONT it would sit out the whole grace.

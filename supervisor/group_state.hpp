@@ -33,6 +33,9 @@ class ProcessControl {
  public:
   virtual ~ProcessControl() = default;
   virtual void SignalGroup(pid_t pgid, int sig) = 0;
+  // env::StoppedState of the process: 'T' stopped by a signal, 't' by a
+  // tracer, 0 running (or unknown).
+  virtual char StoppedState(pid_t) { return 0; }
 };
 
 // One deadline at a time; Arm() replaces the previous one.
@@ -61,6 +64,9 @@ struct WorkerRecord {
   // Counted as a failure only after the stop, having failed on its own
   // (CountOwnFailures): listed, never the root cause.
   bool failed_while_stopping = false;
+  // Found stopped (SIGSTOP, a tracer: env::StoppedState) as the group began
+  // to stop: it held its peers' collectives meanwhile.
+  char stopped_at_stop = 0;
 };
 
 enum class Phase { kRunning, kStopping, kKilling, kDone };

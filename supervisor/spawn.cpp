@@ -17,6 +17,8 @@
 #include <memory>
 #include <system_error>
 
+#include "env/processes.hpp"
+
 namespace ddprun::supervisor {
 
 namespace bp = boost::process;
@@ -151,5 +153,7 @@ StatusOr<pid_t> SpawnWorker(const SpawnRequest& req) {
 void PosixProcessControl::SignalGroup(pid_t pgid, int sig) {
   if (pgid > 0) killpg(pgid, sig);
 }
+
+char PosixProcessControl::StoppedState(pid_t pid) { return env::StoppedState(pid); }
 
 }  // namespace ddprun::supervisor

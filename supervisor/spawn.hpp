@@ -46,6 +46,7 @@ class PosixProcessControl : public ProcessControl {
  public:
   // killpg(); a group that is already gone is not an error.
   void SignalGroup(pid_t pgid, int sig) override;
+  char StoppedState(pid_t pid) override;
 };
 
 }  // namespace ddprun::supervisor

@@ -5,7 +5,6 @@ import re
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -423,24 +422,13 @@ def test_a_rank_killed_while_ddprun_looked_late_is_the_root_cause_not_its_victim
     others raised "Connection closed by peer" at once, and their error files, whole seconds,
     were older than the exit ddprun saw for rank 2. A victim was named, exit 1 (found by an
     attacking helper). A lost peer is no cause where a rank near it died."""
-    from trainlib import TRAIN, train_env
+    from trainlib import TRAIN, rank_pids, train_env
     p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=3", f"--log_dir={tmp_path}", TRAIN,
                           "--steps", "100000", "--width", "16", "--depth", "1"],
                          env=train_env(OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:
-        rank2 = None
-        deadline = time.monotonic() + 30
-        while rank2 is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-            for child in Path(f"/proc/{p.pid}/task/{p.pid}/children").read_text().split():
-                try:
-                    environ = Path(f"/proc/{child}/environ").read_bytes().split(b"\0")
-                except OSError:
-                    continue
-                if b"RANK=2" in environ:
-                    rank2 = int(child)
-        assert rank2 is not None, "rank 2 never started"
+        rank2 = rank_pids(p.pid, 3)[2]
         time.sleep(1.5)  # training
         p.send_signal(signal.SIGSTOP)
         os.kill(rank2, signal.SIGKILL)

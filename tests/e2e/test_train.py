@@ -1,6 +1,8 @@
 """The DDP core end to end: examples/train under ddprun with Gloo on CPU, against its own
 single-process --reference run, and each classic DDP failure on demand."""
+import os
 import re
+import signal
 import shutil
 import subprocess
 import time
@@ -8,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from trainlib import DDPRUN, SMALL, TRAIN, assert_matches_reference, checksums, reference
-from trainlib import freeze_inside_a_collective
+from trainlib import freeze_inside_a_collective, rank_pids
 from trainlib import train_env as env
 
 
@@ -195,6 +197,29 @@ def test_a_crash_is_the_root_cause():
     assert r.returncode == 1, r.stderr
     assert "crashing at step 4" in r.stdout + r.stderr
     assert re.search(r"Root Cause.*\n\[0\]:\n.*\n.*\n  rank      : 1", r.stderr), r.stderr
+
+
+def test_a_rank_stopped_past_the_collective_timeout_is_named_as_the_cause(tmp_path):
+    """Rank 0 SIGSTOPped 4 s; rank 1 timed out in its all-reduce after 2 s. The report said only
+    "for a rank that stopped taking part" (found by an attacking helper): the stopped rank is
+    named as the one that held the collective."""
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", f"--log_dir={tmp_path}", TRAIN,
+                          "--device", "cpu", "--width", "64", "--depth", "2", "--batch", "16",
+                          "--steps", "100000", "--collective-timeout", "2"],
+                         env=env(OMP_NUM_THREADS="1"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        rank0 = rank_pids(p.pid, 2)[0]
+        time.sleep(1.0)  # training
+        os.kill(rank0, signal.SIGSTOP)
+        _, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == 1, err
+    assert re.search(r"cause +: rank 1 waited 2 s in allreduce #\d+ \(the collective timeout, "
+                     r"2 s\) while rank 0 was stopped by a signal \(SIGSTOP\): the stopped rank "
+                     r"held the collective", err), err
 
 
 def test_a_model_that_differs_between_ranks_is_reported_not_hung():

@@ -51,20 +51,31 @@ def assert_matches_reference(stdout, world, args, rel, loss_falls=True):
         assert len(curve) >= 2 and curve[-1] < curve[0], curve
 
 
+def rank_pids(ddprun_pid, count, timeout=60):
+    """{RANK: pid} of the ddprun's worker processes, once `count` of them run."""
+    from conftest import wait_for
+    ranks = {}
+
+    def found():
+        with open(f"/proc/{ddprun_pid}/task/{ddprun_pid}/children") as f:
+            for pid in map(int, f.read().split()):
+                try:
+                    with open(f"/proc/{pid}/environ", "rb") as e:
+                        rank = re.search(rb"(?:^|\0)RANK=(\d+)", e.read())
+                except OSError:
+                    continue  # exited meanwhile
+                if rank:
+                    ranks[int(rank.group(1))] = pid
+        return len(ranks) >= count
+    wait_for(found, timeout=timeout, what=f"{count} workers of ddprun {ddprun_pid}")
+    return ranks
+
+
 def freeze_inside_a_collective(p, seconds=5):
     """Once both ranks of the ddprun `p` (conftest's Launched) train, stops rank 1, then the whole
     job (ddprun included) for `seconds`, as scontrol suspend would: rank 0 waits for rank 1 in a
     collective all that time."""
     from conftest import freeze_job, wait_for
-    ranks = {}
-
-    def training():
-        with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
-            for pid in map(int, f.read().split()):
-                with open(f"/proc/{pid}/environ", "rb") as e:
-                    found = re.search(rb"(?:^|\0)RANK=(\d+)", e.read())
-                if found:
-                    ranks[int(found.group(1))] = pid
-        return len(ranks) == 2 and "step 0 loss" in p.stdout()
-    wait_for(training, timeout=60, what="both ranks training")
+    ranks = rank_pids(p.pid, 2)
+    wait_for(lambda: "step 0 loss" in p.stdout(), timeout=60, what="both ranks training")
     freeze_job(p.pid, seconds, first=ranks[1])

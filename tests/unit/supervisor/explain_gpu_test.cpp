@@ -67,6 +67,26 @@ TEST_CASE("explain: the DDP core's collective timeout names the rank that never 
   CHECK(bare->cause ==
         "rank 0 waited 3 s in allreduce #9 (the collective timeout) for a rank that stopped "
         "taking part");
+  // A rank stopped (SIGSTOP) past the timeout, found so as the group stopped (found by an
+  // attacking helper: the report said only to look for the rank that never entered).
+  ExplainContext stopped;
+  stopped.stopped = "rank 1 was stopped by a signal (SIGSTOP)";
+  auto held = Explain(Failed("", text), stopped);
+  REQUIRE(held.has_value());
+  CHECK(held->cause ==
+        "rank 0 waited 3 s in allreduce #9 (the collective timeout, 3 s) while rank 1 was "
+        "stopped by a signal (SIGSTOP): the stopped rank held the collective, the rank that "
+        "timed out is its victim");
+  CHECK(held->fix.find("kill -CONT") != std::string::npos);
+  auto watchdog = Explain(Failed("",
+                                 "[Rank 3] Watchdog caught collective operation timeout: "
+                                 "WorkNCCL(SeqNum=21, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                                 "Timeout(ms)=600000) ran for 600081 milliseconds\n"),
+                          stopped);
+  REQUIRE(watchdog.has_value());
+  CHECK(watchdog->cause.rfind("rank 3 waited 600000 ms (the process group's timeout) in "
+                              "collective number 21, a ALLREDUCE while rank 1 was stopped",
+                              0) == 0);
   c.never_entered =
       "rank 1 never entered allreduce #9 (548.0 KiB), in which ranks 0,2 waited "
       "until it failed";

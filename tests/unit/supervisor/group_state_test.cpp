@@ -3,6 +3,7 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <csignal>
 #include <vector>
 
@@ -11,7 +12,11 @@ namespace {
 
 struct FakeControl : ProcessControl {
   std::vector<std::pair<pid_t, int>> sent;
+  std::vector<pid_t> stopped;  // in state T
   void SignalGroup(pid_t pgid, int sig) override { sent.emplace_back(pgid, sig); }
+  char StoppedState(pid_t pid) override {
+    return std::count(stopped.begin(), stopped.end(), pid) > 0 ? 'T' : 0;
+  }
 };
 
 // The signals a stop sends: `sig` to each worker, then SIGCONT to each (a
@@ -71,6 +76,16 @@ TEST_CASE_FIXTURE(Fixture, "first failure sends SIGTERM to every survivor and ar
   REQUIRE(s.failures().size() == 1);
   CHECK(s.workers()[s.failures()[0]].local_rank == 1);
   CHECK(s.workers()[0].state == WorkerState::kStopped);
+}
+
+TEST_CASE_FIXTURE(Fixture, "a worker found stopped as the group stops is marked so") {
+  // Rank 0 SIGSTOPped; rank 1 timed out in a collective waiting for it.
+  GroupState s = Make(3);
+  control.stopped = {100};
+  s.OnExits({{101, ExitStatus::Exited(1)}}, now);
+  CHECK(s.workers()[0].stopped_at_stop == 'T');
+  CHECK(s.workers()[1].stopped_at_stop == 0);  // it had exited
+  CHECK(s.workers()[2].stopped_at_stop == 0);
 }
 
 TEST_CASE_FIXTURE(Fixture, "failures reaped together all count, exits after the teardown do not") {
