@@ -517,10 +517,12 @@ Action AgentMachine::Leave(Kv& kv) {
   const std::string by = "stopped by " + signal_name_;
   // Best effort: the store may be gone too.
   if (s_.hosts_store) {
-    // The job ends with its store, whatever round runs or forms.
+    // The job ends with its store, whatever round runs or forms. The others
+    // were not signalled: they exit 1, as for a store gone (torchrun's too);
+    // 128+N would tell a scheduler they were stopped themselves.
     Cause c;
     c.cls = FailureClass::kSignal;
-    c.exit_code = exit_code::ForSignal(signal_);
+    c.exit_code = 1;
     c.what = "the agent hosting the store (" + s_.self.name + ") was " + by;
     (void)Apply(kv, [&](const JobRecord& r) { return CloseJob(r, c); });
   } else if (round_ >= 0) {

@@ -197,5 +197,24 @@ TEST_CASE(
         gone + "; this node's workers failed meanwhile (rank 2 (local_rank 0, pid 7) exit code 1)");
 }
 
+TEST_CASE("machines: the store host stopped by a signal: the others exit 1, not 128+N") {
+  // Found by an attacking helper: the others exited 143 (SIGTERM to the host), which tells a
+  // scheduler they were stopped themselves; torchrun's exit 1, as for a store gone.
+  TwoAgents t(0);
+  REQUIRE(t.a0->Step(t.kv0, t.now).kind == ActionKind::kWait);
+  REQUIRE(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);
+  t.a0->Interrupted(15, "SIGTERM");
+  t.now += std::chrono::milliseconds(50);
+  Action host = t.a0->Step(t.kv0, t.now);
+  REQUIRE(host.kind == ActionKind::kExit);
+  CHECK(host.exit_code == 128 + 15);
+  t.now += std::chrono::milliseconds(50);
+  Action other = t.a1->Step(t.kv1, t.now);
+  REQUIRE(other.kind == ActionKind::kExit);
+  CHECK(other.exit_code == 1);
+  CHECK(other.message ==
+        "the job failed: the agent hosting the store (host-0) was stopped by SIGTERM");
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
