@@ -361,6 +361,7 @@ Match AddressSpaceLimit(const std::string& text, const ExplainContext& c) {
       {R"((^|[^\w.])MemoryError)", "MemoryError"},
       {"std::bad_alloc", "std::bad_alloc"},
       {"can't start new thread", "can't start new thread"},
+      {"leaves no room for its stack", "no room for a thread's stack"},
       {"CUDA error: out of memory", "CUDA error: out of memory"},
       {"cudaErrorMemoryAllocation", "cudaErrorMemoryAllocation"}};
   const char* said = nullptr;

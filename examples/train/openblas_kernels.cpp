@@ -1,5 +1,6 @@
 #include "examples/train/openblas_kernels.hpp"
 
+#include <cblas.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -78,6 +79,18 @@ bool CanMap(size_t bytes) {
   return true;
 }
 
+// One GEMM large enough to run on OpenBLAS's threads: each maps its work
+// buffer now, while there is room, and keeps it for the GEMMs to come. What
+// the model, the buckets and the process group's threads map later then
+// fails as an allocation, which is said, instead of a GEMM's mapping, which
+// OpenBLAS retries forever.
+void MapOpenBlasBuffersNow() {
+  constexpr int kN = 128;
+  static float a[kN * kN], b[kN * kN], c[kN * kN];
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kN, kN, kN, 1.0f, a, kN, b, kN, 0.0f, c,
+              kN);
+}
+
 }  // namespace
 
 int GemmThreads() {
@@ -95,9 +108,13 @@ bool OpenBlasHasRoom(const char* who) {
   constexpr size_t kArena = size_t{64} << 20;
   const int threads = std::max(openblas_get_num_threads(), 1);
   const double limit_mib = static_cast<double>(as.rlim_cur) / (1 << 20);
-  if (CanMap(static_cast<size_t>(threads) * kBuffer + kArena)) return true;
+  if (CanMap(static_cast<size_t>(threads) * kBuffer + kArena)) {
+    MapOpenBlasBuffersNow();
+    return true;
+  }
   if (CanMap(kBuffer + kArena) && openblas_set_num_threads != nullptr) {
     openblas_set_num_threads(1);
+    MapOpenBlasBuffersNow();
     if (Speaks()) {
       std::fprintf(stderr,
                    "train: %s: ulimit -v (RLIMIT_AS, %.0f MiB) leaves room for one of OpenBLAS's "

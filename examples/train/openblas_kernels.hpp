@@ -15,8 +15,9 @@ void UseTheCpusOpenBlasKernels(char** argv);
 // Whether the address-space limit (ulimit -v) leaves room for OpenBLAS's work
 // buffer (128 MiB, mapped at the first GEMM): OpenBLAS retries a failed
 // mapping forever, so a rank that lacks it would spin at 100% CPU without a
-// word. Says why on stderr when there is none (with `who`: "rank 3").
-// Call right before the first GEMM, once the process group's threads exist.
+// word. Says why on stderr when there is none (with `who`: "rank 3"); where
+// there is, OpenBLAS maps its buffers at once, before the model and the
+// process group take the room. Call before the model is made.
 bool OpenBlasHasRoom(const char* who);
 
 // The threads each GEMM runs on (OpenBLAS's, from OMP_NUM_THREADS or the

@@ -153,7 +153,11 @@ TEST_CASE("explain: memory refused under an address-space cap names RLIMIT_AS") 
   for (const char* text :
        {"ImportError: libtorch_cpu.so: failed to map segment from shared object", "MemoryError",
         "terminate called after throwing an instance of 'std::bad_alloc'",
-        "RuntimeError: can't start new thread"}) {
+        "RuntimeError: can't start new thread",
+        // The DDP core's own words for a thread it could not start under a cap.
+        "train: rank 0: ddp: gloo set-up (rank 0 of 2, local address 127.0.0.1): Resource "
+        "temporarily unavailable (a thread could not be started: ulimit -v (RLIMIT_AS, 48 MiB) "
+        "leaves no room for its stack, or the thread limit (ulimit -u) is reached"}) {
     auto e = Explain(Failed(text), c);
     REQUIRE(e.has_value());
     CHECK(e->signature == "address space limit");
