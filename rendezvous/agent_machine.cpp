@@ -103,7 +103,9 @@ std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings&
 std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
                               const JobRecord& rec, int round) {
   return "rendezvous round " + std::to_string(round) + " timed out after " +
-         DurationText(s.join_timeout) + " (join_timeout): " + Joined(kv, keys, s, rec, round);
+         DurationText(s.join_timeout) + " (join_timeout): " + Joined(kv, keys, s, rec, round) +
+         "; start the missing nodes (the same --rdzv_endpoint and --rdzv_id), give --nnodes a "
+         "lower minimum, or raise join_timeout in --rdzv_conf";
 }
 
 AgentMachine::AgentMachine(AgentSettings settings)
@@ -424,7 +426,9 @@ Action AgentMachine::WaitRound(Kv& kv, const JobRecord& rec, Time now) {
     return Exit(1, "rendezvous: waited " + DurationText(s_.rdzv.join_timeout) +
                        " (join_timeout) for a place in the job, which runs round " +
                        std::to_string(rec.round) + " with " + std::to_string(rec.members.size()) +
-                       " of at most " + std::to_string(s_.rdzv.max_nodes) + " nodes");
+                       " of at most " + std::to_string(s_.rdzv.max_nodes) +
+                       " nodes: give --nnodes a higher maximum to admit this node, or start it "
+                       "when one leaves");
   }
   Cause c;
   c.cls = FailureClass::kRendezvous;

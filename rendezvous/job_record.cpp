@@ -140,7 +140,9 @@ Cause TooFewNodes(const std::string& reason, int remain, int min_nodes) {
   Cause c;
   c.cls = FailureClass::kRendezvous;
   c.what = reason + "; " + std::to_string(remain) + " node(s) remain, fewer than the minimum of " +
-           std::to_string(min_nodes) + " (--nnodes)";
+           std::to_string(min_nodes) +
+           " (--nnodes): start the job again with every node, or give --nnodes a lower minimum "
+           "so that it goes on without one";
   return c;
 }
 

@@ -79,7 +79,8 @@ TEST_CASE(
   CHECK(second->final());
   CHECK(second->final_cause.what ==
         "the agent on host-1 was stopped by SIGTERM; 1 node(s) remain, fewer than the minimum "
-        "of 2 (--nnodes)");
+        "of 2 (--nnodes): start the job again with every node, or give --nnodes a lower "
+        "minimum so that it goes on without one");
   // A new node that joined round 1 counts: the two can form it (rounds end for new nodes so).
   auto with_newcomer = Withdraw(*left, 1, "1", "the agent on host-1 was stopped by SIGTERM", 2,
                                 {"0", "1", "2", "7"});

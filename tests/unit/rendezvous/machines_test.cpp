@@ -93,7 +93,9 @@ TEST_CASE("machines: an agent signalled in a restart's rendezvous is not counted
   CHECK(a0.exit_code == 1);
   CHECK(a0.message ==
         "the job failed: the agent on host-1 (1, joining round 1) was stopped by SIGTERM; 1 "
-        "node(s) remain, fewer than the minimum of 2 (--nnodes)");
+        "node(s) remain, fewer than the minimum of 2 (--nnodes): start the job again with every "
+        "node, or give --nnodes a lower "
+        "minimum so that it goes on without one");
 }
 
 TEST_CASE("machines: a peer-class failure waits for the failure that caused it") {
