@@ -86,6 +86,13 @@ Status ApplyConfKey(const std::string& key, const std::string& v, const std::str
     if (key != name) continue;
     auto d = ConfSeconds(key, v);
     if (!d.ok()) return d.status();
+    // Below a store's round trip on a loaded host every request would time
+    // out, the agent's first one to its own store too.
+    if (key == "read_timeout" && *d < Ms(100)) {
+      return InvalidArgument("invalid --rdzv_conf read_timeout=" + v +
+                             ": at least 0.1 seconds (how long an agent waits for each of the "
+                             "store's replies; torchrun's default is 60)");
+    }
     *field = *d;
     return Status::Ok();
   }

@@ -25,6 +25,9 @@ BAD_OPTIONS = [
     (["--rdzv_conf=keep_alive_interval=nan"],
      ["invalid --rdzv_conf keep_alive_interval=nan: " + SECONDS]),
     (["--rdzv_conf=read_timeout=nan"], ["invalid --rdzv_conf read_timeout=nan: " + SECONDS]),
+    # Shorter than a reply can take: the agent failed against its own store, named as foreign.
+    (["--rdzv_conf=read_timeout=0.0001"],
+     ["invalid --rdzv_conf read_timeout=0.0001: at least 0.1 seconds"]),
     # A count given as a fraction, or with junk around it.
     (["--rdzv_conf=keep_alive_max_attempt=2.5"],
      ["invalid --rdzv_conf keep_alive_max_attempt=2.5: a whole number >= 1"]),
