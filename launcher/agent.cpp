@@ -93,7 +93,6 @@ Status Agent::Setup() {
   rendezvous::AgentSettings settings;
   settings.rdzv = stores_.settings;
   settings.self = stores_.self;
-  settings.max_restarts = c_.max_restarts;
   settings.role = c_.role;
   settings.hosts_store = stores_.rdzv_server != nullptr;
   // Long enough for the coordinator to find a lost node (keep-alive limit
@@ -297,10 +296,10 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   // A peer's failure to wait for is another node's: in a round of this
   // node's workers alone, any that failed first is among them already.
   const bool other_nodes = round.world_size > static_cast<int>(result.workers.size());
-  o.cause.cls = at_exit                           ? rendezvous::FailureClass::kExitHang
-                : root.hung                       ? rendezvous::FailureClass::kHang
+  o.cause.cls = at_exit                                       ? rendezvous::FailureClass::kExitHang
+                : root.hung                                   ? rendezvous::FailureClass::kHang
                 : other_nodes && supervisor::DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
-                                                  : rendezvous::FailureClass::kWorker;
+                                                              : rendezvous::FailureClass::kWorker;
   // Every rank here hung inside a collective: a rank on another node that
   // never entered it is the likelier cause, which its agent records first.
   o.settle = root.hung && other_nodes && hang_all_waiting_;

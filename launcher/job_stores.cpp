@@ -184,6 +184,7 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
   s.max_nodes = c.nnodes_max;
   if (c.rdzv_backend == "static") s.join_timeout = std::chrono::seconds(900);
   s.exclusive_ranks = c.rdzv_backend == "static";
+  s.max_restarts = c.max_restarts;
   s.token = env::Lookup(environ, env::kStoreToken).value_or("");
   for (const auto& [key, value] : c.rdzv_conf) {
     if (Status st = ApplyConfKey(key, value, c.rdzv_backend, s, notices); !st.ok()) return st;

@@ -60,7 +60,7 @@ std::optional<Action> AgentMachine::ClaimRank(Kv& kv, const JobRecord& rec, Time
   // round ran): its place is free now, whatever it does next.
   const bool lost =
       other.ok() &&
-      ((rec.end == RoundEnd::kMembership && rec.lost_agent == other->agent_id) ||
+      ((rec.end != RoundEnd::kNone && rec.lost_agent == other->agent_id) ||
        (rec.MemberRank(other->agent_id) >= 0 && rec.gone[rec.MemberRank(other->agent_id)]));
   if (!lost && (!contest_ || contest_->holder != *holder)) {
     // Is the holder alive? Its keep-alive counter says so within one interval.
@@ -127,7 +127,8 @@ void AgentMachine::WithdrawDisplaced(Kv& kv, const NodeInfo& holder, const std::
     return;
   }
   (void)Apply(kv, [&](const JobRecord& cur) {
-    return Withdraw(cur, r, holder.agent_id, reason, s_.rdzv.min_nodes, *joined);
+    return Withdraw(cur, r, holder.agent_id, reason, s_.rdzv.min_nodes, *joined,
+                    s_.rdzv.max_restarts);
   });
 }
 
@@ -136,7 +137,7 @@ std::optional<Action> AgentMachine::CheckSettings(Kv& kv, const JobRecord& rec) 
   const RendezvousSettings& r = s_.rdzv;
   const std::string mine = "--nnodes=" + std::to_string(r.min_nodes) +
                            (r.min_nodes == r.max_nodes ? "" : ":" + std::to_string(r.max_nodes)) +
-                           " --max_restarts=" + std::to_string(s_.max_restarts) +
+                           " --max_restarts=" + std::to_string(s_.rdzv.max_restarts) +
                            (s_.role == "default" ? "" : " --role=" + s_.role);
   auto stored = kv.CompareSet(keys_.Settings(), "", mine + "\n" + s_.self.name);
   if (!stored.ok()) return StoreGone(stored.status());

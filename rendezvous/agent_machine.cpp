@@ -492,7 +492,7 @@ Action AgentMachine::Exited(Kv& kv, const JobRecord& now_rec, Time now) {
       return Wait(now, settle_until_);
     }
     t = [&, cause](const JobRecord& r) {
-      return EndRoundByFailure(r, round_, cause, s_.max_restarts);
+      return EndRoundByFailure(r, round_, cause, s_.rdzv.max_restarts);
     };
   } else {
     // Stopped because the round ended, which the record says; should it
@@ -542,7 +542,7 @@ Action AgentMachine::Leave(Kv& kv) {
       const auto joining = JoinedAgents(kv, keys_, round_);
       (void)Apply(kv, [&](const JobRecord& r) {
         return Withdraw(r, round_, s_.self.agent_id, reason, s_.rdzv.min_nodes,
-                        joining.ok() ? *joining : std::vector<std::string>{});
+                        joining.ok() ? *joining : std::vector<std::string>{}, s_.rdzv.max_restarts);
       });
     }
     // Its node rank is free again for an agent started in its place (at
@@ -553,7 +553,8 @@ Action AgentMachine::Leave(Kv& kv) {
     const auto joining = JoinedAgents(kv, keys_, round_ + 1);
     (void)Apply(kv, [&](const JobRecord& r) {
       return EndRoundByMembership(r, round_, reason, s_.self.agent_id, s_.rdzv.min_nodes,
-                                  joining.ok() ? *joining : std::vector<std::string>{});
+                                  joining.ok() ? *joining : std::vector<std::string>{},
+                                  s_.rdzv.max_restarts);
     });
   }
   return Exit(exit_code::ForSignal(signal_), "received " + signal_name_);

@@ -31,7 +31,6 @@ namespace ddprun::rendezvous {
 struct AgentSettings {
   RendezvousSettings rdzv;
   NodeInfo self;
-  int max_restarts = 0;
   // --role: one per job (ROLE_RANK and ROLE_WORLD_SIZE are RANK and WORLD_SIZE).
   std::string role = "default";
   bool hosts_store = false;

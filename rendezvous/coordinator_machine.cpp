@@ -215,7 +215,8 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
     auto joining = JoinedAgents(kv, keys_, r + 1);
     if (!joining.ok()) return joining.status();
     return Apply(kv, [&](const JobRecord& cur) {
-      return EndRoundByMembership(cur, r, why.str(), m.agent_id, s_.min_nodes, *joining);
+      return EndRoundByMembership(cur, r, why.str(), m.agent_id, s_.min_nodes, *joining,
+                                  s_.max_restarts);
     });
   }
   TellWithdrawn(rec, r + 1);

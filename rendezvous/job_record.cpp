@@ -135,14 +135,19 @@ int Remaining(const JobRecord& rec, const std::vector<std::string>& joining) {
   return n;
 }
 
-// A member left (lost, signalled) and fewer than --nnodes' minimum remain.
-Cause TooFewNodes(const std::string& reason, int remain, int min_nodes) {
+// A member left (lost, signalled) and fewer than --nnodes' minimum remain:
+// with `restart` the job waits for another node, else it fails.
+Cause TooFewNodes(const std::string& reason, int remain, int min_nodes, bool restart,
+                  int max_restarts) {
   Cause c;
   c.cls = FailureClass::kRendezvous;
   c.what = reason + "; " + std::to_string(remain) + " node(s) remain, fewer than the minimum of " +
-           std::to_string(min_nodes) +
-           " (--nnodes): start the job again with every node, or give --nnodes a lower minimum "
-           "so that it goes on without one";
+           std::to_string(min_nodes) + " (--nnodes)";
+  c.what += restart ? ": the job restarts (as for a failure) and waits up to join_timeout for "
+                      "another node to join"
+                    : ", and no restart is left (--max_restarts=" + std::to_string(max_restarts) +
+                          ") to wait for another node: start the job again with every node, or "
+                          "give --nnodes a lower minimum so that it goes on without one";
   return c;
 }
 
@@ -283,7 +288,8 @@ StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& 
 
 StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std::string& reason,
                                          const std::string& lost_agent, int min_nodes,
-                                         const std::vector<std::string>& joining) {
+                                         const std::vector<std::string>& joining,
+                                         int max_restarts) {
   if (Status s = CheckRunning(rec, r); !s.ok()) return s;
   if (!lost_agent.empty()) {
     int lost = rec.MemberRank(lost_agent);
@@ -296,22 +302,33 @@ StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std:
   next.lost_agent = lost_agent;
   const int remain = Remaining(next, joining);
   if (remain >= min_nodes) return next;
-  return Fail(std::move(next), TooFewNodes(reason, remain, min_nodes));
+  // Too few to go on: a restart, as torchrun's agents make when a node's
+  // loss fails their workers, and the next round waits join_timeout for
+  // another node; the job fails when none is left.
+  const bool restart = next.restarts < max_restarts;
+  const Cause cause = TooFewNodes(reason, remain, min_nodes, restart, max_restarts);
+  if (!restart) return Fail(std::move(next), cause);
+  next.end = RoundEnd::kFailure;
+  next.cause = cause;
+  ++next.restarts;
+  return next;
 }
 
 StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& agent_id,
                              const std::string& reason, int min_nodes,
-                             const std::vector<std::string>& joining) {
+                             const std::vector<std::string>& joining, int max_restarts) {
   if (rec.final()) return Rejected("the job is over");
   if (r != rec.round + 1) return Rejected("round " + std::to_string(r) + " is not gathering");
   if (rec.Withdrew(agent_id)) return Rejected("agent " + agent_id + " withdrew already");
   JobRecord next = Next(rec);
   next.withdrawn.push_back({agent_id, reason});
   if (rec.MemberRank(agent_id) < 0) return next;
-  // A member of the round before leaves as it would have from that round.
+  // A member of the round before leaves as it would have from that round;
+  // with a restart left the round gathers on, within join_timeout (no round
+  // runs: none is used).
   const int remain = Remaining(next, joining);
-  if (remain >= min_nodes) return next;
-  return Fail(std::move(next), TooFewNodes(reason, remain, min_nodes));
+  if (remain >= min_nodes || next.restarts < max_restarts) return next;
+  return Fail(std::move(next), TooFewNodes(reason, remain, min_nodes, false, max_restarts));
 }
 
 StatusOr<JobRecord> Rejoin(const JobRecord& rec, int r, const std::string& agent_id) {

@@ -106,24 +106,29 @@ struct JobRecord {
 // and no member to have withdrawn.
 StatusOr<JobRecord> CloseRound(const JobRecord& rec, int r, std::vector<NodeInfo> members);
 // A worker failure ends round `r`: one restart is used, and the job fails
-// with `cause` when none is left. Membership changes never use one.
+// with `cause` when none is left. Membership changes use one only when they
+// leave too few nodes (EndRoundByMembership).
 StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& cause,
                                       int max_restarts);
 // A membership change ends round `r` (a member lost or leaving, new nodes
-// waiting). `lost_agent`, when given, leaves the job; the job fails when
-// fewer than `min_nodes` remain of the members and the agents `joining`
-// round `r` + 1. A member whose workers finished is never lost.
+// waiting). `lost_agent`, when given, leaves the job. When fewer than
+// `min_nodes` remain of the members and the agents `joining` round `r` + 1,
+// the round ends as by a failure (kFailure, one restart used: the next round
+// waits join_timeout for nodes, as torchrun's), or the job fails when none of
+// `max_restarts` is left. A member whose workers finished is never lost.
 StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std::string& reason,
                                          const std::string& lost_agent, int min_nodes,
-                                         const std::vector<std::string>& joining = {});
+                                         const std::vector<std::string>& joining = {},
+                                         int max_restarts = 0);
 // The agent `agent_id`, which joined round `r` (not closed yet), leaves: the
 // round closes without it (CloseRound rejects members that withdrew). When
-// it was a member of the round before, the job fails as when a member
-// leaves if fewer than `min_nodes` remain of that round's members and the
-// agents `joining` round `r`.
+// it was a member of the round before, and fewer than `min_nodes` remain of
+// that round's members and the agents `joining` round `r`, the job fails
+// unless a restart is left of `max_restarts` (the round then gathers on,
+// within join_timeout).
 StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& agent_id,
                              const std::string& reason, int min_nodes,
-                             const std::vector<std::string>& joining = {});
+                             const std::vector<std::string>& joining = {}, int max_restarts = 0);
 // The agent `agent_id`, withdrawn from round `r` (not closed yet) by another
 // (it took over the agent's node rank while it was stopped), holds its rank
 // again (that agent left): its arrival counts again.

@@ -50,6 +50,9 @@ struct RendezvousSettings {
   // has been silent for the keep-alive limit (killed, then started again).
   // The coordinator counts an arrival only while it holds its rank's claim.
   bool exclusive_ranks = false;
+  // --max_restarts, the job's: failures end a round with one used (and the
+  // job when none is left), as does a loss that leaves fewer than min_nodes.
+  int max_restarts = 0;
 };
 
 struct RoundResult {

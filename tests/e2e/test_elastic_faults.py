@@ -76,6 +76,35 @@ def test_paused_agent_comes_back_without_a_restart(launch, tmp_path):
     assert stop_and_wait(out, agents) == [0, 0, 0], outputs(agents)
 
 
+@pytest.mark.parametrize("max_restarts", [1, 0])
+def test_a_node_lost_below_the_minimum_is_waited_for_with_a_restart_left(launch, tmp_path,
+                                                                         max_restarts):
+    """--nnodes=2:3, node 1's agent SIGKILLed: one node remains, fewer than MIN. The job failed at
+    once (found by an attacking helper); torchrun's agents restart and wait join_timeout for
+    nodes. With a restart left the survivor now waits, and a node started in its place joins;
+    without one the job fails at once, saying so."""
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    args = [f"--max_restarts={max_restarts}", *sh(LOOP)]
+    agents = [launch(c10d_args("2:3", 0, port, extra=args), env=node_env(out, 0))]
+    wait_listening(port)
+    agents.append(launch(c10d_args("2:3", 1, port, extra=args), env=node_env(out, 1)))
+    wait_world(out, [0, 1], 2, 4)
+    agents[1].signal(signal.SIGKILL)
+    if max_restarts == 0:
+        assert agents[0].wait(AGENT_TIMEOUT) == 1, outputs(agents)
+        assert "and no restart is left (--max_restarts=0) to wait for another node" in \
+            agents[0].stderr(), outputs(agents)
+        return
+    wait_for(lambda: "waits up to join_timeout for another node" in agents[0].stderr(),
+             KEEP_ALIVE_LIMIT + 10, what="node 0 waiting for another node")
+    agents.append(launch(c10d_args("2:3", 2, port, extra=args), env=node_env(out, 2)))
+    states = wait_world(out, [0, 2], 2, 4, timeout=AGENT_TIMEOUT)
+    assert all(s[2] == 1 for s in states.values()), states  # one restart used
+    assert stop_and_wait(out, [agents[0], agents[2]]) == [0, 0], outputs(agents)
+
+
 # Workers that run until $OUTDIR/go exists, then record that they finished and exit 0.
 FINISH = r'''
 echo "$$ $WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $RANK $GROUP_RANK" >> "$OUTDIR/starts_${NODE}_${LOCAL_RANK}"

@@ -46,7 +46,7 @@ void Sim::Check() {
   // (c): nobody is declared lost unless it was silent that long by its own
   // doing (paused, killed, gone), never because the store host was paused.
   std::vector<std::string> lost_now;
-  if (rec.end == RoundEnd::kMembership && !rec.lost_agent.empty() &&
+  if (rec.end != RoundEnd::kNone && !rec.lost_agent.empty() &&
       lost_checked_.insert({rec.round, rec.lost_agent}).second) {
     lost_now.push_back(rec.lost_agent);
   }

@@ -21,6 +21,7 @@ void Sim::Configure() {
     rdzv_.exclusive_ranks = true;
   }
   max_restarts_ = static_cast<int>(rng_.In(0, 3));
+  rdzv_.max_restarts = max_restarts_;
   train_ = rng_.Delay(1000, 5000);
   fail_percent_ = static_cast<int>(rng_.In(0, 40));
   agents_.reserve(16);  // replacements join; no reference outlives an event
@@ -44,7 +45,6 @@ int Sim::AddAgent(int requested_rank, Time start) {
   s.self.addr = "127.0.0." + std::to_string(i + 1);
   s.self.nproc = 2;
   s.self.requested_rank = requested_rank;
-  s.max_restarts = max_restarts_;
   s.hosts_store = i == 0;
   s.peer_settle = peer_settle_;
   a.machine.emplace(s);

@@ -52,7 +52,7 @@ struct World {
     s.rdzv = rdzv;
     s.self = Member(id);
     s.self.requested_rank = rank;
-    s.max_restarts = max_restarts;
+    s.rdzv.max_restarts = max_restarts;
     s.hosts_store = id == "0";
     Agent& a = agents[id];
     a.machine = std::make_unique<AgentMachine>(s);

@@ -79,8 +79,14 @@ TEST_CASE(
   CHECK(second->final());
   CHECK(second->final_cause.what ==
         "the agent on host-1 was stopped by SIGTERM; 1 node(s) remain, fewer than the minimum "
-        "of 2 (--nnodes): start the job again with every node, or give --nnodes a lower "
-        "minimum so that it goes on without one");
+        "of 2 (--nnodes), and no restart is left (--max_restarts=0) to wait for another node: "
+        "start the job again with every node, or give --nnodes a lower minimum so that it goes "
+        "on without one");
+  // With a restart left, the round gathers on (join_timeout bounds it); none is used.
+  auto waits = Withdraw(*left, 1, "1", "the agent on host-1 was stopped by SIGTERM", 2, {}, 2);
+  REQUIRE(waits.ok());
+  CHECK_FALSE(waits->final());
+  CHECK(waits->restarts == left->restarts);
   // A new node that joined round 1 counts: the two can form it (rounds end for new nodes so).
   auto with_newcomer = Withdraw(*left, 1, "1", "the agent on host-1 was stopped by SIGTERM", 2,
                                 {"0", "1", "2", "7"});
@@ -90,6 +96,21 @@ TEST_CASE(
   JobRecord running = Closed(2);
   CHECK(EndRoundByMembership(running, 0, "lost host-1", "1", 2)->final());
   CHECK_FALSE(EndRoundByMembership(running, 0, "lost host-1", "1", 2, {"7"})->final());
+  // Too few with a restart left: the round ends as by a failure, one restart used, and the
+  // next round waits for another node (torchrun's agents restart when a node is lost).
+  auto restart = EndRoundByMembership(running, 0, "lost host-1", "1", 2, {}, 1);
+  REQUIRE(restart.ok());
+  CHECK_FALSE(restart->final());
+  CHECK(restart->end == RoundEnd::kFailure);
+  CHECK(restart->restarts == 1);
+  CHECK(restart->lost_agent == "1");
+  CHECK(restart->cause.what ==
+        "lost host-1; 1 node(s) remain, fewer than the minimum of 2 (--nnodes): the job restarts "
+        "(as for a failure) and waits up to join_timeout for another node to join");
+  // The last restart used: the next such loss fails the job.
+  JobRecord used = running;
+  used.restarts = 1;
+  CHECK(EndRoundByMembership(used, 0, "lost host-1", "1", 2, {}, 1)->final());
   // An agent that was in no round before only withdraws: others may still come.
   auto first = Withdraw(JobRecord(), 0, "5", "x", 2);
   REQUIRE(first.ok());

@@ -88,14 +88,39 @@ TEST_CASE("machines: an agent signalled in a restart's rendezvous is not counted
     (void)t.coordinator->Step(t.kvc, t.now);
     a0 = t.a0->Step(t.kv0, t.now);
   }
-  // Not a round of two with a departed node: the job ends, naming why.
+  // Not a round of two with a departed node: with a restart left, the round waits for
+  // another node (as torchrun's), up to join_timeout; then the job ends, naming why.
+  REQUIRE(a0.kind == ActionKind::kWait);
+  CHECK(t.a0->phase() == AgentMachine::Phase::kWaitRound);
+  // Stepped as the driver does (a longer gap is taken for a pause, which the timeout leaves out).
+  for (int i = 0; i < 700 && a0.kind == ActionKind::kWait; ++i) {
+    t.now += std::chrono::seconds(1);
+    (void)t.coordinator->Step(t.kvc, t.now);
+    a0 = t.a0->Step(t.kv0, t.now);
+  }
+  REQUIRE(a0.kind == ActionKind::kExit);
+  CHECK(a0.exit_code == 1);
+  CHECK(a0.message.find("timed out after 600 s (join_timeout): 1 of at least 2 nodes joined") !=
+        std::string::npos);
+  // Without a restart left, the job ends at once.
+  TwoAgents none(1);
+  (void)none.Until();
+  none.a1->WorkersExited(failed, none.now);
+  (void)none.a1->Step(none.kv1, none.now);
+  REQUIRE(none.a1->phase() == AgentMachine::Phase::kWaitRound);
+  REQUIRE(none.a0->Step(none.kv0, none.now).kind == ActionKind::kStopWorkers);
+  none.a1->Interrupted(15, "SIGTERM");
+  REQUIRE(none.a1->Step(none.kv1, none.now).kind == ActionKind::kExit);
+  none.now += std::chrono::seconds(10);
+  none.a0->WorkersExited(stopped, none.now);
+  a0 = none.a0->Step(none.kv0, none.now);
   REQUIRE(a0.kind == ActionKind::kExit);
   CHECK(a0.exit_code == 1);
   CHECK(a0.message ==
         "the job failed: the agent on host-1 (1, joining round 1) was stopped by SIGTERM; 1 "
-        "node(s) remain, fewer than the minimum of 2 (--nnodes): start the job again with every "
-        "node, or give --nnodes a lower "
-        "minimum so that it goes on without one");
+        "node(s) remain, fewer than the minimum of 2 (--nnodes), and no restart is left "
+        "(--max_restarts=1) to wait for another node: start the job again with every node, or "
+        "give --nnodes a lower minimum so that it goes on without one");
 }
 
 TEST_CASE("machines: a peer-class failure waits for the failure that caused it") {
@@ -150,13 +175,13 @@ TEST_CASE("machines: an agent whose --nnodes or --max_restarts differ from the j
   s.rdzv.run_id = "t";
   s.rdzv.min_nodes = 1;
   s.rdzv.max_nodes = 3;
-  s.max_restarts = 2;
+  s.rdzv.max_restarts = 2;
   s.self = Member("0");
   AgentMachine first(s);
   s.self = Member("1");
   AgentMachine same(s);
   s.self = Member("2");
-  s.max_restarts = 0;
+  s.rdzv.max_restarts = 0;
   AgentMachine other(s);
   auto now = Clock::time_point(std::chrono::hours(1));
   CHECK(first.Step(kv0, now).kind == ActionKind::kWait);
@@ -170,7 +195,7 @@ TEST_CASE("machines: an agent whose --nnodes or --max_restarts differ from the j
             0) == 0);
   // Another --role: ROLE_RANK and ROLE_WORLD_SIZE would count ranks of both roles.
   s.self = Member("3");
-  s.max_restarts = 2;
+  s.rdzv.max_restarts = 2;
   s.role = "trainer";
   AgentMachine role(s);
   auto kv3 = store.Connect();
@@ -193,7 +218,7 @@ TEST_CASE("machines: under static, a node refused for other settings fails the w
   AgentMachine first(s);
   s.self = Member("1");
   s.self.requested_rank = 1;
-  s.max_restarts = 2;
+  s.rdzv.max_restarts = 2;
   AgentMachine other(s);
   auto now = Clock::time_point(std::chrono::hours(1));
   CHECK(first.Step(kv0, now).kind == ActionKind::kWait);

@@ -27,9 +27,9 @@ struct TwoAgents {
   explicit TwoAgents(int max_restarts) {
     rdzv.run_id = "t";
     rdzv.min_nodes = rdzv.max_nodes = 2;
+    rdzv.max_restarts = max_restarts;
     AgentSettings s;
     s.rdzv = rdzv;
-    s.max_restarts = max_restarts;
     s.self = record_test::Member("0");
     s.hosts_store = true;
     a0.emplace(s);
