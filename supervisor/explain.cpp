@@ -303,6 +303,7 @@ std::optional<Explanation> Explain(const FailureRecord& failure, const ExplainCo
   ExplainContext c = context;
   c.core_dump = failure.core;
   c.hung = failure.hung;
+  c.output_tail = failure.output_tail;
   for (const auto& entry : Catalogue()) {
     if (auto e = entry.match(text, c)) {
       e->signature = entry.signature;

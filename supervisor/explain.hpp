@@ -68,6 +68,9 @@ struct ExplainContext {
   // The failed worker was declared hung (FailureRecord::hung; set by
   // Explain()): it did not end by raising what its output shows.
   bool hung = false;
+  // The failed worker's last output lines, beyond its last traceback
+  // (FailureRecord::output_tail; set by Explain()): what its children said.
+  std::string output_tail;
   // The OOM kills since the failed worker's group started (env::OomKillsSince)
   // and the memory facts now; nullopt: not read.
   std::optional<env::MemoryFacts> memory;

@@ -188,13 +188,25 @@ std::string NprocNumbers(const env::LimitFacts& f) {
 // CPython's _thread ("can't start new thread"), glibc's EAGAIN from
 // pthread_create and fork, as OpenBLAS, libgomp and os.fork report it, and
 // ddprun's own fork of a worker (supervisor/spawn.cpp).
+namespace {
+
+std::string SoftHard(const env::Rlimit& r);
+
+bool NoThreadSaid(const std::string& text) {
+  return Has(text, "can't start new thread") ||
+         Find(text,
+              R"((pthread_create|Thread creation|fork)[^\n]*Resource temporarily unavailable)") ||
+         Has(text, "BlockingIOError: [Errno 11] Resource temporarily unavailable") ||
+         Has(text, "fork failed with EAGAIN");
+}
+
+}  // namespace
+
 Match ThreadLimit(const std::string& text, const ExplainContext& c) {
+  // Or a child of the rank's said it, and the rank raised that its child died
+  // (PyTorch's DataLoader: "DataLoader worker (pid(s) ...) exited unexpectedly").
   const bool hit =
-      Has(text, "can't start new thread") ||
-      Find(text,
-           R"((pthread_create|Thread creation|fork)[^\n]*Resource temporarily unavailable)") ||
-      Has(text, "BlockingIOError: [Errno 11] Resource temporarily unavailable") ||
-      Has(text, "fork failed with EAGAIN");
+      NoThreadSaid(text) || (Has(text, "exited unexpectedly") && NoThreadSaid(c.output_tail));
   if (!hit) return {};
   // Root outside a user namespace has no RLIMIT_NPROC: only the cgroup's limit holds.
   const bool nproc_applies = !c.limits || c.limits->uid != 0 || c.limits->user_namespace;
@@ -211,10 +223,15 @@ Match ThreadLimit(const std::string& text, const ExplainContext& c) {
                  "systemd TasksMax=, Slurm's cgroup.conf; ulimit does not lift it), or start "
                  "fewer threads: OMP_NUM_THREADS, DataLoader num_workers");
   }
+  // A cap on the address space can leave no room for a thread's stack too.
+  const std::string as = c.limits && c.limits->address_space.soft != env::kUnlimited
+                             ? " (or RLIMIT_AS, ulimit -v, " + SoftHard(c.limits->address_space) +
+                                   ", left no room for the thread's stack)"
+                             : "";
   return Lines(
       "a worker could not start a thread or process (EAGAIN): the user's process and "
       "thread limit or the cgroup's pids.max is reached" +
-          numbers,
+          numbers + as,
       "raise the limit (ulimit -u N; for good, '" + user +
           " hard nproc N' in /etc/security/limits.d/90-nproc.conf), or start fewer "
           "threads: OMP_NUM_THREADS, DataLoader num_workers");
@@ -354,24 +371,32 @@ Match AddressSpaceLimit(const std::string& text, const ExplainContext& c) {
   static const struct {
     const char* pattern;
     const char* said;
-  } kSymptoms[] = {
-      {"failed to map segment from shared object", "failed to map segment from shared object"},
-      {"Cannot allocate memory", "Cannot allocate memory"},
-      {R"(\[Errno 12\])", "[Errno 12]"},
-      {R"((^|[^\w.])MemoryError)", "MemoryError"},
-      {"std::bad_alloc", "std::bad_alloc"},
-      {"can't start new thread", "can't start new thread"},
-      {"leaves no room for its stack", "no room for a thread's stack"},
-      {"CUDA error: out of memory", "CUDA error: out of memory"},
-      {"cudaErrorMemoryAllocation", "cudaErrorMemoryAllocation"}};
+    bool thread;  // a thread that could not start: the thread limit's too
+  } kSymptoms[] = {{"failed to map segment from shared object",
+                    "failed to map segment from shared object", false},
+                   {"Cannot allocate memory", "Cannot allocate memory", false},
+                   {R"(\[Errno 12\])", "[Errno 12]", false},
+                   {R"((^|[^\w.])MemoryError)", "MemoryError", false},
+                   {"std::bad_alloc", "std::bad_alloc", false},
+                   {"can't start new thread", "can't start new thread", true},
+                   {"leaves no room for its stack", "no room for a thread's stack", true},
+                   {"CUDA error: out of memory", "CUDA error: out of memory", false},
+                   {"cudaErrorMemoryAllocation", "cudaErrorMemoryAllocation", false}};
   const char* said = nullptr;
+  bool thread = false;
   for (const auto& s : kSymptoms) {
     if (Find(text, s.pattern)) {
       said = s.said;
+      thread = s.thread;
       break;
     }
   }
   if (said == nullptr) return {};
+  // A thread that did not start under a roomy cap (a thread's stack is 8 MiB)
+  // where the user's thread limit holds: that limit, most likely (ThreadLimit).
+  constexpr uint64_t kRoomy = uint64_t{4} << 30;
+  const bool nproc_applies = (f.uid != 0 || f.user_namespace) && f.nproc.soft != env::kUnlimited;
+  if (thread && nproc_applies && (!as || f.address_space.soft >= kRoomy)) return {};
   const std::string limit = as ? "RLIMIT_AS (ulimit -v), " + SoftHard(f.address_space)
                                : "RLIMIT_DATA (ulimit -d), " + SoftHard(f.data);
   return Lines("a worker could not get memory (" + std::string(said) +

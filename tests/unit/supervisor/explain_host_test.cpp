@@ -165,6 +165,27 @@ TEST_CASE("explain: memory refused under an address-space cap names RLIMIT_AS") 
                         "hard 2.0 GiB") != std::string::npos);
     CHECK(e->fix.find("ulimit -Hv unlimited") != std::string::npos);
   }
+  // A roomy cap (16 GiB) where the user's thread limit holds: that limit, with the cap said as
+  // the other possibility (found by an attacking helper: ulimit -Hv unlimited was the fix given).
+  ExplainContext roomy = WithLimits({}, {16ull << 30, 16ull << 30});
+  roomy.limits->uid = 65534;
+  roomy.limits->nproc = {60, 60};
+  auto nproc = Explain(Failed("RuntimeError: can't start new thread"), roomy);
+  REQUIRE(nproc.has_value());
+  CHECK(nproc->signature == "thread limit");
+  CHECK(nproc->cause.find("RLIMIT_NPROC of alice is soft 60, hard 60") != std::string::npos);
+  CHECK(nproc->cause.find("(or RLIMIT_AS, ulimit -v, soft 16.0 GiB, hard 16.0 GiB, left no room "
+                          "for the thread's stack)") != std::string::npos);
+  // A DataLoader worker (a child) could not start a thread; the rank says only that it died.
+  auto child = Explain(Failed("RuntimeError: DataLoader worker (pid(s) 4242) exited "
+                              "unexpectedly",
+                              "Traceback (most recent call last):\n  File \"w.py\", line 3\n"
+                              "RuntimeError: can't start new thread\nTraceback (most recent call "
+                              "last):\nRuntimeError: DataLoader worker (pid(s) 4242) exited "
+                              "unexpectedly\n"),
+                       roomy);
+  REQUIRE(child.has_value());
+  CHECK(child->signature == "thread limit");
   // Without a cap the same words are not blamed on one.
   auto threads = Explain(Failed("RuntimeError: can't start new thread"), WithLimits({}, {}));
   REQUIRE(threads.has_value());
