@@ -2,7 +2,6 @@
 
 #include <arpa/inet.h>
 #include <netdb.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include <utility>
 
 #include "base/format.hpp"
+#include "base/no_thread.hpp"
 #include "base/pause_clock.hpp"
 #include "base/unique_fd.hpp"
 #include "ddp/flight_recorder.hpp"
@@ -342,24 +342,6 @@ class GlooProcessGroup : public ProcessGroup {
 
 }  // namespace
 
-namespace {
-
-// Why a thread could not be started (std::thread's EAGAIN): under ulimit -v,
-// the address space for its stack, most likely; else the thread limits.
-std::string NoThreadWhy() {
-  rlimit as{};
-  if (getrlimit(RLIMIT_AS, &as) == 0 && as.rlim_cur != RLIM_INFINITY) {
-    return " (a thread could not be started: ulimit -v (RLIMIT_AS, " +
-           std::to_string(as.rlim_cur >> 20) +
-           " MiB) leaves no room for its stack, or the thread limit (ulimit -u, the cgroup's "
-           "pids.max) is reached: raise or lift ulimit -v)";
-  }
-  return " (a thread could not be started: the thread limit, ulimit -u or the cgroup's "
-         "pids.max, is reached)";
-}
-
-}  // namespace
-
 StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(const LaunchEnv& env) {
   auto client = rendezvous::StoreClient::Connect(env.master_addr, env.master_port,
                                                  std::chrono::seconds(60), env.store_token);
@@ -392,7 +374,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(const LaunchEnv& 
     return Unavailable(std::string("ddp: gloo set-up (rank ") + std::to_string(env.rank) + " of " +
                        std::to_string(env.world_size) + ", local address " +
                        (attr.iface.empty() ? attr.hostname : "iface " + attr.iface) +
-                       "): " + e.what() + (no_thread ? NoThreadWhy() : ""));
+                       "): " + e.what() + (no_thread ? WhyNoThread() : ""));
   }
 }
 

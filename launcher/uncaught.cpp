@@ -1,4 +1,5 @@
 #include "launcher/uncaught.hpp"
+#include "base/no_thread.hpp"
 
 #include <sys/resource.h>
 #include <unistd.h>
@@ -36,10 +37,10 @@ constexpr int kFailureExit = 1;
                   "ddprun: out of memory (Cannot allocate memory): check ulimit -v and the "
                   "memory free on this host\n");
   } catch (const std::system_error& e) {
-    std::snprintf(line, sizeof(line), "ddprun: %s (%s)\n", e.what(),
+    std::snprintf(line, sizeof(line), "ddprun: %s%s\n", e.what(),
                   e.code() == std::errc::resource_unavailable_try_again
-                      ? "out of threads or memory: check ulimit -u and ulimit -v"
-                      : "a system call failed");
+                      ? WhyNoThread().c_str()
+                      : " (a system call failed)");
   } catch (const std::exception& e) {
     std::snprintf(line, sizeof(line), "ddprun: internal error: %s\n", e.what());
   } catch (...) {

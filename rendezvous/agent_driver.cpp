@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "base/format.hpp"
+#include "base/no_thread.hpp"
 #include "rendezvous/coordinator.hpp"
 #include "rendezvous/sockets.hpp"
 
@@ -145,7 +146,7 @@ Status AgentDriver::StartWatching(NoteFn on_stop, NoteFn on_note) {
   } catch (const std::system_error& e) {
     watch_client_.reset();
     return Unavailable(std::string("rendezvous: start the watch thread: ") + e.what() +
-                       " (out of threads or memory: check ulimit -u and ulimit -v)");
+                       WhyNoThread());
   }
   return Status::Ok();
 }

@@ -1,4 +1,5 @@
 #include "rendezvous/coordinator.hpp"
+#include "base/no_thread.hpp"
 
 #include <system_error>
 
@@ -25,8 +26,7 @@ Status Coordinator::Start() {
   try {
     thread_ = std::thread([this] { Run(); });
   } catch (const std::system_error& e) {
-    return Unavailable(std::string("start the coordinator thread: ") + e.what() +
-                       " (out of threads or memory: check ulimit -u and ulimit -v)");
+    return Unavailable(std::string("start the coordinator thread: ") + e.what() + WhyNoThread());
   }
   return Status::Ok();
 }

@@ -20,6 +20,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/no_thread.hpp"
 #include "base/unique_fd.hpp"
 #include "rendezvous/sockets.hpp"
 #include "rendezvous/store_guard.hpp"
@@ -96,8 +97,7 @@ class StoreServer::Impl {
     try {
       thread_ = std::thread([this] { uv_run(&loop_, UV_RUN_DEFAULT); });
     } catch (const std::system_error& e) {
-      return Unavailable(std::string("start the store thread: ") + e.what() +
-                         " (out of threads or memory: check ulimit -u and ulimit -v)");
+      return Unavailable(std::string("start the store thread: ") + e.what() + WhyNoThread());
     }
     return Status::Ok();
   }

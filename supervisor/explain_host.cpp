@@ -197,7 +197,8 @@ bool NoThreadSaid(const std::string& text) {
          Find(text,
               R"((pthread_create|Thread creation|fork)[^\n]*Resource temporarily unavailable)") ||
          Has(text, "BlockingIOError: [Errno 11] Resource temporarily unavailable") ||
-         Has(text, "fork failed with EAGAIN");
+         Has(text, "fork failed with EAGAIN") ||
+         Has(text, "a thread could not be started: this user runs");  // base/no_thread.hpp
 }
 
 }  // namespace
@@ -372,16 +373,17 @@ Match AddressSpaceLimit(const std::string& text, const ExplainContext& c) {
     const char* pattern;
     const char* said;
     bool thread;  // a thread that could not start: the thread limit's too
-  } kSymptoms[] = {{"failed to map segment from shared object",
-                    "failed to map segment from shared object", false},
-                   {"Cannot allocate memory", "Cannot allocate memory", false},
-                   {R"(\[Errno 12\])", "[Errno 12]", false},
-                   {R"((^|[^\w.])MemoryError)", "MemoryError", false},
-                   {"std::bad_alloc", "std::bad_alloc", false},
-                   {"can't start new thread", "can't start new thread", true},
-                   {"leaves no room for its stack", "no room for a thread's stack", true},
-                   {"CUDA error: out of memory", "CUDA error: out of memory", false},
-                   {"cudaErrorMemoryAllocation", "cudaErrorMemoryAllocation", false}};
+  } kSymptoms[] = {
+      {"failed to map segment from shared object", "failed to map segment from shared object",
+       false},
+      {"Cannot allocate memory", "Cannot allocate memory", false},
+      {R"(\[Errno 12\])", "[Errno 12]", false},
+      {R"((^|[^\w.])MemoryError)", "MemoryError", false},
+      {"std::bad_alloc", "std::bad_alloc", false},
+      {"can't start new thread", "can't start new thread", true},
+      {"a thread could not be started: RLIMIT_AS", "no room for a thread's stack", true},
+      {"CUDA error: out of memory", "CUDA error: out of memory", false},
+      {"cudaErrorMemoryAllocation", "cudaErrorMemoryAllocation", false}};
   const char* said = nullptr;
   bool thread = false;
   for (const auto& s : kSymptoms) {

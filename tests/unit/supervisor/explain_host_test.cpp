@@ -156,8 +156,8 @@ TEST_CASE("explain: memory refused under an address-space cap names RLIMIT_AS") 
         "RuntimeError: can't start new thread",
         // The DDP core's own words for a thread it could not start under a cap.
         "train: rank 0: ddp: gloo set-up (rank 0 of 2, local address 127.0.0.1): Resource "
-        "temporarily unavailable (a thread could not be started: ulimit -v (RLIMIT_AS, 48 MiB) "
-        "leaves no room for its stack, or the thread limit (ulimit -u) is reached"}) {
+        "temporarily unavailable (a thread could not be started: RLIMIT_AS (ulimit -v) is 48.8 "
+        "MiB, each thread's stack 8.0 MiB of it (ulimit -s): raise or lift ulimit -v)"}) {
     auto e = Explain(Failed(text), c);
     REQUIRE(e.has_value());
     CHECK(e->signature == "address space limit");
