@@ -327,8 +327,9 @@ Match TooManyOpenFiles(const std::string& text, const ExplainContext& c) {
                           "; ddprun raises the workers' soft limit to the hard one"
                     : std::string()) +
           ")",
-      "close what the program leaves open (files, sockets, DataLoader workers' shared tensors: "
-      "torch.multiprocessing.set_sharing_strategy('file_system') opens one per tensor), or as "
+      "close what the program leaves open (files, sockets, DataLoader workers' shared tensors, "
+      "one descriptor each under PyTorch's default sharing strategy: "
+      "torch.multiprocessing.set_sharing_strategy('file_system') holds none), or as "
       "root raise the hard limit: ulimit -Hn N in the shell that starts ddprun, or \"" +
           user + " hard nofile N\" in /etc/security/limits.d/");
 }
