@@ -61,7 +61,7 @@ struct Limits {
   size_t max_value = 64 * 1024 * 1024;
   size_t max_keys_per_request = 128 * 1024;
   size_t max_request = 256 * 1024 * 1024;  // bytes of one request, opcode included
-  size_t max_unsent = 256 * 1024 * 1024;   // replies a connection has not read yet
+  size_t max_unsent = 256 * 1024 * 1024;   // replies a connection has not read yet, beyond one
 };
 
 struct Request {

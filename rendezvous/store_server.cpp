@@ -315,7 +315,11 @@ class StoreServer::Impl {
     if (!c.agent && req.op != Op::kPing) c.used_workers = true;
     StoreState& state = c.agent ? agents_ : workers_;
     if (!state.Handle(c.id, req)) {
-      Close(c, OpName(static_cast<uint8_t>(req.op)) + " is invalid here (ADD to a non-number?)");
+      Close(c, OpName(static_cast<uint8_t>(req.op)) + " is invalid here" +
+                   (req.op == Op::kAdd ? " (ADD to a value that is not a number)"
+                    : req.op == Op::kValidate || req.op == Op::kAuth
+                        ? " (only a connection's first requests)"
+                        : ""));
     }
   }
 
@@ -444,6 +448,9 @@ class StoreServer::Impl {
     w->data = std::move(bytes);
     w->conn = &c;
     w->req.data = w.get();
+    // One reply, however large (a MULTI_GET of stored values), is not a sign
+    // of a client that does not read: replies piling up behind it are.
+    const bool behind = c.out_pending > 0;
     c.out_pending += w->data.size();
     uv_buf_t buf = uv_buf_init(w->data.data(), w->data.size());
     WriteReq* raw = w.release();  // owned by libuv until the callback
@@ -453,7 +460,7 @@ class StoreServer::Impl {
                owned->conn->out_pending -= owned->data.size();
                if (status < 0) owned->conn->server->Close(*owned->conn, "");
              });
-    if (c.out_pending > options_.limits.max_unsent) {
+    if (behind && c.out_pending > options_.limits.max_unsent) {
       Close(c, "does not read its replies (" + std::to_string(c.out_pending) + " bytes unsent)");
     }
   }

@@ -752,6 +752,22 @@ def test_idle_clients_are_not_timed_out(server):
     assert r.string() == b"1"
 
 
+def test_a_multi_get_larger_than_the_unsent_limit_is_answered(server):
+    """One reply of 300 MiB (five 60 MiB values the store accepted): the store took its size for
+    a client that does not read and closed the connection (found by an attacking helper);
+    PyTorch's server answers. Only replies piling up behind one are that sign."""
+    st = client(server.port, timeout=60.0)
+    value = bytes(range(256)) * (60 * 4096)  # 60 MiB
+    keys = [f"big{i}" for i in range(5)]
+    for k in keys:
+        st.set(k, value)
+    got = st.multi_get(keys)
+    assert [len(v) for v in got] == [len(value)] * 5
+    assert all(v == value for v in got)
+    assert st.add("ctr", 1) == 1  # the connection lives on
+    server.assert_alive()
+
+
 def test_slow_reader_does_not_stall_others(server):
     st = client(server.port)
     st.set("big", b"x" * 4096)
