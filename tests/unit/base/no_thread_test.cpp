@@ -27,12 +27,14 @@ TEST_CASE("WhyNoThread names the address-space cap and each thread's stack under
   REQUIRE(setrlimit(RLIMIT_AS, &capped) == 0);
   const std::string why = WhyNoThread();
   REQUIRE(setrlimit(RLIMIT_AS, &as) == 0);
-  CHECK(Has(why, " (a thread could not be started: RLIMIT_AS (ulimit -v) is 64.0 GiB, each "
-                 "thread's stack "));
+  CHECK(Has(why,
+            " (a thread could not be started: RLIMIT_AS (ulimit -v) is 64.0 GiB, each "
+            "thread's stack "));
   CHECK(Has(why, "of it (ulimit -s): raise or lift ulimit -v"));
   // No cap: out of memory or a cgroup's limit, with the thread limit's numbers.
-  CHECK(Has(WhyNoThread(), "out of memory, or the cgroup's pids.max is reached; RLIMIT_NPROC "
-                           "(ulimit -u) is soft "));
+  CHECK(Has(WhyNoThread(),
+            "out of memory, or the cgroup's pids.max is reached; RLIMIT_NPROC "
+            "(ulimit -u) is soft "));
 }
 
 }  // namespace
