@@ -1,14 +1,9 @@
 #include "env/limits.hpp"
 
-#include <pwd.h>
 #include <sys/resource.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
-#include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <system_error>
 
@@ -235,12 +230,6 @@ void CheckShm(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   plan.checks.push_back(std::move(c));
 }
 
-std::optional<uint64_t> ParseCount(const std::string& s) {
-  auto n = ParseInteger("count", s, 0, 999'999'999, "");
-  if (!n.ok()) return std::nullopt;
-  return static_cast<uint64_t>(*n);
-}
-
 void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   LimitCheck c{kOmpCheck, CheckStatus::kOk, "", ""};
   const uint64_t n = static_cast<uint64_t>(job.nproc_per_node);
@@ -387,129 +376,7 @@ std::string NofileFailureMessage(const LimitFacts& facts, const JobShape& job) {
          "; not starting any worker; fix: " + NofileFix(facts, job);
 }
 
-// ---------------------------------------------------------------------------
-// Reading the OS.
-
 namespace {
-
-struct StatusFields {
-  std::optional<uint32_t> real_uid;
-  uint64_t threads = 0;
-  std::string name;
-};
-
-std::optional<StatusFields> ReadProcStatus(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  StatusFields f;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream fields(line);
-    std::string key;
-    fields >> key;
-    if (key == "Name:") std::getline(fields >> std::ws, f.name);
-    if (key == "Uid:") {
-      uint32_t uid = 0;
-      if (fields >> uid) f.real_uid = uid;
-    }
-    if (key == "Threads:") fields >> f.threads;
-  }
-  if (!f.real_uid) return std::nullopt;
-  return f;
-}
-
-// The command line with NULs as spaces, cut to 80 characters; `name` (the
-// kernel's comm) for kernel threads and zombies, which have none.
-std::string CommandOf(const std::string& dir, const std::string& name) {
-  // Through istream::read, which turns a failed read (ESRCH: the process
-  // exited meanwhile) into a stream state; an istreambuf_iterator would
-  // let libstdc++'s ios_base::failure escape.
-  std::ifstream in(dir + "/cmdline", std::ios::binary);
-  char buf[256];
-  in.read(buf, sizeof(buf));
-  std::string cmd(buf, static_cast<size_t>(std::max<std::streamsize>(in.gcount(), 0)));
-  while (!cmd.empty() && cmd.back() == '\0') cmd.pop_back();
-  std::replace(cmd.begin(), cmd.end(), '\0', ' ');
-  if (cmd.empty()) return name;
-  return cmd.size() > 80 ? cmd.substr(0, 77) + "..." : cmd;
-}
-
-bool IsPid(const std::string& s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) {
-    return std::isdigit(static_cast<unsigned char>(c));
-  });
-}
-
-Rlimit GetLimit(int resource) {
-  rlimit r{};
-  if (getrlimit(resource, &r) != 0) return {};
-  auto conv = [](rlim_t v) { return v == RLIM_INFINITY ? kUnlimited : static_cast<uint64_t>(v); };
-  return {conv(r.rlim_cur), conv(r.rlim_max)};
-}
-
-std::string UserName(uint32_t uid) {
-  passwd pw{};
-  passwd* found = nullptr;
-  char buf[4096];
-  if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) != 0 || found == nullptr) {
-    return std::to_string(uid);
-  }
-  return pw.pw_name;
-}
-
-bool HasEntries(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::directory_iterator it(dir, ec);
-  return !ec && it != std::filesystem::directory_iterator();
-}
-
-// Entries of /proc/self/fd, less the one the listing itself holds open.
-uint64_t CountOpenFds(const std::string& dir) {
-  std::error_code ec;
-  uint64_t n = 0;
-  for (std::filesystem::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    ++n;
-  }
-  return n > 0 ? n - 1 : 0;
-}
-
-template <typename T>
-std::optional<T> ReadNumber(const std::string& path) {
-  std::ifstream in(path);
-  T v{};
-  if (in >> v) return v;
-  return std::nullopt;
-}
-
-// The lowest pids.max from this process's pids cgroup (v1 or v2) up to the
-// hierarchy's root ("max": none), with that cgroup's pids.current.
-void ReadPidsLimit(const std::string& proc_root, LimitFacts& f) {
-  const std::optional<ControllerCgroup> own = OwnControllerCgroup("pids", "pids.max", proc_root);
-  if (!own) return;
-  for (std::string dir = own->dir; dir.size() >= own->mount.size();) {
-    std::ifstream in(dir + "/pids.max");
-    std::string value;
-    if (in >> value) {
-      if (f.pids_cgroup.empty()) f.pids_cgroup = dir;
-      const std::optional<uint64_t> n = value == "max" ? std::nullopt : ParseCount(value);
-      if (n && (!f.pids_max || *n < *f.pids_max)) {
-        f.pids_max = n;
-        f.pids_cgroup = dir;
-        f.pids_current = ReadNumber<uint64_t>(dir + "/pids.current").value_or(0);
-      }
-    }
-    if (dir.size() == own->mount.size()) break;
-    dir.erase(dir.rfind('/'));
-  }
-}
-
-// The initial user namespace maps every uid to itself: "0 0 4294967295".
-bool InitialUserNamespace(const std::string& uid_map) {
-  std::ifstream in(uid_map);
-  uint64_t inside = 1, outside = 1, count = 0;
-  if (!(in >> inside >> outside >> count)) return true;  // no user namespaces in this kernel
-  return inside == 0 && outside == 0 && count == 4294967295u;
-}
 
 Status SetSoft(int resource, const char* name, uint64_t soft) {
   rlimit r{};
@@ -522,52 +389,6 @@ Status SetSoft(int resource, const char* name, uint64_t soft) {
 }
 
 }  // namespace
-
-std::vector<ProcessThreads> UserProcesses(uint32_t uid, const std::string& proc_root) {
-  std::vector<ProcessThreads> out;
-  std::error_code ec;
-  for (std::filesystem::directory_iterator it(proc_root, ec), end; !ec && it != end;
-       it.increment(ec)) {
-    const std::string pid = it->path().filename().string();
-    if (!IsPid(pid)) continue;
-    const std::string dir = it->path().string();
-    auto status = ReadProcStatus(dir + "/status");
-    if (!status || *status->real_uid != uid) continue;
-    out.push_back({std::stoi(pid), status->threads, CommandOf(dir, status->name)});
-  }
-  return out;
-}
-
-LimitFacts ReadLimitFacts(const Environ& environ, const OsPaths& paths) {
-  LimitFacts f;
-  f.uid = getuid();
-  f.user = UserName(f.uid);
-  f.nproc = GetLimit(RLIMIT_NPROC);
-  f.nofile = GetLimit(RLIMIT_NOFILE);
-  f.open_fds = CountOpenFds(paths.proc_root + "/self/fd");
-  f.memlock = GetLimit(RLIMIT_MEMLOCK);
-  f.fsize = GetLimit(RLIMIT_FSIZE);
-  f.address_space = GetLimit(RLIMIT_AS);
-  f.data = GetLimit(RLIMIT_DATA);
-  f.user_processes = UserProcesses(f.uid, paths.proc_root);
-  f.user_namespace = !InitialUserNamespace(paths.proc_root + "/self/uid_map");
-  f.nr_open = ReadNumber<uint64_t>(paths.proc_root + "/sys/fs/nr_open").value_or(f.nr_open);
-  f.infiniband = HasEntries(paths.sys_root + "/class/infiniband");
-  struct statvfs vfs {};
-  if (statvfs(paths.shm.c_str(), &vfs) == 0) {
-    f.shm_free_bytes = static_cast<uint64_t>(vfs.f_bavail) * vfs.f_frsize;
-    f.shm_read_only = (vfs.f_flag & ST_RDONLY) != 0;
-    f.shm_unlimited = vfs.f_blocks == 0;  // tmpfs size=0
-    if (vfs.f_files > 0) f.shm_inodes_free = static_cast<uint64_t>(vfs.f_favail);
-  }
-  if (auto b = Lookup(environ, "NCCL_BUFFSIZE"); b && ParseCount(*b)) {
-    f.nccl_buffsize = *ParseCount(*b);
-  }
-  f.cpus = AllowedCpuCount(environ);
-  f.omp_num_threads = Lookup(environ, kOmpNumThreads);
-  ReadPidsLimit(paths.proc_root, f);
-  return f;
-}
 
 StatusOr<LimitPlan> PrepareLimits(const JobShape& job, const Environ& environ,
                                   const OsPaths& paths) {

@@ -126,8 +126,13 @@ struct OsPaths {
 // counts. Processes that vanish while being read are skipped.
 std::vector<ProcessThreads> UserProcesses(uint32_t uid, const std::string& proc_root);
 
-// This process's limits and the host facts, for the current real uid.
+// This process's limits and the host facts, for the current real uid
+// (env/limit_facts.cpp).
 LimitFacts ReadLimitFacts(const Environ& environ, const OsPaths& paths = {});
+
+// A count as the limit files and variables write it (0 to 999999999);
+// nullopt for anything else.
+std::optional<uint64_t> ParseCount(const std::string& s);
 
 // Reads, plans and raises the soft limits that need raising. Fails with
 // kUnavailable (before anything is spawned) when RLIMIT_NPROC's hard limit
