@@ -32,6 +32,7 @@ namespace {
 constexpr char kNprocCheck[] = "RLIMIT_NPROC (ulimit -u)";
 constexpr char kNofileCheck[] = "RLIMIT_NOFILE (ulimit -n)";
 constexpr char kMemlockCheck[] = "RLIMIT_MEMLOCK (ulimit -l)";
+constexpr char kStackCheck[] = "RLIMIT_STACK (ulimit -s)";
 constexpr char kShmCheck[] = "/dev/shm";
 constexpr char kOmpCheck[] = "OMP_NUM_THREADS";
 constexpr char kPidsCheck[] = "cgroup pids.max";
@@ -333,6 +334,34 @@ void CheckSize(const LimitFacts& f, const Rlimit& r, const SizeLimit& k,
   plan.checks.push_back(std::move(c));
 }
 
+// A small soft stack limit (a login shell's ulimit -s, a site's profile)
+// crashes PyTorch's import and deep recursion with SIGSEGV and no word: the
+// soft limit is raised to the usual 8 MiB where the hard one allows, never
+// beyond it (each of a worker's threads would map more).
+void CheckStack(const LimitFacts& f, LimitPlan& plan) {
+  LimitCheck c{kStackCheck, CheckStatus::kOk,
+               "soft " + Size(f.stack.soft) + ", hard " + Size(f.stack.hard), ""};
+  if (f.stack.soft != kUnlimited && f.stack.soft < kStackWanted) {
+    const uint64_t target = std::min(f.stack.hard, kStackWanted);
+    if (target > f.stack.soft) {
+      plan.raise_stack_soft = target;
+      c.measured += "; soft raised to " + Size(target);
+      plan.notices.push_back("raised RLIMIT_STACK (ulimit -s) soft limit from " +
+                             Size(f.stack.soft) + " to " + Size(target) +
+                             ": below it PyTorch's import and deep recursion crash (SIGSEGV)");
+    }
+    if (target < kStackWanted) {
+      c.status = CheckStatus::kWarn;
+      c.measured += "; below the usual 8 MiB: PyTorch's import may crash (SIGSEGV)";
+      c.fix =
+          "as root raise the hard limit: ulimit -Hs 8192 in the shell that starts ddprun, or "
+          "\"" +
+          f.user + " hard stack 8192\" in /etc/security/limits.d/";
+    }
+  }
+  plan.checks.push_back(std::move(c));
+}
+
 }  // namespace
 
 LimitPlan PlanLimits(const LimitFacts& facts, const JobShape& job) {
@@ -341,6 +370,7 @@ LimitPlan PlanLimits(const LimitFacts& facts, const JobShape& job) {
   CheckPids(facts, job, plan);
   CheckNofile(facts, job, plan);
   CheckMemlock(facts, plan);
+  CheckStack(facts, plan);
   CheckShm(facts, job, plan);
   CheckOmp(facts, job, plan);
   CheckSize(facts, facts.fsize, kFsize, plan.raise_fsize_soft, plan);
@@ -408,7 +438,8 @@ StatusOr<LimitPlan> PrepareLimits(const JobShape& job, const Environ& environ,
                 {RLIMIT_NOFILE, "RLIMIT_NOFILE", plan.raise_nofile_soft},
                 {RLIMIT_FSIZE, "RLIMIT_FSIZE", plan.raise_fsize_soft},
                 {RLIMIT_AS, "RLIMIT_AS", plan.raise_address_space_soft},
-                {RLIMIT_DATA, "RLIMIT_DATA", plan.raise_data_soft}};
+                {RLIMIT_DATA, "RLIMIT_DATA", plan.raise_data_soft},
+                {RLIMIT_STACK, "RLIMIT_STACK", plan.raise_stack_soft}};
   for (const auto& r : raises) {
     if (!r.soft) continue;
     if (Status s = SetSoft(r.resource, r.name, *r.soft); !s.ok()) return s;

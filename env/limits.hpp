@@ -59,7 +59,7 @@ struct LimitFacts {
   bool user_namespace = false;                 // /proc/self/uid_map is not the identity
   std::string user;                            // login name, or the uid as text
   Rlimit nproc, nofile, memlock;               // getrlimit
-  Rlimit fsize, address_space, data;           // bytes
+  Rlimit fsize, address_space, data, stack;    // bytes
   std::vector<ProcessThreads> user_processes;  // processes whose real uid is `uid`
   uint64_t nr_open = 1048576;                  // /proc/sys/fs/nr_open: NOFILE's ceiling
   uint64_t open_fds = 0;                       // fds open in ddprun when it starts
@@ -102,9 +102,15 @@ struct LimitPlan {
   std::optional<uint64_t> raise_fsize_soft;
   std::optional<uint64_t> raise_address_space_soft;
   std::optional<uint64_t> raise_data_soft;
-  std::vector<std::string> notices;      // one line per raise, for the log
-  std::vector<std::string> debug_notes;  // e.g. the skipped check for root
+  std::optional<uint64_t> raise_stack_soft;  // up to kStackWanted, not to the hard limit
+  std::vector<std::string> notices;          // one line per raise, for the log
+  std::vector<std::string> debug_notes;      // e.g. the skipped check for root
 };
+
+// The stack a worker's main thread gets, and each thread glibc starts
+// (RLIMIT_STACK's soft limit): the usual default, 8 MiB. Below it PyTorch's
+// import crashes (64 KiB: SIGSEGV); above it each thread maps more.
+inline constexpr uint64_t kStackWanted = uint64_t{8} << 20;
 
 // The checks and raises for `job` on a host described by `facts`.
 LimitPlan PlanLimits(const LimitFacts& facts, const JobShape& job);

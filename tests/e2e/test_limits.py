@@ -282,3 +282,19 @@ def test_a_worker_the_cgroups_pids_max_refuses_is_blamed_on_it_not_on_ulimit():
     assert re.search(rf"cause     : a worker could not start a thread or process \(EAGAIN\): the "
                      rf"cgroup's pids\.max \(20 in {cg}, \d+ in use now\) counts every thread of "
                      rf"the job, root's too\n", r.stderr), r.stderr
+
+
+def test_a_small_soft_stack_limit_is_raised_for_the_workers():
+    """ulimit -Ss 64: the workers inherited 64 KiB and `import torch` died of SIGSEGV without a
+    word (found by an attacking helper). The soft limit is raised to 8 MiB, said once."""
+    def small_stack():
+        hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+        resource.setrlimit(resource.RLIMIT_STACK, (64 * 1024, hard))
+
+    r = subprocess.run([str(DDPRUN), "--nproc_per_node=1", "--no_python", "/bin/sh", "-c",
+                        "echo stack=$(ulimit -s)"], env=base_env(), capture_output=True,
+                       text=True, timeout=60, preexec_fn=small_stack)
+    assert r.returncode == 0, r.stderr
+    assert "stack=8192" in r.stdout, r.stdout
+    assert "raised RLIMIT_STACK (ulimit -s) soft limit from 64.0 KiB to 8.0 MiB" in r.stderr, \
+        r.stderr

@@ -20,6 +20,7 @@ LimitFacts Facts() {
   f.nproc = {4096, 4096};
   f.nofile = {1024, 524288};
   f.memlock = {8 * kMiB, 8 * kMiB};
+  f.stack = {8 * kMiB, kUnlimited};
   f.user_processes = {{10, 60, "python train.py"}, {11, 30, "jupyter"}, {12, 10, "bash"}};
   f.shm_free_bytes = 1024 * kMiB;
   f.cpus = 16;
@@ -290,18 +291,43 @@ TEST_CASE("a cgroup pids.max below the job's threads warns, for root too; none i
         "max (no limit) in /sys/fs/cgroup/job");
 }
 
+TEST_CASE("a small soft stack limit is raised to 8 MiB, never past it; a small hard one warns") {
+  // Found by an attacking helper: ulimit -Ss 64 crashed `import torch` (SIGSEGV) with no word.
+  LimitFacts f = Facts();
+  f.stack = {64 << 10, kUnlimited};
+  auto plan = PlanLimits(f, {2, 64});
+  REQUIRE(plan.raise_stack_soft);
+  CHECK(*plan.raise_stack_soft == 8 * kMiB);
+  CHECK(Find(plan, "RLIMIT_STACK").status == CheckStatus::kOk);
+  CHECK(std::any_of(plan.notices.begin(), plan.notices.end(), [](const std::string& n) {
+    return n.rfind("raised RLIMIT_STACK (ulimit -s) soft limit from 64.0 KiB to 8.0 MiB", 0) == 0;
+  }));
+  f.stack = {64 << 10, 1 * kMiB};
+  plan = PlanLimits(f, {2, 64});
+  REQUIRE(plan.raise_stack_soft);
+  CHECK(*plan.raise_stack_soft == 1 * kMiB);
+  CHECK(Find(plan, "RLIMIT_STACK").status == CheckStatus::kWarn);
+  CHECK(Find(plan, "RLIMIT_STACK").fix.find("ulimit -Hs 8192") != std::string::npos);
+  // 8 MiB or more, or unlimited: left alone.
+  f.stack = {64 * kMiB, kUnlimited};
+  CHECK_FALSE(PlanLimits(f, {2, 64}).raise_stack_soft);
+  f.stack = {kUnlimited, kUnlimited};
+  CHECK_FALSE(PlanLimits(f, {2, 64}).raise_stack_soft);
+}
+
 TEST_CASE("every check has a line and the names the doctor prints") {
   auto plan = PlanLimits(Facts(), {2, 64});
-  REQUIRE(plan.checks.size() == 9);
+  REQUIRE(plan.checks.size() == 10);
   CHECK(plan.checks[0].check == "RLIMIT_NPROC (ulimit -u)");
   CHECK(plan.checks[1].check == "cgroup pids.max");
   CHECK(plan.checks[2].check == "RLIMIT_NOFILE (ulimit -n)");
   CHECK(plan.checks[3].check == "RLIMIT_MEMLOCK (ulimit -l)");
-  CHECK(plan.checks[4].check == "/dev/shm");
-  CHECK(plan.checks[5].check == "OMP_NUM_THREADS");
-  CHECK(plan.checks[6].check == "RLIMIT_FSIZE (ulimit -f)");
-  CHECK(plan.checks[7].check == "RLIMIT_AS (ulimit -v)");
-  CHECK(plan.checks[8].check == "RLIMIT_DATA (ulimit -d)");
+  CHECK(plan.checks[4].check == "RLIMIT_STACK (ulimit -s)");
+  CHECK(plan.checks[5].check == "/dev/shm");
+  CHECK(plan.checks[6].check == "OMP_NUM_THREADS");
+  CHECK(plan.checks[7].check == "RLIMIT_FSIZE (ulimit -f)");
+  CHECK(plan.checks[8].check == "RLIMIT_AS (ulimit -v)");
+  CHECK(plan.checks[9].check == "RLIMIT_DATA (ulimit -d)");
   CHECK(std::string(CheckStatusName(CheckStatus::kWarn)) == "warn");
 }
 
