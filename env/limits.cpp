@@ -341,7 +341,7 @@ void CheckSize(const LimitFacts& f, const Rlimit& r, const SizeLimit& k,
 void CheckStack(const LimitFacts& f, LimitPlan& plan) {
   LimitCheck c{kStackCheck, CheckStatus::kOk,
                "soft " + Size(f.stack.soft) + ", hard " + Size(f.stack.hard), ""};
-  if (f.stack.soft != kUnlimited && f.stack.soft < kStackWanted) {
+  if (f.stack.soft < kStackWanted) {  // unlimited is kUnlimited, the largest
     const uint64_t target = std::min(f.stack.hard, kStackWanted);
     if (target > f.stack.soft) {
       plan.raise_stack_soft = target;
