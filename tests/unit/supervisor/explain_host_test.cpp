@@ -150,14 +150,15 @@ TEST_CASE("explain: a checkpoint torch.save cut short names the file size limit 
 
 TEST_CASE("explain: memory refused under an address-space cap names RLIMIT_AS") {
   const ExplainContext c = WithLimits({}, {2048ull << 20, 2048ull << 20});
+  // The DDP core's own words for a thread it could not start under a cap.
+  const char* const gloo =
+      "train: rank 0: ddp: gloo set-up (rank 0 of 2, local address 127.0.0.1): Resource "
+      "temporarily unavailable (a thread could not be started: RLIMIT_AS (ulimit -v) is 48.8 "
+      "MiB, each thread's stack 8.0 MiB of it (ulimit -s): raise or lift ulimit -v)";
   for (const char* text :
        {"ImportError: libtorch_cpu.so: failed to map segment from shared object", "MemoryError",
         "terminate called after throwing an instance of 'std::bad_alloc'",
-        "RuntimeError: can't start new thread",
-        // The DDP core's own words for a thread it could not start under a cap.
-        "train: rank 0: ddp: gloo set-up (rank 0 of 2, local address 127.0.0.1): Resource "
-        "temporarily unavailable (a thread could not be started: RLIMIT_AS (ulimit -v) is 48.8 "
-        "MiB, each thread's stack 8.0 MiB of it (ulimit -s): raise or lift ulimit -v)"}) {
+        "RuntimeError: can't start new thread", gloo}) {
     auto e = Explain(Failed(text), c);
     REQUIRE(e.has_value());
     CHECK(e->signature == "address space limit");
