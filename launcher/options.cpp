@@ -134,7 +134,8 @@ StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::string& gi
 
 Status ParseSignals(const std::string& v, LaunchConfig& c) {
   c.handled_signals.clear();
-  for (const auto& name : env::SplitList(v)) {
+  for (const auto& item : env::SplitList(v)) {
+    const std::string name = Trimmed(item);  // "SIGTERM, SIGINT", as torchrun strips them
     int sig = supervisor::SignalNumber(name);
     if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
       return Bad("signals_to_handle", v,
@@ -269,6 +270,8 @@ Status ApplyRendezvous(const RawOptions& raw, ParsedCommandLine& parsed) {
   }
   for (const char* name : {"master_addr", "local_addr"}) {
     auto v = raw.Get(name);
+    // An empty --local_addr is not given, as torchrun takes it (--local_addr=$NODE_IP unset).
+    if (v && v->empty() && std::string_view(name) == "local_addr") continue;
     if (v && !rendezvous::IsHost(*v)) return Bad(name, *v, "a host name or an IP address");
   }
   if (auto v = raw.Get("master_addr")) c.master_addr = *v;
@@ -277,7 +280,7 @@ Status ApplyRendezvous(const RawOptions& raw, ParsedCommandLine& parsed) {
     if (!n.ok()) return n.status();
     if (*n != 0) c.master_port = static_cast<int>(*n);
   }
-  if (auto v = raw.Get("local_addr")) c.local_addr = *v;
+  if (auto v = raw.Get("local_addr"); v && !v->empty()) c.local_addr = *v;
   // torchrun 2.12: --standalone, and a single-node static job without an
   // endpoint or a master port, become c10d on localhost:0 with a random id.
   const bool implicit_standalone = c.rdzv_backend == "static" && c.rdzv_endpoint.empty() &&
@@ -382,7 +385,9 @@ Status ApplyWorkers(const RawOptions& raw, const HostCounts& host, LaunchConfig&
     if (!d.ok()) return d.status();
     c.monitor_interval = d->count();
   }
-  if (auto v = raw.Get("start_method")) {
+  // torchrun takes any value from PET_START_METHOD (argparse checks choices
+  // only on the command line), and an empty one: it changes nothing here.
+  if (auto v = raw.Get("start_method"); v && !v->empty()) {
     if (auto m = ParseWord("start_method", *v); !m.ok()) return m.status();
     c.start_method = *v;
   }

@@ -443,3 +443,20 @@ def test_a_rank_killed_while_ddprun_looked_late_is_the_root_cause_not_its_victim
     root = err.split("Root Cause (first observed failure):", 1)[1]
     assert re.search(r"rank\s*: 2 \(local_rank: 2\)", root), err
     assert "(SIGKILL)" in root, err
+
+
+@pytest.mark.parametrize("args,env", [
+    (["--local_addr="], {}),  # --local_addr=$NODE_IP with NODE_IP unset
+    ([], {"PET_LOCAL_ADDR": ""}),
+    ([], {"PET_START_METHOD": ""}),
+    (["--signals_to_handle=SIGTERM, SIGINT"], {}),
+    ([], {"PET_SIGNALS_TO_HANDLE": "SIGTERM , SIGINT"}),
+], ids=["empty-local_addr", "empty-PET_LOCAL_ADDR", "empty-PET_START_METHOD",
+        "signals-with-spaces", "PET-signals-with-spaces"])
+def test_values_torchrun_takes_are_taken(args, env):
+    """What torchrun runs with, ddprun refused (exit 2; found by an attacking helper): an empty
+    --local_addr (not given), an empty PET_START_METHOD (no effect), signal names with spaces
+    after the commas (torchrun strips them)."""
+    r = run_ddprun([*args, *sh('echo "worker $LOCAL_RANK"')], env=base_env(**env))
+    assert r.rc == 0, r
+    assert _count_workers(r.stdout) == ["worker 0"], r
