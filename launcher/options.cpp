@@ -29,7 +29,12 @@ StatusOr<bool> ParseBool(const std::string& option, const std::string& v) {
   for (char c : v) l.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(c))));
   if (l == "1" || l == "true" || l == "yes" || l == "on") return true;
   if (l == "0" || l == "false" || l == "no" || l == "off" || l.empty()) return false;
-  return Bad(option, v, "1 or 0 (true or false)");
+  // torchrun reads its PET_ switches as bool(int(v)): " 1", "01", "+1", "2", "-1" are on.
+  constexpr long long kHuge = 1LL << 62;
+  if (auto n = ParseInteger(option, v, -kHuge, kHuge, "", Spelling::kPython); n.ok()) {
+    return *n != 0;
+  }
+  return Bad(option, v, "1 or 0 (true or false; any whole number: not 0 is true)");
 }
 
 // ": " and what the list's reading found (a GPU listed twice, say), when anything.

@@ -451,12 +451,15 @@ def test_a_rank_killed_while_ddprun_looked_late_is_the_root_cause_not_its_victim
     ([], {"PET_START_METHOD": ""}),
     (["--signals_to_handle=SIGTERM, SIGINT"], {}),
     ([], {"PET_SIGNALS_TO_HANDLE": "SIGTERM , SIGINT"}),
+    ([], {"PET_STANDALONE": "2"}),  # bool(int(v))
+    ([], {"PET_STANDALONE": " +01"}),
 ], ids=["empty-local_addr", "empty-PET_LOCAL_ADDR", "empty-PET_START_METHOD",
-        "signals-with-spaces", "PET-signals-with-spaces"])
+        "signals-with-spaces", "PET-signals-with-spaces", "PET_STANDALONE=2",
+        "PET_STANDALONE=+01"])
 def test_values_torchrun_takes_are_taken(args, env):
     """What torchrun runs with, ddprun refused (exit 2; found by an attacking helper): an empty
     --local_addr (not given), an empty PET_START_METHOD (no effect), signal names with spaces
-    after the commas (torchrun strips them)."""
+    after the commas (torchrun strips them), a PET_ switch as any whole number."""
     r = run_ddprun([*args, *sh('echo "worker $LOCAL_RANK"')], env=base_env(**env))
     assert r.rc == 0, r
     assert _count_workers(r.stdout) == ["worker 0"], r
