@@ -8,9 +8,10 @@ there, "<seq> <op> <entered|retired> <group> <ranks|*> <desc>", the newest last,
 point-to-point operation it waits in, "p2p <send|recv> <peer|*> <group> <ranks|*> <desc>" (Gloo's
 flight recorder does not record them: the hook wraps send, recv and batch_isend_irecv as
 torch.distributed is imported; entering or finishing one is progress too) (and monitored_barrier,
-made of such operations inside PyTorch: a line "<calls> monitored_barrier <entered|retired|raised>
-<group>:monitored_barrier ...", a sequence of its own; "raised" for good once one raised) (and once, in python_<RANK>,
-"<pid> <sys.executable>": where the rank's Python is, for ddprun's dump; the rank's Python is the
+made of such operations inside PyTorch: a line "<calls> monitored_barrier
+<entered|retired|raised> <group>:monitored_barrier ...", a sequence of its own; "raised" for good
+once one raised) (and once, in python_<RANK>, "<pid> <sys.executable>": where the rank's Python
+is, for ddprun's dump; the rank's Python is the
 first of its Pythons to make a process group, claimed in owner_<RANK>: under a Python wrapper that
 starts the trainer as a child, the child). After
 destroy_process_group, once the main module has finished (before the interpreter joins the program's threads), and when the
@@ -106,7 +107,8 @@ _p2p_lock = threading.Lock()
 _p2p_changes = 0  # counts ops entered and finished: progress the flight recorder does not see
 # Gloo's monitored_barrier is made of sends and recvs inside PyTorch, which its flight recorder
 # leaves out: group name -> [calls, "entered", "retired" or "raised" (for good, once one raised),
-# wall-clock ns when last entered, id() of the group object]. Counted from the group's making, whenever the watcher first looks.
+# wall-clock ns when last entered, id() of the group object]. Counted from the group's making,
+# whenever the watcher first looks.
 _barriers = {}
 
 
@@ -211,8 +213,8 @@ def _wrap_p2p(c10d_py):
     """Wraps send, recv, batch_isend_irecv and monitored_barrier in
     torch.distributed.distributed_c10d, where the package (importing * from it), the program and
     PyTorch's own send_object_list find them, to record the operations the flight recorder of Gloo
-    leaves out; and init_process_group, to start a watcher in a process that has none. isend and irecv are not wrapped: batch_isend_irecv's P2POp compares its op with
-    them."""
+    leaves out; and init_process_group, to start a watcher in a process that has none. isend and
+    irecv are not wrapped: batch_isend_irecv's P2POp compares its op with them."""
     if getattr(c10d_py, "_ddprun_p2p", False):
         return
     c10d_py._ddprun_p2p = True
