@@ -1,24 +1,8 @@
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include "examples/train/cuda_amp_kernels.hpp"
 #include "examples/train/cuda_launch.hpp"
 
 namespace ddprun::train::cuda {
 namespace {
-
-// The 16-bit formats, read and written through their bits.
-struct Fp16 {
-  __device__ static float Load(uint16_t bits) { return __half2float(__ushort_as_half(bits)); }
-  __device__ static uint16_t Round(float f) { return __half_as_ushort(__float2half_rn(f)); }
-};
-
-struct Bf16 {
-  __device__ static float Load(uint16_t bits) {
-    return __bfloat162float(__ushort_as_bfloat16(bits));
-  }
-  __device__ static uint16_t Round(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-};
 
 template <typename H>
 __global__ void CastKernel(const float* src, uint16_t* dst, size_t n) {
@@ -55,12 +39,14 @@ __global__ void MseGradKernel(const uint16_t* out, const float* y, int n, float 
 }
 
 template <typename H>
+struct HalfAt {
+  const uint16_t* a;
+  __device__ float operator()(size_t k) const { return H::Load(a[k]); }
+};
+
+template <typename H>
 __global__ void ColumnSumsKernel(const uint16_t* a, float* sums, int rows, int cols) {
-  DDPRUN_FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
-    float sum = 0;
-    for (int j = 0; j < rows; ++j) sum += H::Load(a[static_cast<size_t>(j) * cols + c]);
-    sums[c] = sum;
-  }
+  ColumnSumsInBlock(HalfAt<H>{a}, rows, cols, StoreSum{sums});
 }
 
 template <typename H>
@@ -106,7 +92,7 @@ cudaError_t MseGradHalf(Precision precision, const uint16_t* out, const float* y
 
 cudaError_t ColumnSumsHalf(Precision precision, const uint16_t* delta, float* sums, int rows,
                            int cols) {
-  LAUNCH(ColumnSumsKernel, precision, Blocks(cols), kThreads, delta, sums, rows, cols);
+  LAUNCH(ColumnSumsKernel, precision, SumBlocks(cols), SumThreads(), delta, sums, rows, cols);
   return cudaGetLastError();
 }
 

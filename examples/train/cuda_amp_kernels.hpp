@@ -30,7 +30,8 @@ cudaError_t MseLossHalf(Precision precision, const uint16_t* out, const float* y
 // delta[j] = round(scale * 2 * (out[j] - y[j]) / n).
 cudaError_t MseGradHalf(Precision precision, const uint16_t* out, const float* y, int n,
                         float scale, uint16_t* delta);
-// sums[c] = sum over j of delta[j, c], in fp32, rows in order.
+// sums[c] = sum over j of delta[j, c], in fp32 (a block reduction: not the
+// CPU loop's order).
 cudaError_t ColumnSumsHalf(Precision precision, const uint16_t* delta, float* sums, int rows,
                            int cols);
 // delta[k] = z[k] > 0 ? round(acc[k]) : 0: ReLU's backward on the product

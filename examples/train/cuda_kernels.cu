@@ -4,12 +4,13 @@
 namespace ddprun::train::cuda {
 namespace {
 
-__global__ void AddBiasKernel(float* z, const float* bias, size_t n, int cols) {
-  DDPRUN_FOR_EACH_INDEX(k, n) z[k] += bias[k % cols];
-}
-
-__global__ void ReluKernel(const float* z, float* out, size_t n) {
-  DDPRUN_FOR_EACH_INDEX(k, n) out[k] = z[k] > 0 ? z[k] : 0.0f;
+// z[k] += bias of its column; with `relu`, relu[k] = max(z[k], 0) in the same pass.
+__global__ void AddBiasReluKernel(float* z, const float* bias, float* relu, size_t n, int cols) {
+  DDPRUN_FOR_EACH_INDEX(k, n) {
+    const float v = z[k] + bias[k % cols];
+    z[k] = v;
+    if (relu != nullptr) relu[k] = v > 0 ? v : 0.0f;
+  }
 }
 
 __global__ void ReluBackwardKernel(const float* z, float* delta, size_t n) {
@@ -18,21 +19,26 @@ __global__ void ReluBackwardKernel(const float* z, float* delta, size_t n) {
   }
 }
 
-// One thread per column, rows summed in order (as the CPU loop does).
-__global__ void ColumnSumsKernel(const float* a, float* sums, int rows, int cols) {
-  DDPRUN_FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
-    float sum = 0;
-    for (int j = 0; j < rows; ++j) sum += a[static_cast<size_t>(j) * cols + c];
-    sums[c] = sum;
+struct FloatAt {
+  const float* a;
+  __device__ float operator()(size_t k) const { return a[k]; }
+};
+
+struct StoreRunningMean {
+  float* mean;
+  int rows;
+  float momentum;
+  __device__ void operator()(int c, float sum) const {
+    mean[c] += momentum * (sum / rows - mean[c]);
   }
+};
+
+__global__ void ColumnSumsKernel(const float* a, float* sums, int rows, int cols) {
+  ColumnSumsInBlock(FloatAt{a}, rows, cols, StoreSum{sums});
 }
 
 __global__ void RunningMeanKernel(const float* x, float* mean, int rows, int cols, float momentum) {
-  DDPRUN_FOR_EACH_INDEX(c, static_cast<size_t>(cols)) {
-    float sum = 0;
-    for (int j = 0; j < rows; ++j) sum += x[static_cast<size_t>(j) * cols + c];
-    mean[c] += momentum * (sum / rows - mean[c]);
-  }
+  ColumnSumsInBlock(FloatAt{x}, rows, cols, StoreRunningMean{mean, rows, momentum});
 }
 
 struct FloatOutput {
@@ -50,29 +56,56 @@ __global__ void MseGradKernel(const float* out, const float* y, int n, float sca
   }
 }
 
-__global__ void SgdKernel(float* p, const float* g, size_t n, float lr) {
-  DDPRUN_FOR_EACH_INDEX(i, n) p[i] -= lr * g[i];
+// Where an optimizer writes the 16-bit copy of the value it just stored: nowhere, or dst as H.
+struct NoCopy {
+  __device__ void operator()(size_t, float) const {}
+};
+
+template <typename H>
+struct CopyAs {
+  uint16_t* dst;
+  __device__ void operator()(size_t i, float value) const { dst[i] = H::Round(value); }
+};
+
+template <typename Copy>
+__global__ void SgdKernel(float* p, const float* g, size_t n, float lr, Copy copy) {
+  DDPRUN_FOR_EACH_INDEX(i, n) {
+    const float value = p[i] - lr * g[i];
+    p[i] = value;
+    copy(i, value);
+  }
 }
 
-__global__ void AdamKernel(float* p, const float* g, float* m, float* v, size_t n, AdamStepArgs a) {
+template <typename Copy>
+__global__ void AdamKernel(float* p, const float* g, float* m, float* v, size_t n, AdamStepArgs a,
+                           Copy copy) {
   DDPRUN_FOR_EACH_INDEX(i, n) {
     const float grad = g[i];
     m[i] = a.beta1 * m[i] + (1.0f - a.beta1) * grad;
     v[i] = a.beta2 * v[i] + (1.0f - a.beta2) * grad * grad;
-    p[i] -= a.step_size * m[i] / (sqrtf(v[i]) / a.sqrt_correction2 + a.eps);
+    const float value = p[i] - a.step_size * m[i] / (sqrtf(v[i]) / a.sqrt_correction2 + a.eps);
+    p[i] = value;
+    copy(i, value);
   }
 }
 
+// Launches kernel with the Copy that `copy` asks for as its last argument.
+#define LAUNCH_WITH_COPY(kernel, n, copy, ...)                                 \
+  do {                                                                         \
+    if ((copy).data == nullptr) {                                              \
+      kernel<<<Blocks(n), kThreads>>>(__VA_ARGS__, NoCopy{});                  \
+    } else if ((copy).precision == Precision::kBFloat16) {                     \
+      kernel<<<Blocks(n), kThreads>>>(__VA_ARGS__, CopyAs<Bf16>{(copy).data}); \
+    } else {                                                                   \
+      kernel<<<Blocks(n), kThreads>>>(__VA_ARGS__, CopyAs<Fp16>{(copy).data}); \
+    }                                                                          \
+  } while (false)
+
 }  // namespace
 
-cudaError_t AddBias(float* z, const float* bias, int rows, int cols) {
+cudaError_t AddBiasRelu(float* z, const float* bias, float* relu, int rows, int cols) {
   const size_t n = static_cast<size_t>(rows) * cols;
-  AddBiasKernel<<<Blocks(n), kThreads>>>(z, bias, n, cols);
-  return cudaGetLastError();
-}
-
-cudaError_t Relu(const float* z, float* out, size_t n) {
-  ReluKernel<<<Blocks(n), kThreads>>>(z, out, n);
+  AddBiasReluKernel<<<Blocks(n), kThreads>>>(z, bias, relu, n, cols);
   return cudaGetLastError();
 }
 
@@ -82,12 +115,12 @@ cudaError_t ReluBackward(const float* z, float* delta, size_t n) {
 }
 
 cudaError_t ColumnSums(const float* delta, float* bias_grad, int rows, int cols) {
-  ColumnSumsKernel<<<Blocks(cols), kThreads>>>(delta, bias_grad, rows, cols);
+  ColumnSumsKernel<<<SumBlocks(cols), SumThreads()>>>(delta, bias_grad, rows, cols);
   return cudaGetLastError();
 }
 
 cudaError_t UpdateRunningMean(const float* x, float* mean, int rows, int cols, float momentum) {
-  RunningMeanKernel<<<Blocks(cols), kThreads>>>(x, mean, rows, cols, momentum);
+  RunningMeanKernel<<<SumBlocks(cols), SumThreads()>>>(x, mean, rows, cols, momentum);
   return cudaGetLastError();
 }
 
@@ -101,15 +134,17 @@ cudaError_t MseGrad(const float* out, const float* y, int n, float scale, float*
   return cudaGetLastError();
 }
 
-cudaError_t SgdStep(float* p, const float* g, size_t n, float lr) {
-  SgdKernel<<<Blocks(n), kThreads>>>(p, g, n, lr);
+cudaError_t SgdStep(float* p, const float* g, size_t n, float lr, const HalfCopy& copy) {
+  LAUNCH_WITH_COPY(SgdKernel, n, copy, p, g, n, lr);
   return cudaGetLastError();
 }
 
 cudaError_t AdamStep(float* p, const float* g, float* m, float* v, size_t n,
-                     const AdamStepArgs& args) {
-  AdamKernel<<<Blocks(n), kThreads>>>(p, g, m, v, n, args);
+                     const AdamStepArgs& args, const HalfCopy& copy) {
+  LAUNCH_WITH_COPY(AdamKernel, n, copy, p, g, m, v, n, args);
   return cudaGetLastError();
 }
+
+#undef LAUNCH_WITH_COPY
 
 }  // namespace ddprun::train::cuda

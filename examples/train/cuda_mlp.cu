@@ -74,6 +74,7 @@ class CudaMlp::Impl {
   float Loss();
   void ZeroGrads();
   void UseGradStorage(const std::vector<ddp::Parameter>& params);
+  HalfWeights HandOverHalfWeights();
   void Backward(float loss_scale, const std::function<void(size_t)>& on_ready);
   double Checksum();
   void Check(cudaError_t err, const char* what);
@@ -119,6 +120,10 @@ class CudaMlp::Impl {
   // rounding. inputs_[0] keeps the fp32 batch (for the running mean).
   Precision precision_ = Precision::kFloat32;
   std::vector<DeviceArray<uint16_t>> half_weight_, half_in_, half_z_;
+  // Whether half_weight_ holds the weights as they are: cast by the first
+  // forward, then (HandOverHalfWeights) kept by the optimizer's updates.
+  bool half_weights_cast_ = false;
+  bool half_weights_kept_ = false;
   DeviceArray<uint16_t> half_delta_, half_next_delta_;
   DeviceArray<float> acc_;
 };
@@ -136,10 +141,12 @@ Status CudaMlp::Impl::Init(Mlp& host, Precision precision) {
   cublasHandle_t h = nullptr;
   if (Status s = CublasStatus(cublasCreate(&h), "cublasCreate"); !s.ok()) return s;
   cublas_.reset(h);
-  // Plain fp32 GEMMs: the checksum must match the CPU reference. --amp: the
-  // default mode, in which 16-bit GEMMs run on the tensor cores.
-  const cublasMath_t mode = amp() ? CUBLAS_DEFAULT_MATH : CUBLAS_PEDANTIC_MATH;
-  if (Status s = CublasStatus(cublasSetMathMode(h, mode), "cublasSetMathMode"); !s.ok()) {
+  // The default mode, as PyTorch with TF32 off: fp32 GEMMs in full fp32
+  // (TF32 only where NVIDIA_TF32_OVERRIDE asks; the tests and benchmarks set
+  // it to 0), 16-bit ones on the tensor cores with fp32 accumulation. (The
+  // pedantic mode, which cuBLAS says may be slower, was used for fp32 before.)
+  if (Status s = CublasStatus(cublasSetMathMode(h, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
+      !s.ok()) {
     return s;
   }
   std::vector<ddp::Parameter>& hp = host.parameters();
@@ -307,6 +314,15 @@ void CudaMlp::Impl::Forward(const float* x, const float* y, int batch) {
     Check(cuda::CastToHalf(precision_, inputs_[0].get(), half_in_[0].get(),
                            static_cast<size_t>(batch) * kInputDim),
           "cast the batch");
+    if (!half_weights_cast_ || !half_weights_kept_) {
+      for (size_t l = 0; l < used_layers_; ++l) {
+        const Layer& layer = layers_[l];
+        Check(cuda::CastToHalf(precision_, layer.weight.get(), half_weight_[l].get(),
+                               static_cast<size_t>(layer.out) * layer.in),
+              "cast the weights");
+      }
+      half_weights_cast_ = true;
+    }
     for (size_t l = 0; l < used_layers_; ++l) LayerForwardAmp(l);
     Check(cuda::MseLossHalf(precision_, half_z_[used_layers_ - 1].get(), targets_.get(), batch,
                             loss_.get()),
@@ -323,9 +339,6 @@ void CudaMlp::Impl::Forward(const float* x, const float* y, int batch) {
 // bias), the next layer's input relu(z).
 void CudaMlp::Impl::LayerForwardAmp(size_t l) {
   const Layer& layer = layers_[l];
-  Check(cuda::CastToHalf(precision_, layer.weight.get(), half_weight_[l].get(),
-                         static_cast<size_t>(layer.out) * layer.in),
-        "cast the weights");
   GemmHalf(false, true, batch_, layer.out, layer.in, half_in_[l].get(), layer.in,
            half_weight_[l].get(), layer.in, acc_.get(), layer.out);
   uint16_t* relu = l + 1 < used_layers_ ? half_in_[l + 1].get() : nullptr;
@@ -339,11 +352,9 @@ void CudaMlp::Impl::LayerForward(size_t l) {
   const Layer& layer = layers_[l];
   Gemm(false, true, batch_, layer.out, layer.in, inputs_[l].get(), layer.in, layer.weight.get(),
        layer.in, z_[l].get(), layer.out);
-  Check(cuda::AddBias(z_[l].get(), layer.bias.get(), batch_, layer.out), "bias kernel");
-  if (l + 1 < used_layers_) {
-    Check(cuda::Relu(z_[l].get(), inputs_[l + 1].get(), static_cast<size_t>(batch_) * layer.out),
-          "relu kernel");
-  }
+  float* relu = l + 1 < used_layers_ ? inputs_[l + 1].get() : nullptr;
+  Check(cuda::AddBiasRelu(z_[l].get(), layer.bias.get(), relu, batch_, layer.out),
+        "bias and relu kernel");
 }
 
 float CudaMlp::Impl::Loss() {
@@ -391,6 +402,16 @@ void CudaMlp::Impl::ZeroGrads() {
     Check(cudaMemsetAsync(p.grad, 0, p.numel() * sizeof(float), cudaStreamLegacy),
           "zero gradients");
   }
+}
+
+HalfWeights CudaMlp::Impl::HandOverHalfWeights() {
+  HalfWeights half{precision_, std::vector<uint16_t*>(params_.size(), nullptr)};
+  if (!amp()) return half;
+  for (size_t l = 0; l < half_weight_.size(); ++l) {
+    half.copies[2 * l] = half_weight_[l].get();  // layer l's weight; its bias stays fp32
+  }
+  half_weights_kept_ = true;
+  return half;
 }
 
 void CudaMlp::Impl::UseGradStorage(const std::vector<ddp::Parameter>& params) {
@@ -468,6 +489,8 @@ void CudaMlp::ZeroGrads() { impl_->ZeroGrads(); }
 void CudaMlp::UseGradStorage(const std::vector<ddp::Parameter>& params) {
   impl_->UseGradStorage(params);
 }
+
+HalfWeights CudaMlp::HandOverHalfWeights() { return impl_->HandOverHalfWeights(); }
 
 void CudaMlp::SetGradNan(size_t index) {
   const float nan = NAN;

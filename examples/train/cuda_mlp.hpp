@@ -5,12 +5,13 @@
 // the legacy default stream.
 //
 // Mixed precision (MlpConfig::precision fp16 or bf16, train --amp): the
-// master weights, their gradients and the optimizer stay fp32; each forward
-// casts the weights to 16 bits, activations and backpropagated deltas are
-// 16-bit, and every GEMM multiplies 16-bit operands into fp32 on the tensor
-// cores (cublasGemmEx, CUBLAS_COMPUTE_32F), then rounds where Mlp's
-// emulation rounds (cuda_amp_kernels.hpp): the CPU --reference --amp run is
-// the same arithmetic up to the GEMMs' summation order.
+// master weights, their gradients and the optimizer stay fp32; the first
+// forward casts the weights to 16 bits and the optimizer's updates keep that
+// copy (HandOverHalfWeights; else each forward casts them), activations and backpropagated deltas
+// are 16-bit, and every GEMM multiplies 16-bit operands into fp32 on the tensor cores
+// (cublasGemmEx, CUBLAS_COMPUTE_32F), then rounds where Mlp's emulation rounds
+// (cuda_amp_kernels.hpp): the CPU --reference --amp run is the same arithmetic up to the GEMMs'
+// summation order.
 //
 // Forward takes the batch in host memory and copies it to the device (the
 // data are generated on the host exactly as on the CPU path). The
@@ -21,6 +22,7 @@
 // only in a DDPRUN_HAVE_CUDA build; this header needs no CUDA headers.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -30,6 +32,14 @@
 #include "examples/train/mlp.hpp"
 
 namespace ddprun::train {
+
+// Per parameter, the 16-bit copy of its values that --amp's forward
+// multiplies (null where there is none: biases, the fp32 model), and their
+// precision.
+struct HalfWeights {
+  Precision precision = Precision::kFloat32;
+  std::vector<uint16_t*> copies;
+};
 
 class CudaMlp {
  public:
@@ -51,6 +61,12 @@ class CudaMlp {
   long IndexOf(const char* name) const;
   void ZeroGrads();  // as Mlp: the unused layer's
   void UseGradStorage(const std::vector<ddp::Parameter>& params);
+  // --amp: from the second forward on, the model no longer casts its fp32
+  // weights to 16 bits each forward (the first does): the caller's optimizer
+  // writes the returned copies as it updates the weights
+  // (MakeCudaOptimizer), and nothing else may change the weights. Empty
+  // copies for the fp32 model.
+  HalfWeights HandOverHalfWeights();
   // Sets element 0 of parameter `index`'s gradient to NaN.
   void SetGradNan(size_t index);
 

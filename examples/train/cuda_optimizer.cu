@@ -17,9 +17,15 @@ using DeviceFloats = std::unique_ptr<float, CudaFree>;
 
 class CudaOptimizer : public Optimizer {
  public:
+  explicit CudaOptimizer(HalfWeights half) : half_(std::move(half)) {}
   Status TakeError() override { return std::exchange(error_, Status::Ok()); }
 
  protected:
+  // Parameter k's 16-bit copy, written with its update (none where not kept).
+  cuda::HalfCopy CopyOf(size_t k) const {
+    if (k >= half_.copies.size()) return {};
+    return {half_.precision, half_.copies[k]};
+  }
   void Check(cudaError_t err, const char* what) {
     if (err != cudaSuccess && error_.ok()) {
       (void)(error_ = Internal(std::string(what) + ": " + cudaGetErrorString(err)));
@@ -27,15 +33,19 @@ class CudaOptimizer : public Optimizer {
   }
 
  private:
+  HalfWeights half_;
   Status error_;
 };
 
 class CudaSgd : public CudaOptimizer {
  public:
-  explicit CudaSgd(float lr) : lr_(lr) {}
+  CudaSgd(float lr, HalfWeights half) : CudaOptimizer(std::move(half)), lr_(lr) {}
 
   void Step(std::vector<ddp::Parameter>& params) override {
-    for (ddp::Parameter& p : params) Check(cuda::SgdStep(p.data, p.grad, p.numel(), lr_), "sgd");
+    for (size_t k = 0; k < params.size(); ++k) {
+      ddp::Parameter& p = params[k];
+      Check(cuda::SgdStep(p.data, p.grad, p.numel(), lr_, CopyOf(k)), "sgd");
+    }
   }
 
  private:
@@ -44,7 +54,7 @@ class CudaSgd : public CudaOptimizer {
 
 class CudaAdam : public CudaOptimizer {
  public:
-  explicit CudaAdam(float lr) : lr_(lr) {}
+  CudaAdam(float lr, HalfWeights half) : CudaOptimizer(std::move(half)), lr_(lr) {}
 
   Status Init(const std::vector<ddp::Parameter>& params) {
     for (const ddp::Parameter& p : params) {
@@ -70,7 +80,8 @@ class CudaAdam : public CudaOptimizer {
     const cuda::AdamStepArgs args{kBeta1, kBeta2, kEps, lr_ / correction1, std::sqrt(correction2)};
     for (size_t k = 0; k < params.size(); ++k) {
       ddp::Parameter& p = params[k];
-      Check(cuda::AdamStep(p.data, p.grad, m_[k].get(), v_[k].get(), p.numel(), args), "adam");
+      Check(cuda::AdamStep(p.data, p.grad, m_[k].get(), v_[k].get(), p.numel(), args, CopyOf(k)),
+            "adam");
     }
   }
 
@@ -86,9 +97,12 @@ class CudaAdam : public CudaOptimizer {
 }  // namespace
 
 StatusOr<std::unique_ptr<Optimizer>> MakeCudaOptimizer(OptimizerKind kind, float lr,
-                                                       const std::vector<ddp::Parameter>& params) {
-  if (kind == OptimizerKind::kSgd) return std::unique_ptr<Optimizer>(std::make_unique<CudaSgd>(lr));
-  auto adam = std::make_unique<CudaAdam>(lr);
+                                                       const std::vector<ddp::Parameter>& params,
+                                                       HalfWeights half) {
+  if (kind == OptimizerKind::kSgd) {
+    return std::unique_ptr<Optimizer>(std::make_unique<CudaSgd>(lr, std::move(half)));
+  }
+  auto adam = std::make_unique<CudaAdam>(lr, std::move(half));
   if (Status s = adam->Init(params); !s.ok()) return s.Annotate("allocate the optimizer state");
   return std::unique_ptr<Optimizer>(std::move(adam));
 }

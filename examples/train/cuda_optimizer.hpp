@@ -9,11 +9,16 @@
 #include <vector>
 
 #include "base/status.hpp"
+#include "examples/train/cuda_mlp.hpp"
 #include "examples/train/optimizer.hpp"
 
 namespace ddprun::train {
 
+// `half`: the 16-bit copies of the weights that --amp's forward multiplies
+// (CudaMlp::HandOverHalfWeights), written by each step in the pass that
+// updates the fp32 weights.
 StatusOr<std::unique_ptr<Optimizer>> MakeCudaOptimizer(OptimizerKind kind, float lr,
-                                                       const std::vector<ddp::Parameter>& params);
+                                                       const std::vector<ddp::Parameter>& params,
+                                                       HalfWeights half = {});
 
 }  // namespace ddprun::train

@@ -283,8 +283,8 @@ int Train(const TrainOptions& options, ddp::ProcessGroup& pg, Model& model,
 int TrainOnDevice(const TrainOptions& options, ddp::ProcessGroup& pg) {
   StatusOr<std::unique_ptr<CudaMlp>> model = CudaMlp::Create(ModelConfig(options));
   if (!model.ok()) return Fail(pg.rank(), model.status());
-  StatusOr<std::unique_ptr<Optimizer>> optimizer =
-      MakeCudaOptimizer(options.optimizer, options.lr, (*model)->parameters());
+  StatusOr<std::unique_ptr<Optimizer>> optimizer = MakeCudaOptimizer(
+      options.optimizer, options.lr, (*model)->parameters(), (*model)->HandOverHalfWeights());
   if (!optimizer.ok()) return Fail(pg.rank(), optimizer.status());
   return Train(options, pg, **model, std::move(*optimizer));
 }
