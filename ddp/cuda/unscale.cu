@@ -25,24 +25,35 @@ __device__ bool UnscaleOne(float& v, float inv_scale) {
   return bad;
 }
 
+__device__ bool UnscaleAt(float* g, size_t i, float inv_scale, bool write) {
+  float v = g[i];
+  const bool bad = UnscaleOne(v, inv_scale);
+  if (write) g[i] = v;
+  return bad;
+}
+
 // Scalar head (up to 16-byte alignment), float4 body, scalar tail: each
-// element is read and written once.
+// element is read once, and written once unless inv_scale is 1 (bf16 and
+// fp32 steps, checked without loss scaling: half the traffic).
 __global__ void UnscaleAndCheckKernel(float* g, size_t n, float inv_scale, float* found_inf) {
+  const bool write = inv_scale != 1.0f;
   const size_t first = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
   const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
   size_t head = ((16 - (reinterpret_cast<uintptr_t>(g) & 15)) & 15) / sizeof(float);
   if (head > n) head = n;
   const size_t body = (n - head) / 4;
   bool bad = false;
-  for (size_t i = first; i < head; i += stride) bad |= UnscaleOne(g[i], inv_scale);
+  for (size_t i = first; i < head; i += stride) bad |= UnscaleAt(g, i, inv_scale, write);
   float4* g4 = reinterpret_cast<float4*>(g + head);
   for (size_t i = first; i < body; i += stride) {
     float4 v = g4[i];
     bad |= UnscaleOne(v.x, inv_scale) | UnscaleOne(v.y, inv_scale) | UnscaleOne(v.z, inv_scale) |
            UnscaleOne(v.w, inv_scale);
-    g4[i] = v;
+    if (write) g4[i] = v;
   }
-  for (size_t i = head + body * 4 + first; i < n; i += stride) bad |= UnscaleOne(g[i], inv_scale);
+  for (size_t i = head + body * 4 + first; i < n; i += stride) {
+    bad |= UnscaleAt(g, i, inv_scale, write);
+  }
   // One store per block; several blocks storing the same 1.0f is benign.
   if (__syncthreads_or(bad) && threadIdx.x == 0) *found_inf = 1.0f;
 }

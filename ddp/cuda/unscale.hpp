@@ -13,10 +13,10 @@
 
 namespace ddprun::ddp {
 
-// grads[i] *= inv_scale for i < n, and *found_inf = 1.0f when any grads[i]
-// was inf or NaN before the multiply. Never clears *found_inf: the caller
-// zeroes it, so one flag can collect several calls.
-// REQUIRES: grads 4-byte aligned (float4 is used where 16-byte aligned).
+// grads[i] *= inv_scale for i < n (nothing written when inv_scale is 1), and
+// *found_inf = 1.0f when any grads[i] was inf or NaN before the multiply. Never clears *found_inf:
+// the caller zeroes it, so one flag can collect several calls. REQUIRES: grads 4-byte aligned
+// (float4 is used where 16-byte aligned).
 cudaError_t UnscaleAndCheck(float* grads, size_t n, float inv_scale, float* found_inf,
                             cudaStream_t stream);
 

@@ -61,9 +61,7 @@ float RunKernel(std::vector<float>& host, size_t offset, float inv_scale) {
   return found;
 }
 
-// Every size and misalignment around the float4 body, clean and with one inf/NaN.
-void TestKernelShapes() {
-  const float inv = static_cast<float>(1.0 / 1024.0);
+void TestKernelShapes(float inv) {
   for (size_t n : {1, 3, 4, 5, 17, 1000, 1 << 20}) {
     for (size_t offset : {0, 1, 2, 3}) {
       std::vector<float> v(n + offset);
@@ -79,6 +77,14 @@ void TestKernelShapes() {
         Expect(RunKernel(w, offset, inv) == 1.0f, "inf or NaN sets found_inf");
       }
     }
+  }
+}
+
+// Every size and misalignment around the float4 body, clean and with one inf/NaN; with loss
+// scaling and without (inv 1: the check alone, nothing written).
+void TestKernelShapes() {
+  for (const float inv : {static_cast<float>(1.0 / 1024.0), 1.0f}) {
+    TestKernelShapes(inv);
   }
 }
 
