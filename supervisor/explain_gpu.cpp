@@ -161,17 +161,55 @@ Match DuplicateGpu(const std::string& text, const ExplainContext& c) {
                "init_process_group(device_id=...); LOCAL_RANK i uses the i-th visible GPU");
 }
 
+namespace {
+
+// The kernel's name in what the device runtime prints before ": block:": a
+// bare name ("nll_loss_forward_reduce_cuda_kernel_2d", "operator()"), or a
+// whole signature ("void at::native::(anonymous namespace)::f<float>(float *,
+// ...) [with ...]"), whose name is the identifier before its parameters.
+std::string KernelName(std::string function) {
+  for (const std::string anonymous : {"(anonymous namespace)", "<unnamed>"}) {
+    for (size_t at; (at = function.find(anonymous)) != std::string::npos;) {
+      function.erase(at, anonymous.size());
+    }
+  }
+  const bool call_operator = function.rfind("operator()", 0) == 0 ||
+                             function.find(" operator()") != std::string::npos ||
+                             function.find("::operator()") != std::string::npos;
+  std::string name;
+  int depth = 0;  // template arguments left out
+  for (const char ch : function.substr(0, function.find('('))) {
+    if (ch == '<') {
+      ++depth;
+    } else if (ch == '>') {
+      depth -= depth > 0 ? 1 : 0;
+    } else if (depth == 0) {
+      name += ch;
+    }
+  }
+  const size_t start = name.find_last_of(": ");
+  if (start != std::string::npos) name.erase(0, start + 1);
+  return call_operator ? name + "()" : name;
+}
+
+}  // namespace
+
 // A CUDA kernel's CUDA_KERNEL_ASSERT, as the device runtime prints it ("FILE:
-// LINE: FUNC: block: [..], thread: [..] Assertion `COND` failed.") before
-// PyTorch raises "device-side assert triggered"; the common conditions are
-// an index out of range, said in plain words.
-Match DeviceAssert(const std::string& text, const ExplainContext&) {
+// LINE: FUNC: block: [..], thread: [..] Assertion `COND` failed.", FUNC a
+// name or a whole signature) before PyTorch raises "device-side assert
+// triggered"; the common conditions are an index out of range, said in plain
+// words. The assertion is on the worker's output, not in the traceback of
+// the error file: both are read.
+Match DeviceAssert(const std::string& text, const ExplainContext& c) {
   if (!Has(text, "device-side assert triggered")) return {};
-  auto m = Find(text, R"((\w+): block: \[[^\]]*\], thread: \[[^\]]*\] Assertion `([^`]+)` failed)");
+  constexpr char kAssertion[] =
+      R"(:\d+: ([^\n]*?): block: \[[^\]]*\], thread: \[[^\]]*\] Assertion `([^`]+)` failed)";
+  auto m = Find(text, kAssertion);
+  if (!m) m = Find(c.output_tail, kAssertion);
   std::string cause = "a CUDA kernel's assertion failed";
   if (m) {
     const std::string cond = (*m)[2].str();
-    cause += " (" + (*m)[1].str() + ": " + cond + ")";
+    cause += " (" + KernelName((*m)[1].str()) + ": " + cond + ")";
     if (cond.find("n_classes") != std::string::npos) {
       cause +=
           ": a target class index is outside [0, number of classes): the loss got a label the "

@@ -225,6 +225,37 @@ TEST_CASE("explain: a device-side assert names the kernel, the condition and, kn
   CHECK(e->cause == "a CUDA kernel's assertion failed");
 }
 
+// On an H200 with torch 2.11 the error file held the Python traceback, and the device runtime's
+// line (the kernel's whole signature) was only on the worker's output.
+TEST_CASE("explain: a device-side assert is read from the output beside a traceback") {
+  const std::string traceback =
+      "Traceback (most recent call last):\n  File \"gpu_device_assert.py\", line 12, in "
+      "<module>\n    loss.item()\ntorch.AcceleratorError: CUDA error: device-side assert "
+      "triggered\nSearch for `cudaErrorAssert' in "
+      "https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDART__TYPES.html for more "
+      "information.\n";
+  const std::string kernel =
+      "/pytorch/aten/src/ATen/native/cuda/Loss.cu:245: void at::native::(anonymous "
+      "namespace)::nll_loss_forward_reduce_cuda_kernel_2d<float, long>(scalar_t *, scalar_t *, "
+      "const scalar_t *, const int64_t *, const scalar_t *, bool, int64_t, int64_t, int64_t, "
+      "int64_t) [with scalar_t = float, index_t = long]: block: [0,0,0], thread: [3,0,0] "
+      "Assertion `t >= 0 && t < n_classes` failed.\n";
+  auto e = Explain(Failed(traceback, kernel + kernel + traceback), {});
+  REQUIRE(e.has_value());
+  CHECK(e->cause ==
+        "a CUDA kernel's assertion failed (nll_loss_forward_reduce_cuda_kernel_2d: t >= 0 && t < "
+        "n_classes): a target class index is outside [0, number of classes): the loss got a label "
+        "the model has no output for");
+  e = Explain(Failed(traceback,
+                     "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:111: operator(): block: "
+                     "[0,0,0], thread: [0,0,0] Assertion `-sizes[i] <= index && index < sizes[i] "
+                     "&& \"index out of bounds\"` failed.\n"),
+              {});
+  REQUIRE(e.has_value());
+  CHECK(e->cause.rfind("a CUDA kernel's assertion failed (operator(): -sizes[i] <= index", 0) == 0);
+  CHECK(e->cause.find(": an index is out of bounds") != std::string::npos);
+}
+
 // torch 2.12, init_process_group("nccl") where PyTorch sees no GPU.
 TEST_CASE("explain: NCCL without a GPU says why none was seen") {
   const std::string text =
