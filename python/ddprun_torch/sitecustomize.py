@@ -1,7 +1,7 @@
 """ddprun's PyTorch progress hook (--hang_detect=torch), loaded by the workers' Python through
 PYTHONPATH. It changes nothing the user's program does (it only wraps five functions, below,
 which still return what they did and raise what they did): a daemon thread reads PyTorch's own flight
-recorder (TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
+recorders (the generic one, Gloo's, and NCCL's own; TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
 entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
 $DDPRUN_TORCH_DIR/progress_<RANK>: one line per process group the rank used, its last collective
 there, "<seq> <op> <entered|retired> <group> <ranks|*> <desc>", the newest last, then one line per
@@ -46,13 +46,34 @@ def _read(path):
         return None
 
 
-def _entries(c10d):
-    return pickle.loads(c10d._dump_fr_trace(True, False, False)).get("entries", [])
+# The flight recorders read: PyTorch's generic one (Gloo's collectives) and, in a CUDA build,
+# NCCL's own (FlightRecorderCUDA), the only one that records NCCL's collectives.
+_RECORDERS = ("_dump_fr_trace", "_dump_nccl_trace")
 
 
-def _last_entry(c10d):
-    entries = _entries(c10d)
-    return entries[-1] if entries else None
+def _recorded(c10d):
+    """Each flight recorder's entries, oldest first ([] where this PyTorch has no such one)."""
+    out = []
+    for name in _RECORDERS:
+        dump = getattr(c10d, name, None)
+        out.append(pickle.loads(dump(True, False, False)).get("entries", []) if dump else [])
+    return out
+
+
+def _merged(recorded):
+    """The recorders' entries in the order they were made (a group with both backends,
+    "cpu:gloo,cuda:nccl", has entries in both)."""
+    if sum(1 for entries in recorded if entries) <= 1:
+        return next((entries for entries in recorded if entries), [])
+    return sorted((e for entries in recorded for e in entries),
+                  key=lambda e: e.get("time_created_ns", 0))
+
+
+def _position(recorded):
+    """How far the recorders have come: per recorder, its last entry's record id and whether it
+    retired ((-1, False) while it has none). Its changing is progress."""
+    return tuple((entries[-1].get("record_id", -1), bool(entries[-1].get("retired")))
+                 if entries else (-1, False) for entries in recorded)
 
 
 _members = {}  # process group name -> (its global ranks, "*" for the whole world; its desc)
@@ -379,14 +400,17 @@ _finished_through = None
 _rank_pid = None  # the rank's process: the one that claimed it (_claim)
 
 
-def _beat(heartbeat, record_id=None):
-    """Touches the heartbeat file, creating it again if the rank had said it was finishing."""
+def _beat(heartbeat, record_ids=None):
+    """Touches the heartbeat file, creating it again if the rank had said it was finishing;
+    `record_ids`, per flight recorder the last entry's, when collectives moved: one the rank
+    made after it said so is running again, one it had made before is not."""
     global _finished_through
     with _lock:
         if not heartbeat or _exiting:
             return
         if _finished_through is not None:
-            if record_id is not None and record_id <= _finished_through:
+            if record_ids is not None and all(
+                    r <= through for r, through in zip(record_ids, _finished_through)):
                 return
             _finished_through = None
         try:
@@ -426,14 +450,14 @@ def _watch(torch_dir, heartbeat, rank):
         was_initialized = True
         import torch._C._distributed_c10d as c10d
         try:
-            entries = _entries(c10d)
+            recorded = _recorded(c10d)
+            entries = _merged(recorded)
             p2p = _p2p_lines(dist)
-            last = entries[-1] if entries else {}
-            now = (last.get("record_id"), bool(last.get("retired")), _p2p_changes)
+            now = (_position(recorded), _p2p_changes)
             if now != seen and (entries or p2p or _barriers or seen is not None):
-                collectives_moved = seen is None or now[:2] != seen[:2]
+                collectives_moved = seen is None or now[0] != seen[0]
                 seen = now
-                _beat(heartbeat, last.get("record_id") if collectives_moved else None)
+                _beat(heartbeat, tuple(r for r, _ in now[0]) if collectives_moved else None)
                 _write(os.path.join(torch_dir, "progress_" + rank),
                        _progress(dist, entries, groups) + p2p)
             token = _read(request)
@@ -477,12 +501,11 @@ def _wrap_thread_shutdown(heartbeat):
         return
 
     def _shutdown():
-        through = -1
+        through = None
         try:
             if _initialized(sys.modules.get("torch.distributed")):
                 import torch._C._distributed_c10d as c10d
-                last = _last_entry(c10d)
-                through = last.get("record_id", -1) if last is not None else -1
+                through = tuple(r for r, _ in _position(_recorded(c10d)))
         except Exception:  # never disturb the exit: then any later progress counts
             pass
         _finishing(heartbeat, through)

@@ -1,7 +1,9 @@
 """--hang_detect=torch: an unmodified PyTorch DDP job (Gloo, CPU) whose rank 1 stops before an
 all_reduce is named within --hang_timeout of its last collective, with both ranks' Python stacks
 and PyTorch's flight recorder; a slow but progressing job is not hung; the hook is off by default."""
+import importlib.util
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -573,3 +575,62 @@ def test_dataloader_workers_exiting_do_not_make_the_rank_finishing(tmp_path):
     assert r.returncode == 0, r.stderr
     said = re.findall(r"heartbeat after epoch (\d) (\w+)", r.stdout)
     assert sorted(said) == [("0", "True")] * 2 + [("1", "True")] * 2, r.stdout
+
+
+class FlightRecorders:
+    """PyTorch's two flight recorders as torch._C._distributed_c10d dumps them: the generic one
+    (Gloo's collectives) and, in a CUDA build, NCCL's own."""
+
+    def __init__(self, nccl=True):
+        self.gloo, self.nccl = [], []
+        if not nccl:
+            self._dump_nccl_trace = None
+
+    def _dump_fr_trace(self, *args):
+        return pickle.dumps({"entries": self.gloo})
+
+    def _dump_nccl_trace(self, *args):
+        return pickle.dumps({"entries": self.nccl})
+
+
+def entry(record_id, seq, name, created_ns, group="0", retired=False):
+    return {"record_id": record_id, "collective_seq_id": seq, "profiling_name": name,
+            "process_group": (group, "default_pg"), "time_created_ns": created_ns,
+            "retired": retired}
+
+
+def test_the_hook_reads_the_nccl_flight_recorder_as_well_as_gloos():
+    # On an H200 (torch 2.11, NCCL) a rank that stopped calling all_reduce was never found: the
+    # hook read only the generic recorder, which holds no NCCL collective, so no rank was ever
+    # watched. No GPU here: the hook's reading is checked on recorders of the same shape.
+    spec = importlib.util.spec_from_file_location(
+        "ddprun_hook_under_test", Path(__file__).parents[2] / "python" / "ddprun_torch" /
+        "sitecustomize.py")
+    hook = importlib.util.module_from_spec(spec)
+    saved = sys.modules.get("sitecustomize")
+    try:
+        spec.loader.exec_module(hook)  # DDPRUN_TORCH_DIR unset here: no watcher starts
+    finally:
+        if saved is not None:
+            sys.modules["sitecustomize"] = saved
+    c10d = FlightRecorders()
+    c10d.gloo = [entry(0, 1, "gloo:broadcast", 5, group="1"),
+                 entry(1, 2, "gloo:broadcast", 20, group="1", retired=True)]
+    c10d.nccl = [entry(0, 7, "nccl:all_reduce", 10, retired=True),
+                 entry(1, 8, "nccl:all_reduce", 30)]
+    recorded = hook._recorded(c10d)
+    merged = hook._merged(recorded)
+    assert [(e["profiling_name"], e["time_created_ns"]) for e in merged] == [
+        ("gloo:broadcast", 5), ("nccl:all_reduce", 10), ("gloo:broadcast", 20),
+        ("nccl:all_reduce", 30)]
+    lines = hook._progress(None, merged, {}).splitlines()
+    assert lines[0].startswith("2 gloo:broadcast retired 1 "), lines
+    assert lines[1].startswith("8 nccl:all_reduce entered 0 "), lines
+    # An NCCL collective finishing is progress (a beat), its entry the recorder's last.
+    before = hook._position(recorded)
+    c10d.nccl[-1]["retired"] = True
+    assert hook._position(hook._recorded(c10d)) != before
+    # A PyTorch without NCCL (a CPU build) has only the generic recorder.
+    cpu = FlightRecorders(nccl=False)
+    cpu.gloo = [entry(0, 1, "gloo:all_reduce", 5)]
+    assert hook._merged(hook._recorded(cpu)) == cpu.gloo
