@@ -383,11 +383,7 @@ std::string NprocFailureMessage(const LimitFacts& facts, const JobShape& job) {
   LimitPlan plan;
   CheckNproc(facts, job, plan);
   if (plan.checks[0].status != CheckStatus::kFail) return "";
-  std::vector<ProcessThreads> top = facts.user_processes;
-  std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) {
-    return a.threads != b.threads ? a.threads > b.threads : a.pid < b.pid;
-  });
-  if (top.size() > 5) top.resize(5);
+  const std::vector<ProcessThreads> top = TopThreadHolders(facts.user_processes, 5);
   std::ostringstream o;
   o << "RLIMIT_NPROC (ulimit -u) is too low to start the workers: " << NprocNumbers(facts, job)
     << "; not starting any worker\n  top thread holders of " << facts.user << ":";

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "base/status.hpp"
+#include "base/user_threads.hpp"
 #include "env/environ.hpp"
 
 namespace ddprun::env {
@@ -46,11 +47,8 @@ struct Rlimit {
   uint64_t hard = kUnlimited;
 };
 
-struct ProcessThreads {
-  int pid = 0;
-  uint64_t threads = 0;
-  std::string command;
-};
+using ::ddprun::ProcessThreads;  // base/user_threads.hpp
+using ::ddprun::UserProcesses;
 
 // What the OS says, as plain numbers.
 struct LimitFacts {
@@ -127,10 +125,6 @@ struct OsPaths {
   std::string sys_root = "/sys";
   std::string shm = "/dev/shm";
 };
-
-// The processes under `proc_root` whose real uid is `uid`, with their thread
-// counts. Processes that vanish while being read are skipped.
-std::vector<ProcessThreads> UserProcesses(uint32_t uid, const std::string& proc_root);
 
 // This process's limits and the host facts, for the current real uid
 // (env/limit_facts.cpp).

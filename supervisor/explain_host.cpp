@@ -4,6 +4,7 @@
 #include <string>
 
 #include "base/format.hpp"
+#include "base/user_threads.hpp"
 #include "env/gloo_address.hpp"
 #include "env/interfaces.hpp"
 #include "supervisor/exit_status.hpp"
@@ -179,8 +180,14 @@ std::string NprocNumbers(const env::LimitFacts& f) {
   auto n = [](uint64_t v) {
     return v == env::kUnlimited ? std::string("unlimited") : std::to_string(v);
   };
+  std::string most;  // read once the workers were stopped: what still holds threads
+  for (const ProcessThreads& p : TopThreadHolders(f.user_processes, 3)) {
+    most += (most.empty() ? " (the most: pid " : ", pid ") + std::to_string(p.pid) + " " +
+            p.command + ": " + std::to_string(p.threads);
+  }
   return "RLIMIT_NPROC of " + f.user + " is soft " + n(f.nproc.soft) + ", hard " + n(f.nproc.hard) +
-         "; " + f.user + " runs " + std::to_string(threads) + " threads now";
+         "; " + f.user + " runs " + std::to_string(threads) + " threads now" +
+         (most.empty() ? "" : most + ")");
 }
 
 }  // namespace

@@ -1,11 +1,13 @@
 // WhyNoThread: the limits that decide whether a thread starts, read when one
 // did not.
 #include "base/no_thread.hpp"
+#include "base/user_threads.hpp"
 
 #include <doctest/doctest.h>
 #include <sys/resource.h>
 
 #include <string>
+#include <vector>
 
 namespace ddprun {
 namespace {
@@ -35,6 +37,16 @@ TEST_CASE("WhyNoThread names the address-space cap and each thread's stack under
   CHECK(Has(WhyNoThread(),
             "out of memory, or the cgroup's pids.max is reached; RLIMIT_NPROC "
             "(ulimit -u) is soft "));
+}
+
+TEST_CASE("TopThreadHolders: the most threads first, by pid among equals, at most n") {
+  const std::vector<ProcessThreads> top =
+      TopThreadHolders({{7, 3, "a"}, {5, 40, "b"}, {2, 3, "c"}, {9, 1, "d"}}, 3);
+  REQUIRE(top.size() == 3);
+  CHECK(top[0].pid == 5);
+  CHECK(top[1].pid == 2);
+  CHECK(top[2].pid == 7);
+  CHECK(TopThreadHolders({}, 3).empty());
 }
 
 }  // namespace

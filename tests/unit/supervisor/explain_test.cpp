@@ -381,6 +381,9 @@ TEST_CASE("explain: threads refused name RLIMIT_NPROC's numbers") {
     CHECK(
         e->cause.find("RLIMIT_NPROC of alice is soft 200, hard 400; alice runs 198 threads now") !=
         std::string::npos);
+    // What holds them, read as the failure is explained (the start-up refusal names them too).
+    CHECK(e->cause.find("threads now (the most: pid 1 python: 150, pid 2 python: 48)") !=
+          std::string::npos);
     CHECK(e->fix.find("'alice hard nproc N' in /etc/security/limits.d/") != std::string::npos);
   }
 }
