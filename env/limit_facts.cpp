@@ -114,6 +114,7 @@ LimitFacts ReadLimitFacts(const Environ& environ, const OsPaths& paths) {
   f.address_space = GetLimit(RLIMIT_AS);
   f.data = GetLimit(RLIMIT_DATA);
   f.stack = GetLimit(RLIMIT_STACK);
+  f.core = GetLimit(RLIMIT_CORE);
   f.user_processes = UserProcesses(f.uid, paths.proc_root);
   f.user_namespace = !InitialUserNamespace(paths.proc_root + "/self/uid_map");
   f.nr_open = ReadNumber<uint64_t>(paths.proc_root + "/sys/fs/nr_open").value_or(f.nr_open);

@@ -58,6 +58,7 @@ struct LimitFacts {
   std::string user;                            // login name, or the uid as text
   Rlimit nproc, nofile, memlock;               // getrlimit
   Rlimit fsize, address_space, data, stack;    // bytes
+  Rlimit core;                                 // bytes: RLIMIT_CORE, ulimit -c
   std::vector<ProcessThreads> user_processes;  // processes whose real uid is `uid`
   uint64_t nr_open = 1048576;                  // /proc/sys/fs/nr_open: NOFILE's ceiling
   uint64_t open_fds = 0;                       // fds open in ddprun when it starts

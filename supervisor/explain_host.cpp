@@ -59,6 +59,30 @@ bool LibraryFrame(const std::string& path) {
          std::regex_search(path, std::regex(R"(/lib/python\d)"));
 }
 
+// No core file was found after a native crash: what the core-file limit (read
+// as the failure is explained) allows.
+std::string HowToKeepACore(const ExplainContext& c) {
+  if (!c.limits || c.limits->core.soft == 0) {
+    const bool capped = c.limits && c.limits->core.hard == 0;
+    if (!capped) {
+      const std::string most = !c.limits || c.limits->core.hard == env::kUnlimited
+                                   ? "unlimited"
+                                   : std::to_string(c.limits->core.hard);
+      return "ulimit -c " + most + " keeps a core dump for gdb (bt)";
+    }
+    return "no core dump can be kept: the hard core-file limit is 0 (ulimit -Hc; have it raised: "
+           "'" +
+           c.limits->user +
+           " hard core unlimited' in /etc/security/limits.d/, docker run --ulimit core=-1), or "
+           "run one worker under gdb -ex run --args";
+  }
+  return "core dumps are allowed (ulimit -c " +
+         (c.limits->core.soft == env::kUnlimited ? std::string("unlimited")
+                                                 : std::to_string(c.limits->core.soft)) +
+         ") but none was found: /proc/sys/kernel/core_pattern says where the kernel puts them "
+         "(coredumpctl list when it is systemd-coredump)";
+}
+
 }  // namespace
 
 // A worker that died of a crash signal nobody in the job sent: native code
@@ -139,7 +163,7 @@ Match NativeCrash(const std::string& text, const ExplainContext& c) {
                    "a C/C++/CUDA extension or a library built for another version of PyTorch, "
                    "CUDA or Python is the usual culprit; " +
                    (!core.empty() ? "gdb " + program + " " + core + ", then bt, shows the stack"
-                    : c.core_dump.empty() ? "ulimit -c unlimited keeps a core dump for gdb (bt)"
+                    : c.core_dump.empty() ? HowToKeepACore(c)
                                           : "open its core dump (above) in gdb, then bt"));
 }
 

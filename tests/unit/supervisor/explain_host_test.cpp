@@ -32,6 +32,28 @@ TEST_CASE("explain: a native crash that left a core file says how to open it") {
   CHECK(Explain(f, c)->fix.find("open its core dump (above) in gdb") != std::string::npos);
 }
 
+// Attack 75: under a hard core-file limit of 0 the fix still said "ulimit -c unlimited".
+TEST_CASE("explain: a native crash without a core file says what the core-file limit allows") {
+  ExplainContext c = Context("/usr/bin/python3", "PATH");
+  c.unasked_signal = SIGSEGV;
+  const FailureRecord f = Failed("Signal 11 (SIGSEGV) received by PID 7");
+  env::LimitFacts limits;
+  limits.user = "alice";
+  limits.core = {0, 0};
+  c.limits = limits;
+  std::string fix = Explain(f, c)->fix;
+  CHECK(fix.find("no core dump can be kept: the hard core-file limit is 0 (ulimit -Hc") !=
+        std::string::npos);
+  CHECK(fix.find("'alice hard core unlimited'") != std::string::npos);
+  CHECK(fix.find("ulimit -c unlimited") == std::string::npos);
+  c.limits->core = {0, 1048576};
+  CHECK(Explain(f, c)->fix.find("ulimit -c 1048576 keeps a core dump") != std::string::npos);
+  c.limits->core = {env::kUnlimited, env::kUnlimited};
+  fix = Explain(f, c)->fix;
+  CHECK(fix.find("core dumps are allowed (ulimit -c unlimited) but none was found: "
+                 "/proc/sys/kernel/core_pattern") != std::string::npos);
+}
+
 // gloo/transport/tcp as PyTorch 2.12 wraps it, from two network namespaces whose host names
 // map to 127.0.1.1 (tests/e2e/test_two_hosts.py).
 TEST_CASE("explain: a Gloo peer at a loopback address names the host name and the fix") {
