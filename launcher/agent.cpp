@@ -334,6 +334,10 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   }
   round_ = round;
   hang_all_waiting_ = false;
+  // The last group's failure was handled: this round restarts the workers. What ends the job
+  // from here on is not that failure (it was reported as the FAILED block of a job that
+  // could not restart).
+  last_group_failed_ = false;
   env::GroupInfo group = Group(round);
   spdlog::info(
       "rendezvous round {} complete: node rank {} of {}, world size {}, restart count {}, "

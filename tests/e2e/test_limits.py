@@ -219,6 +219,39 @@ def test_a_low_hard_nproc_fails_before_spawning_with_the_numbers_and_the_fix(tes
     assert f"{TEST_USER} hard nproc " in err, err
 
 
+def test_a_restart_that_cannot_start_is_not_blamed_on_the_previous_attempt(test_user, user_dir):
+    # Attack 75: attempt 0's rank 1 failed, the restart could not start a thread (the user's
+    # threads all taken meanwhile), and the FAILED block named attempt 0's failure as the root
+    # cause of a job that ended for another reason.
+    binary, work = user_dir
+    worker = work / "worker.sh"
+    worker.write_text('#!/bin/sh\nif [ "$TORCHELASTIC_RESTART_COUNT" = 0 ] && [ "$RANK" = 1 ]; '
+                      'then sleep 2; echo "rank 1 fails on purpose" >&2; exit 3; fi\nsleep 5\n')
+    worker.chmod(0o755)
+    hog = work / "hog.py"  # from 1 s on it takes every thread the user may start, for 12 s
+    hog.write_text("import threading, time\nend = time.time() + 12\nwhile time.time() < end:\n"
+                   "    try:\n        threading.Thread(target=time.sleep, args=(max(0.1, end - "
+                   "time.time()),), daemon=True).start()\n    except RuntimeError:\n"
+                   "        time.sleep(0.002)\n")
+    uid, gid = test_user
+    limit = user_threads(uid) + 60
+    script = (f"(sleep 1; exec python3 {hog}) & exec {binary} --nproc_per_node=2 "
+              f"--max_restarts=1 --threads_per_worker=4 --no_python {worker}")
+    cmd = ["prlimit", f"--nproc={limit}:{limit}", "setpriv", f"--reuid={uid}", f"--regid={gid}",
+           "--init-groups", "/bin/sh", "-c", script]
+    r = subprocess.run(cmd, env=base_env(TMPDIR=str(work), HOME=str(work)), cwd=work,
+                       capture_output=True, text=True, timeout=60)
+    err = r.stderr
+    assert "restarting the workers of every node after a failure: restart 1 of 1" in err, err
+    if r.returncode == 0:
+        pytest.skip("the thread hog did not take the threads the first attempt freed in time")
+    assert "Resource temporarily unavailable" in err or "EAGAIN" in err, err
+    after = err[err.index("restarting the workers of every node"):]
+    if "Root Cause" in after:  # the restart's own start failure, not attempt 0's
+        assert "rank 1 fails on purpose" not in after[after.index("Root Cause"):], err
+        assert "could not be started" in after or "fork failed with EAGAIN" in after, err
+
+
 def test_doctor_marks_a_low_hard_nproc_as_fail_and_exits_one(test_user, user_dir):
     binary, work = user_dir
     r = run_as_user(test_user, binary, work, (50, 50), ["doctor", "--nproc_per_node=2"])
