@@ -401,8 +401,15 @@ def main():
                 row("overlap", "comm/backward", "x", m_comm / m_bwd, None, "about 1", "-")
             hidden = (None if None in (m_ddp, m_no, m_comm) or m_comm <= 0
                       else 1 - (m_ddp - m_no) / m_comm)
+            # Ranks sharing one GPU (tests/tools/onehost) contend for it: NCCL's kernels, waiting
+            # on the socket transport, hold the GPU the other rank's backward needs (an H200:
+            # t_ddp 79 ms against t_nocomm 34 + t_comm 16). That measures contention, not
+            # overlap: shown, not judged.
+            status = ("not judged: %d ranks share one GPU (contention, not overlap; needs %d "
+                      "GPUs)" % (nproc, nproc) if onehost
+                      else judge(None if hidden is None else hidden >= 0.70))
             row("overlap", "hidden_fraction", "%", None if hidden is None else 100 * hidden, None,
-                "d >= 70 %", judge(None if hidden is None else hidden >= 0.70), "%.1f")
+                "d >= 70 %", status, "%.1f")
             n = min(len(t_ddp), len(t_no), len(t_comm))
             per_run_hidden = [100 * (1 - (t_ddp[i] - t_no[i]) / t_comm[i]) for i in range(n)]
             spread("overlap", "hidden_fraction", "ddprun", per_run_hidden, "%.1f")

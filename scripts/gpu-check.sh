@@ -75,7 +75,7 @@ bench() {  # COMMAND...: runs a benchmark, keeps its goal rows for the table
   out=$(mktemp)
   "$@" 2>&1 | tee "$out" || rc=$?
   ((rc == 0)) || echo "gpu-check: $* : a goal missed or a run failed (above)"
-  grep -E " (met|FAIL[^ ]*|not run[^|]*)$|ratio " "$out" >>"$goals" || true
+  grep -E " (met|FAIL[^ ]*|not run[^|]*|not judged[^|]*)$|ratio " "$out" >>"$goals" || true
   rm -f "$out"
 }
 
