@@ -39,6 +39,7 @@
 #include "launcher/program.hpp"
 #include "launcher/slurm_options.hpp"
 #include "launcher/uncaught.hpp"
+#include "rendezvous/store_client.hpp"
 #include "supervisor/console.hpp"
 #include "supervisor/containment.hpp"
 #include "supervisor/late_signals.hpp"
@@ -222,6 +223,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return ddprun::exit_code::kUsage;
   }
+  rendezvous::StoreClient::set_slow_handshake_notice(
+      [](const std::string& address, double waited_s, double limit_s) {
+        spdlog::warn(
+            "the store at {} took this agent's connection but has not answered for {:.0f} s: "
+            "the agent hosting it may be stopped (SIGSTOP, a debugger) or starved; waiting up to "
+            "{:.0f} s for it (--rdzv_conf read_timeout)",
+            address, waited_s, limit_s);
+      });
   std::vector<std::string> args(argv + 1, argv + argc);
   launcher::HostCounts host{env::AllowedCpuCount(environ),
                             env::DiscoverGpus(env::DiscoveryPaths(environ))};

@@ -7,13 +7,15 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "base/pause_clock.hpp"
 #include "rendezvous/store_protocol.hpp"
 
 namespace ddprun::rendezvous {
-
 namespace {
+
+StoreClient::SlowHandshakeNotice slow_handshake_notice;  // set_slow_handshake_notice
 
 std::string UserKey(const std::string& key) { return "/" + key; }
 
@@ -61,6 +63,11 @@ StatusOr<StoreClient> StoreClient::ConnectOnce(const std::string& host, int port
   }
   StoreClient client(std::move(*fd), address, timeout);
   client.interrupted_ = interrupted;  // for the handshake only
+  if (slow_handshake_notice) {
+    client.slow_ = [address, timeout](double waited_s) {
+      slow_handshake_notice(address, waited_s, std::chrono::duration<double>(timeout).count());
+    };
+  }
   const uint32_t nonce = static_cast<uint32_t>(getpid());
   // A store that takes the connection and never answers: a stopped or hung
   // agent, or another program on the port.
@@ -114,6 +121,7 @@ StatusOr<StoreClient> StoreClient::ConnectOnce(const std::string& host, int port
   }
   if (echo != nonce) return Internal("store " + address + ": PING answered with a wrong nonce");
   client.interrupted_ = nullptr;  // its reads from now on may come from any thread
+  client.slow_ = nullptr;
   return client;
 }
 
@@ -150,12 +158,17 @@ std::chrono::nanoseconds StoreClient::Waited() {
   return std::chrono::nanoseconds(waited_ns.load());
 }
 
+void StoreClient::set_slow_handshake_notice(SlowHandshakeNotice notice) {
+  slow_handshake_notice = std::move(notice);
+}
+
 Status StoreClient::ReadExact(void* out, size_t n, Clock::time_point deadline) {
   auto* p = static_cast<char*>(out);
   // Time in which this process did not run (the whole job suspended, a host
   // starved) does not count toward the deadline: the reply may be there.
   PauseClock paused;
   paused.Start(Clock::now());
+  Duration waited{0};  // here, while the process ran
   while (n > 0) {
     if (broken_) return Gone("connection already closed");
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -171,6 +184,10 @@ Status StoreClient::ReadExact(void* out, size_t n, Clock::time_point deadline) {
     if (after - before > discounted) {
       waited_ns +=
           std::chrono::duration_cast<std::chrono::nanoseconds>(after - before - discounted).count();
+      waited += std::chrono::duration_cast<Duration>(after - before - discounted);
+    }
+    if (slow_ && waited >= kSlowHandshake) {
+      std::exchange(slow_, {})(std::chrono::duration<double>(waited).count());
     }
     if (rc < 0 && errno == EINTR) continue;
     if (rc == 0 && interrupted_ && interrupted_()) {

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,16 @@ class StoreClient {
   // for none.
   void set_interrupted(Interrupted interrupted) { interrupted_ = std::move(interrupted); }
 
+  // Called once per connection when a store that took it has not answered the
+  // handshake within kSlowHandshake (while this process ran), with the
+  // address, the seconds waited and the read timeout's: a stopped or starved
+  // agent hosting it keeps a joining agent waiting up to read_timeout with
+  // nothing said. Set once, before any client connects (the launcher logs it).
+  using SlowHandshakeNotice =
+      std::function<void(const std::string& address, double waited_s, double limit_s)>;
+  static void set_slow_handshake_notice(SlowHandshakeNotice notice);
+  static constexpr std::chrono::seconds kSlowHandshake{5};
+
  private:
   StoreClient(UniqueFd fd, std::string address, Duration timeout)
       : fd_(std::move(fd)), address_(std::move(address)), timeout_(timeout) {}
@@ -106,6 +117,8 @@ class StoreClient {
   UniqueFd fd_;  // set at construction, closed only by the destructor
   bool broken_ = false;
   Interrupted interrupted_;  // ends a read (kAborted): while connecting, or set_interrupted
+  // The handshake's: ReadExact calls it once, past kSlowHandshake of waiting.
+  std::function<void(double waited_s)> slow_;
   std::string address_;
   Duration timeout_;
 };

@@ -375,3 +375,27 @@ def test_sigterm_while_the_store_host_is_paused_exits_at_once(launch, tmp_path):
         agents[0].signal(signal.SIGCONT)
     agents[0].signal(signal.SIGTERM)
     assert agents[0].wait(20) == 128 + signal.SIGTERM, outputs(agents)
+
+
+def test_a_node_joining_while_the_store_host_is_stopped_says_so_and_joins_after(launch, tmp_path):
+    # Attack 72: a joining agent whose store host was stopped said nothing for up to
+    # read_timeout (60 s by default).
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    args = [*sh(FINISH)]
+    host = launch(c10d_args(2, 0, port, extra=args), env=node_env(out, 0))
+    wait_listening(port)
+    host.signal(signal.SIGSTOP)
+    try:
+        joiner = launch(c10d_args(2, 1, port, extra=args), env=node_env(out, 1))
+        wait_for(lambda: "took this agent's connection but has not answered" in joiner.stderr(),
+                 15, what="the joining agent's notice")
+        assert re.search(rf"the store at 127\.0\.0\.1:{port} took this agent's connection but has "
+                         r"not answered for \d+ s: the agent hosting it may be stopped",
+                         joiner.stderr()), outputs([host, joiner])
+    finally:
+        host.signal(signal.SIGCONT)
+    (out / "go").touch()
+    assert joiner.wait(AGENT_TIMEOUT) == 0, outputs([host, joiner])
+    assert host.wait(AGENT_TIMEOUT) == 0, outputs([host, joiner])
