@@ -58,14 +58,14 @@ bool Supervisor::LookForConsoleWait(SteadyTime now) {
   for (const auto& r : readers_) {
     // Held for a file console that is now stuck: a log file keeps these
     // lines, so the worker goes on and the console drops them instead.
-    if (r->held() && r->file.valid() && r->console->stuck()) r->Resume();
+    if (r->held() && r->keeps && r->console->stuck()) r->Resume();
   }
   for (const auto& r : readers_) {
     if (r->held() && r->worker < workers.size()) {
       waiting = r->worker;
-      what = r->file.valid() ? "to write its output (ddprun holds it: the console, a file, "
-                               "falls behind)"
-                             : "to write its output (ddprun holds it: no log file keeps it)";
+      what = r->keeps ? "to write its output (ddprun holds it: the console, a file, "
+                        "falls behind)"
+                      : "to write its output (ddprun holds it: no log file keeps it)";
       break;
     }
   }

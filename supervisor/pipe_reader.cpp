@@ -71,7 +71,7 @@ void Supervisor::PipeReader::Flush() {
   // Lines kept nowhere else are never dropped, nor any on a console that is a
   // regular file: until it has room again, the worker waits to write, as it
   // would writing to the console itself.
-  const bool room = file.valid() ? console->Write(out, spec.file) : console->WriteOrHold(out);
+  const bool room = keeps ? console->Write(out, spec.file) : console->WriteOrHold(out);
   if (!room && !draining && !pipe.paused()) {
     pipe.Pause();
     held_since = std::chrono::steady_clock::now();

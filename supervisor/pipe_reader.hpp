@@ -33,6 +33,9 @@ struct Supervisor::PipeReader {
   StreamSpec spec;
   ConsoleWriter* console;
   UniqueFd file;
+  // `file` keeps what it is given (a regular file; not /dev/null, which
+  // --log_dir=/dev/null gives, nor a FIFO): then the console may drop it.
+  bool keeps = false;
   int filter_fd = -1;
   LineFilter filter;
   LineSplitter splitter;

@@ -362,6 +362,8 @@ StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
     reader->file =
         UniqueFd(open(stream.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!reader->file.valid()) return ErrnoStatus("open " + stream.file, errno);
+    struct stat st {};
+    reader->keeps = fstat(reader->file.get(), &st) == 0 && S_ISREG(st.st_mode);
   }
   if (!stream.duplicate_filters.empty()) {
     auto filter = FilterFd(stream.filter_file);

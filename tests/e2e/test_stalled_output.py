@@ -167,6 +167,21 @@ def test_output_kept_nowhere_else_waits_for_the_console(tmp_path):
     assert "lines not shown" not in text
 
 
+def test_teed_output_with_log_files_off_waits_for_the_console(tmp_path):
+    """Attack 78: --tee with --log_dir=/dev/null keeps the output nowhere but on the console, yet
+    its lines were dropped as if a log file kept them ("... not shown ...; see /dev/null")."""
+    proc, out = start(tmp_path, ["--nproc_per_node=1", "--tee=3", "--log_dir=/dev/null"],
+                      LINES="200000")
+    time.sleep(3.0)
+    out_text, err_text = proc.communicate(timeout=60)
+    text = out_text.decode(errors="replace")
+    assert proc.returncode == 0, err_text.decode(errors="replace")[-3000:]
+    numbers, total = numbered_lines(text.replace("[default0]:", ""), 0)
+    assert total == 200000, text[-2000:]
+    assert numbers == list(range(1, total + 1)), "lines lost or out of order"
+    assert "lines not shown" not in text + err_text.decode(errors="replace")
+
+
 @pytest.mark.parametrize("args,env", KEPT_OR_HELD)
 def test_the_failure_report_survives_a_console_full_of_worker_output(tmp_path, args, env):
     """Rank 1 fills the console queue while nobody reads; rank 0 fails meanwhile. Once the console
