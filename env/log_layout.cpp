@@ -28,9 +28,17 @@ StatusOr<std::string> MakeTempDir(const std::string& pattern, int* err) {
   return std::string(buf.data());
 }
 
+// TMPDIR, or /tmp; a relative TMPDIR made absolute from the current
+// directory, as Python's tempfile does: the workers are given paths under it
+// (TORCHELASTIC_ERROR_FILE, the heartbeat file) and may change directory.
 std::string TempRoot() {
   const char* tmp = getenv("TMPDIR");
-  return (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+  if (tmp == nullptr || *tmp == '\0') return "/tmp";
+  std::error_code ec;
+  std::string root = fs::absolute(tmp, ec).lexically_normal().string();
+  if (ec) return tmp;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root;
 }
 
 // What to do about errno `err` from making something under `dir`; `option`
@@ -84,7 +92,20 @@ StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::str
     layout.temporary_ = true;
   } else {
     std::error_code ec;
+    // A dangling symbolic link, or something else than a directory, makes
+    // create_directories say only "File exists".
+    if (fs::is_symlink(fs::symlink_status(log_dir, ec)) && !fs::exists(log_dir, ec)) {
+      return PermissionDenied("--log_dir " + log_dir + " is a symbolic link to " +
+                              fs::read_symlink(log_dir, ec).string() +
+                              ", which does not exist: create that directory, or choose another "
+                              "--log_dir");
+    }
     fs::create_directories(log_dir, ec);
+    if (ec && ec.value() == EEXIST && !fs::is_directory(log_dir)) {
+      return PermissionDenied("--log_dir " + log_dir +
+                              " is not a directory (a file or a device is there, or in its path): "
+                              "choose a directory");
+    }
     if (ec) {
       return PermissionDenied("--log_dir " + log_dir + ": " + ec.message() + ": " +
                               Advice(ec.value(), log_dir, "--log_dir"));
@@ -110,10 +131,17 @@ std::string LogLayout::AttemptDir(int attempt) const {
   return run_ + "/attempt_" + std::to_string(attempt);
 }
 
-Status LogLayout::PrepareAttempt(int attempt, int local_world_size) const {
+Status LogLayout::PrepareAttempt(int attempt, int round, int local_world_size) {
   if (disabled_) return Status::Ok();
   std::error_code ec;
-  fs::remove_all(AttemptDir(attempt), ec);
+  if (auto earlier = round_of_attempt_.find(attempt); earlier != round_of_attempt_.end() &&
+                                                      earlier->second != round &&
+                                                      fs::exists(AttemptDir(attempt), ec)) {
+    fs::rename(AttemptDir(attempt),
+               AttemptDir(attempt) + ".round_" + std::to_string(earlier->second), ec);
+  }
+  round_of_attempt_[attempt] = round;
+  fs::remove_all(AttemptDir(attempt), ec);  // what could not be kept
   for (int r = 0; r < local_world_size && !ec; ++r) {
     fs::create_directories(AttemptDir(attempt) + "/" + std::to_string(r), ec);
   }

@@ -8,6 +8,7 @@
 // Not thread-safe; one per launcher.
 #pragma once
 
+#include <map>
 #include <string>
 
 #include "base/status.hpp"
@@ -27,10 +28,13 @@ class LogLayout {
   const std::string& base_dir() const { return base_; }
   const std::string& run_dir() const { return run_; }
 
-  // Removes and recreates attempt_<attempt>/ with one folder per local rank,
-  // each holding an empty heartbeat file (its mtime is the launch time), and
-  // the dumps/ folder.
-  Status PrepareAttempt(int attempt, int local_world_size) const;
+  // Creates attempt_<attempt>/ for rendezvous round `round` with one folder
+  // per local rank, each holding an empty heartbeat file (its mtime is the
+  // launch time), and the dumps/ folder. A round that keeps the restart
+  // count (nodes joined or left) finds the attempt's folder of an earlier
+  // round: that one is kept as attempt_<attempt>.round_<its round> (torchrun
+  // deletes it; its logs may be the only copy of that output).
+  Status PrepareAttempt(int attempt, int round, int local_world_size);
 
   std::string AttemptDir(int attempt) const;
   // Paths of one worker's files; "/dev/null" (or "" for the error file) when disabled.
@@ -50,6 +54,7 @@ class LogLayout {
   bool temporary_ = false;
   std::string base_;
   std::string run_;
+  std::map<int, int> round_of_attempt_;  // the round each attempt's folder was made for
 };
 
 }  // namespace ddprun::env

@@ -345,7 +345,8 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
       round.round, round.node_rank, round.nodes.size(), round.world_size, round.restart_count,
       group.master_addr, group.master_port);
   record_.RoundComplete(round, group.master_addr, group.master_port);
-  if (Status s = layout_->PrepareAttempt(round.restart_count, c_.nproc_per_node); !s.ok()) {
+  if (Status s = layout_->PrepareAttempt(round.restart_count, round.round, c_.nproc_per_node);
+      !s.ok()) {
     return FinishLocally(1, s.message());
   }
   if (c_.hang_detect_torch && !layout_->disabled()) {

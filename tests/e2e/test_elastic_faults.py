@@ -399,3 +399,30 @@ def test_a_node_joining_while_the_store_host_is_stopped_says_so_and_joins_after(
     (out / "go").touch()
     assert joiner.wait(AGENT_TIMEOUT) == 0, outputs([host, joiner])
     assert host.wait(AGENT_TIMEOUT) == 0, outputs([host, joiner])
+
+
+def test_the_logs_of_a_round_a_node_joined_after_are_kept(launch, tmp_path):
+    # Attack 78: a node joining keeps the restart count, so the new round reused attempt_0 and
+    # emptied it first: node 0's --redirects files of round 0, the only copy, were deleted.
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    script = ('i=0; while [ $i -lt 30 ]; do echo "world $WORLD_SIZE line $i"; i=$((i+1)); '
+              'sleep 0.1; done')
+    logs = [tmp_path / "logs0", tmp_path / "logs1"]
+
+    def args(node):
+        return c10d_args("1:2", node, port, nproc=1,
+                         extra=["--redirects=1", f"--log_dir={logs[node]}", *sh(script)])
+
+    first = launch(args(0), env=node_env(out, 0))
+    wait_for(lambda: list(logs[0].glob("*/attempt_0/0/stdout.log")) and "world 1 line 3" in
+             list(logs[0].glob("*/attempt_0/0/stdout.log"))[0].read_text(), 20,
+             what="round 0's output of node 0")
+    second = launch(args(1), env=node_env(out, 1))
+    assert first.wait(AGENT_TIMEOUT) == 0, outputs([first, second])
+    assert second.wait(AGENT_TIMEOUT) == 0, outputs([first, second])
+    kept = list(logs[0].glob("*/attempt_0.round_0/0/stdout.log"))
+    assert kept and "world 1 line 0" in kept[0].read_text(), list(logs[0].rglob("*"))
+    now = list(logs[0].glob("*/attempt_0/0/stdout.log"))[0].read_text()
+    assert "world 2 line 29" in now and "world 1" not in now, now

@@ -559,3 +559,40 @@ def test_a_line_longer_than_a_mebibyte_stays_one_line(tee):
     assert long_lines == [("[default0]:" if tee else "") + "y" * 3_000_000], \
         [len(ln) for ln in long_lines]
 
+
+
+def test_a_relative_tmpdir_gives_the_workers_absolute_paths(tmp_path):
+    # Attack 78: TMPDIR=tmp gave TORCHELASTIC_ERROR_FILE and the heartbeat file as relative
+    # paths; a worker that changed directory could not write its error file, and the report
+    # said "no traceback". Python's tempfile (torchrun's) makes a relative TMPDIR absolute.
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    script = ("import os, sys, json\n"
+              "print('ERROR_FILE=' + os.environ['TORCHELASTIC_ERROR_FILE'], flush=True)\n"
+              "os.chdir('elsewhere')\n"
+              "with open(os.environ['TORCHELASTIC_ERROR_FILE'], 'w') as f:\n"
+              "    json.dump({'message': {'message': 'ValueError: raised after a chdir',\n"
+              "               'extraInfo': {'py_callstack': 'ValueError: raised after a chdir',\n"
+              "                             'timestamp': '1'}}}, f)\n"
+              "sys.exit(3)\n")
+    r = run_ddprun(["--nproc_per_node=1", "--no_python", "python3", "-c", script],
+                   env=base_env(TMPDIR="tmp"), cwd=tmp_path)
+    assert r.rc == 3, r
+    path = re.search(r"ERROR_FILE=(\S+)", r.stdout).group(1)
+    assert path.startswith(str(tmp_path / "tmp") + "/ddprun_"), path
+    assert "ValueError: raised after a chdir" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("make,said", [
+    (lambda d: (d / "logs").symlink_to(d / "missing"), "is a symbolic link to {d}/missing, "
+                                                       "which does not exist"),
+    (lambda d: None, "is not a directory")], ids=["dangling-link", "device"])
+def test_a_log_dir_that_cannot_be_a_directory_says_why(tmp_path, make, said):
+    # Attack 78: both were "File exists".
+    make(tmp_path)
+    log_dir = "logs" if "link" in said else "/dev/null/"
+    r = run_ddprun(["--nproc_per_node=1", f"--log_dir={log_dir}", "--no_python", "true"],
+                   cwd=tmp_path)
+    assert r.rc == 1, r
+    assert f"--log_dir {log_dir} " + said.format(d=tmp_path) in r.stderr, r.stderr
+    assert "File exists" not in r.stderr, r.stderr

@@ -129,7 +129,7 @@ TEST_CASE("an attempt gets per-worker heartbeat files, trace paths and a dump di
   std::filesystem::remove_all(root);
   auto layout = LogLayout::Create(root.string(), "job");
   REQUIRE(layout.ok());
-  REQUIRE(layout->PrepareAttempt(1, 2).ok());
+  REQUIRE(layout->PrepareAttempt(1, 1, 2).ok());
   const std::string attempt = layout->AttemptDir(1);
   CHECK(layout->HeartbeatPath(1, 1) == attempt + "/1/heartbeat");
   CHECK(layout->TracePath(1, 0) == attempt + "/0/trace.bin");

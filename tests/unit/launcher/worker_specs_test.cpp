@@ -19,7 +19,7 @@ struct Fixture {
     auto made = env::LogLayout::Create(root, "run");
     REQUIRE(made.ok());
     layout.emplace(std::move(*made));
-    REQUIRE(layout->PrepareAttempt(0, 1).ok());
+    REQUIRE(layout->PrepareAttempt(0, 0, 1).ok());
     program.argv = {"/bin/true"};
     group.master_addr = "127.0.0.1";
   }
