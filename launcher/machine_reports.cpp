@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -101,6 +102,27 @@ std::string UtcTimestamp() {
   return out;
 }
 
+namespace {
+
+// ddprun's stdout or stderr when `fd` is the same regular file
+// (DDPRUN_EVENT_LOG=/dev/stderr with 2>file, or that file's own path); else
+// -1. Events then go through that descriptor, whose offset ddprun's own lines
+// (and workers writing to the console directly) advance too: written through a
+// second open they landed at its own offset, and the others wrote over them.
+int StandardStreamOf(int fd) {
+  struct stat log {};
+  if (fstat(fd, &log) != 0 || !S_ISREG(log.st_mode)) return -1;
+  for (const int standard : {STDERR_FILENO, STDOUT_FILENO}) {
+    struct stat st {};
+    if (fstat(standard, &st) == 0 && st.st_dev == log.st_dev && st.st_ino == log.st_ino) {
+      return standard;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
 StatusOr<EventLog> EventLog::Open(const std::string& handler, const std::string& path) {
   EventLog log;
   // The handlers are the option table's words for --event_log_handler.
@@ -115,9 +137,13 @@ StatusOr<EventLog> EventLog::Open(const std::string& handler, const std::string&
   if (!fd.ok()) {
     return InvalidArgument("DDPRUN_EVENT_LOG=" + fd.status().message());
   }
+  log.where_ = path;
+  if (const int standard = StandardStreamOf(fd->get()); standard >= 0) {
+    log.fd_ = standard;
+    return log;
+  }
   log.owned_ = std::move(*fd);
   log.fd_ = log.owned_.get();
-  log.where_ = path;
   return log;
 }
 

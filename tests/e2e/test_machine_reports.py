@@ -76,6 +76,26 @@ def test_a_failed_worker_gives_an_incident_and_events(tmp_path):
     assert all(e["run_id"] == doc["run_id"] for e in evs)
 
 
+@pytest.mark.parametrize("path", ["/dev/stderr", "job.log"])
+def test_events_into_the_file_stderr_goes_to_are_not_written_over(tmp_path, path):
+    # Attack 78: DDPRUN_EVENT_LOG=/dev/stderr with 2>job.log opened the file anew: the events
+    # went at that open's offset and ddprun's own log lines, at fd 2's, wrote over them.
+    job_log = tmp_path / "job.log"
+    with open(job_log, "w") as err:
+        r = subprocess.run([str(DDPRUN), "--nproc_per_node=2", "--event_log_handler=json",
+                            f"--log_dir={tmp_path / 'logs'}", *FAILING],
+                           env=base_env(DDPRUN_EVENT_LOG=path), cwd=tmp_path,
+                           stdout=subprocess.DEVNULL, stderr=err, timeout=60)
+    assert r.returncode == 3
+    text = job_log.read_text(errors="replace")
+    docs = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+    for d in docs:
+        validator("event").validate(d)
+    assert names(docs) == ["agent_started", "rendezvous_complete", "workers_started", "failure",
+                           "exit"], text
+    assert "worker group failed" in text  # ddprun's own lines are there too
+
+
 def test_a_success_writes_no_incident_and_console_events_go_to_stderr(tmp_path):
     r = run_ddprun(["--nproc_per_node=2", "--event_log_handler=console", f"--log_dir={tmp_path}",
                     "--no_python", "/bin/true"])
