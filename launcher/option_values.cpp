@@ -88,7 +88,9 @@ StatusOr<StreamSelection> ParseStreams(const std::string& option, const std::str
   return sel;
 }
 
-// Comma list where ",," stands for a literal comma.
+// Comma list where ",," stands for a literal comma. An empty item (a
+// trailing comma, an empty value) is kept, as torchrun keeps it: it matches
+// every line.
 std::vector<std::string> ParseFilters(const std::string& v) {
   std::vector<std::string> out;
   std::string cur;
@@ -97,13 +99,13 @@ std::vector<std::string> ParseFilters(const std::string& v) {
       cur.push_back(',');
       ++i;
     } else if (v[i] == ',') {
-      if (!cur.empty()) out.push_back(cur);
+      out.push_back(cur);
       cur.clear();
     } else {
       cur.push_back(v[i]);
     }
   }
-  if (!cur.empty()) out.push_back(cur);
+  out.push_back(cur);
   return out;
 }
 

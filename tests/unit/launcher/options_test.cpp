@@ -276,6 +276,11 @@ TEST_CASE("help and version") {
 TEST_CASE("duplicate filters treat ,, as a literal comma") {
   auto p = Parse({"--duplicate_stdout_filters=ERROR,a,,b", "t"});
   CHECK(p->config.duplicate_stdout_filters == std::vector<std::string>{"ERROR", "a,b"});
+  // Attack 78: an empty item was dropped; torchrun keeps it (it matches every line).
+  CHECK(Parse({"--duplicate_stdout_filters=ERROR,", "t"})->config.duplicate_stdout_filters ==
+        std::vector<std::string>{"ERROR", ""});
+  CHECK(Parse({"--duplicate_stderr_filters=", "t"})->config.duplicate_stderr_filters ==
+        std::vector<std::string>{""});
 }
 
 TEST_CASE("every duration option refuses nan, infinity and anything but a decimal number") {
