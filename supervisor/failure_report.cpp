@@ -358,7 +358,14 @@ void CountOwnFailures(GroupResult& result, const std::vector<std::string>& error
     const bool raised = lr < error_files.size() && !error_files[lr].empty() &&
                         stat(error_files[lr].c_str(), &st) == 0 && st.st_size > 0;
     const bool own_code = w.exit.signal == 0 && w.exit.code != 0 && w.exit.code < 128;
-    if (!raised && !own_code) continue;
+    // A signal ddprun did not send (a scheduler's SIGUSR1 to every process of the step, a
+    // crash) that the worker died of while the group was being stopped: its own failure, not
+    // the stop's. SIGPIPE is the stop's: it wrote to a peer that had closed; and the signal
+    // that stopped the job (a terminal's SIGHUP reaches the workers too).
+    const int sig = w.exit.signal;
+    const bool own_signal = sig != 0 && sig != SIGKILL && sig != SIGPIPE &&
+                            sig != result.received_signal && result.signals_sent.count(sig) == 0;
+    if (!raised && !own_code && !own_signal) continue;
     w.state = WorkerState::kFailed;
     w.failed_while_stopping = true;
     result.failures.push_back(i);

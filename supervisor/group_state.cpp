@@ -188,6 +188,7 @@ void GroupState::BeginStop(int sig) {
 }
 
 void GroupState::SignalSurvivors(int sig) {
+  signals_sent_.insert(sig);
   for (const auto& w : workers_) {
     if (w.state == WorkerState::kRunning) control_->SignalGroup(w.pid, sig);
   }

@@ -133,6 +133,8 @@ class GroupState {
   std::vector<pid_t> pids() const;
   // Failures in the order observed (indices into workers()).
   const std::vector<size_t>& failures() const { return failures_; }
+  // Every signal ddprun sent the workers (to stop them, or forwarded).
+  const std::set<int>& signals_sent() const { return signals_sent_; }
 
  private:
   void BeginStop(int sig);
@@ -150,6 +152,7 @@ class GroupState {
   Phase phase_ = Phase::kRunning;
   int received_signal_ = 0;
   bool stop_requested_ = false;
+  std::set<int> signals_sent_;
   int interrupts_ = 0;          // SIGINTs received: Ctrl-C while stopping skips the grace
   WallTime first_interrupt_{};  // when the first came
 };

@@ -585,7 +585,8 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   Drain(state);
   if (file_timer_) file_timer_->Clear();
   running_ = nullptr;
-  GroupResult result{state.outcome(), state.received_signal(), state.workers(), state.failures()};
+  GroupResult result{state.outcome(), state.received_signal(), state.workers(), state.failures(),
+                     state.signals_sent()};
   for (size_t i = 0; i < result.workers.size() && i < outputs_.size(); ++i) {
     result.workers[i].output_tail = std::move(outputs_[i].tail);
     result.workers[i].lost_logs = std::move(outputs_[i].lost_logs);

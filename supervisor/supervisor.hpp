@@ -40,6 +40,7 @@ struct GroupResult {
   int received_signal = 0;
   std::vector<WorkerRecord> workers;
   std::vector<size_t> failures;  // indices into workers, in observed order
+  std::set<int> signals_sent;    // what ddprun sent the workers (GroupState::signals_sent)
 };
 
 // Terminating signals that any Supervisor of this process received and acted

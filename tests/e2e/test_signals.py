@@ -253,6 +253,29 @@ def test_failing_worker_stops_job_promptly(tmp_path, launch, pid_reaper):
     assert not pid_alive(int((tmp_path / "pid_0").read_text()))
 
 
+def test_a_worker_killed_by_a_signal_ddprun_did_not_send_while_stopping_is_a_failure(
+        tmp_path, launch, pid_reaper):
+    # Attack 77: scancel -s USR1 signals every process of the step; a worker that died of it
+    # while ddprun stopped the group was logged "stopped by ddprun: signal 10 (SIGUSR1)", a
+    # signal ddprun never sent. Rank 1 ignores ddprun's SIGTERM, so it dies of SIGUSR1 during
+    # the stop every time.
+    script = (f"trap '' TERM; echo $$ > {tmp_path}/pid_$LOCAL_RANK; "
+              "while true; do sleep 0.1; done")
+    p = launch(["--nproc_per_node=2", "--shutdown_timeout=30", *sh(script)])
+    wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"], timeout=20)
+    pids = [int((tmp_path / f"pid_{r}").read_text()) for r in (0, 1)]
+    pid_reaper.extend(pids)
+    os.kill(pids[0], signal.SIGUSR1)
+    wait_for(lambda: "stopping the other workers" in p.stderr(), 20, what="the stop")
+    os.kill(pids[1], signal.SIGUSR1)
+    assert p.wait(timeout=20) == 128 + signal.SIGUSR1, p.output()
+    err = p.stderr()
+    assert "stopped by ddprun: signal 10" not in err, err
+    failures = err[err.index("Failures:"):err.index("Root Cause")]
+    assert "rank      : 1 (local_rank: 1)" in failures, err
+    assert "SIGUSR1" in failures, err
+
+
 @pytest.mark.parametrize("sig", [signal.SIGQUIT, signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_signal_storm_during_shutdown_ends_in_128_plus_n(tmp_path, sig):
     """25 times: the worker finishes and, from that moment until ddprun exits, ddprun gets the

@@ -257,24 +257,32 @@ TEST_CASE("workers that failed on their own while the group stopped are failures
                worker(2, WorkerState::kStopped, ExitStatus::Signaled(SIGTERM)),  // ours
                worker(3, WorkerState::kStopped, ExitStatus::Exited(143)),        // 128+SIGTERM
                worker(4, WorkerState::kStopped, ExitStatus::Signaled(SIGTERM)),  // raised first
-               worker(5, WorkerState::kSucceeded, ExitStatus::Exited(0))};
+               worker(5, WorkerState::kSucceeded, ExitStatus::Exited(0)),
+               // Attack 77: Slurm's SIGUSR1 to every process of the step, not ddprun's.
+               worker(6, WorkerState::kStopped, ExitStatus::Signaled(SIGUSR1)),
+               worker(7, WorkerState::kStopped, ExitStatus::Signaled(SIGKILL))};  // ours
   r.failures = {0};
-  std::vector<std::string> error_files(6, "");
+  r.signals_sent = {SIGTERM, SIGCONT};
+  std::vector<std::string> error_files(8, "");
   error_files[4] = TempFile("ddprun_err_own4.json", R"({"message": "RuntimeError: mine"})");
   error_files[2] = "/nonexistent/error.json";
   CountOwnFailures(r, error_files);
-  CHECK(r.failures == std::vector<size_t>{0, 1, 4});
+  CHECK(r.failures == std::vector<size_t>{0, 1, 4, 6});
   CHECK(r.workers[1].state == WorkerState::kFailed);
   CHECK(r.workers[2].state == WorkerState::kStopped);
   CHECK(r.workers[3].state == WorkerState::kStopped);
+  CHECK(r.workers[6].state == WorkerState::kFailed);
+  CHECK(r.workers[7].state == WorkerState::kStopped);
   // Its timestamps earlier than the root cause's: still listed after it.
   r.workers[0].exit_time = std::chrono::system_clock::from_time_t(2000);
   r.workers[1].exit_time = std::chrono::system_clock::from_time_t(1000);
   auto records = CollectFailures(r, error_files, true);
-  REQUIRE(records.size() == 3);
+  REQUIRE(records.size() == 4);
   CHECK(records[0].rank == 0);
   CHECK(records[0].message != "RuntimeError: mine");
-  CHECK((records[1].rank == 4 ? records[1] : records[2]).message == "RuntimeError: mine");
+  for (const FailureRecord& f : records) {
+    if (f.rank == 4) CHECK(f.message == "RuntimeError: mine");
+  }
   // A group that did not fail is left alone.
   GroupResult stopped = r;
   stopped.outcome = Outcome::kInterrupted;
