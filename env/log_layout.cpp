@@ -15,6 +15,15 @@ namespace ddprun::env {
 
 namespace fs = std::filesystem;
 
+std::string TempDirectory(const std::string& tmpdir) {
+  if (tmpdir.empty()) return "/tmp";
+  std::error_code ec;
+  std::string root = fs::absolute(tmpdir, ec).lexically_normal().string();
+  if (ec) return tmpdir;
+  while (root.size() > 1 && root.back() == '/') root.pop_back();
+  return root;
+}
+
 namespace {
 
 // mkdtemp(pattern); on failure `*err` is its errno.
@@ -28,17 +37,9 @@ StatusOr<std::string> MakeTempDir(const std::string& pattern, int* err) {
   return std::string(buf.data());
 }
 
-// TMPDIR, or /tmp; a relative TMPDIR made absolute from the current
-// directory, as Python's tempfile does: the workers are given paths under it
-// (TORCHELASTIC_ERROR_FILE, the heartbeat file) and may change directory.
 std::string TempRoot() {
   const char* tmp = getenv("TMPDIR");
-  if (tmp == nullptr || *tmp == '\0') return "/tmp";
-  std::error_code ec;
-  std::string root = fs::absolute(tmp, ec).lexically_normal().string();
-  if (ec) return tmp;
-  while (root.size() > 1 && root.back() == '/') root.pop_back();
-  return root;
+  return TempDirectory(tmp == nullptr ? "" : tmp);
 }
 
 // What to do about errno `err` from making something under `dir`; `option`

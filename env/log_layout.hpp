@@ -15,6 +15,12 @@
 
 namespace ddprun::env {
 
+// TMPDIR's value `tmpdir`, or /tmp when empty; a relative one made absolute
+// from the current directory, as Python's tempfile does: the workers are
+// given paths under it (TORCHELASTIC_ERROR_FILE, the heartbeat and timer
+// files) and may change directory.
+std::string TempDirectory(const std::string& tmpdir);
+
 class LogLayout {
  public:
   // Creates the run directory, <run_id>[_<node>]_<random>. `log_dir` empty

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "env/host.hpp"
+#include "env/log_layout.hpp"
 #include "env/processes.hpp"
 
 namespace ddprun::launcher {
@@ -64,8 +65,8 @@ std::string DefaultTimerFile(const env::Environ& environ) {
   char uuid[40];
   std::snprintf(uuid, sizeof(uuid), "%08x-%04x-%04x-%04x-%04x%08x", words[0], words[1] >> 16,
                 words[1] & 0xffffu, words[2] >> 16, words[2] & 0xffffu, words[3]);
-  const std::string tmp = env::Lookup(environ, "TMPDIR").value_or("");
-  return (tmp.empty() ? "/tmp" : tmp) + "/watchdog_timer_" + uuid;
+  return env::TempDirectory(env::Lookup(environ, "TMPDIR").value_or("")) + "/watchdog_timer_" +
+         uuid;
 }
 
 // Hung, and none ever beat: those not connected to the job's store
