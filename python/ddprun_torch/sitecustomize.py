@@ -1,8 +1,9 @@
 """ddprun's PyTorch progress hook (--hang_detect=torch), loaded by the workers' Python through
 PYTHONPATH. It changes nothing the user's program does (it only wraps five functions, below,
-which still return what they did and raise what they did): a daemon thread reads PyTorch's own flight
-recorders (the generic one, Gloo's, and NCCL's own; TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been
-entered or finished since the last look, touches DDPRUN_HEARTBEAT_FILE and writes
+which still return what they did and raise what they did): a daemon thread reads PyTorch's own
+flight recorders (the generic one, Gloo's, and NCCL's own; TORCH_FR_BUFFER_SIZE, set by ddprun) a
+few times a second and, when a collective has been entered or finished since the last look,
+touches DDPRUN_HEARTBEAT_FILE and writes
 $DDPRUN_TORCH_DIR/progress_<RANK>: one line per process group the rank used, its last collective
 there, "<seq> <op> <entered|retired> <group> <ranks|*> <desc>", the newest last, then one line per
 point-to-point operation it waits in, "p2p <send|recv> <peer|*> <group> <ranks|*> <desc>" (Gloo's
@@ -11,13 +12,13 @@ torch.distributed is imported; entering or finishing one is progress too) (and m
 made of such operations inside PyTorch: a line "<calls> monitored_barrier
 <entered|retired|raised> <group>:monitored_barrier ...", a sequence of its own; "raised" for good
 once one raised) (and once, in python_<RANK>, "<pid> <sys.executable>": where the rank's Python
-is, for ddprun's dump; the rank's Python is the
-first of its Pythons to make a process group, claimed in owner_<RANK>: under a Python wrapper that
-starts the trainer as a child, the child). After
-destroy_process_group, once the main module has finished (before the interpreter joins the program's threads), and when the
-interpreter exits (after the program's own exit handlers), it removes the heartbeat file: the
-rank is finishing, no beat is due any more, only its exit (ddprun's --exit_timeout); a process
-group made again, or a collective made after that, creates the file again.
+is, for ddprun's dump; the rank's Python is the first of its Pythons to make a process group,
+claimed in owner_<RANK>: under a Python wrapper that starts the trainer as a child, the child).
+After destroy_process_group, once the main module has finished (before the interpreter joins the
+program's threads), and when the interpreter exits (after the program's own exit handlers), it
+removes the heartbeat file: the rank is finishing, no beat is due any more, only its exit
+(ddprun's --exit_timeout); a process group made again, or a collective made after that, creates
+the file again.
 On each of ddprun's requests (a new token in $DDPRUN_TORCH_DIR/dump_request) it writes the flight
 recorder to TORCH_FR_DUMP_TEMP_FILE<RANK> where PyTorch has no dump pipe of its own (Gloo). Then it
 imports the user's own sitecustomize."""
