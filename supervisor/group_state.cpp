@@ -1,5 +1,6 @@
 #include "supervisor/group_state.hpp"
 
+#include <algorithm>
 #include <csignal>
 
 namespace ddprun::supervisor {
@@ -110,17 +111,22 @@ void GroupState::ExcuseDeathsBy(int sig) {
   received_signal_ = sig;
 }
 
-bool GroupState::OnHang(const std::vector<HungWorker>& hung, WallTime now) {
-  if (phase_ != Phase::kRunning) return false;
+bool GroupState::OnHang(const std::vector<HungWorker>& hung, WallTime found) {
+  const bool running = phase_ == Phase::kRunning;
+  const bool failed_since = phase_ != Phase::kDone && received_signal_ == 0 && !stop_requested_ &&
+                            !failures_.empty() &&
+                            std::all_of(failures_.begin(), failures_.end(),
+                                        [&](size_t i) { return workers_[i].exit_time > found; });
+  if (!running && !failed_since) return false;
   bool declared = false;
   for (const HungWorker& h : hung) {
-    if (Declare(h.index, &WorkerRecord::hang, h.why, now)) {
+    if (Declare(h.index, &WorkerRecord::hang, h.why, found)) {
       workers_[h.index].hang_at_exit = h.at_exit;
       declared = true;
     }
   }
   if (!declared) return false;  // every one has exited meanwhile: its exit decides
-  BeginStop(SIGTERM);
+  if (running) BeginStop(SIGTERM);
   FinishIfAllExited();
   return true;
 }
@@ -141,7 +147,11 @@ bool GroupState::Declare(size_t index, std::string WorkerRecord::*field, std::st
   WorkerRecord& w = workers_[index];
   w.*field = std::move(why);
   w.exit_time = now;
-  failures_.push_back(index);
+  // In the order of the failures' times: a hang found before the dump comes
+  // before an exit seen during it.
+  failures_.insert(std::find_if(failures_.begin(), failures_.end(),
+                                [&](size_t i) { return workers_[i].exit_time > now; }),
+                   index);
   return true;
 }
 

@@ -112,10 +112,13 @@ class GroupState {
   // read first).
   static constexpr std::chrono::milliseconds kOnePress{150};
   void OnSignal(int sig, WallTime now);
-  // Workers the launcher found hung: failures like a crash, then the usual
-  // teardown. False (nothing done) when none of them runs any more: each
-  // exited before it was declared (during the dump), and its exit decides.
-  bool OnHang(const std::vector<HungWorker>& hung, WallTime now);
+  // Workers the launcher found hung at `found` (before the dump): failures
+  // like a crash, dated `found`, then the usual teardown. A worker that
+  // failed while the dump was written failed after the hang: the group is
+  // then already stopping, and the hung ones are still declared, before it.
+  // False (nothing done) when none of them runs any more (each exited during
+  // the dump, and its exit decides), or the group stopped for another reason.
+  bool OnHang(const std::vector<HungWorker>& hung, WallTime found);
   // Worker `index` had its file timer (supervisor/file_timer.hpp) expire
   // and was signalled: a failure like a crash, then the usual teardown. Its
   // exit, when it comes, is that failure's, not another.

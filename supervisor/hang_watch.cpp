@@ -61,6 +61,7 @@ void Supervisor::CheckHangs() {
     ArmHangCheck();
     return;
   }
+  const auto found = std::chrono::system_clock::now();
   if (hang_handler_) {
     const auto dump_start = steady_clock::now();
     std::vector<int> culprits = hang_handler_(report);
@@ -100,10 +101,7 @@ void Supervisor::CheckHangs() {
     if (w.state != WorkerState::kSucceeded) continue;
     exited += (exited.empty() ? "" : ", ") + std::string("rank ") + std::to_string(w.rank);
   }
-  if (running_->phase() == Phase::kRunning &&
-      running_->OnHang(hung, std::chrono::system_clock::now())) {
-    return;
-  }
+  if (running_->OnHang(hung, found)) return;
   if (!exited.empty()) {
     spdlog::warn("not hung after all: {} exited with code 0 while the dump was written", exited);
   }

@@ -634,3 +634,78 @@ def test_the_hook_reads_the_nccl_flight_recorder_as_well_as_gloos():
     cpu = FlightRecorders(nccl=False)
     cpu.gloo = [entry(0, 1, "gloo:all_reduce", 5)]
     assert hook._merged(hook._recorded(cpu)) == cpu.gloo
+
+
+EXITS_DURING_THE_DUMP = """
+import os, time, threading
+import torch, torch.distributed as dist
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+for i in range(20):
+    if i == 5:
+        if rank == 1:
+            while True:
+                time.sleep(1)  # stops calling all_reduce
+        def bye():  # rank 0 exits once ddprun asks the hooks to dump (the hang is found)
+            req = os.path.join(os.environ["DDPRUN_TORCH_DIR"], "dump_request")
+            while not os.path.exists(req):
+                time.sleep(0.05)
+            os._exit(3)
+        threading.Thread(target=bye, daemon=True).start()
+    dist.all_reduce(torch.ones(4))
+"""
+
+
+def test_a_rank_that_exits_during_the_hang_dump_does_not_replace_the_hang_as_the_cause(tmp_path):
+    # Attack 79: the waiting rank exited 3 while the dump was written (its own collective
+    # timeout, say) and became the root cause: exit 3, "worker_failure", the straggler not hung.
+    job = tmp_path / "job.py"
+    job.write_text(EXITS_DURING_THE_DUMP)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", str(job))
+    assert re.search(r"hang, by PyTorch's collectives: rank 1 did not enter gloo:all_reduce",
+                     r.stderr), r.stderr
+    assert r.returncode == 124, r.stderr
+    root = r.stderr[r.stderr.index("Root Cause"):]
+    assert "rank      : 1 (local_rank: 1)" in root, r.stderr
+    failures = r.stderr[r.stderr.index("Failures:"):r.stderr.index("Root Cause")]
+    assert "exitcode  : 3" in failures, r.stderr  # listed, after it
+
+
+NON_DAEMON_THREAD = """
+import os, sys, time, threading, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+threading.Thread(target=lambda: time.sleep(100000)).start()  # never joined
+for i in range(3):
+    dist.all_reduce(torch.ones(4))
+time.sleep(float(sys.argv[1]))
+print("main done, attempt", os.environ["TORCHELASTIC_RESTART_COUNT"], flush=True)
+if sys.argv[2] == "raise":
+    raise RuntimeError("training failed at step 3")
+"""
+
+
+@pytest.mark.parametrize("pause", ["0", "1"])
+def test_a_finished_main_module_with_a_thread_left_is_hung_at_exit_however_soon_it_ended(
+        tmp_path, pause):
+    # Attack 79: a main module that ended within the hook's first look (0.25 s) after
+    # init_process_group had not claimed its rank: an ordinary hang, and the finished program
+    # was run again.
+    job = tmp_path / "job.py"
+    job.write_text(NON_DAEMON_THREAD)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch",
+               "--max_restarts=1", str(job), pause, "finish")
+    assert r.returncode == 124, r.stderr
+    assert r.stdout.count("main done") == 2, r.stdout  # 2 ranks, once each: not run again
+    assert "hung at exit" in r.stderr, r.stderr
+
+
+def test_a_main_module_that_raised_with_a_thread_left_is_restarted_not_finished(tmp_path):
+    # Attack 79: the hook took a main module that raised (a thread kept the process alive) for
+    # a finished program: "hung at exit", not restarted, the RuntimeError nowhere in the cause.
+    job = tmp_path / "job.py"
+    job.write_text(NON_DAEMON_THREAD)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch",
+               "--max_restarts=1", str(job), "0.5", "raise")
+    assert "main done, attempt 1" in r.stdout, r.stdout + r.stderr
+    assert "program had finished" not in r.stderr, r.stderr
+    assert r.returncode == 124, r.stderr

@@ -253,6 +253,24 @@ TEST_CASE_FIXTURE(Fixture, "a hang found after a crash changes nothing: the cras
   CHECK(s.workers()[1].hang.empty());
 }
 
+TEST_CASE_FIXTURE(Fixture, "a crash seen during the hang's dump comes after the hang it followed") {
+  // Attack 79: rank 0, waiting in the collective, exited 3 while the dump was written; it became
+  // the root cause of a hang found before it.
+  GroupState s = Make(2);
+  s.OnExits({{100, ExitStatus::Exited(3)}}, now + std::chrono::seconds(7));
+  REQUIRE(s.phase() == Phase::kStopping);
+  CHECK(s.OnHang({{0, "hung"}, {1, "hung: the others wait for it"}}, now));
+  REQUIRE(s.failures().size() == 2);
+  CHECK(s.failures()[0] == 1);  // the hang, found first
+  CHECK(s.workers()[1].hang == "hung: the others wait for it");
+  CHECK(s.workers()[0].hang.empty());  // it had exited: judged by its exit
+  // A group stopped by a signal is not a hang's: nothing declared.
+  GroupState t = Make(2);
+  t.OnSignal(SIGTERM, now + std::chrono::seconds(1));
+  CHECK_FALSE(t.OnHang({{1, "hung"}}, now));
+  CHECK(t.workers()[1].hang.empty());
+}
+
 TEST_CASE_FIXTURE(Fixture, "an expired file timer fails its worker; its death is that failure") {
   GroupState s = Make(2);
   s.OnTimerExpired(1, "file timer 'step' expired after 1.0 s", now);
