@@ -496,17 +496,26 @@ def _wrap_thread_shutdown(heartbeat):
     """The interpreter joins the program's non-daemon threads (threading._shutdown) before it
     runs the exit handlers: the main module has finished then, and a thread never joined is a
     hang at exit, not a hang to restart the program for. A thread still training there makes
-    collectives, and its beats create the file again."""
+    collectives, and its beats create the file again. A main module that raised (the
+    interpreter printed it: sys.last_value) has not finished: it failed, and a thread that
+    keeps it from exiting makes an ordinary hang, restarted as a failure is."""
     joins = getattr(threading, "_shutdown", None)
     if joins is None:
         return
 
     def _shutdown():
+        if getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None):
+            return joins()
         through = None
         try:
             if _initialized(sys.modules.get("torch.distributed")):
                 import torch._C._distributed_c10d as c10d
                 through = tuple(r for r, _ in _position(_recorded(c10d)))
+                # A main module that ended before the watcher's first look (it looks every
+                # _PERIOD) has not claimed the rank yet: it does now, as that look would.
+                torch_dir = os.environ.get("DDPRUN_TORCH_DIR", "")
+                if _rank_pid is None and torch_dir:
+                    _claim(torch_dir, os.environ.get("RANK", "0"))
         except Exception:  # never disturb the exit: then any later progress counts
             pass
         _finishing(heartbeat, through)
