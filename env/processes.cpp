@@ -122,6 +122,17 @@ std::optional<BlockedCall> ReadBlockedCall(pid_t pid, pid_t tid) {
   return ParseBlockedCall(std::string_view(buf, static_cast<size_t>(n)));
 }
 
+std::pair<pid_t, char> StoppedInTree(pid_t root, size_t limit) {
+  std::vector<pid_t> queue{root};
+  for (size_t i = 0; i < queue.size() && i < limit; ++i) {
+    if (const char state = StoppedState(queue[i]); state != 0) return {queue[i], state};
+    for (const pid_t tid : ThreadsOf(queue[i], 16)) {
+      for (const pid_t child : ChildrenOf(queue[i], tid)) queue.push_back(child);
+    }
+  }
+  return {0, 0};
+}
+
 std::vector<pid_t> ChildrenOf(pid_t pid, pid_t tid) {
   const std::string text = ReadSmallFile(TaskPath(pid, tid, "children"));
   std::vector<pid_t> out;

@@ -9,6 +9,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace ddprun::env {
@@ -51,6 +52,11 @@ std::optional<BlockedCall> ReadBlockedCall(pid_t pid, pid_t tid = 0);
 // The children that thread `tid` of `pid` started (its main thread when 0):
 // /proc/<pid>/task/<tid>/children.
 std::vector<pid_t> ChildrenOf(pid_t pid, pid_t tid = 0);
+// The first of `root` and the processes below it (breadth first, at most
+// `limit` looked at) that is stopped (StoppedState), with that state; {0, 0}
+// when none is. A worker that runs its program under a wrapper (a shell
+// script without exec) is stopped when that program is.
+std::pair<pid_t, char> StoppedInTree(pid_t root, size_t limit = 64);
 // The threads of `pid` (/proc/<pid>/task), its main thread first, at most
 // `limit` of them; empty when it is gone.
 std::vector<pid_t> ThreadsOf(pid_t pid, size_t limit);

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "env/processes.hpp"
@@ -51,10 +52,11 @@ void Supervisor::CatchUpPauses() {
   if (!pause_watch_armed_ || running_ == nullptr || running_->phase() != Phase::kRunning) return;
   const auto now = steady_clock::now();
   const WorkerRecord* stopped = nullptr;
+  pid_t stopped_pid = 0;  // the worker, or its program under a wrapper
   char state = 0;
   for (const WorkerRecord& w : running_->workers()) {
     if (w.state != WorkerState::kRunning) continue;
-    state = env::StoppedState(w.pid);
+    std::tie(stopped_pid, state) = env::StoppedInTree(w.pid);
     if (state != 0) {
       stopped = &w;
       break;
@@ -65,16 +67,20 @@ void Supervisor::CatchUpPauses() {
   // Told when seen stopped at two looks in a row: a whole job continued
   // (SIGCONT to each process in turn) may show a worker stopped for a moment.
   const pid_t was = stopped_pid_;
-  stopped_pid_ = stopped != nullptr ? stopped->pid : 0;
-  if (stopped != nullptr && stopped->pid == was && told_pid_ == 0) {
-    told_pid_ = stopped->pid;
+  stopped_pid_ = stopped_pid;
+  if (stopped != nullptr && stopped_pid == was && told_pid_ == 0) {
+    told_pid_ = stopped_pid;
     paused_since_ = now - look.discounted;
     const std::string how =
-        state == 't' ? "" : " (kill -CONT " + std::to_string(stopped->pid) + " continues it)";
+        state == 't' ? "" : " (kill -CONT " + std::to_string(stopped_pid) + " continues it)";
+    const std::string which =
+        stopped_pid == stopped->pid
+            ? ""
+            : " runs its program as pid " + std::to_string(stopped_pid) + ", which";
     spdlog::info(
-        "rank {} (local_rank {}, pid {}) is {}: the job waits for it{}, so the hang limits and "
+        "rank {} (local_rank {}, pid {}){} is {}: the job waits for it{}, so the hang limits and "
         "file timers do not count the time until it runs again",
-        stopped->rank, stopped->local_rank, stopped->pid, env::WhyStopped(state), how);
+        stopped->rank, stopped->local_rank, stopped->pid, which, env::WhyStopped(state), how);
   } else if (stopped == nullptr && told_pid_ != 0) {
     spdlog::info("pid {} runs again after {:.1f} s stopped; the hang limits count again", told_pid_,
                  Seconds(now - paused_since_));

@@ -78,6 +78,29 @@ def test_a_stopped_worker_pauses_the_hang_limits_of_the_job(launch):
     assert f"pid {workers[1]} runs again after" in err, p.output()
 
 
+def test_a_worker_whose_program_is_stopped_under_a_wrapper_is_not_hung(launch, tmp_path):
+    # Attack 79: a wrapper script that runs the trainer without exec; the trainer stopped (a
+    # debugger) was declared hung and the job killed: only the wrapper's state was looked at.
+    inner = tmp_path / "inner.sh"
+    inner.write_text('i=0; while [ $i -lt 25 ]; do touch "$DDPRUN_HEARTBEAT_FILE"; sleep 0.2; '
+                     'i=$((i+1)); done\n')
+    p = launch(["--nproc_per_node=2", "--hang_timeout=2", "--no_python", "/bin/sh", "-c",
+                f"/bin/sh {inner}; echo wrapper done"])
+    wrappers = workers_of(p.pid, 2)
+    program = wait_for(lambda: [int(c) for c in open(
+        f"/proc/{wrappers[1]}/task/{wrappers[1]}/children").read().split()], timeout=20,
+                       what="rank 1's program")[0]
+    time.sleep(1)
+    os.kill(program, signal.SIGSTOP)
+    time.sleep(5)
+    os.kill(program, signal.SIGCONT)
+    assert p.wait(timeout=60) == 0, p.output()
+    err = p.stderr()
+    assert "hung" not in err, p.output()
+    assert (f"pid {wrappers[1]}) runs its program as pid {program}, which is stopped by a signal "
+            f"(SIGSTOP)") in err, p.output()
+
+
 def test_a_stopped_worker_is_continued_when_the_group_stops_so_it_sees_sigterm(launch):
     """Rank 1 stopped (SIGSTOP), rank 0 fails: the group's SIGTERM reaches a stopped worker
     only once it is continued, and ddprun sat out the whole --shutdown_timeout before its
