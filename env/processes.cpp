@@ -126,9 +126,11 @@ std::pair<pid_t, char> StoppedInTree(pid_t root, size_t limit) {
   std::vector<pid_t> queue{root};
   for (size_t i = 0; i < queue.size() && i < limit; ++i) {
     if (const char state = StoppedState(queue[i]); state != 0) return {queue[i], state};
-    for (const pid_t tid : ThreadsOf(queue[i], 16)) {
-      for (const pid_t child : ChildrenOf(queue[i], tid)) queue.push_back(child);
-    }
+    // The children of a process doing its own work (DataLoader workers, helpers) are not
+    // where it waits: only a wrapper's are followed.
+    const std::optional<BlockedCall> blocked = ReadBlockedCall(queue[i]);
+    if (!blocked || blocked->kind != BlockedCall::kWaitChild) continue;
+    for (const pid_t child : ChildrenOf(queue[i])) queue.push_back(child);
   }
   return {0, 0};
 }

@@ -52,10 +52,12 @@ std::optional<BlockedCall> ReadBlockedCall(pid_t pid, pid_t tid = 0);
 // The children that thread `tid` of `pid` started (its main thread when 0):
 // /proc/<pid>/task/<tid>/children.
 std::vector<pid_t> ChildrenOf(pid_t pid, pid_t tid = 0);
-// The first of `root` and the processes below it (breadth first, at most
-// `limit` looked at) that is stopped (StoppedState), with that state; {0, 0}
-// when none is. A worker that runs its program under a wrapper (a shell
-// script without exec) is stopped when that program is.
+// `root`, or the program it runs under it as a wrapper does, when stopped
+// (StoppedState), with that state; {0, 0} when none is. A worker that runs
+// its program under a wrapper (a shell script without exec) is stopped when
+// that program is. Only the children of a process that waits for them
+// (wait4, waitid) are looked at, at most `limit` processes: two reads per
+// worker otherwise (the pause watch looks twice a second).
 std::pair<pid_t, char> StoppedInTree(pid_t root, size_t limit = 64);
 // The threads of `pid` (/proc/<pid>/task), its main thread first, at most
 // `limit` of them; empty when it is gone.
