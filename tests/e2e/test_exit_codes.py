@@ -84,7 +84,9 @@ def test_a_directory_or_zip_with_a_main_runs_under_python_as_under_torchrun(tmp_
     """`python app` runs app/__main__.py (and a zip archive's), so torchrun runs them: ddprun
     refused a directory ("is a directory", 126; found by an attacking helper)."""
     import zipfile
-    main = 'import os, sys; print("app ran", os.environ["RANK"], sys.argv[1:])\n'
+    # One write each: print() under python -u writes its pieces apart (the ranks share stdout).
+    main = ('import os, sys\n'
+            'os.write(1, f"app ran {os.environ[\'RANK\']} {sys.argv[1:]}\\n".encode())\n')
     if kind.startswith("directory"):
         app = tmp_path / "app"
         app.mkdir()
@@ -166,7 +168,8 @@ def test_an_executable_python_file_without_a_shebang_runs_under_python_as_under_
         tmp_path):
     """torchrun runs `python -u trainer` for any program; ddprun refused an executable text file
     without a #! line, advising /bin/sh (found by an attacking helper)."""
-    write_script(tmp_path, "trainer", 'import os\nprint("trained", os.environ["RANK"])\n')
+    write_script(tmp_path, "trainer",
+                 'import os\nos.write(1, ("trained " + os.environ["RANK"] + "\\n").encode())\n')
     r = run_ddprun(["--nproc_per_node=2", "trainer"], cwd=tmp_path)
     assert r.rc == 0, r
     assert sorted(r.stdout.split("\n"))[-2:] == ["trained 0", "trained 1"], r

@@ -212,7 +212,7 @@ dist.all_reduce(torch.ones(1))
 stop = int(sys.argv[1])  # rank 1 stops before this barrier; -1: never
 for i in range(1, 10**9):
     if os.environ["RANK"] == "1" and i == stop:
-        print("rank 1 stops before monitored_barrier", i, flush=True)
+        os.write(1, f"rank 1 stops before monitored_barrier {i}\\n".encode())
         time.sleep(100000)
     dist.monitored_barrier(timeout=__import__("datetime").timedelta(seconds=600))
     if i * 0.05 > float(sys.argv[2]):
@@ -678,7 +678,8 @@ threading.Thread(target=lambda: time.sleep(100000)).start()  # never joined
 for i in range(3):
     dist.all_reduce(torch.ones(4))
 time.sleep(float(sys.argv[1]))
-print("main done, attempt", os.environ["TORCHELASTIC_RESTART_COUNT"], flush=True)
+# One write: print() under python -u writes its pieces apart, which the other rank's can split.
+os.write(1, f"main done, attempt {os.environ['TORCHELASTIC_RESTART_COUNT']}\\n".encode())
 if sys.argv[2] == "raise":
     raise RuntimeError("training failed at step 3")
 """
