@@ -132,14 +132,19 @@ std::string LogLayout::AttemptDir(int attempt) const {
   return run_ + "/attempt_" + std::to_string(attempt);
 }
 
-Status LogLayout::PrepareAttempt(int attempt, int round, int local_world_size) {
+Status LogLayout::PrepareAttempt(int attempt, int round, int local_world_size, std::string* lost) {
   if (disabled_) return Status::Ok();
   std::error_code ec;
   if (auto earlier = round_of_attempt_.find(attempt); earlier != round_of_attempt_.end() &&
                                                       earlier->second != round &&
                                                       fs::exists(AttemptDir(attempt), ec)) {
-    fs::rename(AttemptDir(attempt),
-               AttemptDir(attempt) + ".round_" + std::to_string(earlier->second), ec);
+    const std::string kept = AttemptDir(attempt) + ".round_" + std::to_string(earlier->second);
+    fs::rename(AttemptDir(attempt), kept, ec);
+    if (ec && lost != nullptr) {
+      *lost = "could not keep rendezvous round " + std::to_string(earlier->second) +
+              "'s worker logs as " + kept + " (" + ec.message() + "): " + AttemptDir(attempt) +
+              " is emptied for round " + std::to_string(round);
+    }
   }
   round_of_attempt_[attempt] = round;
   fs::remove_all(AttemptDir(attempt), ec);  // what could not be kept

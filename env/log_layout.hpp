@@ -39,8 +39,9 @@ class LogLayout {
   // launch time), and the dumps/ folder. A round that keeps the restart
   // count (nodes joined or left) finds the attempt's folder of an earlier
   // round: that one is kept as attempt_<attempt>.round_<its round> (torchrun
-  // deletes it; its logs may be the only copy of that output).
-  Status PrepareAttempt(int attempt, int round, int local_world_size);
+  // deletes it; its logs may be the only copy of that output). Where that
+  // rename fails, the earlier round's folder is replaced and *lost says why.
+  Status PrepareAttempt(int attempt, int round, int local_world_size, std::string* lost = nullptr);
 
   std::string AttemptDir(int attempt) const;
   // Paths of one worker's files; "/dev/null" (or "" for the error file) when disabled.

@@ -345,10 +345,13 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
       round.round, round.node_rank, round.nodes.size(), round.world_size, round.restart_count,
       group.master_addr, group.master_port);
   record_.RoundComplete(round, group.master_addr, group.master_port);
-  if (Status s = layout_->PrepareAttempt(round.restart_count, round.round, c_.nproc_per_node);
+  std::string lost_logs;
+  if (Status s =
+          layout_->PrepareAttempt(round.restart_count, round.round, c_.nproc_per_node, &lost_logs);
       !s.ok()) {
     return FinishLocally(1, s.message());
   }
+  if (!lost_logs.empty()) spdlog::warn("{}", lost_logs);
   if (c_.hang_detect_torch && !layout_->disabled()) {
     auto hook = WriteTorchHook(layout_->run_dir() + "/torch_hook");
     if (!hook.ok()) return FinishLocally(1, hook.status().message());

@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/read_file.hpp"
 #include "env/host.hpp"
 #include "env/log_layout.hpp"
 
@@ -145,6 +146,34 @@ TEST_CASE("an attempt gets per-worker heartbeat files, trace paths and a dump di
   CHECK(off->HeartbeatPath(0, 0).empty());
   CHECK(off->TracePath(0, 0).empty());
   CHECK(off->DumpDir(0).empty());
+}
+
+TEST_CASE(
+    "a round that keeps the restart count keeps the earlier round's folder, or says why not") {
+  namespace fs = std::filesystem;
+  auto root = fs::temp_directory_path() / "ddprun_layout_rounds_test";
+  fs::remove_all(root);
+  auto layout = LogLayout::Create(root.string(), "job");
+  REQUIRE(layout.ok());
+  const std::string attempt = layout->AttemptDir(0);
+  std::string lost;
+  REQUIRE(layout->PrepareAttempt(0, 0, 1, &lost).ok());
+  REQUIRE(WriteSmallFile(attempt + "/0/stdout.log", "round 0's output\n").ok());
+  REQUIRE(layout->PrepareAttempt(0, 1, 1, &lost).ok());  // a node joined: round 1, attempt 0
+  CHECK(lost.empty());
+  CHECK(ReadSmallFile(attempt + ".round_0/0/stdout.log") == "round 0's output\n");
+  CHECK_FALSE(fs::exists(attempt + "/0/stdout.log"));
+
+  // Where round 1's folder cannot be renamed (a non-empty folder holds the name), it is
+  // replaced and the caller is told.
+  REQUIRE(WriteSmallFile(attempt + "/0/stdout.log", "round 1's output\n").ok());
+  fs::create_directories(attempt + ".round_1/x");
+  REQUIRE(layout->PrepareAttempt(0, 2, 1, &lost).ok());
+  CHECK(lost.find("could not keep rendezvous round 1's worker logs as " + attempt + ".round_1") ==
+        0);
+  CHECK(lost.find("is emptied for round 2") != std::string::npos);
+  CHECK(fs::is_regular_file(layout->HeartbeatPath(0, 0)));
+  fs::remove_all(root);
 }
 
 TEST_CASE("a log directory that exists but takes no run directory says what to do") {
