@@ -3,7 +3,7 @@
 # Usage: scripts/sanitize.sh [address,undefined|thread] [--unit-store] [ctest args...]
 #   --unit-store  builds only unit_tests, store_host and store_cli, and runs only the unit
 #                 tests (every doctest case, unit.*) and the store's end-to-end tests
-#                 (e2e.test_store): CI's ASan+UBSan step.
+#                 (e2e.test_store, e2e.test_store_hardening): CI's ASan+UBSan step.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SAN="${1:-address,undefined}"; shift || true
@@ -11,7 +11,7 @@ targets=() select=()
 if [ "${1:-}" = "--unit-store" ]; then
   shift
   targets=(--target unit_tests store_host store_cli)
-  select=(-R '^(unit\.|e2e\.test_store$)')
+  select=(-R '^(unit\.|e2e\.test_store(_hardening)?$)')
 fi
 BUILD="build-san-${SAN//,/-}"
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Debug -DDDPRUN_SANITIZE="$SAN" \

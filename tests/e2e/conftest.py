@@ -251,3 +251,44 @@ def run_dir(log_dir):
     runs = sorted(p for p in Path(log_dir).iterdir() if p.is_dir())
     assert len(runs) == 1, f"expected one run dir in {log_dir}, found {runs}"
     return runs[0]
+
+
+# The store tests' servers and clients (test_store.py, test_store_hardening.py).
+
+
+@pytest.fixture
+def host_factory(tmp_path):
+    """Starts ddprun's store server (tests/store_host; storelib.StoreHost); stopped at teardown."""
+    from storelib import LOCAL, StoreHost
+    hosts = []
+
+    def start(host=LOCAL, token=None, **limits):
+        h = StoreHost(tmp_path, host, token, **limits)
+        hosts.append(h)
+        return h
+
+    yield start
+    for h in hosts:
+        h.stop()
+
+
+@pytest.fixture
+def server(host_factory):
+    """ddprun's store server on 127.0.0.1, no token."""
+    return host_factory()
+
+
+@pytest.fixture
+def cli_factory(tmp_path):
+    """Starts ddprun's store client (tests/store_cli; storelib.Cli); stopped at teardown."""
+    from storelib import Cli
+    clis = []
+
+    def start(port, token=None):
+        c = Cli(tmp_path, port, token)
+        clis.append(c)
+        return c
+
+    yield start
+    for c in clis:
+        c.stop()
