@@ -1,8 +1,8 @@
 """--hang_detect=torch: an unmodified PyTorch DDP job (Gloo, CPU) whose rank 1 stops before an
 all_reduce is named within --hang_timeout of its last collective, with both ranks' Python stacks
-and PyTorch's flight recorder; a slow but progressing job is not hung; the hook is off by default."""
+and PyTorch's flight recorder; a slow but progressing job is not hung. A rank's life as the hook
+sees it (finishing, hung at exit, wrappers, helpers, DataLoader workers): test_pytorch_exit.py."""
 import importlib.util
-import os
 import pickle
 import re
 import shutil
@@ -13,40 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from trainlib import DDPRUN
+from hanglib import DDPRUN, HANG_TIMEOUT, JOB, ddprun, env, first, timed_lines
 
 pytest.importorskip("torch")
-JOB = str(Path(__file__).parent / "pytorch_hang_job.py")
-HANG_TIMEOUT = 3
-
-
-def env():
-    path = f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}"  # py-spy
-    return {**os.environ, "PYTHON_EXEC": sys.executable, "PATH": path}
-
-
-def ddprun(tmp_path, *args, timeout=90):
-    return subprocess.run([DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=2",
-                           f"--log_dir={tmp_path}", *args], env=env(), capture_output=True,
-                          text=True, timeout=timeout)
-
-
-def timed_lines(cmd, timeout=90):
-    """Runs cmd with stdout and stderr merged; returns (rc, [(seconds since start, line)])."""
-    start = time.monotonic()
-    p = subprocess.Popen(cmd, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    lines = []
-    try:
-        for line in p.stdout:
-            lines.append((time.monotonic() - start, line))
-        return p.wait(timeout=timeout), lines
-    finally:
-        p.kill()
-        p.wait()
-
-
-def first(lines, pattern):
-    return next((t for t, line in lines if re.search(pattern, line)), None)
 
 
 def test_rank_that_stopped_calling_all_reduce_is_named(tmp_path):
@@ -89,63 +58,6 @@ def test_slow_but_progressing_job_is_not_hung(tmp_path):
                "--hang_detect=torch", JOB,
                "--steps", "8", "--step-sleep", "1.0")
     assert r.returncode == 0, r.stderr
-
-
-def test_a_slow_finish_after_the_last_collective_is_not_hung(tmp_path):
-    # Saving a checkpoint or tearing down after destroy_process_group: no collective is due.
-    # Tearing PyTorch down took up to 3 s on this 2-core host under load: --exit_timeout above it.
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=20",
-               "--hang_detect=torch", JOB, "--steps", "3", "--exit-sleep", str(HANG_TIMEOUT + 3))
-    assert r.returncode == 0, r.stderr
-    # At the interpreter's exit the hook removed the heartbeat files: no beat was due any more.
-    assert len(list(Path(tmp_path).glob("*/attempt_0/*"))) >= 2
-    assert not list(Path(tmp_path).glob("*/attempt_0/*/heartbeat"))
-
-
-def test_a_rank_stuck_in_its_exit_is_hung_at_exit_and_not_restarted(tmp_path):
-    start = time.monotonic()
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=4", "--max_restarts=2",
-               "--hang_detect=torch", JOB, "--steps", "3", "--hang-at-exit")
-    elapsed = time.monotonic() - start
-    assert r.returncode == 124, r.stderr
-    assert "rank 1 will hang at exit" in r.stdout
-    assert re.search(r"rank 1 \(local_rank 1, pid \d+\) hung at exit: removed its heartbeat "
-                     r"file [\d.]+ s ago and has not exited", r.stderr), r.stderr
-    assert "not restarted: the hung worker's program had finished" in r.stderr
-    assert "restarting" not in r.stderr
-    assert [p.name for p in Path(tmp_path).glob("*/attempt_*")] == ["attempt_0"]
-    summary = next(Path(tmp_path).glob("*/attempt_0/dumps/summary.txt")).read_text()
-    assert "rank 1: hung at exit, finishing (heartbeat file removed) since" in summary
-    print(f"hung at exit named and stopped {elapsed:.1f} s after the start (--exit_timeout=4)")
-    assert elapsed < 60
-
-
-def test_a_rank_stuck_after_destroy_process_group_is_hung_at_exit(tmp_path):
-    # Before, the hook beat at every look once the group was destroyed: this was never caught.
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3",
-               "--hang_detect=torch", JOB, "--steps", "3", "--hang-after-destroy")
-    assert r.returncode == 124, r.stderr
-    assert "rank 1 hangs after destroy_process_group" in r.stdout
-    assert re.search(r"rank 1 \(local_rank 1, pid \d+\) hung at exit", r.stderr), r.stderr
-    assert "not restarted" in r.stderr
-    if (Path(sys.executable).parent / "py-spy").exists():
-        summary = next(Path(tmp_path).glob("*/attempt_0/dumps/summary.txt")).read_text()
-        assert "stuck_after_destroy" in summary, summary
-
-
-@pytest.mark.parametrize("destroy", [True, False], ids=["destroyed", "not_destroyed"])
-def test_a_thread_never_joined_at_exit_is_hung_at_exit_and_not_restarted(tmp_path, destroy):
-    """The main module finished, and the interpreter waits to join a non-daemon thread that never
-    ends, before the exit handlers run. Without destroy_process_group, this was an ordinary hang:
-    the finished program was restarted (found by an attacking helper)."""
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3", "--max_restarts=1",
-               "--hang_detect=torch", JOB, "--steps", "3", "--forgotten-thread",
-               *([] if destroy else ["--no-destroy"]))
-    assert r.returncode == 124, r.stderr
-    assert "rank 1 leaves a thread running" in r.stdout
-    assert re.search(r"rank 1 \(local_rank 1, pid \d+\) hung at exit", r.stderr), r.stderr
-    assert "not restarted: the hung worker's program had finished" in r.stderr, r.stderr
-    assert "restarting" not in r.stderr, r.stderr
 
 
 GRACE_JOB = """
@@ -386,123 +298,6 @@ def test_a_rank_blocked_in_a_send_is_not_blamed_the_one_that_never_receives_is(t
     assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", r.stderr), r.stderr
 
 
-PY_WRAPPER = """
-import subprocess, sys
-sys.exit(subprocess.run([sys.executable, *sys.argv[1:]]).returncode)
-"""
-MP_WRAPPER = """
-import multiprocessing, runpy, sys
-def train(argv):
-    sys.argv = argv
-    runpy.run_path(argv[0], run_name="__main__")
-if __name__ == "__main__":
-    child = multiprocessing.get_context(sys.argv[1]).Process(target=train, args=(sys.argv[2:],))
-    child.start()
-    child.join()
-    sys.exit(child.exitcode)
-"""
-
-
-@pytest.mark.parametrize("wrapper_kind", ["sh", "python", "fork", "forkserver"])
-def test_a_job_under_a_wrapper_script_gets_its_python_dumped_and_analysed(tmp_path, wrapper_kind):
-    """`ddprun ./run.sh` where run.sh runs python as a child: the dump read only the shell
-    (its wait4), and said the program does not run under Python, with no analysis (found by an
-    attacking helper). Now py-spy reads the rank's Python and fr_trace runs on the dumps. A Python
-    wrapper took the hook for itself, and the trainer it started was never watched: no hang was
-    ever found (found by an attacking helper); the first Python to make a process group is the
-    rank's. A trainer that multiprocessing forked (fork, forkserver) had no watcher thread at
-    all (found by an attacking helper)."""
-    if wrapper_kind == "sh":
-        wrapper = tmp_path / "run.sh"
-        wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" {JOB} "$@"\n')
-        wrapper.chmod(0o755)
-        program = [str(wrapper)]
-    elif wrapper_kind == "python":
-        wrapper = tmp_path / "wrapper.py"
-        wrapper.write_text(PY_WRAPPER)
-        program = [str(wrapper), JOB]
-    else:
-        wrapper = tmp_path / "mp_wrapper.py"
-        wrapper.write_text(MP_WRAPPER)
-        program = [str(wrapper), wrapper_kind, JOB]
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", *program,
-               "--steps", "100", "--hang-step", "5")
-    assert r.returncode == 124, r.stderr
-    assert re.search(r"hang, by PyTorch's collectives: rank 1 did not enter gloo:all_reduce",
-                     r.stderr), r.stderr
-    assert "no analysis" not in r.stderr, r.stderr
-    assert "missing ranks: {1}" in r.stderr, r.stderr
-    if (Path(sys.executable).parent / "py-spy").exists():
-        rank1 = next(Path(tmp_path).glob("*/attempt_0/dumps/rank_1.txt")).read_text()
-        assert "the rank's Python, pid" in rank1, rank1
-        assert "stuck_before_all_reduce" in rank1, rank1
-
-
-@pytest.mark.parametrize("context", ["fork", "forkserver"])
-def test_a_forked_trainer_that_finishes_ends_the_job_well(tmp_path, context):
-    """The watcher a forked trainer starts says the rank is finishing as it ends; the wrapper
-    then exits (no hang at exit, no hang while it waits)."""
-    wrapper = tmp_path / "mp_wrapper.py"
-    wrapper.write_text(MP_WRAPPER)
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=5",
-               "--hang_detect=torch", str(wrapper), context, JOB, "--steps", "30",
-               "--step-sleep", "0.1")
-    assert r.returncode == 0, r.stderr
-    assert "hung" not in r.stderr, r.stderr
-
-
-HELPER = """
-import sys, tempfile, time, torch, torch.distributed as dist
-dist.init_process_group("gloo", init_method="file://" + tempfile.mktemp(), rank=0, world_size=1)
-dist.all_reduce(torch.ones(1))
-time.sleep(1.5)
-dist.destroy_process_group()
-"""
-MAIN = """
-import subprocess, sys, time
-helper = subprocess.Popen([sys.executable, sys.argv[1]])
-time.sleep(1.0)  # the helper makes its process group first (it imports torch meanwhile)
-import torch, torch.distributed as dist
-dist.init_process_group("gloo")
-for i in range(75):  # 15 s: longer than --exit_timeout, which the helper's exit started
-    dist.all_reduce(torch.ones(1))
-    time.sleep(0.2)
-helper.wait()
-dist.destroy_process_group()
-"""
-
-
-def test_a_helper_python_with_a_process_group_of_its_own_hands_the_rank_back(tmp_path):
-    """A rank's Python starts a helper Python that makes, uses and destroys a process group of
-    its own before the training starts: the helper claimed the rank first, the trainer's hook
-    stopped watching, and the helper's exit (removing the heartbeat file) made the healthy rank
-    "hung at exit" (found by an attacking helper). A claim is given up at destroy and at exit,
-    that of an exited process (a zombie too) is taken over, and a hook that could not claim asks
-    again."""
-    helper, main = tmp_path / "helper.py", tmp_path / "main.py"
-    helper.write_text(HELPER)
-    main.write_text(MAIN)
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=10",
-               "--hang_detect=torch", str(main), str(helper), timeout=120)
-    assert r.returncode == 0, r.stderr
-
-
-def test_a_process_group_made_again_after_destroy_runs_on(tmp_path):
-    # Seen finishing during the sleep after the first group (ddprun looks every 3 s); the second
-    # group's collectives create the heartbeat file again well before the 12 s are up, and it
-    # trains for 18 s more: were it still taken for finishing, it would be hung at exit.
-    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=2",
-                        f"--log_dir={tmp_path}", f"--hang_timeout={HANG_TIMEOUT}",
-                        "--exit_timeout=12", "--hang_detect=torch",
-                        JOB, "--steps", "3", "--exit-sleep", "4.5", "--again", "36",
-                        "--step-sleep", "0.5"], env={**env(), "LOGLEVEL": "DEBUG"},
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    for rank in (0, 1):
-        assert f"rank {rank} removed its heartbeat file: finishing" in r.stderr, r.stderr
-        assert f"rank {rank} created its heartbeat file again" in r.stderr, r.stderr
-
-
 def test_each_dump_on_request_gets_fresh_flight_recorders_of_its_own(tmp_path):
     """`ddprun dump` twice on a healthy job: each request's directory gets every rank's flight
     recorder, dumped for it (the hook answered only the first request, and both summaries
@@ -532,49 +327,6 @@ def test_each_dump_on_request_gets_fresh_flight_recorders_of_its_own(tmp_path):
         torch_dir = next(Path(tmp_path).glob(f"*/attempt_0/dumps/request_{k}/torch"))
         for r in (0, 1):
             assert (torch_dir / f"nccl_trace_rank_{r}").is_file(), (k, r, err)
-
-
-def test_hook_off_by_default(tmp_path):
-    script = tmp_path / "show.py"
-    # One write per rank: under python -u a print of several items is several writes, which
-    # the two ranks interleave on the shared console.
-    script.write_text("import os\nos.write(1, ('PP=' + os.environ.get('PYTHONPATH', '') + "
-                      "' FR=' + os.environ.get('TORCH_FR_BUFFER_SIZE', '') + '\\n').encode())\n")
-    r = ddprun(tmp_path / "logs", str(script))
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.count(f"PP={os.environ.get('PYTHONPATH', '')} FR=") == 2, r.stdout
-
-
-DATALOADER_JOB = """
-import os, time, torch, torch.distributed as dist
-from torch.utils.data import DataLoader, TensorDataset
-dist.init_process_group("gloo")
-t = torch.ones(4)
-loader = DataLoader(TensorDataset(torch.arange(16.0)), batch_size=4, num_workers=2)
-for epoch in range(2):
-    for (x,) in loader:
-        dist.all_reduce(t)
-        time.sleep(0.4)  # a step's work
-    time.sleep(1.5)  # the loader's worker processes have exited
-    # One write: the workers share the console (as under torchrun), and print() under
-    # PYTHONUNBUFFERED=1 writes each of its pieces apart, which another rank's can split.
-    beats = os.path.exists(os.environ["DDPRUN_HEARTBEAT_FILE"])
-    os.write(1, f"heartbeat after epoch {epoch} {beats}\\n".encode())
-dist.destroy_process_group()
-"""
-
-
-def test_dataloader_workers_exiting_do_not_make_the_rank_finishing(tmp_path):
-    """Each DataLoader worker inherited the hook and, exiting at the end of an epoch, removed its
-    rank's heartbeat file: the rank was taken for finishing, so a hang after it was a hang at exit
-    (never restarted) and a pause longer than --exit_timeout killed a healthy job."""
-    script = tmp_path / "loader.py"
-    script.write_text(DATALOADER_JOB)
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT + 10}", "--exit_timeout=20",
-               "--hang_detect=torch", str(script), timeout=120)
-    assert r.returncode == 0, r.stderr
-    said = re.findall(r"heartbeat after epoch (\d) (\w+)", r.stdout)
-    assert sorted(said) == [("0", "True")] * 2 + [("1", "True")] * 2, r.stdout
 
 
 class FlightRecorders:
@@ -669,44 +421,3 @@ def test_a_rank_that_exits_during_the_hang_dump_does_not_replace_the_hang_as_the
     assert "rank      : 1 (local_rank: 1)" in root, r.stderr
     failures = r.stderr[r.stderr.index("Failures:"):r.stderr.index("Root Cause")]
     assert "exitcode  : 3" in failures, r.stderr  # listed, after it
-
-
-NON_DAEMON_THREAD = """
-import os, sys, time, threading, torch, torch.distributed as dist
-dist.init_process_group("gloo")
-threading.Thread(target=lambda: time.sleep(100000)).start()  # never joined
-for i in range(3):
-    dist.all_reduce(torch.ones(4))
-time.sleep(float(sys.argv[1]))
-# One write: print() under python -u writes its pieces apart, which the other rank's can split.
-os.write(1, f"main done, attempt {os.environ['TORCHELASTIC_RESTART_COUNT']}\\n".encode())
-if sys.argv[2] == "raise":
-    raise RuntimeError("training failed at step 3")
-"""
-
-
-@pytest.mark.parametrize("pause", ["0", "1"])
-def test_a_finished_main_module_with_a_thread_left_is_hung_at_exit_however_soon_it_ended(
-        tmp_path, pause):
-    # Attack 79: a main module that ended within the hook's first look (0.25 s) after
-    # init_process_group had not claimed its rank: an ordinary hang, and the finished program
-    # was run again.
-    job = tmp_path / "job.py"
-    job.write_text(NON_DAEMON_THREAD)
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch",
-               "--max_restarts=1", str(job), pause, "finish")
-    assert r.returncode == 124, r.stderr
-    assert r.stdout.count("main done") == 2, r.stdout  # 2 ranks, once each: not run again
-    assert "hung at exit" in r.stderr, r.stderr
-
-
-def test_a_main_module_that_raised_with_a_thread_left_is_restarted_not_finished(tmp_path):
-    # Attack 79: the hook took a main module that raised (a thread kept the process alive) for
-    # a finished program: "hung at exit", not restarted, the RuntimeError nowhere in the cause.
-    job = tmp_path / "job.py"
-    job.write_text(NON_DAEMON_THREAD)
-    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch",
-               "--max_restarts=1", str(job), "0.5", "raise")
-    assert "main done, attempt 1" in r.stdout, r.stdout + r.stderr
-    assert "program had finished" not in r.stderr, r.stderr
-    assert r.returncode == 124, r.stderr
