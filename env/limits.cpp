@@ -130,8 +130,16 @@ uint64_t NofileWanted(const LimitFacts& f, const JobShape& job) {
   return f.open_fds + kNofileBase + kNofilePerWorker * static_cast<uint64_t>(job.nproc_per_node);
 }
 
+uint64_t NofileFloor(const LimitFacts& f, const JobShape& job) {
+  return f.open_fds + kNofileFloorBase +
+         kNofileFloorPerWorker * static_cast<uint64_t>(job.nproc_per_node);
+}
+
 std::string NofileNeed(const LimitFacts& f, const JobShape& job) {
-  return std::to_string(f.open_fds) + " open at start, needed about " +
+  return std::to_string(f.open_fds) + " open at start, the launcher needs at least " +
+         std::to_string(NofileFloor(f, job)) + " (" + std::to_string(kNofileFloorBase) + " + " +
+         std::to_string(job.nproc_per_node) + " workers x " +
+         std::to_string(kNofileFloorPerWorker) + " + those open) and wants about " +
          std::to_string(NofileWanted(f, job)) + " (" + std::to_string(kNofileBase) + " + " +
          std::to_string(job.nproc_per_node) + " workers x " + std::to_string(kNofilePerWorker) +
          " + those open)";
@@ -157,7 +165,17 @@ void CheckNofile(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
     c.status = CheckStatus::kFail;
     c.measured += "; " + NofileNeed(f, job);
     c.fix = NofileFix(f, job);
-  } else if (f.nofile.soft < target) {
+    plan.checks.push_back(std::move(c));
+    return;
+  }
+  if (target < NofileWanted(f, job)) {
+    // Enough to start and run; a hang dump or a burst of connections may not fit.
+    c.status = CheckStatus::kWarn;
+    c.measured += "; " + NofileNeed(f, job) +
+                  ": a hang dump or a burst of store connections may run out of files";
+    c.fix = NofileFix(f, job);
+  }
+  if (f.nofile.soft < target) {
     plan.raise_nofile_soft = target;
     c.measured += "; soft raised to " + Num(target);
     plan.notices.push_back("raised RLIMIT_NOFILE (ulimit -n) soft limit from " +
@@ -396,7 +414,7 @@ std::string NprocFailureMessage(const LimitFacts& facts, const JobShape& job) {
 }
 
 std::string NofileFailureMessage(const LimitFacts& facts, const JobShape& job) {
-  if (std::min(facts.nofile.hard, facts.nr_open) >= NofileWanted(facts, job)) return "";
+  if (std::min(facts.nofile.hard, facts.nr_open) >= NofileFloor(facts, job)) return "";
   return "RLIMIT_NOFILE (ulimit -n) is too low to run the job: hard limit " +
          Num(facts.nofile.hard) + " open files, " + NofileNeed(facts, job) +
          "; not starting any worker; fix: " + NofileFix(facts, job);

@@ -36,9 +36,14 @@ inline constexpr int kDefaultThreadsPerWorker = 64;
 // Threads beyond the workers' that a launch adds: ddprun's own, the shells
 // and tools a job starts (ps, nvidia-smi, compilers).
 inline constexpr uint64_t kNprocMargin = 32;
-// The fds the launcher needs (stores, connections, event loops, the guardian)
-// and each worker adds (pipes, log files, its store connection): measured at
-// about 35 and 4, with a margin. Below this a job would fail partway.
+// The fds the launcher holds (stores, connections, event loops, the guardian)
+// and each worker adds (pipes, --tee log files, its store connections):
+// measured at 27 beside those inherited, and 2 a PyTorch worker (5 with
+// --tee 3). Below the floor the launcher would run out partway (a store
+// connection refused); below the comfortable value, a hang dump (py-spy's
+// pipes, the reports it reads) or a burst of connections may.
+inline constexpr uint64_t kNofileFloorBase = 28;
+inline constexpr uint64_t kNofileFloorPerWorker = 5;
 inline constexpr uint64_t kNofileBase = 48;
 inline constexpr uint64_t kNofilePerWorker = 8;
 

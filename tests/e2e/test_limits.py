@@ -331,3 +331,28 @@ def test_a_small_soft_stack_limit_is_raised_for_the_workers():
     assert "stack=8192" in r.stdout, r.stdout
     assert "raised RLIMIT_STACK (ulimit -s) soft limit from 64.0 KiB to 8.0 MiB" in r.stderr, \
         r.stderr
+
+
+def with_nofile(n):
+    def set_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+    return set_limit
+
+
+def test_a_hard_nofile_that_fits_the_launcher_runs_the_job_with_a_warning():
+    """ulimit -n 40 refused a 1-worker job (48 + 8 a worker + those open) that runs in it, as
+    torchrun's does (attack 80). Refused below what the launcher holds; a warning below the
+    room a hang dump wants."""
+    args = [str(DDPRUN), "--nproc_per_node=1", "--no_python", "/bin/sh", "-c", "echo ran"]
+    r = subprocess.run(args, env=base_env(), capture_output=True, text=True, timeout=60,
+                       preexec_fn=with_nofile(40))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "ran\n", r.stdout
+    assert re.search(r"warning\] RLIMIT_NOFILE \(ulimit -n\): soft 40, hard 40; \d+ open at "
+                     r"start, the launcher needs at least \d+ .*: a hang dump", r.stderr), r.stderr
+    r = subprocess.run(args, env=base_env(), capture_output=True, text=True, timeout=60,
+                       preexec_fn=with_nofile(24))
+    assert r.returncode == 1, r.stderr
+    assert r.stdout == "", r.stdout
+    assert "RLIMIT_NOFILE (ulimit -n) is too low to run the job: hard limit 24 open files" in \
+        r.stderr, r.stderr

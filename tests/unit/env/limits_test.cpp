@@ -219,6 +219,24 @@ TEST_CASE("a hard RLIMIT_NOFILE too low: root raises it in its shell, a user ask
             .fix.rfind("raise it in the shell that starts ddprun: ulimit -n ", 0) == 0);
 }
 
+TEST_CASE("a hard RLIMIT_NOFILE that fits the launcher but not a dump's margin is a warning") {
+  // Attack 80: 48 + 8 a worker refused a 1-worker job under ulimit -n 40 that ran; the
+  // launcher holds 27 + 2 a worker (5 with --tee 3) beside the fds it inherited (measured).
+  LimitFacts f = Facts();
+  f.open_fds = 3;
+  f.nofile = {40, 40};
+  CHECK(NofileFailureMessage(f, {1, 64}).empty());
+  auto one = Find(PlanLimits(f, {1, 64}), "RLIMIT_NOFILE");
+  CHECK(one.status == CheckStatus::kWarn);
+  CHECK(one.measured.find("the launcher needs at least 36 (28 + 1 workers x 5 + those open) and "
+                          "wants about 59") != std::string::npos);
+  CHECK(one.measured.find("a hang dump or a burst of store connections") != std::string::npos);
+  CHECK(Find(PlanLimits(f, {3, 64}), "RLIMIT_NOFILE").status == CheckStatus::kFail);
+  CHECK(NofileFailureMessage(f, {3, 64}).find("needs at least 46") != std::string::npos);
+  f.nofile = {59, 59};
+  CHECK(Find(PlanLimits(f, {1, 64}), "RLIMIT_NOFILE").status == CheckStatus::kOk);
+}
+
 TEST_CASE("size limits: unlimited is left alone") {
   auto plan = PlanLimits(Facts(), {2, 64});
   for (const char* name : {"RLIMIT_FSIZE", "RLIMIT_AS", "RLIMIT_DATA"}) {
