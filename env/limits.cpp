@@ -205,6 +205,10 @@ void CheckMemlock(const LimitFacts& f, LimitPlan& plan) {
 // (default 4 MiB, NCCL's environment documentation), in /dev/shm/nccl-*:
 // about BUFFSIZE x n x (n-1) in all. Docker's default 64 MiB /dev/shm is the
 // classic "failed to extend /dev/shm" case for 8 GPUs (224 MiB).
+// A DataLoader with worker processes hands every batch over in /dev/shm; a
+// batch of 256 images of 3x224x224 floats is 147 MiB. Docker's default is 64 MiB.
+constexpr uint64_t kShmForBatches = 256 * kMiB;
+
 void CheckShm(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   const uint64_t n = static_cast<uint64_t>(job.nproc_per_node);
   const bool nccl = job.gpus != 0;  // no GPU visible: no NCCL
@@ -244,6 +248,17 @@ void CheckShm(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
     if (!f.shm_unlimited && *f.shm_free_bytes < needed) {
       c.status = CheckStatus::kWarn;
       c.fix = fix;
+    } else if (!f.shm_unlimited && *f.shm_free_bytes < kShmForBatches) {
+      c.status = CheckStatus::kWarn;
+      c.measured +=
+          "; DataLoader workers (num_workers > 0) hand each batch over through "
+          "/dev/shm: under " +
+          MiB(kShmForBatches) +
+          " a few batches fill it (\"unable to allocate shared memory\", a bus error)";
+      c.fix =
+          "docker run --ipc=host or --shm-size=8g (PyTorch's advice), a Kubernetes emptyDir "
+          "with medium Memory on /dev/shm, or as root mount -o remount,size=8g /dev/shm; "
+          "a job without DataLoader workers need not care";
     }
   }
   plan.checks.push_back(std::move(c));

@@ -282,6 +282,7 @@ const std::vector<Entry>& Catalogue() {
       {"Gloo peer at loopback", GlooLoopbackPeer},
       {"process group made again", StaleGroupAddress},
       {"DataLoader bus error", DataLoaderBusError},
+      {"shared memory full", SharedMemoryFull},
       {"NCCL shared memory", NcclSharedMemory},
       {"process group not initialized", NoProcessGroup},
       {"thread limit", ThreadLimit},

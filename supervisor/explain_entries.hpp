@@ -41,6 +41,7 @@ Match NativeCrash(const std::string& text, const ExplainContext& c);
 Match AddressInUse(const std::string& text, const ExplainContext& c);
 Match DataLoaderBusError(const std::string& text, const ExplainContext& c);
 Match ThreadLimit(const std::string& text, const ExplainContext& c);
+Match SharedMemoryFull(const std::string& text, const ExplainContext& c);
 Match NoSpace(const std::string& text, const ExplainContext& c);
 Match FileTooLarge(const std::string& text, const ExplainContext& c);
 Match TooManyOpenFiles(const std::string& text, const ExplainContext& c);

@@ -183,17 +183,42 @@ Match AddressInUse(const std::string& text, const ExplainContext& c) {
                "its port until it exits");
 }
 
+namespace {
+
+constexpr char kEnlargeShm[] =
+    "enlarge /dev/shm: docker run --shm-size=8g (or --ipc=host), Kubernetes an emptyDir with "
+    "medium Memory on /dev/shm; or fewer DataLoader num_workers or smaller batches";
+
+std::string ShmSize(const ExplainContext& c) {
+  return c.shm_size_bytes ? " (/dev/shm is " + FormatBytes(*c.shm_size_bytes) + ")" : "";
+}
+
+}  // namespace
+
 // torch/utils/data/dataloader.py, _MultiProcessingDataLoaderIter's worker check.
 Match DataLoaderBusError(const std::string& text, const ExplainContext& c) {
   auto m = Find(text, R"(DataLoader worker \(pid (\d+)\) is killed by signal: Bus error)");
   if (!m) return {};
+  return Lines("DataLoader worker pid " + (*m)[1].str() +
+                   " died of SIGBUS: batches pass through /dev/shm, which ran out" + ShmSize(c),
+               kEnlargeShm);
+}
+
+// PyTorch's shared-memory allocator (libshm; the file_descriptor and
+// file_system sharing strategies) making the segment for a tensor a
+// DataLoader worker or a torch.multiprocessing child hands over, in /dev/shm:
+// "unable to allocate shared memory(shm) for file </torch_N_M_0>: No space
+// left on device (28)"; older versions "unable to write to file </torch_...>".
+Match SharedMemoryFull(const std::string& text, const ExplainContext& c) {
+  auto m = Find(
+      text, R"(unable to (?:allocate shared memory\(shm\) for|write to) file <(/?torch_[^>]*)>: )"
+            R"(No space left on device)");
+  if (!m) return {};
   return Lines(
-      "DataLoader worker pid " + (*m)[1].str() +
-          " died of SIGBUS: batches pass through /dev/shm, which ran out" +
-          (c.shm_size_bytes ? " (/dev/shm is " + FormatBytes(*c.shm_size_bytes) + ")" : ""),
-      "enlarge /dev/shm: docker run --shm-size=8g (or --ipc=host), Kubernetes an "
-      "emptyDir with medium Memory on /dev/shm; or fewer DataLoader num_workers or "
-      "smaller batches");
+      "a tensor passed between processes (a DataLoader worker's batch) found /dev/shm "
+      "full: PyTorch could not make its segment " +
+          (*m)[1].str() + " there (ENOSPC)" + ShmSize(c),
+      kEnlargeShm);
 }
 
 namespace {

@@ -92,6 +92,26 @@ def test_a_dataloader_worker_dead_of_sigbus_names_dev_shm():
     assert "--shm-size" in fix and "--ipc=host" in fix, fix
 
 
+def test_a_dataloader_batch_that_does_not_fit_in_dev_shm_names_dev_shm(tmp_path):
+    """PyTorch's "unable to allocate shared memory(shm) for file </torch_...>: No space left on
+    device" was blamed on another filesystem than the log directory's, /dev/shm unnamed (attack
+    80). ddprun and its workers run in a mount namespace with a 2 MiB /dev/shm."""
+    import shutil
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private /dev/shm")
+    command = (f"mount -t tmpfs -o size=2M tmpfs /dev/shm && exec {DDPRUN} --nproc_per_node=1 "
+               f"{PROGRAMS / 'shm_full.py'}")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", command], env=base_env(), cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    if "Operation not permitted" in r.stderr and "unshare" in r.stderr:
+        pytest.skip(f"no mount namespace here: {r.stderr.strip()}")
+    assert r.returncode == 1, r.stderr
+    cause = [ln for ln in r.stderr.splitlines() if ln.startswith("  cause     : ")]
+    assert len(cause) == 1, r.stderr
+    assert "found /dev/shm full: PyTorch could not make its segment /torch_" in cause[0], cause
+    assert "(/dev/shm is 2.0 MiB)" in cause[0], cause
+
+
 def test_nccl_where_no_gpu_is_visible_says_why():
     cause, fix = lines(diagnose("nccl_without_gpu.py"))  # base_env: CUDA_VISIBLE_DEVICES=""
     assert cause == ("the workers made an NCCL process group, which needs GPUs, and saw none: "

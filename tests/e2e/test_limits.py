@@ -356,3 +356,18 @@ def test_a_hard_nofile_that_fits_the_launcher_runs_the_job_with_a_warning():
     assert r.stdout == "", r.stdout
     assert "RLIMIT_NOFILE (ulimit -n) is too low to run the job: hard limit 24 open files" in \
         r.stderr, r.stderr
+
+
+def test_doctor_warns_of_a_dev_shm_too_small_for_dataloader_batches():
+    """A 2 MiB /dev/shm was "ok" where no GPU is visible; a DataLoader job then failed at its
+    first batch (attack 80). ddprun doctor runs in a mount namespace with that /dev/shm."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare(1) for a private /dev/shm")
+    r = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=2M tmpfs /dev/shm "
+                        f"&& exec {DDPRUN} doctor --nproc_per_node 2"], env=base_env(),
+                       capture_output=True, text=True, timeout=60)
+    if "unshare" in r.stderr and "Operation not permitted" in r.stderr:
+        pytest.skip(f"no mount namespace here: {r.stderr.strip()}")
+    row = next(line for line in r.stdout.splitlines() if "/dev/shm" in line)
+    assert re.match(r"^  warn\s+/dev/shm\s+2 MiB free", row), r.stdout
+    assert "DataLoader workers (num_workers > 0) hand each batch over through /dev/shm" in row, row

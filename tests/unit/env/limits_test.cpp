@@ -162,6 +162,7 @@ TEST_CASE("/dev/shm smaller than NCCL's SHM buffers for the local ranks warns") 
   CHECK(c.fix.find("--shm-size=256m") != std::string::npos);
   CHECK(c.fix.find("NCCL_SHM_DISABLE=1") != std::string::npos);
 
+  f.shm_free_bytes = 300 * kMiB;
   CHECK(Find(PlanLimits(f, {4, 64}), "/dev/shm").status == CheckStatus::kOk);  // 48 MiB
   CHECK(Find(PlanLimits(f, {1, 64}), "/dev/shm").status == CheckStatus::kOk);
   f.shm_free_bytes.reset();
@@ -186,10 +187,25 @@ TEST_CASE("/dev/shm read-only, out of inodes or without a size limit, and no NCC
   CHECK(unlimited.status == CheckStatus::kOk);
   CHECK(unlimited.measured.rfind("no size limit (tmpfs size=0)", 0) == 0);
   f.shm_unlimited = false;
-  f.shm_free_bytes = 64 * kMiB;
+  f.shm_free_bytes = 256 * kMiB;
   auto cpu = Find(PlanLimits(f, {200, 64, /*gpus=*/0}), "/dev/shm");
   CHECK(cpu.status == CheckStatus::kOk);
-  CHECK(cpu.measured == "64 MiB free; no GPU visible: NCCL's shared-memory transport is not used");
+  CHECK(cpu.measured == "256 MiB free; no GPU visible: NCCL's shared-memory transport is not used");
+}
+
+TEST_CASE("/dev/shm too small for a DataLoader's batches warns, NCCL or not") {
+  // Attack 80: a 2 MiB /dev/shm was ok; the job's DataLoader then failed at its first batch.
+  LimitFacts f = Facts();
+  for (uint64_t mib : {2, 64}) {
+    f.shm_free_bytes = mib * kMiB;
+    for (int gpus : {0, 1}) {
+      auto c = Find(PlanLimits(f, {1, 64, gpus}), "/dev/shm");
+      CHECK(c.status == CheckStatus::kWarn);
+      CHECK(c.measured.find("DataLoader workers (num_workers > 0) hand each batch over through "
+                            "/dev/shm: under 256 MiB") != std::string::npos);
+      CHECK(c.fix.find("--ipc=host") != std::string::npos);
+    }
+  }
 }
 
 TEST_CASE("OMP_NUM_THREADS=0 warns; a list of nesting levels counts its outer level") {

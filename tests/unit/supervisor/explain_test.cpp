@@ -352,6 +352,31 @@ TEST_CASE("explain: a DataLoader worker's bus error names /dev/shm's size") {
   CHECK(e->fix.find("--shm-size") != std::string::npos);
 }
 
+// PyTorch's libshm (torch/lib/libshm, c10's MapAllocator): a DataLoader worker's batch.
+TEST_CASE("explain: /dev/shm full under a DataLoader is named, not another filesystem") {
+  ExplainContext c;
+  c.shm_size_bytes = 2ull << 20;
+  c.log_dir = "/tmp/logs";
+  c.log_free_bytes = 70ull << 30;  // attack 80: "so the full one is another"
+  for (const char* said :
+       {"RuntimeError: unable to allocate shared memory(shm) for file </torch_967_3737118094_0>: "
+        "No space left on device (28)",
+        "RuntimeError: unable to write to file </torch_18692_1954506624>: No space left on device "
+        "(28)"}) {
+    auto e = Explain(Failed(std::string("RuntimeError: Caught RuntimeError in DataLoader worker "
+                                        "process 0.\n") +
+                            said),
+                     c);
+    REQUIRE(e.has_value());
+    CHECK(e->signature == "shared memory full");
+    CHECK(e->cause.rfind("a tensor passed between processes (a DataLoader worker's batch) found "
+                         "/dev/shm full: PyTorch could not make its segment /torch_",
+                         0) == 0);
+    CHECK(e->cause.find("(/dev/shm is 2.0 MiB)") != std::string::npos);
+    CHECK(e->fix.find("--shm-size") != std::string::npos);
+  }
+}
+
 // torch/distributed/distributed_c10d.py, _get_default_group.
 TEST_CASE("explain: a collective before init_process_group") {
   auto e = Explain(Failed("ValueError: Default process group has not been initialized, please "
