@@ -51,6 +51,8 @@ Match OomKilled(const std::string& text, const ExplainContext& c) {
 
 namespace {
 
+std::string SoftHard(const env::Rlimit& r);  // "soft 64.0 KiB, hard 64.0 KiB"
+
 // faulthandler's "File "PATH", line N in FUNC" lines: a library's (the
 // standard library, site-packages) or the program's own.
 bool LibraryFrame(const std::string& path) {
@@ -151,6 +153,18 @@ Match NativeCrash(const std::string& text, const ExplainContext& c) {
     if (c.shm_size_bytes) cause += " (/dev/shm is " + FormatBytes(*c.shm_size_bytes) + ")";
   }
   const bool traced = stack != std::string::npos;
+  // ddprun raised the soft stack limit to 8 MiB where the hard one let it: a
+  // smaller one is what the worker ran with (64 KiB crashes import torch).
+  if (sig == SIGSEGV && c.limits && c.limits->stack.soft < env::kStackWanted) {
+    return Lines(cause + "; its stack limit is only " + FormatBytes(c.limits->stack.soft) +
+                     " (RLIMIT_STACK, ulimit -s: " + SoftHard(c.limits->stack) +
+                     "), under the usual 8 MiB: a deep native call overflows it",
+                 "raise the hard stack limit to 8 MiB in the shell that starts ddprun (ulimit "
+                 "-s 8192; above the hard limit only root may go, or '" +
+                     c.limits->user +
+                     " hard stack 8192' in /etc/security/limits.d/); if the "
+                     "crash stays, a C/C++/CUDA extension is the usual culprit");
+  }
   // A core file kept (core dump line of the report: "PATH (SIZE)"): gdb opens it.
   const std::string core = c.core_dump.empty() || c.core_dump.front() != '/'
                                ? ""
@@ -245,8 +259,6 @@ std::string NprocNumbers(const env::LimitFacts& f) {
 // pthread_create and fork, as OpenBLAS, libgomp and os.fork report it, and
 // ddprun's own fork of a worker (supervisor/spawn.cpp).
 namespace {
-
-std::string SoftHard(const env::Rlimit& r);
 
 bool NoThreadSaid(const std::string& text) {
   return Has(text, "can't start new thread") ||

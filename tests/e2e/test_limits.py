@@ -371,3 +371,21 @@ def test_doctor_warns_of_a_dev_shm_too_small_for_dataloader_batches():
     row = next(line for line in r.stdout.splitlines() if "/dev/shm" in line)
     assert re.match(r"^  warn\s+/dev/shm\s+2 MiB free", row), r.stdout
     assert "DataLoader workers (num_workers > 0) hand each batch over through /dev/shm" in row, row
+
+
+def test_a_crash_under_a_hard_stack_limit_too_small_names_the_limit(tmp_path):
+    """ulimit -s 64 (hard): import torch dies of SIGSEGV; the report blamed an extension, the
+    limit unnamed (attack 80)."""
+    def tiny_stack():
+        resource.setrlimit(resource.RLIMIT_STACK, (64 * 1024, 64 * 1024))
+
+    script = tmp_path / "imp.py"
+    script.write_text("import torch\n")
+    r = subprocess.run([str(DDPRUN), "--nproc_per_node=1", str(script)], env=base_env(),
+                       capture_output=True, text=True, timeout=60, preexec_fn=tiny_stack)
+    if r.returncode == 0:
+        pytest.skip("import torch did not crash under a 64 KiB stack here")
+    assert r.returncode == 128 + 11, r.stderr
+    cause = next(ln for ln in r.stderr.splitlines() if ln.startswith("  cause     : "))
+    assert "its stack limit is only 64.0 KiB (RLIMIT_STACK, ulimit -s: soft 64.0 KiB, hard " \
+        "64.0 KiB)" in cause, cause

@@ -198,6 +198,26 @@ TEST_CASE("explain: a SIGKILL nobody in the job sent, while the OOM killer kille
   CHECK_FALSE(Explain(Failed(""), c).has_value());
 }
 
+TEST_CASE("explain: a SIGSEGV under a stack limit below 8 MiB names the limit") {
+  // Attack 80: ulimit -s 64 (hard) crashed import torch; the report blamed an extension.
+  ExplainContext c;
+  c.unasked_signal = SIGSEGV;
+  c.limits.emplace();
+  c.limits->user = "alice";
+  c.limits->stack = {64 << 10, 64 << 10};
+  auto e = Explain(Failed("Signal 11 (SIGSEGV) received by PID 9"), c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "native crash");
+  CHECK(e->cause ==
+        "the worker crashed in native code (SIGSEGV); its stack limit is only 64.0 KiB "
+        "(RLIMIT_STACK, ulimit -s: soft 64.0 KiB, hard 64.0 KiB), under the usual 8 MiB: a deep "
+        "native call overflows it");
+  CHECK(e->fix.find("'alice hard stack 8192' in /etc/security/limits.d/") != std::string::npos);
+  c.limits->stack = {8 << 20, env::kUnlimited};
+  CHECK(Explain(Failed("Signal 11 (SIGSEGV) received by PID 9"), c)->cause ==
+        "the worker crashed in native code (SIGSEGV)");
+}
+
 // CPython 3.11's faulthandler and libstdc++'s terminate handler, as they print.
 TEST_CASE("explain: a native crash names the Python call under it, or the C++ exception") {
   const std::string faulthandler =
