@@ -204,7 +204,8 @@ std::optional<std::string> NcclHcaProblem(const std::string& value,
 
 std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
                                               const std::vector<NetInterface>& interfaces,
-                                              const std::vector<std::string>& ib_devices) {
+                                              const std::vector<std::string>& ib_devices,
+                                              int gpus) {
   std::vector<LimitCheck> out;
   const std::string have = DescribeInterfaces(interfaces);
   // No interface listed (getifaddrs failed): nothing to judge the names by.
@@ -224,16 +225,21 @@ std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
       nccl && nccl->size() > 1 && !interfaces.empty()) {
     const std::string family = Lookup(environ, kNcclSocketFamily).value_or("");
     auto problem = NcclIfnameProblem(*nccl, family, interfaces);
-    out.push_back({std::string(kNcclSocketIfname) + "=" + *nccl,
-                   problem ? CheckStatus::kFail : CheckStatus::kOk,
-                   problem ? *problem + ": NCCL's bootstrap would fail (\"no socket interface "
-                                        "found\")"
-                           : "selects an interface with an address",
-                   problem ? "set it to a prefix of an interface of this host with an address (" +
-                                 have +
-                                 "; =NAME for exactly NAME, ^NAME,... to exclude), or "
-                                 "unset it"
-                           : ""});
+    const bool no_gpu = gpus == 0;  // the workers' NCCL has nothing to run on
+    out.push_back(
+        {std::string(kNcclSocketIfname) + "=" + *nccl,
+         !problem ? CheckStatus::kOk
+         : no_gpu ? CheckStatus::kWarn
+                  : CheckStatus::kFail,
+         problem ? *problem +
+                       ": NCCL's bootstrap would fail (\"no socket interface "
+                       "found\")" +
+                       (no_gpu ? "; no GPU is visible, so the workers use Gloo, not NCCL" : "")
+                 : "selects an interface with an address",
+         problem ? "set it to a prefix of an interface of this host with an address (" + have +
+                       "; =NAME for exactly NAME, ^NAME,... to exclude), or "
+                       "unset it"
+                 : ""});
   }
   if (auto hca = Lookup(environ, kNcclIbHca); hca && !hca->empty()) {
     // No device at all (a login or CPU node sharing the cluster's environment): nothing to

@@ -66,8 +66,11 @@ std::optional<std::string> NcclHcaProblem(const std::string& value,
 // NCCL_SOCKET_IFNAME against `interfaces` (fail: init_process_group would
 // fail), NCCL_IB_HCA against `ib_devices` (warn: NCCL would fall back to
 // sockets); ok with what it selects, else why and what to set instead.
+// `gpus` is what the workers see (-1: unknown): with none, NCCL is not used
+// and a wrong NCCL_SOCKET_IFNAME only warns.
 std::vector<LimitCheck> SocketInterfaceChecks(const Environ& environ,
                                               const std::vector<NetInterface>& interfaces,
-                                              const std::vector<std::string>& ib_devices);
+                                              const std::vector<std::string>& ib_devices,
+                                              int gpus = -1);
 
 }  // namespace ddprun::env

@@ -172,7 +172,7 @@ std::vector<LimitCheck> CudaChecks(bool have_gpus) {
 
 // Every interface, then the network variables (GLOO_SOCKET_IFNAME,
 // NCCL_SOCKET_IFNAME against them, NCCL_IB_HCA against the InfiniBand devices).
-std::vector<LimitCheck> InterfaceChecks(const env::Environ& environ) {
+std::vector<LimitCheck> InterfaceChecks(const env::Environ& environ, int gpus) {
   std::vector<LimitCheck> out;
   const std::vector<env::NetInterface> interfaces = env::ListInterfaces();
   bool reachable = false;
@@ -191,7 +191,7 @@ std::vector<LimitCheck> InterfaceChecks(const env::Environ& environ) {
                    "this one",
                    "single-node jobs only; for multi-node bring up an interface"});
   }
-  for (auto& check : env::SocketInterfaceChecks(environ, interfaces, env::ListIbDevices()))
+  for (auto& check : env::SocketInterfaceChecks(environ, interfaces, env::ListIbDevices(), gpus))
     out.push_back(check);
   return out;
 }
@@ -406,7 +406,7 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   for (auto& check : CudaChecks(!host.gpus.devices.empty()))
     report.checks.push_back(std::move(check));
   report.checks.push_back(env::MemoryCheck(env::ReadMemoryFacts()));
-  for (auto& check : InterfaceChecks(environ)) report.checks.push_back(std::move(check));
+  for (auto& check : InterfaceChecks(environ, gpus)) report.checks.push_back(std::move(check));
   const std::string host_name = env::Hostname();
   report.checks.push_back(env::GlooAddressCheck(
       host_name, env::GlooDefaultAddress(host_name), env::ListInterfaces(),

@@ -111,10 +111,12 @@ ddprun::Status PrepareLimits(const ddprun::launcher::LaunchConfig& c,
 // only after the program's own start-up. A warning, not a refusal: the
 // program may set its own before it starts a process group.
 void CheckSocketInterfaces(const ddprun::launcher::LaunchConfig& c,
-                           const ddprun::env::Environ& environ) {
+                           const ddprun::env::Environ& environ,
+                           const ddprun::env::GpuInventory& host_gpus) {
   namespace env = ddprun::env;
   const std::vector<env::NetInterface> interfaces = env::ListInterfaces();
-  WarnFailedChecks(env::SocketInterfaceChecks(environ, interfaces, env::ListIbDevices()));
+  WarnFailedChecks(env::SocketInterfaceChecks(environ, interfaces, env::ListIbDevices(),
+                                              env::GpusSeen(c.visible_gpus, host_gpus)));
   // Several hosts: would a PyTorch worker's Gloo tell the others a loopback address?
   const bool gloo_ifname_set = env::Lookup(environ, env::kGlooSocketIfname).value_or("").size() > 1;
   if (!gloo_ifname_set && ddprun::launcher::NodesMaySpanHosts(c)) {
@@ -277,7 +279,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return exit_code::ForStatus(s);
   }
-  CheckSocketInterfaces(parsed->config, environ);
+  CheckSocketInterfaces(parsed->config, environ, host.gpus);
   ReadSlurmConfig(parsed->config);
   if (auto said = launcher::ResolveSlurmStoreHost(parsed->config); !said.ok()) {
     std::fprintf(stderr, "ddprun: %s\n", said.status().message().c_str());

@@ -93,6 +93,14 @@ TEST_CASE("the checks: one per variable set, failing with what the host has") {
   REQUIRE(nccl.size() == 1);
   CHECK(nccl[0].status == CheckStatus::kFail);
   CHECK(nccl[0].measured.find("(of family AF_INET: NCCL_SOCKET_FAMILY)") != std::string::npos);
+  // Attack 80: no GPU visible, the workers use Gloo; the job ran where doctor said FAILED.
+  auto cpu = SocketInterfaceChecks({{"NCCL_SOCKET_IFNAME", "bogus"}}, Host(), {}, /*gpus=*/0);
+  REQUIRE(cpu.size() == 1);
+  CHECK(cpu[0].status == CheckStatus::kWarn);
+  CHECK(cpu[0].measured.find("; no GPU is visible, so the workers use Gloo, not NCCL") !=
+        std::string::npos);
+  CHECK(SocketInterfaceChecks({{"NCCL_SOCKET_IFNAME", "bogus"}}, Host(), {}, 1)[0].status ==
+        CheckStatus::kFail);
 }
 
 TEST_CASE("NCCL_IB_HCA: NCCL's list syntax over the InfiniBand devices; a warning") {
