@@ -268,15 +268,15 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
   LimitCheck c{kOmpCheck, CheckStatus::kOk, "", ""};
   const uint64_t n = static_cast<uint64_t>(job.nproc_per_node);
   // OpenMP reads a list ("4,2") as the threads of each nesting level: the
-  // first is the outer one's.
+  // first is the outer one's. libgomp skips blanks around each number.
   std::optional<uint64_t> threads;
   if (f.omp_num_threads) {
     const std::string& v = *f.omp_num_threads;
-    threads = ParseCount(v.substr(0, v.find(',')));
+    threads = ParseCount(Trimmed(v.substr(0, v.find(','))));
     for (size_t at = v.find(','); threads && at != std::string::npos; at = v.find(',', at + 1)) {
       const size_t next = v.find(',', at + 1);
       const auto level =
-          ParseCount(v.substr(at + 1, next == std::string::npos ? next : next - at - 1));
+          ParseCount(Trimmed(v.substr(at + 1, next == std::string::npos ? next : next - at - 1)));
       if (!level || *level == 0) threads.reset();
     }
   }

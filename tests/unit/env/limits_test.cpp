@@ -222,6 +222,10 @@ TEST_CASE("OMP_NUM_THREADS=0 warns; a list of nesting levels counts its outer le
   f.omp_num_threads = "4,";
   CHECK(Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS").measured.find("not a thread count") !=
         std::string::npos);
+  f.omp_num_threads = " 2";  // libgomp and PyTorch take it (attack 80)
+  CHECK(Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS").status == CheckStatus::kOk);
+  f.omp_num_threads = "4 , 2 ";
+  CHECK(Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS").status == CheckStatus::kOk);
 }
 
 TEST_CASE("a hard RLIMIT_NOFILE too low: root raises it in its shell, a user asks root") {
