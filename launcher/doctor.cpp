@@ -326,7 +326,11 @@ std::vector<LimitCheck> SlurmChecks(const LaunchConfig& c, const env::Environ& e
 // connection means the host answers but nothing listens yet (fine before node
 // rank 0 starts); no answer or no such host is a failure.
 std::optional<LimitCheck> EndpointCheck(const LaunchConfig& c) {
-  if (c.nnodes_max <= 1) return std::nullopt;
+  // A single node on the default address hosts its store on loopback: the
+  // port checks say all there is.
+  if (c.nnodes_max <= 1 && c.rdzv_endpoint.empty() && c.master_addr == LaunchConfig{}.master_addr) {
+    return std::nullopt;
+  }
   std::string host = c.master_addr;
   int port = c.master_port.value_or(29500);
   if (!c.rdzv_endpoint.empty()) {
@@ -335,7 +339,30 @@ std::optional<LimitCheck> EndpointCheck(const LaunchConfig& c) {
       return std::nullopt;  // the parser already refused it
     }
   }
+  if (port == 0) return std::nullopt;  // a single-node store on a free port (--standalone)
   const std::string name = "rendezvous " + rendezvous::HostPort(host, port);
+  // Static node rank 0, and a single c10d node, host the store at that
+  // address: it must resolve to one of this host's (attack 80: doctor said ok
+  // to an address the launch could not bind).
+  const bool hosts = c.rdzv_backend == "static" ? c.node_rank == 0 : c.nnodes_max <= 1;
+  if (hosts) {
+    auto bound = rendezvous::BindListener(host, port);
+    if (bound.ok()) {
+      return LimitCheck{name, CheckStatus::kOk,
+                        "an address of this host, free: this node's ddprun would host the "
+                        "rendezvous store there",
+                        ""};
+    }
+    if (bound.status().code() != StatusCode::kUnavailable) {  // in use: the port check's
+      const std::string option = c.rdzv_endpoint.empty() ? "--master_addr" : "--rdzv_endpoint";
+      return LimitCheck{
+          name, CheckStatus::kFail,
+          "this node would host the rendezvous store there and cannot: " + bound.status().message(),
+          "give " + option +
+              " a name or address of this host that every node resolves "
+              "(hostname -f; ip -brief address shows the addresses)"};
+    }
+  }
   auto fd =
       rendezvous::ConnectWithRetry(host, port, rendezvous::Clock::now() + std::chrono::seconds(3));
   if (fd.ok()) return LimitCheck{name, CheckStatus::kOk, "connected", ""};

@@ -391,3 +391,24 @@ def test_a_crash_under_a_hard_stack_limit_too_small_names_the_limit(tmp_path):
     cause = next(ln for ln in r.stderr.splitlines() if ln.startswith("  cause     : "))
     assert "its stack limit is only 64.0 KiB (RLIMIT_STACK, ulimit -s: soft 64.0 KiB, hard " \
         "64.0 KiB)" in cause, cause
+
+
+def test_doctor_fails_a_store_address_this_node_cannot_host_or_resolve():
+    """Doctor said OK to --master_addr/--rdzv_endpoint hosts that the launch could not resolve
+    or bind, for a single node (attack 80)."""
+    port = free_port()
+    r = run_ddprun(["doctor", "--master_addr", "198.51.100.7", "--master_port", str(port)])
+    assert r.rc == 1, r
+    assert re.search(rf"^  fail\s+rendezvous 198\.51\.100\.7:{port}\s+this node would host the "
+                     r"rendezvous store there and cannot: bind: Cannot assign requested address",
+                     r.stdout, re.M), r
+    assert "fix: give --master_addr a name or address of this host" in r.stdout, r
+    r = run_ddprun(["doctor", "--rdzv_backend=c10d",
+                    f"--rdzv_endpoint=no-such-host.invalid:{port}"])
+    assert r.rc == 1, r
+    assert re.search(rf"^  fail\s+rendezvous no-such-host\.invalid:{port}\s+cannot reach: resolve "
+                     r"no-such-host\.invalid", r.stdout, re.M), r
+    r = run_ddprun(["doctor", "--master_addr", "localhost", "--master_port", str(port)])
+    assert r.rc == 0, r
+    assert re.search(rf"^  ok\s+rendezvous localhost:{port}\s+an address of this host, free",
+                     r.stdout, re.M), r
