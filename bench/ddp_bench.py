@@ -91,7 +91,7 @@ def run_job(argv, env, timeout):
 
 def why_failed(err):
     """The lines of a failed job's stderr that say why: the workers' own, else ddprun's last."""
-    said = re.findall(r"its last output line: (.*)", err)  # ddprun's failure report
+    said = re.findall(r"its last (?:output|stderr) line: (.*)", err)  # ddprun's failure report
     if said:
         return said[0]
     lines = err.strip().splitlines()

@@ -87,10 +87,11 @@ std::string LastLine(const std::string& text) {
 }
 
 // `message`, then the worker's last output line on a line of its own (the
-// diagnosis reads it as the worker printed it).
+// diagnosis reads it as the worker printed it): its last stderr line where
+// its stdout went straight to the console or a file, unread.
 std::string WithLastLine(std::string message, const FailureRecord& f) {
   if (const std::string last = LastLine(f.output_tail); !last.empty()) {
-    message += "\nits last output line: " + last;
+    message += (f.tail_has_stdout ? "\nits last output line: " : "\nits last stderr line: ") + last;
   }
   return message;
 }
@@ -345,6 +346,7 @@ void FillTailsFromLogs(GroupResult& result, const std::vector<std::string>& stde
       if (nl != std::string::npos) tail.erase(0, nl + 1);
     }
     w.output_tail = std::move(tail);
+    w.tail_has_stdout = false;  // the stderr log's
   }
 }
 
@@ -399,6 +401,7 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     f.hung_at_exit = f.hung && w.hang_at_exit;
     f.timer = !w.timer.empty();
     f.output_tail = w.output_tail;
+    f.tail_has_stdout = w.tail_has_stdout;
     f.after_stop = w.failed_while_stopping;
     if (w.exit.core_dumped) f.core = CoreDumpOf(w);
     if (f.hung) {

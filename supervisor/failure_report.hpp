@@ -23,9 +23,10 @@ struct FailureRecord {
   std::string error_file;            // "<N/A>" when the worker wrote none
   std::string message;               // traceback, error message, or what happened
   bool hung = false;                 // declared hung by the launcher
-  bool hung_at_exit = false;  // hung after removing its heartbeat file: its program had finished
-  bool timer = false;         // its file timer expired (message says which and how long)
-  std::string output_tail;    // the worker's last output lines
+  bool hung_at_exit = false;     // hung after removing its heartbeat file: its program had finished
+  bool timer = false;            // its file timer expired (message says which and how long)
+  std::string output_tail;       // the worker's last output lines
+  bool tail_has_stdout = false;  // of stdout and stderr; else of stderr alone
   std::vector<std::string> lost_logs;  // each incomplete log file: which and why
   bool after_stop = false;             // found failing only once the group was stopping
   // An after_stop failure whose error file is older than the failure that

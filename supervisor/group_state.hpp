@@ -55,11 +55,12 @@ struct WorkerRecord {
   WorkerState state = WorkerState::kRunning;
   ExitStatus exit;
   WallTime exit_time;
-  std::string start_error;    // why it could not be started, if it could not
-  std::string hang;           // why it was declared hung ("" when it was not)
-  bool hang_at_exit = false;  // hung after removing its heartbeat file: its program had finished
-  std::string timer;          // why its file timer expired and it was signalled ("" when not)
-  std::string output_tail;    // its last output lines, stdout and stderr (at most ~4 KiB)
+  std::string start_error;       // why it could not be started, if it could not
+  std::string hang;              // why it was declared hung ("" when it was not)
+  bool hang_at_exit = false;     // hung after removing its heartbeat file: its program had finished
+  std::string timer;             // why its file timer expired and it was signalled ("" when not)
+  std::string output_tail;       // its last output lines (at most ~4 KiB)
+  bool tail_has_stdout = false;  // output_tail has its stdout lines too, not stderr's alone
   std::vector<std::string> lost_logs;  // each incomplete log file (a failed write): which, why
   // Counted as a failure only after the stop, having failed on its own
   // (CountOwnFailures): listed, never the root cause.

@@ -422,7 +422,7 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   }
   // One entry per worker of the group, started or not: indices follow its workers.
   heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now(), beat_time);
-  outputs_.emplace_back();
+  outputs_.emplace_back().tail_has_stdout = spec.out.NeedsPipe();
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);
     containment_->Track(*pid);
@@ -589,6 +589,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
                      state.signals_sent()};
   for (size_t i = 0; i < result.workers.size() && i < outputs_.size(); ++i) {
     result.workers[i].output_tail = std::move(outputs_[i].tail);
+    result.workers[i].tail_has_stdout = outputs_[i].tail_has_stdout;
     result.workers[i].lost_logs = std::move(outputs_[i].lost_logs);
   }
   return result;

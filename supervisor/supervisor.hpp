@@ -141,7 +141,9 @@ class Supervisor {
   void Drain(GroupState& state);
   // What a worker's output left for its failure report.
   struct WorkerOutput {
-    std::string tail;                    // the last lines the worker wrote, both streams (bounded)
+    std::string
+        tail;  // the last lines the worker wrote on the streams read through pipes (bounded)
+    bool tail_has_stdout = false;        // its stdout was read too (else stderr's alone)
     std::vector<std::string> lost_logs;  // each incomplete log file: which and why
   };
   void NoteLine(size_t worker, std::string_view line);

@@ -466,3 +466,19 @@ def test_values_torchrun_takes_are_taken(args, env):
     r = run_ddprun([*args, *sh('echo "worker $LOCAL_RANK"')], env=base_env(**env))
     assert r.rc == 0, r
     assert _count_workers(r.stdout) == ["worker 0"], r
+
+
+@pytest.mark.parametrize("options, label, last", [
+    ([], "its last stderr line", "progress on stderr"),
+    (["--redirects=3"], "its last stderr line", "progress on stderr"),
+    (["--tee=3"], "its last output line", "FATAL: real reason on stdout"),
+])
+def test_the_reports_last_line_says_which_streams_it_is_from(tmp_path, options, label, last):
+    """Where ddprun read only stderr, the report called an earlier stderr line "its last output
+    line" while the worker's last words were on stdout (attack 81)."""
+    script = write_script(tmp_path, "w.py", (
+        "import sys\nprint('progress on stderr', file=sys.stderr, flush=True)\n"
+        "print('FATAL: real reason on stdout', flush=True)\nsys.exit(3)\n"), executable=False)
+    r = run_ddprun([*options, f"--log_dir={tmp_path / 'logs'}", script])
+    assert r.rc == 3, r
+    assert f"{label}: {last}" in r.stderr, r

@@ -36,6 +36,7 @@ TEST_CASE("error files in torchrun's nested and flat forms are read") {
   // Created but empty (killed as it began writing): named, not taken for none.
   FailureRecord empty;
   empty.output_tail = "step 10\n";
+  empty.tail_has_stdout = true;
   auto p0 = TempFile("ddprun_err0.json", "");
   REQUIRE(ReadErrorFile(p0, empty));
   CHECK(empty.error_file == p0);
@@ -188,7 +189,14 @@ TEST_CASE(
   w.output_tail = "step 1\ntrain: rank 0: crashing at step 2 as asked\n\n";
   r.workers.push_back(w);
   r.failures = {0};
-  const auto native = CollectFailures(r, {""}, false);
+  auto native = CollectFailures(r, {""}, false);
+  // Its stdout went straight on, unread (attack 81: "its last output line" quoted an
+  // earlier stderr line while the worker's last words were on stdout).
+  CHECK(native.front().message ==
+        "no traceback: the worker wrote no error file\nits last stderr line: train: rank 0: "
+        "crashing at step 2 as asked");
+  r.workers[0].tail_has_stdout = true;
+  native = CollectFailures(r, {""}, false);
   CHECK(native.front().message ==
         "no traceback: the worker wrote no error file\nits last output line: train: rank 0: "
         "crashing at step 2 as asked");
