@@ -327,9 +327,10 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
 std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   if (round_ && round.restart_count > round_->restart_count) {
     spdlog::warn(
-        "restarting the workers of every node after a failure: restart {} of {} "
+        "restarting the workers of every node after a failure{}: restart {} of {} "
         "(--max_restarts)",
-        round.restart_count, c_.max_restarts);
+        round.previous_end.empty() ? "" : " (" + round.previous_end + ")", round.restart_count,
+        c_.max_restarts);
     record_.Restart(round.restart_count, c_.max_restarts);
   }
   round_ = round;

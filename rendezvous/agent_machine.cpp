@@ -356,6 +356,7 @@ Action AgentMachine::Abandoned(int signal, std::string name, const std::string& 
 
 Action AgentMachine::Follow(Kv& kv, const JobRecord& rec, Time now) {
   if (rec.final()) return JobOver(kv, rec);
+  if (node_rank_ >= 0 && rec.round == round_) previous_end_ = WhyEnded(rec, round_);
   min_round_ = std::max(min_round_, round_ + 1);
   phase_ = Phase::kJoin;
   return Join(kv, rec, now);
@@ -444,6 +445,7 @@ Action AgentMachine::Clearing(Kv& kv, const JobRecord& rec, Time now) {
   Action start;
   start.kind = ActionKind::kStartWorkers;
   start.round = Result(rec, node_rank_);
+  start.round.previous_end = previous_end_;
   if (node_rank_ == 0) {
     // Node rank 0 empties the workers' key space before anyone starts workers, so
     // no key of the last attempt survives (PyTorch issue #135712).

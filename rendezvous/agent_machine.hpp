@@ -210,6 +210,7 @@ class AgentMachine {
   std::optional<Status> gone_;           // the store failure the agent exited for
   std::string gone_message_;             // kStoreGone: what to say of it
   bool outcome_known_ = false;           // kStoreGone: WorkersExited came
+  std::string previous_end_;             // why the last round this node ran in ended
   std::optional<Time> stop_at_;          // kStoreGone: when the workers are stopped
   bool stop_asked_ = false;              // kStoreGone: they are being stopped
   std::chrono::milliseconds waited_{0};  // WaitedForStore since the last Step

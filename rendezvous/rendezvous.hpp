@@ -62,6 +62,9 @@ struct RoundResult {
   int world_size = 0;
   int base_rank = 0;      // global rank of this node's local rank 0
   int restart_count = 0;  // the record's, the same for every member
+  // Why this node's previous round ended ("round 0 ended: failure on node 1
+  // (...): rank 3 ... exit code 7"), told when it restarts; "" for its first.
+  std::string previous_end;
 };
 
 // Key names, shared by agents and the coordinator.

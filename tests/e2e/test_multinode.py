@@ -364,6 +364,12 @@ def test_worker_failure_restarts_every_node(launch, tmp_path):
     for node in range(2):
         for lr in range(2):
             assert runs(out, node, lr) == [0, 1], (node, lr, outputs(agents))
+    # Every node says which failure it restarts after (attack 81: a node whose workers had
+    # finished said only "after a failure").
+    for a in agents:
+        assert re.search(r"restarting the workers of every node after a failure \(round 0 ended: "
+                         r"failure on node 1 \([^)]*\): rank 3 \(local_rank 1, pid \d+\) exit "
+                         r"code 3\): restart 1 of 1", a.stderr()), outputs(agents)
 
 
 def test_worker_failure_without_restarts_fails_every_node(launch, tmp_path):
