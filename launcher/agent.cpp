@@ -75,6 +75,7 @@ Status Agent::Setup() {
   options_.forward_only = sup_->forward_only();
   if (auto filter = SlurmSignalFilter(c_, sup_->OwnCgroup())) sup_->SetSignalFilter(filter);
   HandleHangs();
+  sup_->SetFailureHandler([this](const supervisor::GroupResult& so_far) { FailedEarly(so_far); });
   std::vector<std::string> notices;
   auto stores = OpenJobStores(c_, environ_, &notices);
   for (const auto& n : notices) spdlog::info("{}", n);
@@ -235,8 +236,16 @@ int Agent::Finish(const rendezvous::Action& exit) {
   if (driver_) {
     // The host waits for the others to read the record before its store goes.
     // Only a signal that comes during the wait ends it: one already acted on is not news.
+    // After a failure the others may be stopping their workers, their grace
+    // first; a host told to go by a signal waits no longer than kLeaveWait.
+    const auto failed_wait =
+        sup_->signals_received() > 0
+            ? std::chrono::milliseconds(kLeaveWait)
+            : kLeaveWait + std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::duration<double>(c_.shutdown_timeout));
     const int sig =
-        driver_->Leave(coordinator_ != nullptr, exit.exit_code == 0 ? kExitWait : kLeaveWait,
+        driver_->Leave(coordinator_ != nullptr,
+                       exit.exit_code == 0 ? std::chrono::milliseconds(kExitWait) : failed_wait,
                        PendingSignal(sup_->signals_received()));
     if (sig != 0) {
       spdlog::warn("received {} while waiting for the other agents to leave: exiting",
@@ -309,19 +318,44 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
         "another node, whose agent is given {:.0f} s to record it first",
         std::chrono::duration<double>(PeerSettle()).count());
   }
-  o.cause.exit_code = root.hung ? exit_code::kHang : root.raised_first ? 1 : root.exit.ShellCode();
-  o.cause.rank = root.rank;
-  o.cause.local_rank = root.local_rank;
-  o.cause.pid = root.pid;
-  o.cause.what = "rank " + std::to_string(root.rank) + " (local_rank " +
-                 std::to_string(root.local_rank) +
-                 (root.pid > 0 ? ", pid " + std::to_string(root.pid) + ") " +
-                                     (root.hung || root.timer ? root.message : root.exit.Describe())
-                               : ") could not be started: " + root.message);
+  const rendezvous::FailureClass cls = o.cause.cls;
+  o.cause = CauseOf(root);
+  o.cause.cls = cls;
   spdlog::warn("worker group failed: {} ({} failure); the job record decides what follows",
                o.cause.what, rendezvous::FailureClassName(o.cause.cls));
   record_.Failure(o.cause);
   return o;
+}
+
+rendezvous::Cause Agent::CauseOf(const supervisor::FailureRecord& root) {
+  rendezvous::Cause c;
+  c.exit_code = root.hung ? exit_code::kHang : root.raised_first ? 1 : root.exit.ShellCode();
+  c.rank = root.rank;
+  c.local_rank = root.local_rank;
+  c.pid = root.pid;
+  c.what = "rank " + std::to_string(root.rank) + " (local_rank " + std::to_string(root.local_rank) +
+           (root.pid > 0 ? ", pid " + std::to_string(root.pid) + ") " +
+                               (root.hung || root.timer ? root.message : root.exit.Describe())
+                         : ") could not be started: " + root.message);
+  return c;
+}
+
+void Agent::FailedEarly(const supervisor::GroupResult& so_far) {
+  if (!round_ || !driver_ || so_far.failures.empty() ||
+      round_->world_size <= static_cast<int>(so_far.workers.size())) {
+    return;  // no other node to tell
+  }
+  const auto failures = supervisor::CollectFailures(so_far, ErrorFiles(round_->restart_count),
+                                                    /*python=*/!program_.interpreter.empty());
+  const auto& root = failures.front();
+  // A worker that lost its peer may be another node's victim: its cause
+  // waits for the peer settle time after the exit, as before.
+  if (root.hung || supervisor::DiedOfPeer(root)) return;
+  rendezvous::WorkersOutcome o;
+  o.kind = rendezvous::WorkersOutcome::Kind::kFailed;
+  o.cause = CauseOf(root);
+  o.cause.cls = rendezvous::FailureClass::kWorker;
+  driver_->FailedEarly(o);
 }
 
 std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {

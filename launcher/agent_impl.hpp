@@ -47,6 +47,12 @@ class Agent {
   std::optional<int> RunRound(const rendezvous::RoundResult& round);
   rendezvous::WorkersOutcome Outcome(const rendezvous::RoundResult& round,
                                      const supervisor::GroupResult& result);
+  // A worker's own exit failed the group (Supervisor::SetFailureHandler): with
+  // other nodes in the round, the job record hears of it now, not after the
+  // others' grace (AgentMachine::FailedEarly).
+  void FailedEarly(const supervisor::GroupResult& so_far);
+  // The cause of `root` as the job record keeps it (class aside).
+  static rendezvous::Cause CauseOf(const supervisor::FailureRecord& root);
   int Finish(const rendezvous::Action& exit);
   // The terminating signal to act on; with `after`, only one received after
   // the first `after` (Supervisor::signals_received()).

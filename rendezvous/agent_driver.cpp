@@ -62,8 +62,18 @@ Status AgentDriver::CheckHostedJob() {
                          "--rdzv_endpoint");
 }
 
+void AgentDriver::FailedEarly(const WorkersOutcome& outcome) {
+  std::lock_guard<std::mutex> lock(early_mu_);
+  early_ = outcome;
+}
+
 Action AgentDriver::TimedStep(Kv& kv) {
   using std::chrono::milliseconds;
+  {
+    std::lock_guard<std::mutex> lock(early_mu_);
+    if (early_) machine_.FailedEarly(*early_, Clock::now());
+    early_.reset();
+  }
   const auto waited = StoreClient::Waited();  // by every thread's client: between the steps
   machine_.WaitedForStore(std::chrono::duration_cast<milliseconds>(waited - waited_at_step_));
   waited_at_step_ = waited;

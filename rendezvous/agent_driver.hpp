@@ -52,6 +52,9 @@ class AgentDriver {
   Status StartWatching(NoteFn on_stop, NoteFn on_note = {});
   void StopWatching();
   void WorkersExited(const WorkersOutcome& outcome);
+  // AgentMachine::FailedEarly, taken by the companion thread at its next
+  // step (within the machine's poll interval). Never waits for the store.
+  void FailedEarly(const WorkersOutcome& outcome);
 
   static constexpr std::chrono::milliseconds kSignalGrace{1000};
 
@@ -91,6 +94,8 @@ class AgentDriver {
   std::optional<StoreClient> watch_client_;
   std::atomic<bool> stop_watching_{false};
   std::condition_variable stop_cv_;  // stop_watching_ set (under mu_)
+  std::mutex early_mu_;              // not mu_: a step holds that during store requests
+  std::optional<WorkersOutcome> early_;
   std::thread watcher_;
   bool left_ = false;
   std::chrono::nanoseconds waited_at_step_ = StoreClient::Waited();  // as the last step began

@@ -149,7 +149,7 @@ Action AgentMachine::Step(Kv& kv, Time now) {
     case Phase::kClearing:
       return Clearing(kv, *rec, now);
     case Phase::kRunning:
-      return Running(*rec, now);
+      return early_ ? RecordEarlyFailure(kv, *rec, now) : Running(*rec, now);
     case Phase::kExited:
       return Exited(kv, *rec, now);
     case Phase::kFinishing:
@@ -178,6 +178,15 @@ void AgentMachine::WorkersExited(const WorkersOutcome& outcome, Time now) {
   outcome_ = outcome;
   settle_until_ = now + s_.peer_settle;
   phase_ = Phase::kExited;
+  next_wake_ = now;
+}
+
+void AgentMachine::FailedEarly(const WorkersOutcome& outcome, Time now) {
+  if (phase_ != Phase::kRunning || outcome.kind != WorkersOutcome::Kind::kFailed ||
+      outcome.cause.cls == FailureClass::kPeer || outcome.settle) {
+    return;
+  }
+  early_ = outcome;
   next_wake_ = now;
 }
 
@@ -331,6 +340,9 @@ Action AgentMachine::AfterStoreGone(Time now) {
     return Action{};
   }
   if (outcome_.kind == Kind::kSucceeded) return ExitWorkersSucceeded();
+  // This node's failure ended the job before the store went (its agent
+  // left once the others had read that, or could not wait longer).
+  if (final_by_early_ && outcome_.kind == Kind::kFailed) return ExitByRecord(*final_by_early_);
   if (outcome_.kind == Kind::kInterrupted) {
     Interrupted(outcome_.signal, outcome_.signal_name);
     return Exit(exit_code::ForSignal(outcome_.signal),
@@ -472,6 +484,24 @@ Action AgentMachine::Running(const JobRecord& rec, Time now) {
   stop.kind = ActionKind::kStopWorkers;
   stop.message = WhyEnded(rec, round_);
   return stop;
+}
+
+// The round ends by this node's failure while its workers are being stopped;
+// the machine then waits for their exit (WorkersExited), which ends the
+// round again only if this did not land.
+Action AgentMachine::RecordEarlyFailure(Kv& kv, const JobRecord& rec, Time now) {
+  Cause cause = early_->cause;
+  early_.reset();
+  phase_ = Phase::kStopping;
+  if (!rec.Running(round_)) return Wait(now);  // ended already: the exit follows it
+  cause.node_rank = node_rank_;
+  cause.node = s_.self.name;
+  auto applied = Apply(kv, [&](const JobRecord& r) {
+    return EndRoundByFailure(r, round_, cause, s_.rdzv.max_restarts);
+  });
+  if (!applied.ok()) return StoreGone(applied.status());
+  if (applied->record.final()) final_by_early_ = applied->record;
+  return Wait(now);
 }
 
 Action AgentMachine::Exited(Kv& kv, const JobRecord& now_rec, Time now) {

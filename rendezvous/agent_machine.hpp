@@ -104,6 +104,12 @@ class AgentMachine {
   void WorkerStoreCleared() { cleared_ = true; }
   // The workers of the running round are gone (after kStartWorkers).
   void WorkersExited(const WorkersOutcome& outcome, Time now);
+  // A worker of the running round failed (kFailed), and the others are being
+  // stopped (their grace may be long): the round is ended by that failure at
+  // the next step, so that the other nodes stop theirs now and it is the root
+  // cause before their workers fail of it. A failure that may be another
+  // node's (kPeer, settle) waits for the workers' exit as before.
+  void FailedEarly(const WorkersOutcome& outcome, Time now);
   // ddprun received a terminating signal; the machine leaves at its next step.
   void Interrupted(int signal, std::string name) {
     signal_ = signal;
@@ -156,6 +162,7 @@ class AgentMachine {
   Action WaitRound(Kv& kv, const JobRecord& rec, Time now);
   Action Clearing(Kv& kv, const JobRecord& rec, Time now);
   Action Running(const JobRecord& rec, Time now);
+  Action RecordEarlyFailure(Kv& kv, const JobRecord& rec, Time now);
   Action Exited(Kv& kv, const JobRecord& now_rec, Time now);
   Action Finishing(Kv& kv, const JobRecord& rec, Time now);
   Action Leave(Kv& kv);
@@ -201,6 +208,10 @@ class AgentMachine {
   bool settings_checked_ = false;
   bool ran_workers_ = false;  // in some round of this job
   WorkersOutcome outcome_;
+  std::optional<WorkersOutcome> early_;  // FailedEarly's, until recorded
+  // The record as this node's early failure made it final: the job's end,
+  // known here even if the store is gone before the workers have stopped.
+  std::optional<JobRecord> final_by_early_;
   Time settle_until_{};
   int signal_ = 0;
   std::string signal_name_;

@@ -312,6 +312,10 @@ void Supervisor::ReapChildren() {
         "SIGKILL to those left after --shutdown_timeout={:g} s)",
         w.rank, w.local_rank, w.pid, w.exit.Describe(),
         std::chrono::duration<double>(options_.shutdown_timeout).count());
+    if (failure_handler_) {
+      failure_handler_(GroupResult{Outcome::kFailed, 0, running_->workers(), running_->failures(),
+                                   running_->signals_sent()});
+    }
   }
 }
 

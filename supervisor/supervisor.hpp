@@ -88,6 +88,11 @@ class Supervisor {
   // Called once per group, when every worker was started (or failed to start).
   using StartHandler = std::function<void(const std::vector<WorkerRecord>&)>;
   void SetStartHandler(StartHandler handler) { start_handler_ = std::move(handler); }
+  // Called on the loop thread when a worker's own exit fails the group, as
+  // the others begin to be stopped (before their grace): the group so far,
+  // its failures in observed order. Must not block.
+  using FailureHandler = std::function<void(const GroupResult&)>;
+  void SetFailureHandler(FailureHandler handler) { failure_handler_ = std::move(handler); }
   // Returns true for a forward-only signal (GroupOptions::forward_only) that
   // its sender already delivered to the workers (e.g. Slurm signalling every
   // process of a step): it is not passed on again. `sender` is the sending
@@ -245,6 +250,7 @@ class Supervisor {
   HangHandler hang_handler_;
   HangHandler dump_handler_;
   StartHandler start_handler_;
+  FailureHandler failure_handler_;
   uv_signal_t dump_signal_{};
   bool dump_signal_started_ = false;
   std::unique_ptr<FileTimerServer> file_timer_;

@@ -127,3 +127,48 @@ def test_a_hang_is_blamed_on_the_node_whose_rank_stalled_not_on_the_one_waiting(
         for agent in agents:
             assert "the job failed: node 1 (" in agent.stderr(), f"run {attempt}\n" + outputs(agents)
             assert "): rank 1 (local_rank 0, pid " in agent.stderr(), outputs(agents)
+
+
+FAILS_DURING_A_LONG_GRACE = r"""
+import os, signal, sys, time
+rank, out = int(os.environ["RANK"]), os.environ["OUTDIR"]
+def stopped(signum, frame):
+    with open(f"{out}/stopped_{rank}", "w") as f:
+        f.write(repr(time.time()))
+    sys.exit(143)
+if rank == 2:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # as a rank stuck in a collective
+else:
+    signal.signal(signal.SIGTERM, stopped)
+time.sleep(2)
+if rank == 3:
+    with open(f"{out}/failed", "w") as f:
+        f.write(repr(time.time()))
+    sys.exit(7)
+if rank in (0, 1):  # node 0's ranks lose their peer 3 s after rank 3 died, unless stopped
+    time.sleep(3)
+    raise RuntimeError("[gloo/transport/tcp/pair.cc:534] Read error: Connection reset by peer")
+time.sleep(60)
+"""
+
+
+def test_a_failure_reaches_the_other_nodes_before_its_nodes_grace_ends(launch, tmp_path):
+    """Node 1's rank 3 exits 7 while its rank 2 ignores SIGTERM (10 s of grace). Node 1 told the
+    job record only after its grace: node 0's ranks ran on, failed of the lost peer, and became
+    the root cause (exit 1), or node 0 lost node 1 first (attack 81). The failure is recorded as
+    node 1's grace begins: node 0 stops its workers at once, and every agent exits 7."""
+    script = write_script(tmp_path, "job.py", FAILS_DURING_A_LONG_GRACE, executable=False)
+    port = free_port()
+    agents = [launch(static_args(2, r, port, conf=FAST,
+                                 extra=["--shutdown_timeout=10", "--max_restarts=0", str(script)]),
+                     env=node_env(tmp_path, r)) for r in (0, 1)]
+    rcs = [a.wait(60) for a in agents]
+    assert rcs == [7, 7], outputs(agents)
+    for agent in agents:
+        assert "the job failed: node 1 (" in agent.stderr(), outputs(agents)
+        assert "): rank 3 (local_rank 1, pid " in agent.stderr(), outputs(agents)
+    failed = float((tmp_path / "failed").read_text())
+    for rank in (0, 1):
+        stopped = float((tmp_path / f"stopped_{rank}").read_text())
+        assert stopped - failed < 2.5, f"rank {rank} stopped {stopped - failed:.1f} s after " \
+            f"rank 3 failed\n{outputs(agents)}"

@@ -289,7 +289,27 @@ void Sim::EndWorkers(int i, const WorkersOutcome& o, bool breaks_round) {
     plan.primary = {{i, now_}};
   }
   if (breaks_round && !plan.complete) BreakRound(round, i);
-  if (!a.crashed) At(now_ + rng_.Delay(0, 30), [this, i] { Deliver(i); });
+  if (a.crashed) return;
+  // Half of the failures come with a long grace for the other local workers
+  // (--shutdown_timeout, a worker ignoring SIGTERM): the agent records the
+  // failure early and learns of the exit up to 5 s later.
+  const bool early = o.kind == WorkersOutcome::Kind::kFailed &&
+                     o.cause.cls != FailureClass::kPeer && !o.settle && rng_.Chance(50);
+  if (early) At(now_ + rng_.Delay(0, 30), [this, i, round, o] { DeliverEarly(i, round, o); });
+  At(now_ + rng_.Delay(0, early ? 5000 : 30), [this, i] { Deliver(i); });
+}
+
+void Sim::DeliverEarly(int i, int round, const WorkersOutcome& o) {
+  SimAgent& a = agents_[i];
+  if (!Alive(i) || !a.workers.exited || a.workers.round != round) return;
+  if (Runnable(i) > now_) {
+    At(Runnable(i) + rng_.Delay(0, 60), [this, i, round, o] { DeliverEarly(i, round, o); });
+    return;
+  }
+  RoundPlan& plan = rounds_[round];
+  if (plan.primary && plan.primary->first == i) plan.primary_learned = now_;
+  a.machine->FailedEarly(o, now_);
+  ScheduleStep(i, now_);
 }
 
 void Sim::BreakRound(int round, int except) {
@@ -328,7 +348,9 @@ void Sim::Deliver(int i) {
     o.signal_name = "SIGTERM";
   }
   RoundPlan& plan = rounds_[a.workers.round];
-  if (plan.primary && plan.primary->first == i) plan.primary_learned = now_;
+  if (plan.primary && plan.primary->first == i && plan.primary_learned == Time{}) {
+    plan.primary_learned = now_;
+  }
   a.machine->WorkersExited(o, now_);
   ScheduleStep(i, now_);
 }

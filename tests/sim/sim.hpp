@@ -150,6 +150,9 @@ class Sim {
   void EndWorkers(int i, const WorkersOutcome& o, bool breaks_round);
   void BreakRound(int round, int except);
   void Deliver(int i);
+  // The agent hears that a worker of its failed as the others begin their
+  // grace (AgentMachine::FailedEarly), when it runs.
+  void DeliverEarly(int i, int round, const WorkersOutcome& o);
   void Crash(int i);
   void Replace(int i, Ms after);
   // A new agent (its index), asking for `requested_rank`, started at `start`.

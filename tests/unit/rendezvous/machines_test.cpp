@@ -142,6 +142,55 @@ TEST_CASE("machines: a peer-class failure waits for the failure that caused it")
   CHECK(e0.exit_code == 4);
 }
 
+TEST_CASE("machines: a failure is recorded as its node's workers begin to stop, not after") {
+  // Attack 81: node 1 recorded its failure only after its workers' grace; node 0's workers ran
+  // on, failed of the lost peer and were recorded first (the wrong root cause).
+  TwoAgents t(0);
+  (void)t.Until();
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause = WorkerCause(7);
+  t.a1->FailedEarly(failed, t.now);
+  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);  // recorded; its workers stop
+  const Action stop = t.a0->Step(t.kv0, t.now + std::chrono::milliseconds(10));
+  REQUIRE(stop.kind == ActionKind::kStopWorkers);
+  CHECK(stop.message.find("round 0 ended: failure on node 1") != std::string::npos);
+  // Node 0's workers then fail of the lost peer: recorded after, not the root cause.
+  WorkersOutcome peer;
+  peer.kind = WorkersOutcome::Kind::kFailed;
+  peer.cause.cls = FailureClass::kPeer;
+  peer.cause.exit_code = 1;
+  t.a0->WorkersExited(peer, t.now + std::chrono::milliseconds(20));
+  const Action e0 = t.a0->Step(t.kv0, t.now + std::chrono::milliseconds(20));
+  REQUIRE(e0.kind == ActionKind::kExit);
+  CHECK(e0.exit_code == 7);
+  // Node 1's workers end 10 s later (the grace): the same one root cause.
+  t.a1->WorkersExited(failed, t.now + std::chrono::seconds(10));
+  const Action e1 = t.a1->Step(t.kv1, t.now + std::chrono::seconds(10));
+  REQUIRE(e1.kind == ActionKind::kExit);
+  CHECK(e1.exit_code == 7);
+  CHECK(e1.message == e0.message);
+}
+
+TEST_CASE("machines: a peer-class or settling failure is not recorded early") {
+  TwoAgents t(0);
+  (void)t.Until();
+  WorkersOutcome peer;
+  peer.kind = WorkersOutcome::Kind::kFailed;
+  peer.cause.cls = FailureClass::kPeer;
+  peer.cause.exit_code = 141;
+  t.a1->FailedEarly(peer, t.now);
+  WorkersOutcome settling;
+  settling.kind = WorkersOutcome::Kind::kFailed;
+  settling.cause = WorkerCause(3);
+  settling.settle = true;
+  t.a0->FailedEarly(settling, t.now);
+  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);
+  CHECK(t.a0->Step(t.kv0, t.now).kind == ActionKind::kWait);  // still running: nothing ended
+  CHECK(t.a0->phase() == AgentMachine::Phase::kRunning);
+  CHECK(t.a1->phase() == AgentMachine::Phase::kRunning);
+}
+
 TEST_CASE("machines: a hang whose ranks all wait in a collective lets the other node's go first") {
   // Found by an attacking helper: with a rank stalled on node 1 and node 0's rank waiting for it
   // inside an all-reduce, whichever agent recorded its hang first was the root cause.
