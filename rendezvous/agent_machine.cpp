@@ -243,7 +243,9 @@ Action AgentMachine::ExitByRecord(const JobRecord& rec) {
     message = "the job failed: " + rec.final_cause.Describe();
   } else if (!ran_workers_ && rec.MemberRank(s_.self.agent_id) < 0) {
     message = "the job succeeded while this agent waited to join round " + std::to_string(round_) +
-              ": no worker ran here";
+              ": no worker ran here (meant as a job of its own? give it an --rdzv_id or "
+              "--rdzv_endpoint of its own: run id " +
+              s_.rdzv.run_id + " at this endpoint is that job's)";
   } else if (std::find(rec.gone.begin(), rec.gone.end(), true) != rec.gone.end()) {
     message = "the job is complete without a node: " + rec.gone_reason;
   }
