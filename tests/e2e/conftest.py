@@ -144,22 +144,31 @@ class Launched:
             self.proc.wait()
 
 
+def tracked(make, end):
+    """A factory fixture's body: yields start(...), which makes one with make(index, ...) and
+    keeps it; end(each) at teardown."""
+    made = []
+
+    def start(*args, **kwargs):
+        made.append(make(len(made), *args, **kwargs))
+        return made[-1]
+
+    yield start
+    for thing in made:
+        end(thing)
+
+
+def launched(tmp_path, index, args, env=None, cwd=None):
+    sub = tmp_path / f"launch{index}"
+    sub.mkdir()
+    return Launched(args, env, sub, cwd=cwd)
+
+
 @pytest.fixture
 def launch(tmp_path):
     """launch(args, env=None) starts ddprun in the background; every one is killed at teardown
     (its workers die with it through PR_SET_PDEATHSIG)."""
-    started = []
-
-    def start(args, env=None, cwd=None):
-        sub = tmp_path / f"launch{len(started)}"
-        sub.mkdir()
-        p = Launched(args, env, sub, cwd=cwd)
-        started.append(p)
-        return p
-
-    yield start
-    for p in started:
-        p.kill()
+    yield from tracked(lambda i, *a, **kw: launched(tmp_path, i, *a, **kw), Launched.kill)
 
 
 @pytest.fixture
@@ -260,16 +269,11 @@ def run_dir(log_dir):
 def host_factory(tmp_path):
     """Starts ddprun's store server (tests/store_host; storelib.StoreHost); stopped at teardown."""
     from storelib import LOCAL, StoreHost
-    hosts = []
 
-    def start(host=LOCAL, token=None, **limits):
-        h = StoreHost(tmp_path, host, token, **limits)
-        hosts.append(h)
-        return h
+    def make(_, host=LOCAL, token=None, **limits):
+        return StoreHost(tmp_path, host, token, **limits)
 
-    yield start
-    for h in hosts:
-        h.stop()
+    yield from tracked(make, StoreHost.stop)
 
 
 @pytest.fixture
@@ -282,13 +286,4 @@ def server(host_factory):
 def cli_factory(tmp_path):
     """Starts ddprun's store client (tests/store_cli; storelib.Cli); stopped at teardown."""
     from storelib import Cli
-    clis = []
-
-    def start(port, token=None):
-        c = Cli(tmp_path, port, token)
-        clis.append(c)
-        return c
-
-    yield start
-    for c in clis:
-        c.stop()
+    yield from tracked(lambda _, port, token=None: Cli(tmp_path, port, token), Cli.stop)

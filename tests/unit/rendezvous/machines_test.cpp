@@ -16,6 +16,21 @@ using record_test::Member;
 using record_test::WorkerCause;
 using test::TwoAgents;
 
+WorkersOutcome Failed(const Cause& cause) {
+  WorkersOutcome o;
+  o.kind = WorkersOutcome::Kind::kFailed;
+  o.cause = cause;
+  return o;
+}
+
+// A worker that died because a peer went away (SIGPIPE: 141; a reset connection).
+WorkersOutcome PeerFailed(int exit_code) {
+  Cause c;
+  c.cls = FailureClass::kPeer;
+  c.exit_code = exit_code;
+  return Failed(c);
+}
+
 TEST_CASE("machines: a failure restarts both nodes with the same restart count") {
   TwoAgents t(1);
   auto [s0, s1] = t.Until();
@@ -23,9 +38,7 @@ TEST_CASE("machines: a failure restarts both nodes with the same restart count")
   REQUIRE(s1.kind == ActionKind::kStartWorkers);
   CHECK(s0.round.node_rank + s1.round.node_rank == 1);
   CHECK(s0.round.world_size == 4);
-  WorkersOutcome failed;
-  failed.kind = WorkersOutcome::Kind::kFailed;
-  failed.cause = WorkerCause(3);
+  WorkersOutcome failed = Failed(WorkerCause(3));
   t.a1->WorkersExited(failed, t.now);
   (void)t.a1->Step(t.kv1, t.now);  // records the failure
   CHECK(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
@@ -42,9 +55,7 @@ TEST_CASE("machines: a failure restarts both nodes with the same restart count")
 TEST_CASE("machines: with no restarts left both agents exit with the root cause's code") {
   TwoAgents t(0);
   (void)t.Until();
-  WorkersOutcome failed;
-  failed.kind = WorkersOutcome::Kind::kFailed;
-  failed.cause = WorkerCause(7);
+  WorkersOutcome failed = Failed(WorkerCause(7));
   t.a1->WorkersExited(failed, t.now);
   Action e1 = t.a1->Step(t.kv1, t.now);
   REQUIRE(e1.kind == ActionKind::kExit);
@@ -52,10 +63,7 @@ TEST_CASE("machines: with no restarts left both agents exit with the root cause'
   CHECK(e1.failed);
   REQUIRE(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
   // Its own worker died of the broken connection: not the root cause.
-  WorkersOutcome peer;
-  peer.kind = WorkersOutcome::Kind::kFailed;
-  peer.cause.cls = FailureClass::kPeer;
-  peer.cause.exit_code = 141;
+  WorkersOutcome peer = PeerFailed(141);
   t.a0->WorkersExited(peer, t.now);
   Action e0 = t.a0->Step(t.kv0, t.now);
   REQUIRE(e0.kind == ActionKind::kExit);
@@ -66,9 +74,7 @@ TEST_CASE("machines: with no restarts left both agents exit with the root cause'
 TEST_CASE("machines: an agent signalled in a restart's rendezvous is not counted in the round") {
   TwoAgents t(2);
   (void)t.Until();
-  WorkersOutcome failed;
-  failed.kind = WorkersOutcome::Kind::kFailed;
-  failed.cause = WorkerCause(3);
+  WorkersOutcome failed = Failed(WorkerCause(3));
   t.a1->WorkersExited(failed, t.now);
   (void)t.a1->Step(t.kv1, t.now);  // records the failure and joins round 1
   REQUIRE(t.a1->phase() == AgentMachine::Phase::kWaitRound);
@@ -126,15 +132,10 @@ TEST_CASE("machines: an agent signalled in a restart's rendezvous is not counted
 TEST_CASE("machines: a peer-class failure waits for the failure that caused it") {
   TwoAgents t(0);
   (void)t.Until();
-  WorkersOutcome peer;
-  peer.kind = WorkersOutcome::Kind::kFailed;
-  peer.cause.cls = FailureClass::kPeer;
-  peer.cause.exit_code = 141;
+  WorkersOutcome peer = PeerFailed(141);
   t.a0->WorkersExited(peer, t.now);
   CHECK(t.a0->Step(t.kv0, t.now).kind == ActionKind::kWait);  // settling
-  WorkersOutcome failed;
-  failed.kind = WorkersOutcome::Kind::kFailed;
-  failed.cause = WorkerCause(4);
+  WorkersOutcome failed = Failed(WorkerCause(4));
   t.a1->WorkersExited(failed, t.now + std::chrono::milliseconds(500));
   CHECK(t.a1->Step(t.kv1, t.now + std::chrono::milliseconds(500)).exit_code == 4);
   Action e0 = t.a0->Step(t.kv0, t.now + std::chrono::milliseconds(600));
@@ -147,19 +148,14 @@ TEST_CASE("machines: a failure is recorded as its node's workers begin to stop, 
   // on, failed of the lost peer and were recorded first (the wrong root cause).
   TwoAgents t(0);
   (void)t.Until();
-  WorkersOutcome failed;
-  failed.kind = WorkersOutcome::Kind::kFailed;
-  failed.cause = WorkerCause(7);
+  WorkersOutcome failed = Failed(WorkerCause(7));
   t.a1->FailedEarly(failed, t.now);
   CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);  // recorded; its workers stop
   const Action stop = t.a0->Step(t.kv0, t.now + std::chrono::milliseconds(10));
   REQUIRE(stop.kind == ActionKind::kStopWorkers);
   CHECK(stop.message.find("round 0 ended: failure on node 1") != std::string::npos);
   // Node 0's workers then fail of the lost peer: recorded after, not the root cause.
-  WorkersOutcome peer;
-  peer.kind = WorkersOutcome::Kind::kFailed;
-  peer.cause.cls = FailureClass::kPeer;
-  peer.cause.exit_code = 1;
+  WorkersOutcome peer = PeerFailed(1);
   t.a0->WorkersExited(peer, t.now + std::chrono::milliseconds(20));
   const Action e0 = t.a0->Step(t.kv0, t.now + std::chrono::milliseconds(20));
   REQUIRE(e0.kind == ActionKind::kExit);
@@ -175,14 +171,9 @@ TEST_CASE("machines: a failure is recorded as its node's workers begin to stop, 
 TEST_CASE("machines: a peer-class or settling failure is not recorded early") {
   TwoAgents t(0);
   (void)t.Until();
-  WorkersOutcome peer;
-  peer.kind = WorkersOutcome::Kind::kFailed;
-  peer.cause.cls = FailureClass::kPeer;
-  peer.cause.exit_code = 141;
+  WorkersOutcome peer = PeerFailed(141);
   t.a1->FailedEarly(peer, t.now);
-  WorkersOutcome settling;
-  settling.kind = WorkersOutcome::Kind::kFailed;
-  settling.cause = WorkerCause(3);
+  WorkersOutcome settling = Failed(WorkerCause(3));
   settling.settle = true;
   t.a0->FailedEarly(settling, t.now);
   CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);
