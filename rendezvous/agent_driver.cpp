@@ -235,16 +235,27 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
   // store gone and says it was likely dropped).
   // Bounded: a killed agent never says it leaves. The store has no "wait for
   // one of these keys" request, so this looks every few milliseconds.
+  // An agent of an earlier round that still beats is alive, most likely
+  // stopping its workers (a failure recorded from it as their grace began):
+  // it is waited for as the current members are (attack 82).
   const auto now = Clock::now();
   const auto& s = machine_.settings().rdzv;
+  const auto current = now + timeout;
   const auto earlier = now + s.keep_alive_interval * s.keep_alive_max_attempt;
-  std::map<std::string, Clock::time_point> waiting = Others(kv, self, now + timeout, earlier);
+  std::map<std::string, Clock::time_point> waiting = Others(kv, self, current, earlier);
+  std::map<std::string, int64_t> beats;  // of those waited for until `earlier`
   while (!waiting.empty()) {
     if (int sig = pending_signal().first; sig != 0) return sig;
     const auto t = Clock::now();
     for (auto it = waiting.begin(); it != waiting.end();) {
       auto left = kv.TryGet(keys_.Left(it->first));
       if (!left.ok()) return 0;
+      if (!*left && it->second < current) {
+        auto beat = kv.Add(keys_.KeepAlive(it->first), 0);
+        if (!beat.ok()) return 0;
+        auto [seen, first] = beats.emplace(it->first, *beat);
+        if (!first && seen->second != *beat) it->second = current;
+      }
       it = (*left || t >= it->second) ? waiting.erase(it) : std::next(it);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -312,6 +312,11 @@ Action AgentMachine::StoreGone(const Status& s) {
     gone_message_ = message;
     return ExitWorkersSucceeded();
   }
+  // The job's end was read before the store went (AfterStoreGone's case too).
+  if (phase_ == Phase::kExited && final_seen_ &&
+      outcome_.kind != WorkersOutcome::Kind::kInterrupted) {
+    return ExitByRecord(*final_seen_);
+  }
   return Exit(1, message);
 }
 
@@ -342,9 +347,10 @@ Action AgentMachine::AfterStoreGone(Time now) {
     return Action{};
   }
   if (outcome_.kind == Kind::kSucceeded) return ExitWorkersSucceeded();
-  // This node's failure ended the job before the store went (its agent
-  // left once the others had read that, or could not wait longer).
-  if (final_by_early_ && outcome_.kind == Kind::kFailed) return ExitByRecord(*final_by_early_);
+  // The job had ended (by this node's failure or another's) before the store
+  // went: its host left once the others had read that, or could not wait
+  // longer for this node's workers to stop.
+  if (final_seen_ && outcome_.kind != Kind::kInterrupted) return ExitByRecord(*final_seen_);
   if (outcome_.kind == Kind::kInterrupted) {
     Interrupted(outcome_.signal, outcome_.signal_name);
     return Exit(exit_code::ForSignal(outcome_.signal),
@@ -372,6 +378,15 @@ Action AgentMachine::Follow(Kv& kv, const JobRecord& rec, Time now) {
   if (rec.final()) return JobOver(kv, rec);
   if (node_rank_ >= 0 && rec.round == round_) previous_end_ = WhyEnded(rec, round_);
   min_round_ = std::max(min_round_, round_ + 1);
+  if (signal_ != 0) {
+    // Signalled while its workers stopped (their failure recorded): it leaves
+    // the round being gathered as an agent that had joined it would, instead
+    // of joining it, which would close with it and start the others' workers
+    // only to stop them (attack 82).
+    round_ = std::max(min_round_, rec.round + 1);
+    node_rank_ = -1;
+    return Leave(kv);
+  }
   phase_ = Phase::kJoin;
   return Join(kv, rec, now);
 }
@@ -481,6 +496,7 @@ Action AgentMachine::Clearing(Kv& kv, const JobRecord& rec, Time now) {
 
 Action AgentMachine::Running(const JobRecord& rec, Time now) {
   if (rec.Running(round_)) return Wait(now);
+  if (rec.final()) final_seen_ = rec;
   phase_ = Phase::kStopping;
   Action stop;
   stop.kind = ActionKind::kStopWorkers;
@@ -495,14 +511,17 @@ Action AgentMachine::RecordEarlyFailure(Kv& kv, const JobRecord& rec, Time now) 
   Cause cause = early_->cause;
   early_.reset();
   phase_ = Phase::kStopping;
-  if (!rec.Running(round_)) return Wait(now);  // ended already: the exit follows it
+  if (!rec.Running(round_)) {  // ended already: the exit follows it
+    if (rec.final()) final_seen_ = rec;
+    return Wait(now);
+  }
   cause.node_rank = node_rank_;
   cause.node = s_.self.name;
   auto applied = Apply(kv, [&](const JobRecord& r) {
     return EndRoundByFailure(r, round_, cause, s_.rdzv.max_restarts);
   });
   if (!applied.ok()) return StoreGone(applied.status());
-  if (applied->record.final()) final_by_early_ = applied->record;
+  if (applied->record.final()) final_seen_ = applied->record;
   return Wait(now);
 }
 

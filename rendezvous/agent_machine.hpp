@@ -209,9 +209,11 @@ class AgentMachine {
   bool ran_workers_ = false;  // in some round of this job
   WorkersOutcome outcome_;
   std::optional<WorkersOutcome> early_;  // FailedEarly's, until recorded
-  // The record as this node's early failure made it final: the job's end,
-  // known here even if the store is gone before the workers have stopped.
-  std::optional<JobRecord> final_by_early_;
+  // A final record read or made while the workers ran or stopped (this
+  // node's early failure ended the job, or another agent did): the job's
+  // end, known here even if the store is gone before the workers have
+  // stopped (their grace outlasting the store host's wait).
+  std::optional<JobRecord> final_seen_;
   Time settle_until_{};
   int signal_ = 0;
   std::string signal_name_;

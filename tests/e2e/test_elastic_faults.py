@@ -426,3 +426,30 @@ def test_the_logs_of_a_round_a_node_joined_after_are_kept(launch, tmp_path):
     assert kept and "world 1 line 0" in kept[0].read_text(), list(logs[0].rglob("*"))
     now = list(logs[0].glob("*/attempt_0/0/stdout.log"))[0].read_text()
     assert "world 2 line 29" in now and "world 1" not in now, now
+
+
+# Node 2's local rank 0 fails (7) in attempt 0 while its local rank 1 ignores SIGTERM (an 8 s
+# grace); node 0's local rank 0 fails (5) in attempt 1, the restart nodes 0 and 1 form without it.
+TWO_FAILURES = r'''
+if [ "$NODE" = 2 ] && [ "$LOCAL_RANK" = 1 ]; then trap '' TERM; fi
+if [ "$NODE" = 2 ] && [ "$LOCAL_RANK" = 0 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 0 ]; then
+  sleep 2; exit 7
+fi
+if [ "$NODE" = 0 ] && [ "$LOCAL_RANK" = 0 ] && [ "$TORCHELASTIC_RESTART_COUNT" = 1 ]; then
+  sleep 1; exit 5
+fi
+sleep 30
+'''
+
+
+def test_the_store_host_waits_for_a_node_still_stopping_its_failed_workers(launch, tmp_path):
+    """The store host left ~3 s after the job failed, not waiting for node 2, still in the grace
+    of the failure recorded from it (not a member of the last round): node 2 found the store
+    gone and exited 1, the others 5 (attack 82). An agent that still beats is waited for."""
+    out, agents = c10d_agents(launch, tmp_path, "2:3", 3, TWO_FAILURES,
+                              extra=["--max_restarts=1", "--shutdown_timeout=8"])
+    rcs = [a.wait(60) for a in agents]
+    assert rcs == [5, 5, 5], outputs(agents)
+    for a in agents:
+        assert "is gone" not in a.stderr(), outputs(agents)
+        assert "the job failed: node 0 (" in a.stderr(), outputs(agents)

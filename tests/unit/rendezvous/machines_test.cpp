@@ -168,6 +168,37 @@ TEST_CASE("machines: a failure is recorded as its node's workers begin to stop, 
   CHECK(e1.message == e0.message);
 }
 
+TEST_CASE("machines: an agent signalled while its failed workers stop leaves, never rejoins") {
+  // Attack 82: it joined the restart's round, which closed with it and started the other
+  // node's workers, only to stop them at once.
+  TwoAgents t(1);
+  (void)t.Until();
+  WorkersOutcome failed = Failed(WorkerCause(7));
+  t.a1->FailedEarly(failed, t.now);
+  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);
+  REQUIRE(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
+  WorkersOutcome stopped;
+  stopped.kind = WorkersOutcome::Kind::kStopped;
+  t.a0->WorkersExited(stopped, t.now);
+  t.a1->Interrupted(15, "SIGTERM");  // during its grace
+  t.a1->WorkersExited(failed, t.now + std::chrono::seconds(5));
+  const Action left = t.a1->Step(t.kv1, t.now + std::chrono::seconds(5));
+  REQUIRE(left.kind == ActionKind::kExit);
+  CHECK(left.exit_code == 128 + 15);
+  // Node 0 never starts round 1's workers: alone below the minimum, no restart left.
+  for (int i = 0; i < 20; ++i) {
+    const Action a0 = t.a0->Step(t.kv0, t.now + std::chrono::seconds(5));
+    REQUIRE(a0.kind != ActionKind::kStartWorkers);
+    REQUIRE(a0.kind != ActionKind::kClearWorkerStore);
+    if (a0.kind == ActionKind::kExit) {
+      CHECK(a0.exit_code == 1);
+      CHECK(a0.message.find("was stopped by SIGTERM") != std::string::npos);
+      return;
+    }
+  }
+  FAIL("node 0 neither exited nor started workers");
+}
+
 TEST_CASE("machines: a peer-class or settling failure is not recorded early") {
   TwoAgents t(0);
   (void)t.Until();

@@ -216,5 +216,31 @@ TEST_CASE("machines: the store host stopped by a signal: the others exit 1, not 
         "the job failed: the agent hosting the store (host-0) was stopped by SIGTERM");
 }
 
+TEST_CASE("machines: a job's end read while the workers stopped outlasts a store gone later") {
+  // Attack 82: node 1, stopped past the keep-alive limit, came back to the record of its own
+  // loss (the job failed), sat out its workers' long grace, found the store gone, and printed
+  // its own worker as the root cause, "store gone".
+  TwoAgents t(0);
+  (void)t.Until();
+  t.now += std::chrono::seconds(1);
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause = record_test::WorkerCause(3);
+  t.a0->WorkersExited(failed, t.now);
+  REQUIRE(t.a0->Step(t.kv0, t.now).kind == ActionKind::kExit);  // the job failed: 3
+  failed.cause = record_test::WorkerCause(7);
+  t.a1->FailedEarly(failed, t.now);  // its own failure, as its other workers begin their grace
+  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);
+  t.store.SetDown(true);  // the host left before the grace ended
+  t.now += std::chrono::seconds(10);
+  t.a1->WorkersExited(failed, t.now);
+  Action exit = t.a1->Step(t.kv1, t.now);
+  REQUIRE(exit.kind == ActionKind::kExit);
+  CHECK(exit.exit_code == 3);
+  CHECK(exit.failed);
+  CHECK(exit.root_cause.exit_code == 3);
+  CHECK(exit.message.find("store") == std::string::npos);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
