@@ -236,17 +236,18 @@ int Agent::Finish(const rendezvous::Action& exit) {
   if (driver_) {
     // The host waits for the others to read the record before its store goes.
     // Only a signal that comes during the wait ends it: one already acted on is not news.
-    // After a failure the others may be stopping their workers, their grace
-    // first; a host told to go by a signal waits no longer than kLeaveWait.
-    const auto failed_wait =
-        sup_->signals_received() > 0
-            ? std::chrono::milliseconds(kLeaveWait)
-            : kLeaveWait + std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::duration<double>(c_.shutdown_timeout));
-    const int sig =
-        driver_->Leave(coordinator_ != nullptr,
-                       exit.exit_code == 0 ? std::chrono::milliseconds(kExitWait) : failed_wait,
-                       PendingSignal(sup_->signals_received()));
+    // After a failure the others may be stopping their workers: one that
+    // still beats gets their grace too; a host told to go by a signal waits
+    // no longer than kLeaveWait.
+    const bool failed = exit.exit_code != 0;
+    const auto grace = failed && sup_->signals_received() == 0
+                           ? std::chrono::duration_cast<std::chrono::milliseconds>(
+                                 std::chrono::duration<double>(c_.shutdown_timeout))
+                           : std::chrono::milliseconds(0);
+    const int sig = driver_->Leave(
+        coordinator_ != nullptr,
+        failed ? std::chrono::milliseconds(kLeaveWait) : std::chrono::milliseconds(kExitWait),
+        grace, PendingSignal(sup_->signals_received()));
     if (sig != 0) {
       spdlog::warn("received {} while waiting for the other agents to leave: exiting",
                    supervisor::SignalName(sig));

@@ -214,7 +214,7 @@ void AgentDriver::Watch(const NoteFn& on_stop, const NoteFn& on_note) {
 }
 
 int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
-                       const SignalQuery& pending_signal) {
+                       std::chrono::milliseconds grace, const SignalQuery& pending_signal) {
   if (left_) return 0;
   left_ = true;
   ClientKv kv(client_);
@@ -235,28 +235,36 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
   // store gone and says it was likely dropped).
   // Bounded: a killed agent never says it leaves. The store has no "wait for
   // one of these keys" request, so this looks every few milliseconds.
-  // An agent of an earlier round that still beats is alive, most likely
-  // stopping its workers (a failure recorded from it as their grace began):
-  // it is waited for as the current members are (attack 82).
+  // One that still beats is alive: a member, or one of an earlier round,
+  // most likely stopping its workers (a failure recorded from it as their
+  // grace began): it is waited for `grace` longer, as long as it beats (a
+  // killed or stopped one does not hold the job's end; attack 82).
   const auto now = Clock::now();
   const auto& s = machine_.settings().rdzv;
-  const auto current = now + timeout;
-  const auto earlier = now + s.keep_alive_interval * s.keep_alive_max_attempt;
-  std::map<std::string, Clock::time_point> waiting = Others(kv, self, current, earlier);
-  std::map<std::string, int64_t> beats;  // of those waited for until `earlier`
+  const auto beating = now + timeout + grace;
+  struct Waited {
+    Clock::time_point until;
+    std::optional<int64_t> beats;
+  };
+  std::map<std::string, Waited> waiting;
+  for (const auto& [agent, until] :
+       Others(kv, self, now + timeout, now + s.keep_alive_interval * s.keep_alive_max_attempt)) {
+    waiting[agent] = Waited{until, std::nullopt};
+  }
   while (!waiting.empty()) {
     if (int sig = pending_signal().first; sig != 0) return sig;
     const auto t = Clock::now();
     for (auto it = waiting.begin(); it != waiting.end();) {
       auto left = kv.TryGet(keys_.Left(it->first));
       if (!left.ok()) return 0;
-      if (!*left && it->second < current) {
+      Waited& w = it->second;
+      if (!*left && w.until < beating) {
         auto beat = kv.Add(keys_.KeepAlive(it->first), 0);
         if (!beat.ok()) return 0;
-        auto [seen, first] = beats.emplace(it->first, *beat);
-        if (!first && seen->second != *beat) it->second = current;
+        if (w.beats && *w.beats != *beat) w.until = std::max(w.until, std::min(beating, t + grace));
+        w.beats = *beat;
       }
-      it = (*left || t >= it->second) ? waiting.erase(it) : std::next(it);
+      it = (*left || t >= w.until) ? waiting.erase(it) : std::next(it);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -61,9 +61,12 @@ class AgentDriver {
   // After the last action (kExit): this agent says it leaves (given up after
   // kLeaveSaid when the store does not answer); the store host
   // waits (bounded by `timeout`) for the others to have said so too, so the
-  // store outlives their last requests. A terminating signal (asked of
-  // `pending_signal` while it waits) ends the wait; returns that signal, or 0.
-  int Leave(bool hosts_store, std::chrono::milliseconds timeout, const SignalQuery& pending_signal);
+  // store outlives their last requests; up to `grace` longer for one whose
+  // keep-alives still move (stopping its workers). A terminating signal
+  // (asked of `pending_signal` while it waits) ends the wait; returns that
+  // signal, or 0.
+  int Leave(bool hosts_store, std::chrono::milliseconds timeout, std::chrono::milliseconds grace,
+            const SignalQuery& pending_signal);
   static constexpr std::chrono::milliseconds kLeaveSaid{2000};
 
  private:

@@ -450,6 +450,7 @@ def test_the_store_host_waits_for_a_node_still_stopping_its_failed_workers(launc
                               extra=["--max_restarts=1", "--shutdown_timeout=8"])
     rcs = [a.wait(60) for a in agents]
     assert rcs == [5, 5, 5], outputs(agents)
-    for a in agents:
+    for a in agents:  # the node ranks of round 1 are the order the two joined it in
         assert "is gone" not in a.stderr(), outputs(agents)
-        assert "the job failed: node 0 (" in a.stderr(), outputs(agents)
+        assert re.search(r"the job failed: node [01] \(.*\): rank \d \(local_rank 0, pid \d+\) "
+                         r"exit code 5", a.stderr()), outputs(agents)
