@@ -213,25 +213,6 @@ void Supervisor::RequestStop() {
 
 void Supervisor::ClearStopRequest() { stop_requested_ = false; }
 
-void Supervisor::NoteLine(size_t worker, std::string_view line) {
-  // What a failure report needs: the last few KiB, cut at a line start.
-  constexpr size_t kKeep = 4096;
-  if (worker >= outputs_.size()) return;
-  std::string& tail = outputs_[worker].tail;
-  tail.append(line.substr(line.size() > kKeep ? line.size() - kKeep : 0));
-  if (tail.size() <= 2 * kKeep) return;
-  size_t cut = tail.find('\n', tail.size() - kKeep);
-  tail.erase(0, cut == std::string::npos ? tail.size() - kKeep : cut + 1);
-}
-
-void Supervisor::NoteLogLost(size_t worker, const std::string& path, int err, const char* instead) {
-  if (worker >= outputs_.size() || !lost_log_paths_.insert(path).second) return;
-  outputs_[worker].lost_logs.push_back(path + ": write failed: " + std::strerror(err) +
-                                       "; later output is not in it");
-  spdlog::error("log file {} is incomplete: write failed: {}{}; {}", path, std::strerror(err),
-                err == EFBIG ? " (the file size limit, ulimit -f)" : "", instead);
-}
-
 void Supervisor::PollSignals() {
   if (running_ == nullptr) uv_run(&loop_, UV_RUN_NOWAIT);
 }
