@@ -102,14 +102,18 @@ def starts(out, node, local_rank):
     return [tuple(int(x) for x in line.split()) for line in lines if len(line.split()) == 5]
 
 
-def wait_world(out, nodes, nproc, world, timeout=15.0):
-    """Waits until every worker of `nodes` reports WORLD_SIZE == world; returns their states."""
+def wait_world(out, nodes, nproc, world, timeout=15.0, restarts=None):
+    """Waits until every worker of `nodes` reports WORLD_SIZE == world (and, when given,
+    TORCHELASTIC_RESTART_COUNT == restarts: an earlier attempt's worker leaves its last state
+    until the new one writes); returns their states."""
     def ok():
         states = {(n, lr): state(out, n, lr) for n in nodes for lr in range(nproc)}
-        if all(s is not None and s[1] == world for s in states.values()):
+        if all(s is not None and s[1] == world and restarts in (None, s[2])
+               for s in states.values()):
             return states
         return None
-    return wait_for(ok, timeout, interval=0.05, what=f"WORLD_SIZE={world} on nodes {nodes}")
+    return wait_for(ok, timeout, interval=0.05,
+                    what=f"WORLD_SIZE={world} (restart count {restarts}) on nodes {nodes}")
 
 
 def stop_and_wait(out, agents, timeout=AGENT_TIMEOUT):
