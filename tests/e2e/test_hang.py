@@ -314,10 +314,12 @@ def test_a_collective_timeout_between_diverged_ranks_names_the_divergence():
     r, _ = run(["--nproc_per_node=2", TRAIN, "--device", "cpu", "--width", "32", "--depth", "1",
                 "--steps", "40", "--diverge-at-step", "5", "--collective-timeout", "3"])
     assert r.returncode == 1, r.stderr
+    # The rank whose timeout fired first shuts its connections; the other may fail of that
+    # (closed by peer) before ddprun sees the first exit: either way the divergence is named.
     assert re.search(r"cause     : rank \d (is in|ran) \w+ #\d+ while rank \d (is in|ran) \w+ #\d+: "
-                     r"the ranks issue different collectives, and waited for each other until "
-                     r"the collective timeout \(3 s\) ended it: their programs diverged",
-                     r.stderr), r.stderr
+                     r"the ranks issue different collectives, and (waited for each other until "
+                     r"the collective timeout \(3 s\) ended it|the rank failed after it): their "
+                     r"programs diverged", r.stderr), r.stderr
 
 
 @pytest.mark.parametrize("setting", ["amp", "steps"])
