@@ -258,7 +258,7 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
       auto left = kv.TryGet(keys_.Left(it->first));
       if (!left.ok()) return 0;
       Waited& w = it->second;
-      if (!*left && w.until < beating) {
+      if (grace.count() > 0 && !*left && w.until < beating) {  // else no read extends it
         auto beat = kv.Add(keys_.KeepAlive(it->first), 0);
         if (!beat.ok()) return 0;
         if (w.beats && *w.beats != *beat) w.until = std::max(w.until, std::min(beating, t + grace));
