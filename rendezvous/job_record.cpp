@@ -8,7 +8,7 @@ namespace ddprun::rendezvous {
 
 namespace {
 
-constexpr char kMagic[] = "ddprun-job/2";
+constexpr char kMagic[] = "ddprun-job/3";
 constexpr char kMagicFamily[] = "ddprun-job/";
 
 // Fields are "<decimal length>:<bytes>", so any text survives.
@@ -138,7 +138,7 @@ int Remaining(const JobRecord& rec, const std::vector<std::string>& joining) {
 // A member left (lost, signalled) and fewer than --nnodes' minimum remain:
 // with `restart` the job waits for another node, else it fails.
 Cause TooFewNodes(const std::string& reason, int remain, int min_nodes, bool restart,
-                  int max_restarts) {
+                  int max_restarts, const std::string& restart_cause) {
   Cause c;
   c.cls = FailureClass::kRendezvous;
   c.what = reason + "; " + std::to_string(remain) + " node(s) remain, fewer than the minimum of " +
@@ -148,6 +148,11 @@ Cause TooFewNodes(const std::string& reason, int remain, int min_nodes, bool res
                     : ", and no restart is left (--max_restarts=" + std::to_string(max_restarts) +
                           ") to wait for another node: start the job again with every node, or "
                           "give --nnodes a lower minimum so that it goes on without one";
+  // The failure that used the last restart is the one the user came for; the
+  // loss only ended the job afterwards.
+  if (!restart && max_restarts > 0 && !restart_cause.empty()) {
+    c.what += " (the last restart was used after " + restart_cause + ")";
+  }
   return c;
 }
 
@@ -202,6 +207,7 @@ int JobRecord::world_size() const {
 std::string JobRecord::Encode() const {
   FieldWriter w;
   w.Str(kMagic).Int(version).Int(round).Str(EncodeMembers(members)).Int(restarts);
+  w.Str(restart_cause);
   w.Int(static_cast<int>(end));
   WriteCause(w, cause);
   w.Str(end_reason).Str(lost_agent);
@@ -226,10 +232,11 @@ StatusOr<JobRecord> JobRecord::Decode(const std::string& text) {
                            kMagic + ": run the same ddprun version on every node");
   }
   if (magic != kMagic || !r.Int(&rec.version) || !r.Int(&rec.round) || !r.Str(&members) ||
-      !r.Int(&rec.restarts) || !r.Int(&end) || !ReadCause(r, &rec.cause) ||
-      !r.Str(&rec.end_reason) || !r.Str(&rec.lost_agent) || !r.Str(&bits) || !r.Str(&gone_bits) ||
-      !r.Str(&rec.gone_reason) || !r.Int(&outcome) || !ReadCause(r, &rec.final_cause) ||
-      !r.Str(&withdrawn) || !DecodeWithdrawn(withdrawn, &rec.withdrawn) || !r.AtEnd()) {
+      !r.Int(&rec.restarts) || !r.Str(&rec.restart_cause) || !r.Int(&end) ||
+      !ReadCause(r, &rec.cause) || !r.Str(&rec.end_reason) || !r.Str(&rec.lost_agent) ||
+      !r.Str(&bits) || !r.Str(&gone_bits) || !r.Str(&rec.gone_reason) || !r.Int(&outcome) ||
+      !ReadCause(r, &rec.final_cause) || !r.Str(&withdrawn) ||
+      !DecodeWithdrawn(withdrawn, &rec.withdrawn) || !r.AtEnd()) {
     return bad();
   }
   auto nodes = DecodeMembers(members);
@@ -283,6 +290,7 @@ StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& 
   if (++next.restarts > max_restarts || cause.cls == FailureClass::kExitHang) {
     return Fail(std::move(next), cause);
   }
+  next.restart_cause = cause.Describe();
   return next;
 }
 
@@ -306,10 +314,12 @@ StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std:
   // loss fails their workers, and the next round waits join_timeout for
   // another node; the job fails when none is left.
   const bool restart = next.restarts < max_restarts;
-  const Cause cause = TooFewNodes(reason, remain, min_nodes, restart, max_restarts);
+  const Cause cause =
+      TooFewNodes(reason, remain, min_nodes, restart, max_restarts, rec.restart_cause);
   if (!restart) return Fail(std::move(next), cause);
   next.end = RoundEnd::kFailure;
   next.cause = cause;
+  next.restart_cause = reason;
   ++next.restarts;
   return next;
 }
@@ -328,7 +338,8 @@ StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& age
   // runs: none is used).
   const int remain = Remaining(next, joining);
   if (remain >= min_nodes || next.restarts < max_restarts) return next;
-  return Fail(std::move(next), TooFewNodes(reason, remain, min_nodes, false, max_restarts));
+  return Fail(std::move(next),
+              TooFewNodes(reason, remain, min_nodes, false, max_restarts, rec.restart_cause));
 }
 
 StatusOr<JobRecord> Rejoin(const JobRecord& rec, int r, const std::string& agent_id) {

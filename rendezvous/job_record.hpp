@@ -72,6 +72,7 @@ struct JobRecord {
   int round = -1;                 // the last round that closed; -1: none yet
   std::vector<NodeInfo> members;  // of `round`, in node rank order
   int restarts = 0;               // failure restarts used before `round` started
+  std::string restart_cause;      // what used the last of them ("node 1 (host-b): rank 3 ...")
   RoundEnd end = RoundEnd::kNone;
   Cause cause;              // end == kFailure: the root cause
   std::string end_reason;   // kMembership, kNewNodes: "lost host-b (...)"

@@ -106,6 +106,26 @@ def test_a_node_lost_below_the_minimum_is_waited_for_with_a_restart_left(launch,
     assert stop_and_wait(out, [agents[0], agents[2]]) == [0, 0], outputs(agents)
 
 
+
+def test_a_loss_past_the_last_restart_still_names_the_failure_that_used_it(launch, tmp_path):
+    """--nnodes=2:3 --max_restarts=1: a worker's failure uses the restart, then a node is lost
+    and fewer than MIN remain. The job fails of the loss, and its message used to drop the
+    worker failure (found by an attacking helper: an agent paused through the restart's
+    rendezvous); it names the failure that used the last restart now."""
+    out, agents = c10d_agents(launch, tmp_path, "2:3", 2, LOOP, extra=["--max_restarts=1"])
+    first = wait_world(out, [0, 1], 2, 4, restarts=0)
+    os.kill(first[(1, 1)][0], signal.SIGKILL)
+    wait_world(out, [0, 1], 2, 4, timeout=AGENT_TIMEOUT, restarts=1)
+    agents[1].signal(signal.SIGKILL)
+    assert agents[0].wait(AGENT_TIMEOUT) == 1, outputs(agents)
+    final = [ln for ln in agents[0].stderr().splitlines() if "the job failed" in ln]
+    assert final, outputs(agents)
+    pid, _, _, rank, node_rank = first[(1, 1)]
+    assert re.search(r"no restart is left \(--max_restarts=1\).*\(the last restart was used "
+                     rf"after node {node_rank} \(.*\): rank {rank} \(local_rank 1, pid {pid}\) "
+                     r".*SIGKILL", final[-1]), final[-1]
+
+
 # Workers that run until $OUTDIR/go exists, then record that they finished and exit 0.
 FINISH = r'''
 echo "$$ $WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $RANK $GROUP_RANK" >> "$OUTDIR/starts_${NODE}_${LOCAL_RANK}"

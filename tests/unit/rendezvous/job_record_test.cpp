@@ -119,14 +119,45 @@ TEST_CASE(
 
 TEST_CASE("a record of another ddprun version is named as such, not as malformed") {
   std::string text = Closed(2).Encode();
-  const std::string magic = "ddprun-job/2";
+  const std::string magic = "ddprun-job/3";
   REQUIRE(text.find(magic) != std::string::npos);
   text.replace(text.find(magic), magic.size(), "ddprun-job/1");
   auto rec = JobRecord::Decode(text);
   REQUIRE_FALSE(rec.ok());
   CHECK(rec.status().message() ==
-        "rendezvous: the job record is ddprun-job/1, this ddprun reads ddprun-job/2: run the "
+        "rendezvous: the job record is ddprun-job/1, this ddprun reads ddprun-job/3: run the "
         "same ddprun version on every node");
+}
+
+TEST_CASE("a loss past the last restart names the failure that used it") {
+  // Round 0's worker failure uses the one restart; round 1 loses a member
+  // before its workers ran: the job fails of the loss, and the message still
+  // names the failure the user has to look at.
+  auto failed = EndRoundByFailure(Closed(2), 0, WorkerCause(3), 1);
+  REQUIRE(failed.ok());
+  CHECK(failed->restart_cause == WorkerCause(3).Describe());
+  auto round1 = CloseRound(*failed, 1, failed->members);
+  REQUIRE(round1.ok());
+  auto decoded = JobRecord::Decode(round1->Encode());
+  REQUIRE(decoded.ok());
+  CHECK(decoded->restart_cause == WorkerCause(3).Describe());
+  auto lost = EndRoundByMembership(*decoded, 1, "lost host-1", "1", 2, {}, 1);
+  REQUIRE(lost.ok());
+  REQUIRE(lost->final());
+  CHECK(lost->final_cause.what ==
+        "lost host-1; 1 node(s) remain, fewer than the minimum of 2 (--nnodes), and no restart is "
+        "left (--max_restarts=1) to wait for another node: start the job again with every node, "
+        "or give --nnodes a lower minimum so that it goes on without one (the last restart was "
+        "used after " +
+            WorkerCause(3).Describe() + ")");
+  // A loss that used the restart is named the same way by the next one.
+  auto by_loss = EndRoundByMembership(Closed(2), 0, "lost host-1", "1", 2, {}, 1);
+  REQUIRE(by_loss.ok());
+  CHECK(by_loss->restart_cause == "lost host-1");
+  // Without restarts nothing was used: no such note.
+  auto none = EndRoundByMembership(Closed(2), 0, "lost host-1", "1", 2, {}, 0);
+  REQUIRE(none.ok());
+  CHECK(none->final_cause.what.find("the last restart") == std::string::npos);
 }
 
 TEST_CASE("a failure uses one restart; the one past --max_restarts fails the job for good") {

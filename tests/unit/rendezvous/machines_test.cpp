@@ -126,7 +126,8 @@ TEST_CASE("machines: an agent signalled in a restart's rendezvous is not counted
         "the job failed: the agent on host-1 (1, joining round 1) was stopped by SIGTERM; 1 "
         "node(s) remain, fewer than the minimum of 2 (--nnodes), and no restart is left "
         "(--max_restarts=1) to wait for another node: start the job again with every node, or "
-        "give --nnodes a lower minimum so that it goes on without one");
+        "give --nnodes a lower minimum so that it goes on without one (the last restart was "
+        "used after node 1 (host-1): rank 3 (local_rank 1, pid 4242) exit code 3)");
 }
 
 TEST_CASE("machines: a peer-class failure waits for the failure that caused it") {
