@@ -293,10 +293,14 @@ void Supervisor::ReapChildren() {
         "SIGKILL to those left after --shutdown_timeout={:g} s)",
         w.rank, w.local_rank, w.pid, w.exit.Describe(),
         std::chrono::duration<double>(options_.shutdown_timeout).count());
-    if (failure_handler_) {
-      failure_handler_(GroupResult{Outcome::kFailed, 0, running_->workers(), running_->failures(),
-                                   running_->signals_sent()});
-    }
+    NotifyFailure(*running_);
+  }
+}
+
+void Supervisor::NotifyFailure(const GroupState& state) {
+  if (failure_handler_) {
+    failure_handler_(
+        GroupResult{Outcome::kFailed, 0, state.workers(), state.failures(), state.signals_sent()});
   }
 }
 
@@ -558,6 +562,9 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
     if (state.phase() != Phase::kRunning) break;
     StartWorker(spec, state);
   }
+  // A worker that could not be started fails the group as an exit would
+  // (ReapChildren tells only of a running group's first failure).
+  if (!state.failures().empty()) NotifyFailure(state);
   ReapChildren();  // exits that raced with the start-up
   if (start_handler_) start_handler_(state.workers());
   StartPauseWatch();

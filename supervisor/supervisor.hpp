@@ -88,9 +88,9 @@ class Supervisor {
   // Called once per group, when every worker was started (or failed to start).
   using StartHandler = std::function<void(const std::vector<WorkerRecord>&)>;
   void SetStartHandler(StartHandler handler) { start_handler_ = std::move(handler); }
-  // Called on the loop thread when a worker's own exit fails the group, as
-  // the others begin to be stopped (before their grace): the group so far,
-  // its failures in observed order. Must not block.
+  // Called on the loop thread when a worker's own exit (or its failure to
+  // start) fails the group, as the others begin to be stopped (before their
+  // grace): the group so far, its failures in observed order. Must not block.
   using FailureHandler = std::function<void(const GroupResult&)>;
   void SetFailureHandler(FailureHandler handler) { failure_handler_ = std::move(handler); }
   // Returns true for a forward-only signal (GroupOptions::forward_only) that
@@ -133,6 +133,7 @@ class Supervisor {
   class LoopTimer;
 
   void StartWorker(const WorkerSpec& spec, GroupState& state);
+  void NotifyFailure(const GroupState& state);  // calls failure_handler_, if set
   StatusOr<int> ChildFd(const StreamSpec& stream, int console_fd,
                         std::vector<UniqueFd>& parent_side);
   // The one stream a worker's stdout and stderr can share (one pipe, their

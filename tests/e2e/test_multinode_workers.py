@@ -2,10 +2,14 @@
 across a restart, the store's keys of an earlier round, and a hang whose cause is on the other
 node. test_multinode.py has the rendezvous itself."""
 import json
+import os
+import signal
+import time
 
 import pytest
 
-from conftest import PYTHON, free_port, write_script
+from conftest import PYTHON, free_port, sh, wait_for, write_script
+from test_limits import pids_cgroup_root
 from test_multinode import FAST, node_env, outputs, static_args
 from trainlib import TRAIN
 
@@ -172,3 +176,51 @@ def test_a_failure_reaches_the_other_nodes_before_its_nodes_grace_ends(launch, t
         stopped = float((tmp_path / f"stopped_{rank}").read_text())
         assert stopped - failed < 2.5, f"rank {rank} stopped {stopped - failed:.1f} s after " \
             f"rank 3 failed\n{outputs(agents)}"
+
+
+# Node 1's workers ignore SIGTERM (they take the whole --shutdown_timeout, one process each);
+# node 0's write when they were stopped.
+SLEEPS_THROUGH_TERM = r'''
+if [ "$GROUP_RANK" = 1 ]; then trap "" TERM; exec sleep 60; fi
+trap 'date +%s.%N > "$OUTDIR/stopped_$RANK"; exit 143' TERM
+sleep 60 &
+wait
+'''
+
+
+def test_a_worker_that_cannot_start_reaches_the_other_nodes_before_its_nodes_grace_ends(
+        launch, tmp_path):
+    """Node 1 (in a pids cgroup of pids.max 20) starts some of its 24 workers, then fork fails
+    with EAGAIN; the started ones ignore SIGTERM (15 s of grace). A worker that could not start
+    was told to the job record only after that grace (the early record took exits only): node 0
+    waited 15 s. Now node 0 stops its workers at once and exits 1 naming the start failure."""
+    root = pids_cgroup_root()
+    if root is None:
+        pytest.skip("needs root and a writable pids cgroup (v1 hierarchy, or v2 with pids)")
+    cg = root / f"ddprun_test_{os.getpid()}_start"
+    cg.mkdir()
+    try:
+        (cg / "pids.max").write_text("20\n")
+        port = free_port()
+        args = ["--shutdown_timeout=15", "--max_restarts=0", *sh(SLEEPS_THROUGH_TERM)]
+        node1 = launch(static_args(2, 1, port, nproc=24, conf=FAST, extra=args),
+                       env=node_env(tmp_path, 1))
+        # Moved before node 0 exists: no worker starts before the rendezvous.
+        (cg / "cgroup.procs").write_text(str(node1.proc.pid))
+        started = time.time()
+        node0 = launch(static_args(2, 0, port, nproc=24, conf=FAST, extra=args),
+                       env=node_env(tmp_path, 0))
+        assert node0.wait(60) == 1, outputs([node0, node1])
+        assert node1.wait(60) == 1, outputs([node0, node1])
+        assert "could not be started: start /bin/sh: fork failed with EAGAIN" in \
+            node0.stderr(), outputs([node0, node1])
+        stops = [float(p.read_text()) - started for p in tmp_path.glob("stopped_*")]
+        assert len(stops) == 24, outputs([node0, node1])
+        assert max(stops) < 10, f"node 0's workers stopped {min(stops):.1f}-{max(stops):.1f} s " \
+            f"after its start (node 1's grace is 15 s)\n{outputs([node0, node1])}"
+    finally:
+        for pid in (cg / "cgroup.procs").read_text().split():
+            os.kill(int(pid), signal.SIGKILL)
+        wait_for(lambda: not (cg / "cgroup.procs").read_text().split(), 10,
+                 what="the cgroup's processes gone")
+        cg.rmdir()
