@@ -49,7 +49,8 @@ S alone (the fault plan is the same; the moment a fault hits still depends on ti
 "train@N%" moment is N% of the training time measured by the run's earlier rounds, which a lone
 rerun takes from built-in defaults: rerun a timing-sensitive seed a few times).
 
-Only the Python standard library; only 127.0.0.x addresses; every process it starts is killed
+The plan is made in chaos_plan.py, the checks (a) to (e) are in chaos_checks.py, and the
+helpers that find the round's processes in chaos_procs.py. Only the Python standard library; only 127.0.0.x addresses; every process it starts is killed
 at the end of its round. Exit status: 0 when no round found a violation, 1 otherwise, 2 on a
 usage or setup error.
 """
@@ -58,32 +59,19 @@ import argparse
 import json
 import os
 import random
-import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 
-ADDRS = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
-NPROC = 2
-TRAIN_FLAGS = ["--device", "cpu", "--width", "64", "--depth", "2", "--batch", "16"]
-RDZV_CONF = ("join_timeout=20,last_call_timeout=1,keep_alive_interval=0.5,"
-             "keep_alive_max_attempt=3")
-POLL = 0.02
-KEEP_ALIVE_LIMIT = 0.5 * 3  # keep_alive_interval x keep_alive_max_attempt in RDZV_CONF
-ORPHAN_GRACE = 5.0
-
-# Faults a plan draws from (kind -> weight) for its first fault; a second fault is drawn from
-# SECOND with probability P_SECOND.
-FIRST = {"none": 2, "kill_worker": 3, "kill_agent": 3, "stop_agent": 3, "kill_host": 1.5,
-         "kill_worker_mr0": 1.5}
-SECOND = {"kill_worker": 1, "kill_agent": 1, "stop_agent": 1}
-P_SECOND = 0.35
-MOMENTS = {"startup": 1, "train": 2, "exit": 1.5}
+from chaos_checks import RoundChecks, reference
+from chaos_plan import (ADDRS, NPROC, ORPHAN_GRACE, POLL, RDZV_CONF, TRAIN_FLAGS, make_plan,
+                        plan_text, train_estimate)
+from chaos_procs import (base_env, cmdline, free_port, has_marker, listening, marked_pids, node_of,
+                         parse_kv, ppid_of, signal_pid)
 
 WRAPPER = r'''#!/bin/sh
 # chaos worker: records its start, runs train, records its end. Files: s.PID (start),
@@ -109,17 +97,6 @@ printf 'pid=%s rc=%s checksum=%s t=%s\n' "$$" "$rc" "${cs:-none}" "$(date +%s.%N
 exit $rc
 '''
 
-ROUND_RE = re.compile(rb"rendezvous round (\d+) complete: node rank (\d+) of (\d+), world size (\d+)")
-ROOT_RE = re.compile(r"Root Cause \(first observed failure\):\s*\n\[0\]:\n(?:.*\n)*?\s*rank\s*:\s*(\d+)"
-                     r"[^\n]*\n\s*exitcode\s*:\s*(-?\d+)")
-FAILURE_RE = re.compile(r"failure: code=(-?\d+) node \d+ \([^)]*\): rank (\d+)")
-# Every agent of a failed job prints the one recorded root cause.
-JOB_FAILED_RE = re.compile(r"the job failed: (.*)")
-# An agent's last error: the store gone (its host killed) is the cause it names.
-LAST_ERROR_RE = re.compile(r"\[ddprun [\d:]+ error\] (.*)")
-STORE_GONE_RE = re.compile(r"^rendezvous: store \S+ is gone")
-
-
 class Stop(Exception):
     """SIGTERM/SIGINT: end the round, clean up, report."""
 
@@ -127,192 +104,6 @@ class Stop(Exception):
 def log(msg, out=sys.stdout):
     out.write(msg + "\n")
     out.flush()
-
-
-# --------------------------------------------------------------------------- processes
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def listening(port, host="127.0.0.1"):
-    try:
-        with socket.create_connection((host, port), timeout=0.2):
-            return True
-    except OSError:
-        return False
-
-
-def marked_pids(marker):
-    """Pids of the processes whose environment holds CHAOS_ROUND=marker."""
-    needle = ("CHAOS_ROUND=" + marker).encode() + b"\0"
-    pids = []
-    me = os.getpid()
-    for name in os.listdir("/proc"):
-        if not name.isdigit() or int(name) == me:
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if needle in env + b"\0":
-            pids.append(int(name))
-    return pids
-
-
-def has_marker(pid, marker):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return ("CHAOS_ROUND=" + marker).encode() + b"\0" in f.read() + b"\0"
-    except OSError:
-        return False
-
-
-def cmdline(pid):
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace").strip()[:120]
-    except OSError:
-        return "?"
-
-
-def node_of(pid):
-    try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            for item in f.read().split(b"\0"):
-                if item.startswith(b"CHAOS_NODE="):
-                    return item[11:].decode()
-    except OSError:
-        pass
-    return "?"
-
-
-def ppid_of(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[1])
-    except (OSError, ValueError, IndexError):
-        return "?"
-
-
-def signal_pid(pid, sig):
-    try:
-        os.kill(pid, sig)
-        return True
-    except OSError:
-        return False
-
-
-def base_env():
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PET_", "TORCHELASTIC_", "TORCH_ELASTIC_", "CHAOS_", "RANK",
-                                "WORLD_SIZE", "MASTER_", "LOCAL_", "GROUP_", "ROLE_"))}
-    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="",
-               LC_ALL="C")
-    return env
-
-
-_refs = {}
-_ddp_sums = {}  # world size -> (checksum, seed): the first one seen
-
-
-def reference(train, steps, world):
-    """The checksum `train --reference --world-size world` prints (cached)."""
-    key = (steps, world)
-    if key not in _refs:
-        r = subprocess.run([train, "--reference", "--world-size", str(world), "--steps",
-                            str(steps), *TRAIN_FLAGS], env=base_env(), capture_output=True,
-                           text=True, timeout=120)
-        m = re.search(r"reference checksum (\S+)", r.stdout)
-        if r.returncode != 0 or not m:
-            raise RuntimeError(f"train --reference --world-size {world} failed: rc={r.returncode}"
-                               f"\n{r.stdout}\n{r.stderr}")
-        _refs[key] = m.group(1)
-    return _refs[key]
-
-
-# --------------------------------------------------------------------------- the plan
-
-_train_s = {}  # world size -> seconds a clean training run took (running average)
-
-
-def train_estimate(steps, world):
-    """Seconds from the first worker start to the first rank's end, as measured so far (2 cores:
-    ~9 ms a step with 4 ranks, ~21 ms with 6)."""
-    if world in _train_s:
-        return _train_s[world]
-    return steps * {4: 0.009, 6: 0.021}.get(world, 0.02)
-
-
-def note_training(world, seconds):
-    old = _train_s.get(world)
-    _train_s[world] = seconds if old is None else 0.7 * old + 0.3 * seconds
-
-
-def weighted(rng, table):
-    keys = sorted(table)
-    return rng.choices(keys, weights=[table[k] for k in keys])[0]
-
-
-def make_plan(seed):
-    """The round's fault plan: a function of the seed only."""
-    rng = random.Random(seed)
-    nagents = rng.choice([2, 3, 3])
-    first = weighted(rng, FIRST)
-    kinds = [first]
-    if first not in ("none", "kill_worker_mr0") and rng.random() < P_SECOND:
-        kinds.append(weighted(rng, SECOND))
-    if first == "kill_worker_mr0":
-        max_restarts = 0
-    elif all(k in ("kill_agent", "stop_agent") for k in kinds):
-        # Lost or paused agents must not use up restarts (e): sometimes there are none to use.
-        max_restarts = rng.choice([3, 3, 1, 0])
-    else:
-        max_restarts = 3
-    stagger = [0.0] + [round(rng.uniform(0.0, 1.2), 2) for _ in range(nagents - 1)]
-    faults = []
-    for kind in kinds:
-        if kind == "none":
-            continue
-        f = {"kind": kind, "moment": weighted(rng, MOMENTS), "delay": 0.0, "pick": rng.random()}
-        if f["moment"] == "startup":
-            f["delay"] = round(rng.uniform(0.0, 1.5), 2)
-        elif f["moment"] == "train":
-            # A fraction of the training time (estimated from the run's clean rounds).
-            f["frac"] = round(rng.uniform(0.05, 1.0), 2)
-        elif kind.startswith("kill_worker"):
-            f["delay"] = round(rng.uniform(0.0, 0.04), 2)  # the last ranks end within ~0.1 s
-        else:
-            f["delay"] = round(rng.uniform(0.0, 0.1), 2)  # the agents' final exit wait
-        if kind == "stop_agent":
-            f["target"] = rng.randrange(nagents)
-            f["pause"] = round(rng.uniform(0.5, 6.0), 2)
-        elif kind == "kill_agent":
-            f["target"] = 1 + rng.randrange(nagents - 1)
-        elif kind == "kill_host":
-            f["target"] = 0
-        faults.append(f)
-    return {"seed": seed, "nagents": nagents, "max_restarts": max_restarts, "stagger": stagger,
-            "faults": faults}
-
-
-def plan_text(plan):
-    parts = []
-    for f in plan["faults"]:
-        s = f["kind"]
-        if "target" in f:
-            s += f"@a{f['target']}"
-        if f["kind"] == "stop_agent":
-            s += f"/{f['pause']}s"
-        if "frac" in f:
-            s += f"[{f['moment']}@{f['frac']:.0%}]"
-        else:
-            s += f"[{f['moment']}+{f['delay']}]"
-        parts.append(s)
-    return ",".join(parts) or "none"
 
 
 # --------------------------------------------------------------------------- one round
@@ -349,15 +140,7 @@ class Agent:
             return b""
 
 
-def parse_kv(line):
-    out = {}
-    for part in line.split():
-        k, _, v = part.partition("=")
-        out[k] = v
-    return out
-
-
-class Round:
+class Round(RoundChecks):
     def __init__(self, args, seed, workdir):
         self.args = args
         self.plan = make_plan(seed)
@@ -600,204 +383,6 @@ class Round:
                 a.proc.wait(5)
             except subprocess.TimeoutExpired:
                 pass
-
-    # ------------------------------------------------------------------ checks
-
-    def rounds_of_agents(self):
-        """Per agent: [(byte offset after the line, rdzv round, node rank, nodes, world)]."""
-        out = {}
-        for a in self.agents:
-            text = a.text()
-            out[ADDRS[a.idx]] = [(m.end(), int(m.group(1)), int(m.group(2)), int(m.group(3)),
-                                  int(m.group(4))) for m in ROUND_RE.finditer(text)]
-        return out
-
-    def attribute(self):
-        """Rendezvous round of each worker start: the agent's last 'round N complete' line
-        written before the worker started (the wrapper records the log size at start)."""
-        marks = self.rounds_of_agents()
-        for s in self.starts.values():
-            s["rdzv"] = None
-            try:
-                pos = int(s.get("logpos", "-1"))
-            except ValueError:
-                pos = -1
-            for end, rnd, *_ in marks.get(s.get("node"), []):
-                if end <= pos:
-                    s["rdzv"] = rnd
-        return marks
-
-    def check(self):
-        plan = self.plan
-        self.attribute()
-        fired = [f for f in self.fired if f.get("fired")]
-        fired_kinds = {f["kind"] for f in fired}
-        worker_killed = bool(fired_kinds & {"kill_worker", "kill_worker_mr0"})
-        host_killed = "kill_host" in fired_kinds
-        ints = lambda s, k: int(s[k]) if s.get(k, "").lstrip("-").isdigit() else None
-
-        # (a) one formed round: same world size, restart count, run id; distinct valid ranks.
-        groups = {}
-        for s in self.starts.values():
-            if s["rdzv"] is not None:
-                groups.setdefault(s["rdzv"], []).append(s)
-        for rnd, ws in sorted(groups.items()):
-            worlds = {s.get("world") for s in ws}
-            restarts = {s.get("restart") for s in ws}
-            runs = {s.get("run_id") for s in ws}
-            if len(worlds) > 1:
-                self.violate("world_mismatch", f"rdzv round {rnd}: WORLD_SIZE {sorted(worlds)}")
-            if len(restarts) > 1:
-                detail = ", ".join(sorted(f"{s.get('node')}/{s.get('local_rank')}:"
-                                          f"{s.get('restart')}" for s in ws))
-                self.violate("restart_count_mismatch",
-                             f"rdzv round {rnd}: TORCHELASTIC_RESTART_COUNT differs ({detail})")
-            if len(runs) > 1:
-                self.violate("run_id_mismatch", f"rdzv round {rnd}: run ids {sorted(runs)}")
-            ranks = [ints(s, "rank") for s in ws]
-            dup = {r for r in ranks if ranks.count(r) > 1}
-            if dup:
-                self.violate("dup_rank", f"rdzv round {rnd}: ranks {sorted(dup)} twice")
-            for s in ws:
-                r, w, g, lr = (ints(s, k) for k in ("rank", "world", "group_rank", "local_rank"))
-                if None in (r, w, g, lr) or not 0 <= r < w or r != g * NPROC + lr:
-                    self.violate("bad_rank", f"rdzv round {rnd}: {s.get('node')} rank={r} "
-                                 f"world={w} group_rank={g} local_rank={lr}")
-                    break
-
-        # Workers that exited 0 print the checksum of the reference run (within --checksum_rel:
-        # Gloo sums in another order than --reference does), every rank of a round exactly the
-        # same, and the same as every other DDP run of that world size in this suite run.
-        for rnd, ws in sorted(groups.items()):
-            sums = {}
-            for s in ws:
-                e = self.ends.get(s["pid"], {})
-                if e.get("rc") == "0":
-                    sums[ints(s, "rank")] = e.get("checksum")
-            if not sums:
-                continue
-            w = ints(ws[0], "world")
-            if len(set(sums.values())) > 1:
-                self.violate("checksum_mismatch", f"rdzv round {rnd}: ranks disagree {sums}")
-                continue
-            got = next(iter(sums.values()))
-            ref = reference(self.args.train, self.args.steps, w) if w else None
-            try:
-                off = abs(float(got) - float(ref)) / max(abs(float(ref)), 1e-30)
-            except (TypeError, ValueError):
-                off = float("inf")
-            if off > self.args.checksum_rel:
-                self.violate("checksum_mismatch", f"rdzv round {rnd} (world {w}): {got} vs "
-                             f"reference {ref} (rel {off:.1e} > {self.args.checksum_rel:g})")
-                continue
-            first = _ddp_sums.setdefault(w, (got, self.seed))
-            if got != first[0]:
-                self.violate("checksum_mismatch", f"rdzv round {rnd} (world {w}): {got}, but "
-                             f"round seed {first[1]} got {first[0]}")
-
-        # (b) a complete round (every rank exited 0 with a checksum) ends the job.
-        complete_end = None
-        for rnd, ws in sorted(groups.items()):
-            w = ints(ws[0], "world")
-            done = [s for s in ws if self.ends.get(s["pid"], {}).get("rc") == "0"
-                    and self.ends[s["pid"]].get("checksum", "none") != "none"
-                    and int(s["pid"]) not in self.killed_workers]
-            if w and sorted({ints(s, "rank") for s in done}) == list(range(w)):
-                t = max(float(self.ends[s["pid"]]["t"]) for s in done)
-                note_training(w, min(float(self.ends[s["pid"]]["t"]) for s in done) -
-                              min(float(s["t"]) for s in ws))
-                if complete_end is None or t < complete_end[0]:
-                    complete_end = (t, rnd)
-        if complete_end is not None:
-            later = [s for s in self.starts.values() if float(s.get("t", 0)) > complete_end[0]]
-            if later:
-                s = min(later, key=lambda s: float(s["t"]))
-                self.violate("rerun_after_success",
-                             f"rdzv round {complete_end[1]} completed, then {len(later)} workers "
-                             f"started again (first: {s.get('node')} rank {s.get('rank')} "
-                             f"restart {s.get('restart')}, rdzv round {s['rdzv']}, "
-                             f"+{float(s['t']) - complete_end[0]:.2f} s)")
-
-        # (d) the agents not SIGKILLed agree on the exit code and the root cause.
-        # (Agents SIGKILLed at the bound are reported as hung, not compared.)
-        # An agent stopped past the keep-alive limit is lost by contract; if it comes back after
-        # the job ended and its store is gone, it can read no outcome, and says so ("may have been
-        # dropped from the job") with exit 1: not compared.
-        dropped = [a for a in self.agents if a.paused_for > KEEP_ALIVE_LIMIT and a.rc == 1
-                   and b"may have been dropped from the job" in a.text()]
-        survivors = [a for a in self.agents if not a.killed and not a.hung and a.rc is not None
-                     and a not in dropped]
-        rcs = {a.rc for a in survivors}
-        if len(rcs) > 1:
-            self.violate("exit_mismatch", ", ".join(f"a{a.idx}={a.rc}" for a in survivors))
-        causes = {}
-        for a in survivors:
-            if a.rc == 0:
-                continue
-            text = a.text().decode(errors="replace")
-            m = ROOT_RE.search(text)
-            said = JOB_FAILED_RE.findall(text)
-            errors = LAST_ERROR_RE.findall(text)
-            if errors and STORE_GONE_RE.match(errors[-1]):
-                # No store left to agree through: each agent names the store's loss (its
-                # workers' own failures, printed above it, follow from the peers gone with it).
-                causes[a.idx] = "the store is gone"
-            elif said:
-                causes[a.idx] = said[-1].strip()
-            elif m:
-                code = int(m.group(2))  # torchrun's exitcode: -N for signal N
-                causes[a.idx] = (128 - code if code < 0 else code, int(m.group(1)))
-            else:
-                found = FAILURE_RE.findall(text)
-                if found:
-                    causes[a.idx] = (int(found[-1][0]), int(found[-1][1]))
-        if len(set(causes.values())) > 1:
-            self.violate("cause_mismatch", ", ".join(
-                f"a{i}={c}" for i, c in sorted(causes.items())))
-
-        # (e) lost or paused agents do not use up restarts.
-        if not worker_killed and not host_killed and fired:
-            gave_up = [f"a{a.idx}" + ("(report)" if b"Root Cause" in a.text() else "")
-                       for a in self.agents if not a.killed and (
-                           b"no restarts left" in a.text() or b"Root Cause" in a.text())]
-            if gave_up:
-                self.violate("no_restarts_left_agent_fault",
-                             f"{','.join(gave_up)} failed the job for a worker failure ('no "
-                             f"restarts left', --max_restarts={plan['max_restarts']}) though "
-                             "only agents were lost/paused")
-
-        # The job's outcome where the plan decides it.
-        success = bool(survivors) and rcs == {0}
-        only_worker_kills = fired_kinds <= {"kill_worker"} and \
-            sum(1 for f in fired if f["kind"] == "kill_worker") <= plan["max_restarts"]
-        if not success and survivors and only_worker_kills and not any(
-                a.rc is None for a in self.agents) and not self.has("hung"):
-            self.violate("unexpected_failure", "exit codes " + ",".join(
-                f"a{a.idx}={a.rc}" for a in survivors) +
-                (" (clean round)" if not fired else " (worker kills within --max_restarts)"))
-        if (not success and plan["nagents"] == 3 and fired_kinds == {"kill_agent"}
-                and len(fired) == 1 and not self.has("hung")):
-            self.violate("lost_node_job_failed", "one of 3 agents SIGKILLed, exit codes " +
-                         ",".join(f"a{a.idx}={a.rc}" for a in survivors))
-        if success and groups:
-            # Every rank of the last round finished, but those of a node SIGKILLed after the
-            # others' workers finished: ddprun completes the job without it (as torchrun).
-            last = max(groups)
-            ws = groups[last]
-            w = ints(ws[0], "world")
-            killed = {ADDRS[a.idx] for a in self.agents if a.killed}
-            done = {ints(s, "rank") for s in ws if (self.ends.get(s["pid"], {}).get("rc") == "0"
-                    and self.ends[s["pid"]].get("checksum", "none") != "none")
-                    or s.get("node") in killed}
-            if not w or sorted(done) != list(range(w)):
-                self.violate("incomplete_final_round",
-                             f"exit 0, but rdzv round {last} has ranks {sorted(done)} of {w} "
-                             "done")
-        elif success and not groups:
-            self.violate("incomplete_final_round", "exit 0 without any worker")
-
-    def has(self, name):
-        return any(n == name for n, _ in self.violations)
 
     def summary(self):
         survivors = [a for a in self.agents if not a.killed]
