@@ -184,6 +184,12 @@ std::string Agent::Report() const {
 }
 
 int Agent::Finish(const rendezvous::Action& exit) {
+  // A signal the rendezvous acted on (no group ran to tell the recorder):
+  // the run ends as signalled (preempted in a Slurm job), not as an error.
+  if (int sig = sup_->last_signal();
+      sig != 0 && !exit.failed && exit.exit_code == exit_code::ForSignal(sig)) {
+    record_.Signal(sig);
+  }
   std::optional<supervisor::Explanation> why;
   if (exit.failed) {
     const auto& cause = exit.root_cause;
@@ -435,6 +441,7 @@ int Agent::Run() {
     const int code = sig != 0                                       ? exit_code::ForSignal(sig)
                      : exit_code::ForStatus(s) == exit_code::kUsage ? exit_code::kUsage
                                                                     : exit_code::kFailure;
+    if (sig != 0) record_.Signal(sig);
     rendezvous::Action exit;
     exit.kind = rendezvous::ActionKind::kExit;
     exit.exit_code = code;

@@ -85,6 +85,7 @@ void RunRecorder::Failure(const rendezvous::Cause& cause) {
 }
 
 void RunRecorder::Signal(int sig) {
+  if (sig == signal_) return;  // told twice (the group, then the agent's exit)
   signal_ = sig;
   events_.Emit("signal", {{"signal", supervisor::SignalName(sig)}});
 }

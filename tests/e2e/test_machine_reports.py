@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DDPRUN, SOURCE, base_env, run_ddprun
+from conftest import DDPRUN, SOURCE, base_env, free_port, run_ddprun
+from test_multinode import wait_listening
 from trainlib import TRAIN
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -152,14 +153,22 @@ def test_a_hang_at_exit_is_an_event_and_an_incident_of_its_own_class(tmp_path):
 
 
 @pytest.mark.parametrize("slurm_job, cls", [(None, "signalled"), ("4242", "preempted")])
-def test_a_stopped_run_is_signalled_or_preempted_in_a_slurm_job(tmp_path, slurm_job, cls):
+@pytest.mark.parametrize("during", ["training", "rendezvous"])
+def test_a_stopped_run_is_signalled_or_preempted_in_a_slurm_job(tmp_path, slurm_job, cls, during):
+    """Stopped while its workers train, or while it waits for another node (scancel while a
+    node is still starting: that run was a "launcher_error" with no signal; attack 84)."""
     log = tmp_path / "events.jsonl"
     env = base_env(DDPRUN_EVENT_LOG=str(log), SLURM_JOB_ID=slurm_job)
-    p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--shutdown_timeout=2",
+    port = free_port()
+    nodes = ["--nnodes=2", "--node_rank=0", "--master_addr=127.0.0.1", f"--master_port={port}"]
+    p = subprocess.Popen([str(DDPRUN), *(nodes if during == "rendezvous" else []),
+                          "--nproc_per_node=2", "--shutdown_timeout=2",
                           f"--log_dir={tmp_path}", "--no_python", "/bin/sleep", "30"], env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and "workers_started" not in (
+    if during == "rendezvous":
+        wait_listening(port)
+    while during == "training" and time.monotonic() < deadline and "workers_started" not in (
             log.read_text() if log.exists() else ""):
         time.sleep(0.05)
     p.send_signal(signal.SIGTERM)
