@@ -1,6 +1,7 @@
 #include "launcher/options.hpp"
 
 #include <array>
+#include <csignal>
 #include <string_view>
 
 #include "base/parse.hpp"
@@ -14,6 +15,7 @@
 #include "launcher/raw_options.hpp"
 #include "launcher/slurm_options.hpp"
 #include "rendezvous/sockets.hpp"
+#include "supervisor/exit_status.hpp"
 
 namespace ddprun::launcher {
 
@@ -312,15 +314,34 @@ Status ApplyOutput(const RawOptions& raw, LaunchConfig& c) {
   return Status::Ok();
 }
 
-Status ApplyShutdown(const RawOptions& raw, const env::Environ& environ, LaunchConfig& c) {
+Status ApplyShutdown(const RawOptions& raw, const env::Environ& environ,
+                     ParsedCommandLine& parsed) {
+  LaunchConfig& c = parsed.config;
+  const bool in_slurm_job =
+      env::Lookup(environ, env::kSlurmStepId) || env::Lookup(environ, env::kSlurmJobId);
   if (auto v = raw.Get("signals_to_handle")) {
     if (Status s = ParseSignals(*v, c); !s.ok()) return s;
     c.signals_given = true;
+    // Not trapped, they end ddprun by their default action, and its guardian
+    // then kills the workers that meant to checkpoint (attack 84).
+    std::string untrapped;
+    for (int sig : {SIGUSR1, SIGUSR2}) {
+      if (c.handled_signals.count(sig) == 0) {
+        untrapped += (untrapped.empty() ? "" : " and ") + supervisor::SignalName(sig);
+      }
+    }
+    if (in_slurm_job && !untrapped.empty()) {
+      parsed.warnings.push_back(
+          "in a Slurm job, --signals_to_handle leaves out " + untrapped +
+          ": Slurm sends these ahead of a time limit or a preemption (sbatch "
+          "--signal=USR1@SECONDS, scancel -s USR1), and one that is not handled ends ddprun and "
+          "every worker at once; add it to the list to have it passed on to the workers");
+    }
   } else {
     // In a Slurm job (a step, or the batch script: `sbatch --signal=B:USR1@30`,
     // `scancel -b -s USR1`), SIGUSR1/SIGUSR2 are meant for the workers (a
     // checkpoint): pass them on, do not die of them.
-    if (env::Lookup(environ, env::kSlurmStepId) || env::Lookup(environ, env::kSlurmJobId)) {
+    if (in_slurm_job) {
       c.signals_to_handle += ",SIGUSR1,SIGUSR2";
     }
     (void)ParseSignals(c.signals_to_handle, c);
@@ -359,7 +380,7 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
   c.gpu_bus_ids = env::LocalRankBusIds(c.visible_gpus, host.gpus, c.nproc_per_node);
   if (Status s = ApplyBinding(raw, c); !s.ok()) return s;
   if (Status s = ApplyOutput(raw, c); !s.ok()) return s;
-  if (Status s = ApplyShutdown(raw, environ, c); !s.ok()) return s;
+  if (Status s = ApplyShutdown(raw, environ, parsed); !s.ok()) return s;
   NoteIneffective(raw, parsed);
   return CheckCombinations(environ, parsed);
 }

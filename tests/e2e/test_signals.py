@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import DDPRUN, PYTHON, base_env, pid_alive, sh, wait_for, wait_for_files
+from conftest import DDPRUN, PYTHON, base_env, pid_alive, run_ddprun, sh, wait_for, wait_for_files
 
 # Each worker traps SIG, records it in got_<rank> and exits; pid_<rank> says it is ready.
 TRAPPING_WORKER = """
@@ -351,6 +351,23 @@ def test_usr1_is_forwarded_inside_a_slurm_step(tmp_path, launch, pid_reaper):
     p.signal(signal.SIGUSR1)
     assert p.wait(timeout=15) == 0, p.output()
     assert (tmp_path / "got_0").read_text().strip() == "USR1"
+
+
+@pytest.mark.parametrize("given, warned", [("SIGTERM,SIGINT", "SIGUSR1 and SIGUSR2"),
+                                           ("SIGTERM,SIGUSR1", "SIGUSR2"),
+                                           ("SIGTERM,USR1,usr2", None)])
+def test_a_signal_list_without_usr1_in_a_slurm_job_is_warned_of(given, warned):
+    """--signals_to_handle without SIGUSR1/SIGUSR2 in a Slurm job: Slurm's warning ahead of a
+    time limit (sbatch --signal=USR1@N) then kills ddprun and every worker by its default
+    action; that was said nowhere (attack 84)."""
+    r = run_ddprun(["--nproc_per_node=1", f"--signals_to_handle={given}", *sh("exit 0")],
+                   env=base_env(SLURM_JOB_ID="42"))
+    assert r.rc == 0, r
+    said = [ln for ln in r.stderr.splitlines() if "--signals_to_handle leaves out" in ln]
+    if warned is None:
+        assert not said, r.stderr
+    else:
+        assert len(said) == 1 and f"leaves out {warned}: Slurm sends these" in said[0], r.stderr
 
 
 def test_usr1_before_any_worker_is_told_and_the_job_goes_on(launch):
