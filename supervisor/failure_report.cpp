@@ -98,8 +98,12 @@ std::string WithLastLine(std::string message, const FailureRecord& f) {
 
 std::string DefaultMessage(const FailureRecord& f, bool python) {
   if (f.exit.signal != 0) {
-    return "Signal " + std::to_string(f.exit.signal) + " (" + SignalName(f.exit.signal) +
-           ") received by PID " + std::to_string(f.pid);
+    // torchrun's words, then what the worker said last (a signal is often
+    // sent by whatever it complained to, or follows its own last words).
+    return WithLastLine("Signal " + std::to_string(f.exit.signal) + " (" +
+                            SignalName(f.exit.signal) + ") received by PID " +
+                            std::to_string(f.pid),
+                        f);
   }
   std::string message = "no traceback: the worker wrote no error file";
   if (python) {

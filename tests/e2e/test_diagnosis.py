@@ -202,6 +202,30 @@ def test_a_core_dump_is_located_where_the_kernel_put_it(tmp_path, core_limit):
     assert incident["root_cause"]["failure"]["core_dump"] == core[0], incident
 
 
+def test_the_core_of_a_worker_that_changed_directory_is_found_there(tmp_path):
+    """core_pattern relative (the default "core"): the kernel writes the core where the worker
+    was when it crashed. One that had changed directory (Hydra's runs do) was said to have left
+    no core, "expected at <its start directory>/core" (attack 83); it is found below now."""
+    pattern = Path("/proc/sys/kernel/core_pattern").read_text().strip()
+    if pattern.startswith(("|", "/")):
+        pytest.skip(f"core_pattern is {pattern!r} here, not a relative file name")
+    if resource.getrlimit(resource.RLIMIT_CORE)[1] != resource.RLIM_INFINITY \
+            and os.geteuid() != 0:
+        pytest.skip("the hard RLIMIT_CORE is finite and only root raises it")
+    (tmp_path / "outputs" / "run1").mkdir(parents=True)
+    r = subprocess.run([str(DDPRUN), "--nproc_per_node=1", "--no_python", PYTHON, "-c",
+                        "import os; os.chdir('outputs/run1'); os.abort()"],
+                       env=base_env(), cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                       preexec_fn=lambda: resource.setrlimit(
+                           resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)))
+    assert r.returncode == 134, r.stderr
+    core = re.findall(r"^  core dump : (.*)$", r.stderr, re.M)
+    assert len(core) == 1, r.stderr
+    m = re.fullmatch(r"(/\S+) \(\d+\.\d [KMG]iB; the worker had changed directory\)", core[0])
+    assert m, core
+    assert Path(m.group(1)).parent == tmp_path / "outputs" / "run1", core
+
+
 def test_a_shell_workers_128_plus_n_is_explained_as_its_commands_signal(tmp_path):
     """A worker that is a shell script exits 139 when the Python it ran died of SIGSEGV: the
     report says so, then what a SIGSEGV means."""

@@ -49,15 +49,37 @@ TEST_CASE("core dump: the file found is named with its size; an older one is not
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("core_dump_test_" + std::to_string(getpid()));
   fs::create_directories(dir);
-  const CorePattern pattern{"core.%p.%t", false};
-  CoreOwner owner = Owner(dir.string());
+  const CorePattern pattern{(dir / "core.%p.%t").string(), false};
+  CoreOwner owner = Owner("/nonexistent-dir");
   CHECK(DescribeCoreDump(pattern, owner) == "expected at " + (dir / "core.4242.*").string() +
-                                                " (core_pattern core.%p.%t), but no such "
-                                                "file");
+                                                " (core_pattern " + pattern.pattern +
+                                                "), but no such file");
   std::ofstream(dir / "core.4242.1764680000") << std::string(3 << 10, 'x');
   CHECK(DescribeCoreDump(pattern, owner) == (dir / "core.4242.1764680000").string() + " (3.0 KiB)");
   owner.written_after = time(nullptr) + 3600;  // the file predates the crash
   CHECK(DescribeCoreDump(pattern, owner).rfind("expected at ", 0) == 0);
+  fs::remove_all(dir);
+}
+
+TEST_CASE("core dump: a relative pattern's core is looked for below where the worker started") {
+  // The kernel writes it in the directory of the crash: a worker that changed
+  // directory (Hydra) left it there, and "no such file" was wrong (attack 83).
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("core_below_" + std::to_string(getpid()));
+  fs::create_directories(dir / "outputs/2026-12-04/23-50-01");
+  fs::create_directories(dir / "data");
+  CHECK(DescribeCoreDump({"core", false}, Owner(dir.string())) ==
+        "not at " + (dir / "core").string() +
+            " (core_pattern core is relative: the core goes to the worker's working directory "
+            "when it crashed; look there if it changed directory)");
+  std::ofstream(dir / "outputs/2026-12-04/23-50-01/core") << std::string(2 << 10, 'x');
+  CHECK(DescribeCoreDump({"core", false}, Owner(dir.string())) ==
+        (dir / "outputs/2026-12-04/23-50-01/core").string() +
+            " (2.0 KiB; the worker had changed directory)");
+  // Deeper than the few levels looked at: not found.
+  fs::create_directories(dir / "a/b/c/d/e");
+  fs::rename(dir / "outputs/2026-12-04/23-50-01/core", dir / "a/b/c/d/e/core");
+  CHECK(DescribeCoreDump({"core", false}, Owner(dir.string())).rfind("not at ", 0) == 0);
   fs::remove_all(dir);
 }
 

@@ -161,6 +161,14 @@ TEST_CASE("the root cause is the earliest error file, and the report keeps torch
   REQUIRE(failures.size() == 2);
   CHECK(failures[0].rank == 1);
   CHECK(failures[1].message == "Signal 9 (SIGKILL) received by PID 10");
+  // What a worker killed by a signal said last is kept, as for an exit code.
+  r.workers[0].output_tail = "giving up: checkpoint 7 is corrupt\n";
+  r.workers[0].tail_has_stdout = false;
+  failures = CollectFailures(r, {"", err}, true);
+  REQUIRE(failures.size() == 2);
+  CHECK(failures[1].message ==
+        "Signal 9 (SIGKILL) received by PID 10\nits last stderr line: giving up: checkpoint 7 "
+        "is corrupt");
   std::string report = FormatReport("train.py", "node1", failures);
   CHECK(report.find("train.py FAILED\n") != std::string::npos);
   CHECK(report.find("Root Cause (first observed failure):\n[0]:\n") != std::string::npos);
