@@ -253,7 +253,7 @@ int Agent::Finish(const rendezvous::Action& exit) {
     const int sig = driver_->Leave(
         coordinator_ != nullptr,
         failed ? std::chrono::milliseconds(kLeaveWait) : std::chrono::milliseconds(kExitWait),
-        grace, PendingSignal(sup_->signals_received()));
+        grace, sup_->signals_received() > 0, PendingSignal(sup_->signals_received()));
     if (sig != 0) {
       spdlog::warn("received {} while waiting for the other agents to leave: exiting",
                    supervisor::SignalName(sig));

@@ -214,7 +214,8 @@ void AgentDriver::Watch(const NoteFn& on_stop, const NoteFn& on_note) {
 }
 
 int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
-                       std::chrono::milliseconds grace, const SignalQuery& pending_signal) {
+                       std::chrono::milliseconds grace, bool signalled,
+                       const SignalQuery& pending_signal) {
   if (left_) return 0;
   left_ = true;
   ClientKv kv(client_);
@@ -232,7 +233,8 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
   // when `timeout` is shorter: one paused a little past the limit then reads
   // the outcome, its own loss, instead of finding the store gone), past
   // which they are dead by contract (one that comes back later finds the
-  // store gone and says it was likely dropped).
+  // store gone and says it was likely dropped); not when a signal ends the
+  // job (a scancel's KillWait may be shorter than that limit: attack 84).
   // Bounded: a killed agent never says it leaves. The store has no "wait for
   // one of these keys" request, so this looks every few milliseconds.
   // One that still beats is alive: a member, or one of an earlier round,
@@ -247,9 +249,9 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
     std::optional<int64_t> beats;
   };
   std::map<std::string, Waited> waiting;
-  for (const auto& [agent, until] :
+  for (const auto& [agent, other] :
        Others(kv, self, now + timeout, now + s.keep_alive_interval * s.keep_alive_max_attempt)) {
-    waiting[agent] = Waited{until, std::nullopt};
+    if (other.in_job || !signalled) waiting[agent] = Waited{other.until, std::nullopt};
   }
   while (!waiting.empty()) {
     if (int sig = pending_signal().first; sig != 0) return sig;
@@ -271,10 +273,10 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
   return 0;
 }
 
-std::map<std::string, Clock::time_point> AgentDriver::Others(Kv& kv, const std::string& self,
-                                                             Clock::time_point current,
-                                                             Clock::time_point earlier) {
-  std::map<std::string, Clock::time_point> others;
+std::map<std::string, AgentDriver::Other> AgentDriver::Others(Kv& kv, const std::string& self,
+                                                              Clock::time_point current,
+                                                              Clock::time_point earlier) {
+  std::map<std::string, Other> others;
   auto rec = ReadRecord(kv, keys_);
   if (!rec.ok()) return others;
   for (int r = 0; r <= rec->round + 1; ++r) {
@@ -287,8 +289,9 @@ std::map<std::string, Clock::time_point> AgentDriver::Others(Kv& kv, const std::
       const int member = rec->MemberRank(node->agent_id);
       const bool lost = node->agent_id == rec->lost_agent || (member >= 0 && rec->gone[member]);
       const bool now_in = (r == rec->round + 1 || member >= 0) && !lost;
-      auto& until = others[node->agent_id];
-      until = std::max(until, now_in ? current : earlier);
+      Other& other = others[node->agent_id];
+      other.until = std::max(other.until, now_in ? current : earlier);
+      other.in_job = other.in_job || now_in;
     }
   }
   return others;

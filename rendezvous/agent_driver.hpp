@@ -62,11 +62,12 @@ class AgentDriver {
   // kLeaveSaid when the store does not answer); the store host
   // waits (bounded by `timeout`) for the others to have said so too, so the
   // store outlives their last requests; up to `grace` longer for one whose
-  // keep-alives still move (stopping its workers). A terminating signal
-  // (asked of `pending_signal` while it waits) ends the wait; returns that
-  // signal, or 0.
+  // keep-alives still move (stopping its workers); agents lost or of earlier
+  // rounds not at all when `signalled` (the job ends by a signal). A
+  // terminating signal (asked of `pending_signal` while it waits) ends the
+  // wait; returns that signal, or 0.
   int Leave(bool hosts_store, std::chrono::milliseconds timeout, std::chrono::milliseconds grace,
-            const SignalQuery& pending_signal);
+            bool signalled, const SignalQuery& pending_signal);
   static constexpr std::chrono::milliseconds kLeaveSaid{2000};
 
  private:
@@ -82,10 +83,13 @@ class AgentDriver {
   Action TimedStep(Kv& kv);
   // Every other agent the job has seen, with how long the store host waits
   // for it to leave: until `current` for the last round's members and the
-  // agents waiting to join, until `earlier` for the rest.
-  std::map<std::string, Clock::time_point> Others(Kv& kv, const std::string& self,
-                                                  Clock::time_point current,
-                                                  Clock::time_point earlier);
+  // agents waiting to join (in_job), until `earlier` for the rest.
+  struct Other {
+    Clock::time_point until{};
+    bool in_job = false;
+  };
+  std::map<std::string, Other> Others(Kv& kv, const std::string& self, Clock::time_point current,
+                                      Clock::time_point earlier);
   void Watch(const NoteFn& on_stop, const NoteFn& on_note);
 
   StoreClient client_;

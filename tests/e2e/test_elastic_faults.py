@@ -126,6 +126,39 @@ def test_a_loss_past_the_last_restart_still_names_the_failure_that_used_it(launc
                      r".*SIGKILL", final[-1]), final[-1]
 
 
+
+# A keep-alive limit long enough to tell waiting it out from not waiting: 2 s x 4.
+SLOW_BEATS = "join_timeout=30,last_call_timeout=1,keep_alive_interval=2,keep_alive_max_attempt=4"
+
+
+def test_a_signalled_store_host_does_not_wait_out_the_keep_alive_limit_for_a_lost_node(
+        launch, tmp_path):
+    """Node 1's agent SIGKILLed (an OOM kill; a Slurm step's task cannot come back); the store
+    host declares it lost, waits for a restart's round, and gets SIGTERM (scancel). Its leave
+    waited for the lost node the whole keep-alive limit (15 s by default): past a short KillWait
+    Slurm SIGKILLed it, with no incident report (attack 84). After a signal it does not wait for
+    lost nodes now (test_node_replaced has the wait it keeps after a failure)."""
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    args = ["--max_restarts=1", *sh(LOOP)]
+    agents = [launch(c10d_args("2:2", 0, port, conf=SLOW_BEATS, extra=args),
+                     env=node_env(out, 0))]
+    wait_listening(port)
+    agents.append(launch(c10d_args("2:2", 1, port, conf=SLOW_BEATS, extra=args),
+                         env=node_env(out, 1)))
+    wait_world(out, [0, 1], 2, 4)
+    agents[1].signal(signal.SIGKILL)
+    wait_for(lambda: "waits up to join_timeout for another node" in agents[0].stderr(), 8 + 10,
+             what="node 0 waiting for another node")
+    sent = time.monotonic()
+    agents[0].signal(signal.SIGTERM)
+    assert agents[0].wait(AGENT_TIMEOUT) == 143, outputs(agents)
+    took = time.monotonic() - sent
+    assert took < 4.5, f"the store host left {took:.1f} s after SIGTERM\n{outputs(agents)}"
+    assert "incident report (JSON)" in agents[0].stderr(), outputs(agents)
+
+
 # Workers that run until $OUTDIR/go exists, then record that they finished and exit 0.
 FINISH = r'''
 echo "$$ $WORLD_SIZE $TORCHELASTIC_RESTART_COUNT $RANK $GROUP_RANK" >> "$OUTDIR/starts_${NODE}_${LOCAL_RANK}"
