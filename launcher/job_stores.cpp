@@ -201,6 +201,18 @@ bool NodesMaySpanHosts(const LaunchConfig& c) {
   return !env::OnlyLoopback(host);
 }
 
+Status StaticStoreAddress(const LaunchConfig& c, std::string* host, int* port) {
+  *host = c.master_addr;
+  *port = c.master_port.value_or(kDefaultStaticPort);
+  // As torchrun: a static job's --rdzv_endpoint, when given, is where the store is.
+  if (!c.rdzv_endpoint.empty()) {
+    if (Status s = rendezvous::SplitHostPort(c.rdzv_endpoint, *port, host, port); !s.ok()) {
+      return InvalidArgument("invalid --rdzv_endpoint=" + c.rdzv_endpoint + ": " + s.message());
+    }
+  }
+  return Status::Ok();
+}
+
 StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& environ,
                                   std::vector<std::string>* notices) {
   JobStores stores;
@@ -214,16 +226,7 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
           "--rdzv_conf is_host has no effect with the static backend: node rank 0 "
           "hosts the store");
     }
-    stores.rdzv_host = c.master_addr;
-    stores.rdzv_port = c.master_port.value_or(kDefaultStaticPort);
-    // As torchrun: a static job's --rdzv_endpoint, when given, is where the store is.
-    if (!c.rdzv_endpoint.empty()) {
-      if (Status s = rendezvous::SplitHostPort(c.rdzv_endpoint, stores.rdzv_port, &stores.rdzv_host,
-                                               &stores.rdzv_port);
-          !s.ok()) {
-        return InvalidArgument("invalid --rdzv_endpoint=" + c.rdzv_endpoint + ": " + s.message());
-      }
-    }
+    if (Status s = StaticStoreAddress(c, &stores.rdzv_host, &stores.rdzv_port); !s.ok()) return s;
     hosting = c.node_rank == 0;
     if (hosting) {
       auto server = rendezvous::StoreServer::Start(

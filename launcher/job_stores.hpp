@@ -30,14 +30,18 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
                                                             const env::Environ& environ,
                                                             std::vector<std::string>* notices);
 
-// Decides who hosts the rendezvous store (static: node rank 0; c10d: is_host,
-// else the agent that can bind the endpoint), starts the store when this
-// agent hosts it, and describes this node.
 // Whether the job's nodes may run on other hosts than this one: more than one
 // node, and a store not at a loopback address (from where only this host
 // reaches it).
 bool NodesMaySpanHosts(const LaunchConfig& config);
 
+// Where a static job's store is: --master_addr/--master_port, or its
+// --rdzv_endpoint when given (as torchrun).
+Status StaticStoreAddress(const LaunchConfig& config, std::string* host, int* port);
+
+// Decides who hosts the rendezvous store (static: node rank 0; c10d: is_host,
+// else the agent that can bind the endpoint), starts the store when this
+// agent hosts it, and describes this node.
 StatusOr<JobStores> OpenJobStores(const LaunchConfig& config, const env::Environ& environ,
                                   std::vector<std::string>* notices);
 

@@ -38,6 +38,7 @@
 #include "launcher/options.hpp"
 #include "launcher/program.hpp"
 #include "launcher/slurm_options.hpp"
+#include "launcher/start_failure.hpp"
 #include "launcher/uncaught.hpp"
 #include "rendezvous/store_client.hpp"
 #include "supervisor/console.hpp"
@@ -225,6 +226,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
     return ddprun::exit_code::kUsage;
   }
+  // What was logged goes out through the console writer's thread: every way
+  // out of main waits for it (an early exit lost its last lines otherwise).
+  struct FlushAtReturn {
+    bool done = false;  // the run's own end flushed it
+    ~FlushAtReturn() {
+      if (!done) supervisor::FlushConsole(kConsoleFlushWait, /*wait_for_unkept=*/true);
+    }
+  } flush_at_return;
   rendezvous::StoreClient::set_slow_handshake_notice(
       [](const std::string& address, double waited_s, double limit_s) {
         spdlog::warn(
@@ -261,23 +270,27 @@ int main(int argc, char** argv) {
     spdlog::info("{}", notice);
   }
   for (const auto& warning : parsed->warnings) spdlog::warn("{}", warning);
+  // What stops this node before its agent joins: said, and told to the other
+  // nodes, which would otherwise wait for it until their join_timeout.
+  auto cannot_start = [&](const std::string& why, int code) {
+    std::fprintf(stderr, "ddprun: %s\n", why.c_str());
+    launcher::TellJobOfStartFailure(parsed->config, environ, why, code);
+    return code;
+  };
   if (Status s = launcher::CheckWorkingDirectory(environ); !s.ok()) {
-    std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
-    return exit_code::ForStatus(s);
+    return cannot_start(s.message(), exit_code::ForStatus(s));
   }
   auto program = launcher::ResolveProgram(parsed->config, environ);
   if (!program.ok()) {
-    std::fprintf(stderr, "ddprun: cannot run %s: %s\n", parsed->config.program.c_str(),
-                 program.status().message().c_str());
-    return exit_code::ForStatus(program.status());
+    return cannot_start("cannot run " + parsed->config.program + ": " + program.status().message(),
+                        exit_code::ForStatus(program.status()));
   }
   if (!program->interpreter.empty()) {
     spdlog::info("workers run {} under {} (from {})", parsed->config.program, program->interpreter,
                  program->interpreter_source);
   }
   if (Status s = PrepareLimits(parsed->config, environ, host.gpus); !s.ok()) {
-    std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
-    return exit_code::ForStatus(s);
+    return cannot_start(s.message(), exit_code::ForStatus(s));
   }
   CheckSocketInterfaces(parsed->config, environ, host.gpus);
   ReadSlurmConfig(parsed->config);
@@ -288,8 +301,7 @@ int main(int argc, char** argv) {
     spdlog::info("{}", *said);
   }
   if (Status s = BindCpus(parsed->config); !s.ok()) {
-    std::fprintf(stderr, "ddprun: %s\n", s.message().c_str());
-    return exit_code::ForStatus(s);
+    return cannot_start(s.message(), exit_code::ForStatus(s));
   }
   const int code = launcher::RunAgent(parsed->config, *program, environ);
   // Workers are gone; what the console has not taken yet gets written while
@@ -298,6 +310,7 @@ int main(int argc, char** argv) {
   // waited for where nothing else keeps it.
   supervisor::FlushConsole(kConsoleFlushWait,
                            /*wait_for_unkept=*/supervisor::TerminatingSignalsReceived() == 0);
+  flush_at_return.done = true;
   // Output lost there is lost for good (a log file may keep a copy): said, and
   // a job that succeeded exits as for an incomplete log file.
   int final_code = code;

@@ -549,3 +549,22 @@ def test_c10d_an_agent_waiting_for_the_others_says_who_joined(launch, tmp_path):
     wait_world(out, [0, 1], 1, 2)
     assert stop_and_wait(out, [first, second]) == [0, 0], outputs([first, second])
     assert "waiting for round" not in second.stderr(), second.stderr()
+
+
+@pytest.mark.parametrize("first", [0, 1])
+def test_a_node_that_cannot_start_fails_the_others_at_once(launch, tmp_path, first):
+    """A static node whose program is missing exits 127 before it joins; the others waited for
+    it until the join timeout (attack 84). It tells the job record now, whichever node starts
+    first: every node exits 127 within seconds, naming it."""
+    port = free_port()
+    programs = {0: ["--no_python", "/bin/sleep", "30"], 1: ["/nonexistent/prog.sh"]}
+    agents = {}
+    for rank in (first, 1 - first):
+        agents[rank] = launch(static_args(2, rank, port, nproc=1, extra=programs[rank]))
+        time.sleep(0.5)  # the other starts later (the order is the input)
+    rcs = [agents[r].wait(AGENT_TIMEOUT) for r in (0, 1)]
+    assert rcs == [127, 127], outputs([agents[0], agents[1]])
+    assert "the job failed: node 1 (" in agents[0].stderr(), outputs([agents[0], agents[1]])
+    assert "ddprun could not start there: cannot run /nonexistent/prog.sh" in \
+        agents[0].stderr(), outputs([agents[0], agents[1]])
+

@@ -2,6 +2,8 @@
 (NodeName=ddpn1 NodeAddr=127.0.0.2), as on many clusters; and a job made of one step per node,
 as scripts written for torchrun run it. Both found by an attacking helper: doctor failed the
 rendezvous that the launch reaches through NodeAddr, and the per-node steps were refused."""
+import re
+
 import pytest
 
 from conftest import DDPRUN, base_env, free_port
@@ -69,3 +71,22 @@ def test_one_step_per_node_with_the_rendezvous_given_forms_one_job(cluster, tmp_
     assert "rank 0 of 2" in logs[0] and "rank 1 of 2" in logs[1], msg
     for log in logs:
         assert "the job's other nodes come from other steps" in log, msg
+
+
+def test_a_node_that_cannot_start_ends_the_step_at_once(cluster, tmp_path):
+    """Node 1's program is missing there (a node-local path, a bad mount): its ddprun exits 127
+    before it joins; node 0 waited for it until the join timeout (900 s, the step kept alive:
+    attack 84). Node 1 tells the job record, and node 0 fails at once naming node 1."""
+    prog = cluster.dir / "jobs" / "prog.sh"
+    prog.write_text("#!/bin/sh\necho worker $RANK done\n")
+    prog.chmod(0o755)
+    script = (f'P={prog}; [ "$SLURM_NODEID" = 1 ] && P=/nonexistent/prog.sh; '
+              f'exec {DDPRUN} --nproc_per_node=1 --master_port={free_port()} "$P"')
+    run = cluster.srun(["-N", 2, "--ntasks-per-node=1", "-l", "/bin/bash", "-c", script],
+                       timeout=SRUN_TIMEOUT, env=job_env(cluster))
+    msg = f"srun rc={run.returncode}\n{run.stdout}\n{run.stderr}\n{cluster.log_tails()}"
+    assert run.returncode == 127, msg
+    assert re.search(r"^0: .*the job failed: node 1 \(ddpn2\): ddprun could not start there: "
+                     r"cannot run /nonexistent/prog\.sh", run.stderr, re.M), msg
+    assert "1: [" in run.stderr and "the job's other nodes were told" in run.stderr, msg
+

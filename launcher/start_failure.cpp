@@ -1,0 +1,87 @@
+#include "launcher/start_failure.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "env/host.hpp"
+#include "launcher/job_stores.hpp"
+#include "launcher/slurm_options.hpp"
+#include "rendezvous/job_record.hpp"
+#include "rendezvous/kv.hpp"
+#include "rendezvous/store_client.hpp"
+
+namespace ddprun::launcher {
+
+namespace {
+
+// How long a node that cannot start waits for the store host to be up: the
+// nodes of a job start within seconds of each other, mostly.
+constexpr std::chrono::seconds kWait{60};
+
+}  // namespace
+
+void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& environ,
+                           const std::string& why, int exit_code) {
+  if (config.rdzv_backend != "static" || config.nnodes_max <= 1 ||
+      config.nnodes_min != config.nnodes_max || config.node_rank == 0) {
+    return;
+  }
+  LaunchConfig c = config;
+  if (auto resolved = ResolveSlurmStoreHost(c); !resolved.ok()) return;
+  std::vector<std::string> notices;
+  auto settings = SettingsFromConfig(c, environ, &notices);
+  std::string host;
+  int port = 0;
+  if (!settings.ok() || !StaticStoreAddress(c, &host, &port).ok()) return;
+  const auto within = std::min<std::chrono::milliseconds>(settings->connect_timeout, kWait);
+  spdlog::info("telling the job's other nodes (store {}:{}) that node rank {} cannot start", host,
+               port, c.node_rank);
+  auto client =
+      rendezvous::StoreClient::Connect(host, port, settings->read_timeout, settings->token,
+                                       rendezvous::StoreRole::kAgent, {}, within);
+  if (!client.ok()) {
+    spdlog::warn(
+        "the other nodes could not be told ({}): they wait for this one until their "
+        "join_timeout",
+        client.status().message());
+    return;
+  }
+  rendezvous::ClientKv kv(*client);
+  const rendezvous::RendezvousKeys keys(settings->run_id);
+  auto hosted = kv.TryGet(rendezvous::RendezvousKeys::HostedRunId());
+  if (hosted.ok() && *hosted && **hosted != settings->run_id) {
+    spdlog::warn("the store at {}:{} coordinates job \"{}\", not \"{}\": nothing told", host, port,
+                 **hosted, settings->run_id);
+    return;
+  }
+  rendezvous::Cause cause;
+  cause.cls = rendezvous::FailureClass::kRendezvous;
+  cause.exit_code = exit_code;
+  cause.node_rank = c.node_rank;
+  cause.node = c.slurm && !c.slurm->node_name.empty() ? c.slurm->node_name : env::Hostname();
+  cause.what = "ddprun could not start there: " + why;
+  auto applied = rendezvous::ApplyTransition(
+      kv, keys, [&](const rendezvous::JobRecord& rec) -> StatusOr<rendezvous::JobRecord> {
+        // A round that formed without this node runs on (another agent took
+        // its rank): this one is not needed.
+        if (rec.round >= 0 && rec.end == rendezvous::RoundEnd::kNone) {
+          return Status(StatusCode::kAborted, "a round runs without this node");
+        }
+        return rendezvous::CloseJob(rec, cause);
+      });
+  if (!applied.ok()) {
+    spdlog::warn(
+        "the other nodes could not be told ({}): they wait for this one until their "
+        "join_timeout",
+        applied.status().message());
+  } else if (applied->landed) {
+    spdlog::info("the job's other nodes were told: they stop now");
+  } else {
+    spdlog::info("nothing told to the other nodes: {}",
+                 applied->record.final() ? "the job is over" : "a round runs without this node");
+  }
+}
+
+}  // namespace ddprun::launcher
