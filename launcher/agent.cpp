@@ -334,16 +334,34 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   return o;
 }
 
+namespace {
+
+// A message of several lines (a hung rank that had raised: the hang, then the
+// traceback) as the job record's one line: its first and its last.
+std::string OneLine(const std::string& message) {
+  const size_t first_end = message.find('\n');
+  if (first_end == std::string::npos) return message;
+  size_t end = message.find_last_not_of("\n ");
+  const size_t start = message.rfind('\n', end) + 1;
+  std::string first = message.substr(0, first_end);
+  if (start <= first_end) return first;
+  if (!first.empty() && first.back() == ':') first.pop_back();
+  return first + ": " + message.substr(start, end + 1 - start);
+}
+
+}  // namespace
+
 rendezvous::Cause Agent::CauseOf(const supervisor::FailureRecord& root) {
   rendezvous::Cause c;
   c.exit_code = root.hung ? exit_code::kHang : root.raised_first ? 1 : root.exit.ShellCode();
   c.rank = root.rank;
   c.local_rank = root.local_rank;
   c.pid = root.pid;
-  c.what = "rank " + std::to_string(root.rank) + " (local_rank " + std::to_string(root.local_rank) +
-           (root.pid > 0 ? ", pid " + std::to_string(root.pid) + ") " +
-                               (root.hung || root.timer ? root.message : root.exit.Describe())
-                         : ") could not be started: " + root.message);
+  c.what =
+      "rank " + std::to_string(root.rank) + " (local_rank " + std::to_string(root.local_rank) +
+      (root.pid > 0 ? ", pid " + std::to_string(root.pid) + ") " +
+                          (root.hung || root.timer ? OneLine(root.message) : root.exit.Describe())
+                    : ") could not be started: " + root.message);
   return c;
 }
 

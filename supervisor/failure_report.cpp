@@ -387,6 +387,28 @@ bool DiedOfPeer(const FailureRecord& f) {
   return LostPeerSign(f.message) || LostPeerSign(tail);
 }
 
+namespace {
+
+// A rank found hung that had raised first (its error file, or a traceback it
+// printed), kept alive by a thread that is not a daemon: the exception is
+// what the user has to read, the hang only followed (attack 83).
+std::string WhatAHungRankSaid(const WorkerRecord& w, const std::vector<std::string>& error_files,
+                              FailureRecord& f) {
+  FailureRecord raised;
+  if (static_cast<size_t>(w.local_rank) < error_files.size() &&
+      ReadErrorFile(error_files[w.local_rank], raised) && raised.error_file != kNotAvailable) {
+    f.error_file = raised.error_file;
+    return w.hang + "; it had raised before (its error file), and a thread that is not a daemon " +
+           "may have kept it from exiting:\n" + raised.message;
+  }
+  if (w.output_tail.find("Traceback (most recent call last):") != std::string::npos) {
+    return WithLastLine(w.hang + "; it had printed a traceback before", f);
+  }
+  return w.hang;
+}
+
+}  // namespace
+
 std::vector<FailureRecord> CollectFailures(const GroupResult& result,
                                            const std::vector<std::string>& error_files,
                                            bool python) {
@@ -409,7 +431,7 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     f.after_stop = w.failed_while_stopping;
     if (w.exit.core_dumped) f.core = CoreDumpOf(w);
     if (f.hung) {
-      f.message = w.hang;
+      f.message = WhatAHungRankSaid(w, error_files, f);
     } else if (f.timer) {
       f.message = w.timer;
     } else if (!w.start_error.empty()) {

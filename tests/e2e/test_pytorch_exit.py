@@ -244,6 +244,9 @@ time.sleep(float(sys.argv[1]))
 os.write(1, f"main done, attempt {os.environ['TORCHELASTIC_RESTART_COUNT']}\\n".encode())
 if sys.argv[2] == "raise":
     raise RuntimeError("training failed at step 3")
+if sys.argv[2] == "record":  # torch's @record writes the exception to the error file
+    from torch.distributed.elastic.multiprocessing.errors import record
+    record(lambda: (_ for _ in ()).throw(RuntimeError("training failed at step 3")))()
 """
 
 
@@ -272,3 +275,24 @@ def test_a_main_module_that_raised_with_a_thread_left_is_restarted_not_finished(
     assert "main done, attempt 1" in r.stdout, r.stdout + r.stderr
     assert "program had finished" not in r.stderr, r.stderr
     assert r.returncode == 124, r.stderr
+
+
+@pytest.mark.parametrize("how", ["raise", "record"])
+def test_a_hung_rank_that_had_raised_is_reported_with_its_exception(tmp_path, how):
+    # Attack 83: a rank that raised, kept alive by a thread that is not a daemon, was reported
+    # as "hung: no heartbeat" alone (error_file <N/A>), its exception nowhere in the report.
+    job = tmp_path / "job.py"
+    job.write_text(NON_DAEMON_THREAD)
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--hang_detect=torch", str(job),
+               "0.5", how)
+    assert r.returncode == 124, r.stderr
+    root = r.stderr.split("Root Cause (first observed failure):", 1)
+    assert len(root) == 2, r.stderr
+    said = ("it had raised before (its error file)" if how == "record"
+            else "it had printed a traceback before")
+    assert said in root[1], r.stderr
+    assert "RuntimeError: training failed at step 3" in root[1], r.stderr
+    if how == "record":
+        assert re.search(r"error_file: \S+/error\.json", root[1]), r.stderr
+    assert re.search(r"the job failed: .* hung: no heartbeat .*: RuntimeError: training failed at "
+                     r"step 3\n", r.stderr), r.stderr
