@@ -301,7 +301,16 @@ std::vector<LimitCheck> SlurmChecks(const LaunchConfig& c, const env::Environ& e
       gpus += (gpus.empty() ? "" : ", ") + std::string(name) + "=" + *v;
     }
   }
-  out.push_back({"slurm gpus", CheckStatus::kOk, gpus.empty() ? "none allocated" : gpus, ""});
+  if (gpus.empty() && !c.visible_gpus.gpus.empty()) {
+    // Nothing hides the host's GPUs from a job Slurm gave none: the workers
+    // would see (and --nproc_per_node=gpu count) other jobs' GPUs.
+    out.push_back({"slurm gpus", CheckStatus::kWarn,
+                   "none allocated, and the workers see all " +
+                       std::to_string(c.visible_gpus.gpus.size()) + " GPUs of this host",
+                   "ask Slurm for GPUs (--gpus-per-node=N): other jobs may be using these"});
+  } else {
+    out.push_back({"slurm gpus", CheckStatus::kOk, gpus.empty() ? "none allocated" : gpus, ""});
+  }
   auto kill_wait = env::ReadSlurmConfig().kill_wait;
   if (!kill_wait) {
     out.push_back({"slurm KillWait", CheckStatus::kWarn,

@@ -168,6 +168,25 @@ Status ApplyGpus(const RawOptions& raw, const env::Environ& environ, const HostC
   return Status::Ok();
 }
 
+// --nproc_per_node=gpu (or auto) counts the GPUs the workers will see: in a
+// Slurm job that was given none, where nothing else hides them, that is every
+// GPU of the host, which Slurm may have given to other jobs (attack 84).
+void WarnGpusSlurmDidNotGive(const RawOptions& raw, const env::Environ& environ,
+                             ParsedCommandLine& parsed) {
+  const LaunchConfig& c = parsed.config;
+  const auto v = raw.Get("nproc_per_node");
+  if (!v || (*v != "gpu" && *v != "auto") || c.visible_gpus.source != env::VisibleSource::kAll ||
+      c.visible_gpus.gpus.empty() || !env::Lookup(environ, env::kSlurmJobId)) {
+    return;
+  }
+  parsed.warnings.push_back(
+      "--nproc_per_node=" + *v + " counts every GPU of this host (" +
+      std::to_string(c.visible_gpus.gpus.size()) +
+      "): this Slurm job was given none (no SLURM_STEP_GPUS or SLURM_JOB_GPUS, no "
+      "CUDA_VISIBLE_DEVICES), so other jobs may be using them; ask Slurm for GPUs "
+      "(--gpus-per-node=N) or give --nproc_per_node a number");
+}
+
 // Workers find their GPU by LOCAL_RANK (or get one each with
 // --virtual_local_rank): more workers than visible GPUs is an error where each
 // must have its own, and a warning otherwise (a CPU job, or several workers
@@ -377,6 +396,7 @@ Status ApplyOptions(const RawOptions& raw, const env::Environ& environ, const Ho
   if (Status s = ApplyGpus(raw, environ, host, parsed); !s.ok()) return s;
   if (Status s = ApplyWorkers(raw, host, c); !s.ok()) return s;
   if (Status s = CheckGpuShare(raw, parsed); !s.ok()) return s;
+  WarnGpusSlurmDidNotGive(raw, environ, parsed);
   c.gpu_bus_ids = env::LocalRankBusIds(c.visible_gpus, host.gpus, c.nproc_per_node);
   if (Status s = ApplyBinding(raw, c); !s.ok()) return s;
   if (Status s = ApplyOutput(raw, c); !s.ok()) return s;

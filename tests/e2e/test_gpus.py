@@ -91,6 +91,26 @@ def test_slurm_step_gpus_narrow_the_workers_where_cuda_visible_devices_is_unset(
     assert seen == {0: "1,3", 1: "1,3"}
 
 
+@pytest.mark.parametrize("given, warned", [({}, True),
+                                           ({"SLURM_STEP_GPUS": "1"}, False),
+                                           ({"CUDA_VISIBLE_DEVICES": "0,1"}, False)])
+def test_gpus_a_slurm_job_was_not_given_are_warned_of(tmp_path, given, warned):
+    """A Slurm job that asked for no GPU: nothing hides the host's, --nproc_per_node=gpu counts
+    them all (other jobs' too) and said nothing (attack 84); doctor said "ok"."""
+    env = fake_env(FOUR_GPUS, SLURM_JOB_ID="7", **given)
+    seen, r = run_workers(["--nproc_per_node=gpu"], env, tmp_path)
+    said = "counts every GPU of this host (4): this Slurm job was given none" in r.stderr
+    assert said == warned, r
+    assert len(seen) == (4 if not given else len(next(iter(given.values())).split(","))), seen
+    if not given:
+        step = {"SLURM_STEP_ID": "0", "SLURM_STEP_NUM_NODES": "1", "SLURM_NODEID": "0",
+                "SLURM_STEP_NODELIST": "127.0.0.1", "SLURM_STEP_TASKS_PER_NODE": "1",
+                "SLURM_STEP_NUM_TASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0"}
+        d = run_ddprun(["doctor"], env={**env, **step})
+        assert re.search(r"warn\s+slurm gpus\s+none allocated, and the workers see all 4 GPUs",
+                         d.stdout), d
+
+
 def test_virtual_local_rank_with_too_few_gpus_is_refused(tmp_path):
     r = run_ddprun(["--virtual_local_rank", "--nproc_per_node=3", *sh("true")],
                    env=fake_env(ONE_GPU))
