@@ -146,7 +146,7 @@ env::GroupInfo Agent::Group(const rendezvous::RoundResult& round) const {
   g.virtual_local_rank = c_.virtual_local_rank;
   g.gpus = c_.gpus;
   g.allowed_cpus = c_.allowed_cpus;
-  g.slurm_task = c_.slurm.has_value();
+  g.slurm_task = c_.slurm.has_value() || c_.slurm_outside_step;
   g.bound_threads = env::ThreadsPerRank(c_.worker_cpus);
   g.timer_file = timer_file_;
   return g;

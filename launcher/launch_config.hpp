@@ -78,6 +78,10 @@ struct LaunchConfig {
   int threads_per_worker = 64;  // --threads_per_worker: sizes the RLIMIT_NPROC check
   // The Slurm job step this agent is a task of, when --slurm is not off.
   std::optional<env::SlurmStep> slurm;
+  // A Slurm job outside a step (a batch script), --slurm not off: the workers'
+  // SLURM_PROCID and the like are rewritten as in a step (the batch's would
+  // give every worker rank 0 in frameworks that read them).
+  bool slurm_outside_step = false;
   // The options whose values came from the step ("master_addr", "nnodes", ...).
   std::set<std::string> from_slurm;
   // The cluster's ProctrackType (scontrol show config), read in a step; "" when unknown.

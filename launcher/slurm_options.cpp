@@ -102,6 +102,7 @@ Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLin
           "with srun --ntasks-per-node=1, or drop --slurm");
     }
     auto nodes = env::Lookup(environ, env::kSlurmNnodes);
+    parsed.config.slurm_outside_step = env::Lookup(environ, env::kSlurmJobId).has_value();
     if (env::Lookup(environ, env::kSlurmJobId) && nodes && *nodes != "1" && !raw.Said("nnodes")) {
       parsed.notices.push_back(
           "this Slurm job has " + *nodes +

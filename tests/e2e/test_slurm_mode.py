@@ -46,6 +46,10 @@ def test_two_node_step_without_rendezvous_flags_matches_the_reference(launch):
     assert "--master_addr=127.0.0.1" in said and "--rdzv_id=4242.0" in said
 
 
+def seen_in(out_dir):
+    return [json.loads(p.read_text()) for p in sorted(out_dir.iterdir())]
+
+
 def test_workers_get_their_own_slurm_variables(launch, tmp_path):
     show = write_script(tmp_path, "show.py", """
 import json, os, sys
@@ -54,9 +58,6 @@ keys = ["RANK", "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS",
 with open(os.path.join(sys.argv[1], os.environ["RANK"] + "-" + os.environ["SLURM_PROCID"]), "w") as f:
     json.dump({k: os.environ.get(k) for k in keys}, f)
 """, executable=False)
-
-    def seen_in(out_dir):
-        return [json.loads(p.read_text()) for p in sorted(out_dir.iterdir())]
 
     out = tmp_path / "env"
     out.mkdir()
@@ -83,6 +84,21 @@ with open(os.path.join(sys.argv[1], os.environ["RANK"] + "-" + os.environ["SLURM
     r = run_ddprun(["--slurm=off", "--nproc_per_node=2", show, off], env=step_env(0, nodes=1))
     assert r.rc == 0, r
     assert [e["SLURM_PROCID"] for e in seen_in(off)] == ["0", "0"]
+
+    # A batch script that runs ddprun itself (no step): the batch's own task variables gave
+    # every worker SLURM_PROCID 0 (attack 84); rewritten as in a step now, unless --slurm=off.
+    batch = base_env(SLURM_JOB_ID="77", SLURM_PROCID="0", SLURM_LOCALID="0", SLURM_NODEID="0",
+                     SLURM_NTASKS="1", SLURM_CPUS_PER_TASK="4", SLURM_NNODES="1")
+    for flag, procids in (([], ["0", "1"]), (["--slurm=off"], ["0", "0"])):
+        where = tmp_path / ("batch" + "".join(flag))
+        where.mkdir()
+        r = run_ddprun([*flag, "--nproc_per_node=2", show, where], env=batch)
+        assert r.rc == 0, r
+        seen = seen_in(where)
+        assert [e["SLURM_PROCID"] for e in seen] == procids, seen
+        if not flag:
+            assert [(e["SLURM_NTASKS"], e["SLURM_CPUS_PER_TASK"]) for e in seen] == \
+                [("2", "2"), ("2", "2")], seen
 
 
 def test_several_agents_per_node_are_refused_with_the_fix():
