@@ -27,6 +27,7 @@
 #include "base/unique_fd.hpp"
 #include "env/processes.hpp"
 #include "env/trace_file.hpp"
+#include "supervisor/python_stacks.hpp"
 #include "supervisor/torch_progress.hpp"
 
 extern char** environ;
@@ -288,26 +289,6 @@ std::string FindOnPath(const std::string& name) {
   return "";
 }
 
-// The Python stacks of `pid`'s child processes (DataLoader workers, a
-// subprocess): they may hold the cause. "" when it has none.
-std::string ChildStacks(const std::string& py_spy, pid_t pid, std::chrono::milliseconds timeout) {
-  const std::vector<pid_t> threads = env::ThreadsOf(pid, 1024);
-  const bool parent = std::any_of(threads.begin(), threads.end(),
-                                  [pid](pid_t tid) { return !env::ChildrenOf(pid, tid).empty(); });
-  if (!parent) return "";
-  const ToolResult all =
-      RunTool({py_spy, "dump", "--subprocesses", "--pid", std::to_string(pid)}, timeout);
-  std::string out = "\nits child processes (py-spy dump --subprocesses):\n";
-  // Its own stacks come first, then each child's after a line of dashes.
-  const size_t dashes = all.output.find("\n--------");
-  if (!all.error.empty()) return out + "  " + all.error + "\n";
-  if (dashes == std::string::npos) {
-    return out + (all.timed_out ? "  py-spy took longer than the tools' time, and was stopped\n"
-                                : "  none py-spy could read\n");
-  }
-  return out + all.output.substr(all.output.find('\n', dashes + 1) + 1);
-}
-
 ToolResult RunTool(const std::vector<std::string>& argv, std::chrono::milliseconds timeout) {
   ToolResult r;
   if (argv.empty()) return ToolResult{"", -1, false, false, "no program given"};
@@ -396,6 +377,8 @@ RankDump CollectRankDump(const DumpTarget& target, std::chrono::milliseconds too
                                     ", under the worker (pid " + pid + "):\n");
     }
     d.python.output += ChildStacks(py_spy, python, tool_timeout);
+    if (python != target.pid)
+      d.python.output += OtherStacks(py_spy, target.pid, python, tool_timeout);
   } else {
     d.python.error = "no Python stacks: py-spy is not installed (pip install py-spy)";
   }

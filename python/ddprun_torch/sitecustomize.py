@@ -61,6 +61,21 @@ def _recorded(c10d):
     return out
 
 
+def _probe(c10d):
+    """Each flight recorder's per-group collective counters (enqueued, started, completed), read
+    without its entries: cheap (microseconds, where reading the entries takes milliseconds per
+    thousand), and changed whenever a collective is made or ends. None where this PyTorch's dump
+    has no such counters: every look then reads the entries."""
+    out = []
+    for name in _RECORDERS:
+        dump = getattr(c10d, name, None)
+        status = pickle.loads(dump(False, False, False)).get("pg_status") if dump else {}
+        if status is None:
+            return None
+        out.append(repr(sorted(status.items())))
+    return tuple(out)
+
+
 def _merged(recorded):
     """The recorders' entries in the order they were made (a group with both backends,
     "cpu:gloo,cuda:nccl", has entries in both)."""
@@ -423,6 +438,7 @@ def _beat(heartbeat, record_ids=None):
 
 def _watch(torch_dir, heartbeat, rank):
     seen, answered, was_initialized, finished = None, None, False, False
+    probed = None  # the counters when the entries were last read (_probe)
     groups = {}  # each process group's last collective (_progress)
     request = os.path.join(torch_dir, "dump_request")
     while True:
@@ -451,10 +467,17 @@ def _watch(torch_dir, heartbeat, rank):
         was_initialized = True
         import torch._C._distributed_c10d as c10d
         try:
-            recorded = _recorded(c10d)
-            entries = _merged(recorded)
             p2p = _p2p_lines(dist)
-            now = (_position(recorded), _p2p_changes)
+            # The entries are read only when a counter moved: an idle rank with a large
+            # recorder (TORCH_FR_BUFFER_SIZE) kept a CPU busy unpickling them (attack 83).
+            counters = (_probe(c10d), _p2p_changes)
+            if counters[0] is None or counters != probed:
+                probed = counters
+                recorded = _recorded(c10d)
+                entries = _merged(recorded)
+                now = (_position(recorded), _p2p_changes)
+            else:
+                entries, now = (), seen
             if now != seen and (entries or p2p or _barriers or seen is not None):
                 collectives_moved = seen is None or now[0] != seen[0]
                 seen = now

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import free_port
 from hanglib import DDPRUN, HANG_TIMEOUT, JOB, ddprun, env
 
 pytest.importorskip("torch")
@@ -123,6 +124,46 @@ def test_a_job_under_a_wrapper_script_gets_its_python_dumped_and_analysed(tmp_pa
         rank1 = next(Path(tmp_path).glob("*/attempt_0/dumps/rank_1.txt")).read_text()
         assert "the rank's Python, pid" in rank1, rank1
         assert "stuck_before_all_reduce" in rank1, rank1
+
+
+SPAWNS_TWO = """
+import os, sys, time, torch, torch.distributed as dist, torch.multiprocessing as mp
+def HUNG_HERE():
+    time.sleep(1000)
+def WAITING_HERE(t):
+    dist.all_reduce(t)
+def child(i, port):
+    os.environ["MASTER_PORT"] = port
+    os.environ.pop("TORCHELASTIC_USE_AGENT_STORE", None)
+    dist.init_process_group("gloo", rank=i, world_size=2)
+    t = torch.ones(1)
+    for step in range(20):
+        if i == 1 and step == 5:
+            HUNG_HERE()
+        WAITING_HERE(t)
+        time.sleep(0.1)
+if __name__ == "__main__":
+    mp.spawn(child, args=(sys.argv[1],), nprocs=2)
+"""
+
+
+def test_a_rank_that_spawns_its_trainers_gets_every_python_dumped(tmp_path):
+    """One rank runs torch.multiprocessing.spawn: two Pythons with a process group of their
+    own; one claims the rank, and its stack (and its children's) was all the dump held: the
+    worker and the other child, which may be the hung one, were left out (attack 83)."""
+    if not (Path(sys.executable).parent / "py-spy").exists():
+        pytest.skip("py-spy is not installed beside this Python")
+    job = tmp_path / "spawns.py"
+    job.write_text(SPAWNS_TWO)
+    r = subprocess.run([DDPRUN, "--nproc_per_node=1", "--shutdown_timeout=2",
+                        f"--log_dir={tmp_path}", f"--hang_timeout={HANG_TIMEOUT}",
+                        "--hang_detect=torch", str(job), str(free_port())],
+                       env=env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 124, r.stderr
+    dump = next(Path(tmp_path).glob("*/attempt_0/dumps/rank_0.txt")).read_text()
+    assert "HUNG_HERE" in dump and "WAITING_HERE" in dump, dump
+    assert "the worker's other Python processes" in dump and "the worker itself:" in dump, dump
+    assert "ProcessContext.join" in dump, dump  # the worker's own stack: waiting for its children
 
 
 @pytest.mark.parametrize("context", ["fork", "forkserver"])
