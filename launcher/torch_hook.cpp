@@ -14,11 +14,14 @@ StatusOr<std::string> WriteTorchHook(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Internal("torch hook: create " + dir + ": " + ec.message());
-  const std::string path = dir + "/sitecustomize.py";
-  std::ofstream out(path, std::ios::trunc);
-  out << kTorchHookSource;
-  out.close();
-  if (!out) return Internal("torch hook: write " + path + ": " + std::strerror(errno));
+  for (const auto& [name, source] : {std::pair{"/_ddprun_torch_p2p.py", kTorchHookP2pSource},
+                                     {"/sitecustomize.py", kTorchHookSource}}) {
+    const std::string path = dir + name;
+    std::ofstream out(path, std::ios::trunc);
+    out << source;
+    out.close();
+    if (!out) return Internal("torch hook: write " + path + ": " + std::strerror(errno));
+  }
   return dir;
 }
 

@@ -10,7 +10,8 @@
 
 namespace ddprun::launcher {
 
-// Writes <dir>/sitecustomize.py (creating `dir`) and returns `dir`; fails with
+// Writes <dir>/sitecustomize.py and the module it imports beside it,
+// _ddprun_torch_p2p.py (creating `dir`), and returns `dir`; fails with
 // the path when it cannot be written.
 StatusOr<std::string> WriteTorchHook(const std::string& dir);
 

@@ -1,6 +1,6 @@
 """ddprun's PyTorch progress hook (--hang_detect=torch), loaded by the workers' Python through
-PYTHONPATH. It changes nothing the user's program does (it only wraps five functions, below,
-which still return what they did and raise what they did): a daemon thread reads PyTorch's own
+PYTHONPATH. It changes nothing the user's program does (it only wraps five functions, in
+_ddprun_torch_p2p.py beside it, which still return what they did and raise what they did): a daemon thread reads PyTorch's own
 flight recorders (the generic one, Gloo's, and NCCL's own; TORCH_FR_BUFFER_SIZE, set by ddprun) a
 few times a second and, when a collective has been entered or finished since the last look,
 touches DDPRUN_HEARTBEAT_FILE and writes
@@ -28,6 +28,8 @@ import pickle
 import sys
 import threading
 import time
+
+import _ddprun_torch_p2p as _p2p
 
 _PERIOD = 0.25  # seconds between looks at the flight recorder
 
@@ -128,9 +130,7 @@ def _progress(dist, entries, last):
         last[name] = (order, "%d %s %s %s %s %s\n" % (
             e.get("collective_seq_id", 0), _word(e.get("profiling_name", "?")), state,
             _word(name), ranks, " ".join(str(desc).split())))
-    with _p2p_lock:
-        barriers = list(_barriers.items())
-    for name, (calls, state, entered_ns, _) in barriers:
+    for name, (calls, state, entered_ns, _) in _p2p.barriers():
         ranks, desc = _group_members(dist, name)
         # A sequence of its own, as a group of its own: every member calls it as often.
         pseudo = name + ":monitored_barrier"
@@ -139,229 +139,14 @@ def _progress(dist, entries, last):
     return "".join(line for _, line in sorted(last.values(), key=lambda v: v[0]))
 
 
-_p2p = {}  # key -> (op, peer, group name, the Work of an async one or None): ops not finished
-_p2p_lock = threading.Lock()
-_p2p_changes = 0  # counts ops entered and finished: progress the flight recorder does not see
-# Gloo's monitored_barrier is made of sends and recvs inside PyTorch, which its flight recorder
-# leaves out: group name -> [calls, "entered", "retired" or "raised" (for good, once one raised),
-# wall-clock ns when last entered, id() of the group object]. Counted from the group's making,
-# whenever the watcher first looks.
-_barriers = {}
-
-
-def _barrier_enter(group, pg_id):
-    global _p2p_changes
-    with _p2p_lock:
-        _p2p_changes += 1
-        b = _barriers.get(group)
-        if b is None or b[3] != pg_id:  # a group of that name made again: counted anew
-            b = _barriers[group] = [0, "retired", 0, pg_id]
-        b[0] += 1
-        if b[1] != "raised":
-            b[1] = "entered"
-        b[2] = time.time_ns()
-
-
-def _forget_dead_barriers(c10d_py):
-    """Drops the barriers of process groups that no longer exist (destroyed, made again)."""
-    try:
-        live = {id(pg) for pg in list(c10d_py._world.pg_names)}
-    except Exception:
-        return
-    with _p2p_lock:
-        for name in [n for n, b in _barriers.items() if b[3] not in live]:
-            del _barriers[name]
-
-
-def _barrier_leave(group, passed):
-    """A barrier that raised (PyTorch found a rank missing) is "raised" for good: this rank left
-    it, the others may never have entered it, and a program that caught the error goes on with
-    its count of the group's barriers one apart from theirs; ddprun compares them no more."""
-    global _p2p_changes
-    with _p2p_lock:
-        _p2p_changes += 1
-        b = _barriers[group]
-        if not passed:
-            b[1] = "raised"
-        elif b[1] != "raised":
-            b[1] = "retired"
-
-
-def _p2p_enter(op, peer, group, work=None):
-    global _p2p_changes
-    with _p2p_lock:
-        _p2p_changes += 1
-        key = _p2p_changes
-        _p2p[key] = (op, peer, group, work)
-    return key
-
-
-def _p2p_leave(key):
-    global _p2p_changes
-    with _p2p_lock:
-        if _p2p.pop(key, None) is not None:
-            _p2p_changes += 1
-
-
 def _p2p_lines(dist):
-    """The point-to-point operations still waiting, as progress lines; the finished async ones
-    are dropped (each finished one is a change)."""
-    global _p2p_changes
+    """The point-to-point operations still waiting, as progress lines."""
     lines = []
-    with _p2p_lock:
-        for key, (op, peer, group, work) in list(_p2p.items()):
-            try:
-                done = work is not None and work.is_completed()
-            except Exception:
-                done = True  # a Work that cannot say: not reported as waiting
-            if done:
-                del _p2p[key]
-                _p2p_changes += 1
-                continue
-            ranks, desc = _group_members(dist, group)
-            lines.append("p2p %s %s %s %s %s\n" % (op, peer, _word(group), ranks,
-                                                  " ".join(str(desc).split())))
+    for op, peer, group in _p2p.waiting():
+        ranks, desc = _group_members(dist, group)
+        lines.append("p2p %s %s %s %s %s\n" % (op, peer, _word(group), ranks,
+                                              " ".join(str(desc).split())))
     return "".join(lines)
-
-
-def _peer(c10d_py, group, rank, group_rank):
-    """The global rank of a p2p operation's peer: "*" for any (recv without a source)."""
-    if rank is None and group_rank is None:
-        return "*"
-    if rank is not None:
-        return str(int(rank))
-    return str(int(c10d_py.get_global_rank(group, group_rank)))
-
-
-def _p2p_args(c10d_py, signature, args, kwargs, peer_name):
-    """(peer, group name) of one call of send or recv, "?" where it cannot tell."""
-    try:
-        bound = signature.bind_partial(*args, **kwargs).arguments
-        group = bound.get("group")
-        if group is None:
-            group = c10d_py._get_default_group()
-        name = c10d_py._get_process_group_name(group)
-        return _peer(c10d_py, group, bound.get(peer_name), bound.get("group_" + peer_name)), name
-    except Exception:
-        return "?", "?"
-
-
-def _wrap_p2p(c10d_py):
-    """Wraps send, recv, batch_isend_irecv and monitored_barrier in
-    torch.distributed.distributed_c10d, where the package (importing * from it), the program and
-    PyTorch's own send_object_list find them, to record the operations the flight recorder of Gloo
-    leaves out; and init_process_group, to start a watcher in a process that has none. isend and
-    irecv are not wrapped: batch_isend_irecv's P2POp compares its op with them."""
-    if getattr(c10d_py, "_ddprun_p2p", False):
-        return
-    c10d_py._ddprun_p2p = True
-
-    def blocking(fn, op, peer_name):
-        import inspect
-        signature = inspect.signature(fn)
-
-        def wrapper(*args, **kwargs):
-            peer, group = _p2p_args(c10d_py, signature, args, kwargs, peer_name)
-            key = _p2p_enter(op, peer, group)
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                _p2p_leave(key)
-        return wrapper
-
-    def barrier(fn):
-        import inspect
-        signature = inspect.signature(fn)
-
-        def wrapper(*args, **kwargs):
-            try:
-                group = signature.bind_partial(*args, **kwargs).arguments.get("group")
-                if group is None:
-                    group = c10d_py._get_default_group()
-                name = c10d_py._get_process_group_name(group)
-            except Exception:
-                return fn(*args, **kwargs)  # never disturb the job: this one goes unseen
-            _barrier_enter(name, id(group))
-            passed = False
-            try:
-                result = fn(*args, **kwargs)
-                passed = True
-                return result
-            finally:
-                _barrier_leave(name, passed)
-        return wrapper
-
-    def init(fn):
-        def wrapper(*args, **kwargs):
-            result = fn(*args, **kwargs)
-            _watch_here()  # a forked child (multiprocessing's fork, forkserver) has no watcher
-            return result
-        return wrapper
-
-    def batch(fn):
-        def wrapper(p2p_op_list, *args, **kwargs):
-            works = fn(p2p_op_list, *args, **kwargs)
-            try:
-                for p, w in zip(p2p_op_list, works or []):
-                    op = "send" if "send" in getattr(p.op, "__name__", "") else "recv"
-                    group = p.group if p.group is not None else c10d_py._get_default_group()
-                    name = c10d_py._get_process_group_name(group)
-                    _p2p_enter(op, _peer(c10d_py, group, p.peer, None), name, w)
-            except Exception:
-                pass  # never disturb the job: these go unseen
-            return works
-        return wrapper
-
-    package = sys.modules.get("torch.distributed")
-    for name, make in (("send", lambda f: blocking(f, "send", "dst")),
-                       ("recv", lambda f: blocking(f, "recv", "src")),
-                       ("batch_isend_irecv", batch),
-                       ("monitored_barrier", barrier),
-                       ("init_process_group", init)):
-        original = getattr(c10d_py, name, None)
-        if original is None:
-            continue
-        wrapped = make(original)
-        for attr in ("__name__", "__qualname__", "__doc__", "__module__"):
-            try:
-                setattr(wrapped, attr, getattr(original, attr))
-            except (AttributeError, TypeError):
-                pass
-        wrapped.__wrapped__ = original
-        setattr(c10d_py, name, wrapped)
-        if package is not None and getattr(package, name, None) is original:
-            setattr(package, name, wrapped)  # imported from it already
-
-
-class _P2pFinder:
-    """Finds nothing itself: when torch.distributed.distributed_c10d is first imported, it has the
-    usual finder find it and wraps its p2p functions (_wrap_p2p) as soon as it has run, before
-    the package or the program can take them."""
-    _NAME = "torch.distributed.distributed_c10d"
-
-    def find_spec(self, name, path, target=None):
-        if name != self._NAME or path is None:
-            return None
-        try:
-            sys.meta_path.remove(self)  # once
-        except ValueError:
-            pass
-        import importlib.machinery
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
-        loader = getattr(spec, "loader", None)
-        run = getattr(loader, "exec_module", None)
-        if run is None:
-            return spec
-
-        def exec_module(module):
-            run(module)
-            try:
-                _wrap_p2p(module)
-            except Exception:
-                pass  # never disturb the job: p2p goes unseen
-
-        loader.exec_module = exec_module
-        return spec
 
 
 def _name_groups(trace, dist):
@@ -462,23 +247,23 @@ def _watch(torch_dir, heartbeat, rank):
                    "%d %s\n" % (os.getpid(), sys.executable))
             _members.clear()  # a process group made again: its groups are new
             groups.clear()
-            _forget_dead_barriers(dist.distributed_c10d)
-            _wrap_p2p(dist.distributed_c10d)  # imported some other way than _P2pFinder saw
+            _p2p.forget_dead_barriers(dist.distributed_c10d)
+            _p2p.wrap(dist.distributed_c10d)  # imported some other way than _p2p.Finder saw
         was_initialized = True
         import torch._C._distributed_c10d as c10d
         try:
             p2p = _p2p_lines(dist)
             # The entries are read only when a counter moved: an idle rank with a large
             # recorder (TORCH_FR_BUFFER_SIZE) kept a CPU busy unpickling them (attack 83).
-            counters = (_probe(c10d), _p2p_changes)
+            counters = (_probe(c10d), _p2p.changes())
             if counters[0] is None or counters != probed:
                 probed = counters
                 recorded = _recorded(c10d)
                 entries = _merged(recorded)
-                now = (_position(recorded), _p2p_changes)
+                now = (_position(recorded), _p2p.changes())
             else:
                 entries, now = (), seen
-            if now != seen and (entries or p2p or _barriers or seen is not None):
+            if now != seen and (entries or p2p or _p2p.barriers() or seen is not None):
                 collectives_moved = seen is None or now[0] != seen[0]
                 seen = now
                 _beat(heartbeat, tuple(r for r, _ in now[0]) if collectives_moved else None)
@@ -637,11 +422,9 @@ def _watch_here():
 def _after_fork_in_child():
     """A lock another thread of the parent held at the fork stays held in the child for good:
     new ones. The parent's operations in flight are not the child's."""
-    global _lock, _p2p_lock
+    global _lock
     _lock = threading.Lock()
-    _p2p_lock = threading.Lock()
-    _p2p.clear()
-    _barriers.clear()
+    _p2p.after_fork_in_child()
 
 
 def _start():
@@ -658,9 +441,10 @@ def _start():
         atexit.register(_at_exit, heartbeat)  # registered first: runs after the program's own
         _wrap_thread_shutdown(heartbeat)
     if "torch.distributed.distributed_c10d" not in sys.modules:
-        sys.meta_path.insert(0, _P2pFinder())
+        sys.meta_path.insert(0, _p2p.Finder())
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _watch_args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
+    _p2p.on_init = _watch_here
     _watch_here()
 
 

@@ -355,14 +355,16 @@ def test_the_hook_reads_the_nccl_flight_recorder_as_well_as_gloos():
     # On an H200 (torch 2.11, NCCL) a rank that stopped calling all_reduce was never found: the
     # hook read only the generic recorder, which holds no NCCL collective, so no rank was ever
     # watched. No GPU here: the hook's reading is checked on recorders of the same shape.
-    spec = importlib.util.spec_from_file_location(
-        "ddprun_hook_under_test", Path(__file__).parents[2] / "python" / "ddprun_torch" /
-        "sitecustomize.py")
+    here = Path(__file__).parents[2] / "python" / "ddprun_torch"
+    spec = importlib.util.spec_from_file_location("ddprun_hook_under_test",
+                                                  here / "sitecustomize.py")
     hook = importlib.util.module_from_spec(spec)
     saved = sys.modules.get("sitecustomize")
+    sys.path.insert(0, str(here))  # the module it imports from beside it
     try:
         spec.loader.exec_module(hook)  # DDPRUN_TORCH_DIR unset here: no watcher starts
     finally:
+        sys.path.remove(str(here))
         if saved is not None:
             sys.modules["sitecustomize"] = saved
     c10d = FlightRecorders()

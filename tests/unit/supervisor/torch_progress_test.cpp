@@ -231,7 +231,11 @@ TEST_CASE("WriteTorchHook writes the hook the workers' Python imports") {
   std::stringstream text;
   text << in.rdbuf();
   CHECK(Has(text.str(), "DDPRUN_TORCH_DIR"));
-  CHECK(Has(text.str(), "def _chain():"));  // the user's own sitecustomize still runs
+  CHECK(Has(text.str(), "def _chain():"));           // the user's own sitecustomize still runs
+  std::ifstream p2p(dir + "/_ddprun_torch_p2p.py");  // the module it imports
+  std::stringstream p2p_text;
+  p2p_text << p2p.rdbuf();
+  CHECK(Has(p2p_text.str(), "def wrap(c10d_py):"));
   std::filesystem::remove_all(std::filesystem::path(dir).parent_path());
   CHECK_FALSE(launcher::WriteTorchHook("/proc/ddprun_no_such_dir").ok());
 }
