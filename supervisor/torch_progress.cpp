@@ -187,7 +187,17 @@ TorchSide CollectTorchSide(const TorchQuery& q) {
       RunTool({q.python, "-m", "torch.distributed.flight_recorder.fr_trace", out, "-p", kFrPrefix},
               q.tool_timeout);
   side.text += "fr_trace (" + q.python + " -m torch.distributed.flight_recorder.fr_trace):\n";
-  side.text += r.error.empty() ? LastLines(r.output, kAnalysisLines) : "  " + r.error + "\n";
+  if (!r.error.empty()) {
+    side.text += "  " + r.error + "\n";
+  } else if (r.exit_code != 0 &&
+             r.output.find("Traceback (most recent call last):") != std::string::npos) {
+    // Its own failure (a rank's dump missing, one it cannot match): its last
+    // line says which, its traceback says nothing more to the user.
+    side.text += "  fr_trace could not analyse the dumps (exit " + std::to_string(r.exit_code) +
+                 "):" + LastLines(r.output, 1).substr(1);
+  } else {
+    side.text += LastLines(r.output, kAnalysisLines);
+  }
   return side;
 }
 

@@ -222,6 +222,27 @@ TEST_CASE("CollectTorchSide says when the analyser cannot run") {
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("CollectTorchSide gives the analyser's own failure in one line, not its traceback") {
+  // fr_trace raises when a rank's dump is missing or cannot be matched (a rank
+  // whose Pythons made a process group of their own): its last line says it.
+  const std::string dir = TempDir("tool_fails");
+  const std::string python = dir + "/python3";
+  std::ofstream(python) << "#!/bin/sh\necho 'Traceback (most recent call last):'\n"
+                           "echo '  File \"fr_trace.py\", line 9, in main'\n"
+                           "echo 'AssertionError: Missing dump files from ranks {1}'\nexit 1\n";
+  std::filesystem::permissions(python, std::filesystem::perms::owner_all);
+  Progress(dir, 0, "3 gloo:barrier entered");
+  std::thread hook = AnswerAsTheHook(dir, 0);
+  const TorchSide side =
+      CollectTorchSide({dir, "", {0}, python, "", milliseconds(3000), milliseconds(2000), {}});
+  hook.join();
+  CHECK(Has(side.text,
+            "  fr_trace could not analyse the dumps (exit 1): AssertionError: Missing "
+            "dump files from ranks {1}\n"));
+  CHECK_FALSE(Has(side.text, "Traceback"));
+  std::filesystem::remove_all(dir);
+}
+
 TEST_CASE("WriteTorchHook writes the hook the workers' Python imports") {
   const std::string dir = TempDir("hook") + "/sub";
   auto written = launcher::WriteTorchHook(dir);
