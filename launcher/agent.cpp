@@ -302,6 +302,7 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   }
   local_failures_ = supervisor::CollectFailures(result, ErrorFiles(round.restart_count),
                                                 /*python=*/!program_.interpreter.empty());
+  NoteHiddenOutput(local_failures_);
   const auto& root = local_failures_.front();
   facts_.GroupFailed(round.world_size, result, root);
   o.kind = Kind::kFailed;
@@ -350,6 +351,23 @@ std::string OneLine(const std::string& message) {
 }
 
 }  // namespace
+
+// A failed worker that left no error file and whose stderr went nowhere
+// (--local_ranks_filter leaves its local rank out, and no log file keeps it,
+// as under torchrun): the report says why it has nothing more to show.
+void Agent::NoteHiddenOutput(std::vector<supervisor::FailureRecord>& failures) const {
+  if (c_.local_ranks_filter.empty()) return;
+  for (auto& f : failures) {
+    const bool kept = ((c_.redirects.For(f.local_rank) | c_.tee.For(f.local_rank)) & 2) != 0;
+    if (c_.local_ranks_filter.count(f.local_rank) != 0 || kept || !f.output_tail.empty() ||
+        f.error_file != supervisor::kNotAvailable || f.pid <= 0) {
+      continue;
+    }
+    f.message += "\nits output was not kept: --local_ranks_filter leaves out local rank " +
+                 std::to_string(f.local_rank) +
+                 " and no log file holds its stderr; --redirects 2 or --tee 2 keep it in one";
+  }
+}
 
 rendezvous::Cause Agent::CauseOf(const supervisor::FailureRecord& root) {
   rendezvous::Cause c;

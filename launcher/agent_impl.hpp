@@ -53,6 +53,7 @@ class Agent {
   void FailedEarly(const supervisor::GroupResult& so_far);
   // The cause of `root` as the job record keeps it (class aside).
   static rendezvous::Cause CauseOf(const supervisor::FailureRecord& root);
+  void NoteHiddenOutput(std::vector<supervisor::FailureRecord>& failures) const;
   int Finish(const rendezvous::Action& exit);
   // The terminating signal to act on; with `after`, only one received after
   // the first `after` (Supervisor::signals_received()).

@@ -26,7 +26,6 @@ using nlohmann::json;
 
 namespace {
 
-constexpr char kNotAvailable[] = "<N/A>";
 constexpr size_t kMaxWidth = 60;
 
 std::string Indent(const std::string& text) {

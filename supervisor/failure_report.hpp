@@ -13,6 +13,9 @@
 
 namespace ddprun::supervisor {
 
+// A report field nothing fills (torchrun's word): error_file of a worker that wrote none.
+inline constexpr char kNotAvailable[] = "<N/A>";
+
 struct FailureRecord {
   int local_rank = 0;
   int rank = 0;

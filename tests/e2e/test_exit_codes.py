@@ -49,6 +49,21 @@ def test_worker_killed_by_signal_exits_128_plus_n(sig, tmp_path):
                      r"line: giving up: checkpoint 7 is corrupt\n", root[1]), r
 
 
+@pytest.mark.parametrize("keep", [[], ["--tee", "2"]])
+def test_a_failed_rank_left_out_by_the_filter_says_why_its_report_is_bare(tmp_path, keep):
+    """--local_ranks_filter=0: local rank 1's stderr goes nowhere (as under torchrun), and its
+    report said only "the worker wrote no error file" (attack 83). It says why now; with its
+    stderr in a log file its last line is there."""
+    r = run_ddprun(["--nproc_per_node=2", "--local_ranks_filter=0", *keep,
+                    *sh('if [ "$LOCAL_RANK" = 1 ]; then echo "checkpoint 7 is corrupt" >&2; '
+                        'exit 3; fi; exec sleep 30')], cwd=tmp_path)
+    assert r.rc == 3, r
+    root = r.stderr.split("Root Cause (first observed failure):", 1)[1]
+    hidden = "its output was not kept: --local_ranks_filter leaves out local rank 1"
+    assert (hidden in root) == (not keep), r
+    assert ("its last stderr line: checkpoint 7 is corrupt" in root) == bool(keep), r
+
+
 @pytest.mark.parametrize("how", ["kill -PIPE $$",
                                  "echo 'ConnectionResetError: Connection reset by peer' >&2; "
                                  "exit 2"])
