@@ -15,9 +15,6 @@
 
 namespace ddprun::launcher {
 
-namespace {
-
-// The agent's stores: default limits and guard, notable events as warnings.
 rendezvous::StoreServerOptions StoreOptions(const std::string& host, int port,
                                             const std::string& token) {
   rendezvous::StoreServerOptions o;
@@ -27,6 +24,8 @@ rendezvous::StoreServerOptions StoreOptions(const std::string& host, int port,
   o.log = [](const std::string& m) { spdlog::warn("{}", m); };
   return o;
 }
+
+namespace {
 
 constexpr int kDefaultC10dPort = 29400;
 constexpr int kDefaultStaticPort = 29500;

@@ -35,6 +35,10 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
 // reaches it).
 bool NodesMaySpanHosts(const LaunchConfig& config);
 
+// The agent's stores: default limits and guard, notable events as warnings.
+rendezvous::StoreServerOptions StoreOptions(const std::string& host, int port,
+                                            const std::string& token);
+
 // Where a static job's store is: --master_addr/--master_port, or its
 // --rdzv_endpoint when given (as torchrun).
 Status StaticStoreAddress(const LaunchConfig& config, std::string* host, int* port);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
+#include <thread>
 
 #include "env/host.hpp"
 #include "launcher/job_stores.hpp"
@@ -11,6 +13,7 @@
 #include "rendezvous/job_record.hpp"
 #include "rendezvous/kv.hpp"
 #include "rendezvous/store_client.hpp"
+#include "rendezvous/store_server.hpp"
 
 namespace ddprun::launcher {
 
@@ -25,7 +28,7 @@ constexpr std::chrono::seconds kWait{60};
 void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& environ,
                            const std::string& why, int exit_code) {
   if (config.rdzv_backend != "static" || config.nnodes_max <= 1 ||
-      config.nnodes_min != config.nnodes_max || config.node_rank == 0) {
+      config.nnodes_min != config.nnodes_max) {
     return;
   }
   LaunchConfig c = config;
@@ -35,6 +38,21 @@ void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& envir
   std::string host;
   int port = 0;
   if (!settings.ok() || !StaticStoreAddress(c, &host, &port).ok()) return;
+  // Node rank 0 hosts the store: it serves it for as long as the others take
+  // to read the record (they wait for the store at their start anyway).
+  std::unique_ptr<rendezvous::StoreServer> server;
+  if (c.node_rank == 0) {
+    auto started = rendezvous::StoreServer::Start(StoreOptions(host, port, settings->token));
+    if (!started.ok()) {
+      spdlog::warn(
+          "the other nodes could not be told (the store could not be served: {}): they "
+          "wait for this one until their join_timeout",
+          started.status().message());
+      return;
+    }
+    server = std::move(*started);
+    port = server->port();
+  }
   const auto within = std::min<std::chrono::milliseconds>(settings->connect_timeout, kWait);
   spdlog::info("telling the job's other nodes (store {}:{}) that node rank {} cannot start", host,
                port, c.node_rank);
@@ -50,6 +68,7 @@ void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& envir
   }
   rendezvous::ClientKv kv(*client);
   const rendezvous::RendezvousKeys keys(settings->run_id);
+  if (server) (void)kv.Set(rendezvous::RendezvousKeys::HostedRunId(), settings->run_id);
   auto hosted = kv.TryGet(rendezvous::RendezvousKeys::HostedRunId());
   if (hosted.ok() && *hosted && **hosted != settings->run_id) {
     spdlog::warn("the store at {}:{} coordinates job \"{}\", not \"{}\": nothing told", host, port,
@@ -76,6 +95,17 @@ void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& envir
         "the other nodes could not be told ({}): they wait for this one until their "
         "join_timeout",
         applied.status().message());
+  } else if (applied->landed && server) {
+    spdlog::info(
+        "the job's other nodes are told as they come: the store stays up until they "
+        "have read it (at most {} s)",
+        kWait.count());
+    const auto until = std::chrono::steady_clock::now() + kWait;
+    while (std::chrono::steady_clock::now() < until) {
+      auto left = kv.Add(keys.Departed(), 0);
+      if (!left.ok() || *left >= c.nnodes_max - 1) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   } else if (applied->landed) {
     spdlog::info("the job's other nodes were told: they stop now");
   } else {

@@ -14,11 +14,12 @@ namespace ddprun::launcher {
 
 // Records in the job's store that this node cannot start, for `why` (what
 // ddprun printed), with `exit_code` as the job's. Only for a static job of a
-// fixed number of nodes whose store another node hosts (node rank 0 hosts it:
-// when that one cannot start, nobody can be told), and only while no round
-// runs (a round that formed without this node goes on). Waits for the store
-// up to its start timeout, at most kWait; says what it did on stderr. Best
-// effort: a store that cannot be reached leaves the others to their timeout.
+// fixed number of nodes, and only while no round runs (a round that formed
+// without this node goes on). Waits for the store up to its start timeout, at
+// most a minute; node rank 0, which hosts the store, serves it until every
+// other node has read the record and left, at most a minute. Says what it did
+// on stderr. Best effort: a store that cannot be reached leaves the others to
+// their timeout.
 void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& environ,
                            const std::string& why, int exit_code);
 

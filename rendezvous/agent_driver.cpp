@@ -225,7 +225,9 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
     const auto until = Clock::now() + kLeaveSaid;
     AbandonWhen abandon(client_,
                         [&] { return Clock::now() >= until || pending_signal().first != 0; });
-    if (!kv.Set(keys_.Left(self), "1").ok() || !hosts_store) return 0;
+    if (!kv.Set(keys_.Left(self), "1").ok() || !kv.Add(keys_.Departed(), 1).ok() || !hosts_store) {
+      return 0;
+    }
   }
   // The others that may still read the record: the last round's members and
   // the agents waiting to join the next one, for `timeout`; agents lost

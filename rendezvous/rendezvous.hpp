@@ -80,6 +80,9 @@ class RendezvousKeys {
   std::string Version(int64_t version) const { return p_ + "v/" + std::to_string(version); }
   // Set by an agent as it exits, having read the job's outcome.
   std::string Left(const std::string& agent) const { return p_ + "left/" + agent; }
+  // Counts the agents that left (each adds 1 after its Left key): what a
+  // store host that never joined (its node could not start) waits for.
+  std::string Departed() const { return p_ + "departed"; }
   std::string KeepAlive(const std::string& agent) const { return p_ + "ka/" + agent; }
   std::string Join(int r) const { return R(r) + "join"; }
   std::string Node(int r, int i) const { return R(r) + "node/" + std::to_string(i); }

@@ -551,20 +551,24 @@ def test_c10d_an_agent_waiting_for_the_others_says_who_joined(launch, tmp_path):
     assert "waiting for round" not in second.stderr(), second.stderr()
 
 
+@pytest.mark.parametrize("failing", [0, 1])
 @pytest.mark.parametrize("first", [0, 1])
-def test_a_node_that_cannot_start_fails_the_others_at_once(launch, tmp_path, first):
+def test_a_node_that_cannot_start_fails_the_others_at_once(launch, tmp_path, first, failing):
     """A static node whose program is missing exits 127 before it joins; the others waited for
     it until the join timeout (attack 84). It tells the job record now, whichever node starts
-    first: every node exits 127 within seconds, naming it."""
+    first; node rank 0, which hosts the store, serves it until the others have read it: every
+    node exits 127 within seconds, naming it."""
     port = free_port()
-    programs = {0: ["--no_python", "/bin/sleep", "30"], 1: ["/nonexistent/prog.sh"]}
+    programs = {failing: ["/nonexistent/prog.sh"], 1 - failing: ["--no_python", "/bin/sleep", "30"]}
     agents = {}
     for rank in (first, 1 - first):
         agents[rank] = launch(static_args(2, rank, port, nproc=1, extra=programs[rank]))
         time.sleep(0.5)  # the other starts later (the order is the input)
+    started = time.monotonic()
     rcs = [agents[r].wait(AGENT_TIMEOUT) for r in (0, 1)]
     assert rcs == [127, 127], outputs([agents[0], agents[1]])
-    assert "the job failed: node 1 (" in agents[0].stderr(), outputs([agents[0], agents[1]])
-    assert "ddprun could not start there: cannot run /nonexistent/prog.sh" in \
-        agents[0].stderr(), outputs([agents[0], agents[1]])
-
+    assert time.monotonic() - started < 10, outputs([agents[0], agents[1]])
+    other = agents[1 - failing].stderr()
+    assert f"the job failed: node {failing} (" in other, outputs([agents[0], agents[1]])
+    assert "ddprun could not start there: cannot run /nonexistent/prog.sh" in other, \
+        outputs([agents[0], agents[1]])
