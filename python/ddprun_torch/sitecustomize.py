@@ -1,8 +1,9 @@
 """ddprun's PyTorch progress hook (--hang_detect=torch), loaded by the workers' Python through
 PYTHONPATH. It changes nothing the user's program does (it only wraps five functions, in
-_ddprun_torch_p2p.py beside it, which still return what they did and raise what they did): a daemon thread reads PyTorch's own
-flight recorders (the generic one, Gloo's, and NCCL's own; TORCH_FR_BUFFER_SIZE, set by ddprun) a
-few times a second and, when a collective has been entered or finished since the last look,
+_ddprun_torch_p2p.py beside it, which still return what they did and raise what they did): a
+daemon thread reads PyTorch's own flight recorders (the generic one, Gloo's, and NCCL's own;
+TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been entered
+or finished since the last look,
 touches DDPRUN_HEARTBEAT_FILE and writes
 $DDPRUN_TORCH_DIR/progress_<RANK>: one line per process group the rank used, its last collective
 there, "<seq> <op> <entered|retired> <group> <ranks|*> <desc>", the newest last, then one line per
