@@ -23,6 +23,13 @@ namespace {
 // nodes of a job start within seconds of each other, mostly.
 constexpr std::chrono::seconds kWait{60};
 
+// Said when the others cannot be told, and `why`.
+void Untold(const std::string& why) {
+  spdlog::warn(
+      "the other nodes could not be told ({}): they wait for this one until their join_timeout",
+      why);
+}
+
 }  // namespace
 
 void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& environ,
@@ -43,13 +50,8 @@ void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& envir
   std::unique_ptr<rendezvous::StoreServer> server;
   if (c.node_rank == 0) {
     auto started = rendezvous::StoreServer::Start(StoreOptions(host, port, settings->token));
-    if (!started.ok()) {
-      spdlog::warn(
-          "the other nodes could not be told (the store could not be served: {}): they "
-          "wait for this one until their join_timeout",
-          started.status().message());
-      return;
-    }
+    if (!started.ok())
+      return Untold("the store could not be served: " + started.status().message());
     server = std::move(*started);
     port = server->port();
   }
@@ -59,13 +61,7 @@ void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& envir
   auto client =
       rendezvous::StoreClient::Connect(host, port, settings->read_timeout, settings->token,
                                        rendezvous::StoreRole::kAgent, {}, within);
-  if (!client.ok()) {
-    spdlog::warn(
-        "the other nodes could not be told ({}): they wait for this one until their "
-        "join_timeout",
-        client.status().message());
-    return;
-  }
+  if (!client.ok()) return Untold(client.status().message());
   rendezvous::ClientKv kv(*client);
   const rendezvous::RendezvousKeys keys(settings->run_id);
   if (server) (void)kv.Set(rendezvous::RendezvousKeys::HostedRunId(), settings->run_id);
@@ -91,10 +87,7 @@ void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& envir
         return rendezvous::CloseJob(rec, cause);
       });
   if (!applied.ok()) {
-    spdlog::warn(
-        "the other nodes could not be told ({}): they wait for this one until their "
-        "join_timeout",
-        applied.status().message());
+    Untold(applied.status().message());
   } else if (applied->landed && server) {
     spdlog::info(
         "the job's other nodes are told as they come: the store stays up until they "
