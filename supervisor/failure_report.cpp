@@ -13,6 +13,7 @@
 #include <optional>
 #include <sstream>
 #include <string_view>
+#include <utility>
 
 #include "base/format.hpp"
 #include "base/read_file.hpp"
@@ -95,6 +96,36 @@ std::string WithLastLine(std::string message, const FailureRecord& f) {
   return message;
 }
 
+// What a Python worker without an error file is advised, read from how its
+// output ends. @record writes the file for an Exception that leaves the entry
+// point; sys.exit(), os._exit(), a KeyboardInterrupt and `python -m` not
+// finding its module never reach it, and advising it there sends the user
+// decorating in vain (attack 83).
+std::string PythonAdvice(const std::string& tail) {
+  const std::string last = LastLine(tail);
+  const std::string kRecord = "torch.distributed.elastic.multiprocessing.errors.record";
+  if (last.empty()) return " (Python: decorate the entry point with " + kRecord + ")";
+  if (last.rfind("KeyboardInterrupt", 0) == 0) {
+    return " (Python: it was interrupted (KeyboardInterrupt: a SIGINT); " + kRecord +
+           " does not record that)";
+  }
+  // A traceback: its header, or the source line of its last frame just above
+  // the exception's line ("    raise ...": indented).
+  std::string above, line, previous;
+  std::istringstream lines(tail);
+  while (std::getline(lines, line)) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    above = std::exchange(previous, line);
+  }
+  if (tail.find("Traceback (most recent call last):") != std::string::npos ||
+      above.rfind("    ", 0) == 0) {
+    return " (Python: decorate the entry point with " + kRecord + " to have its traceback here)";
+  }
+  return " (Python: it exited without raising: sys.exit(), os._exit() or the interpreter "
+         "itself; " +
+         kRecord + " has nothing to record then)";
+}
+
 std::string DefaultMessage(const FailureRecord& f, bool python) {
   if (f.exit.signal != 0) {
     // torchrun's words, then what the worker said last (a signal is often
@@ -105,11 +136,7 @@ std::string DefaultMessage(const FailureRecord& f, bool python) {
                         f);
   }
   std::string message = "no traceback: the worker wrote no error file";
-  if (python) {
-    message +=
-        " (Python: decorate the entry point with "
-        "torch.distributed.elastic.multiprocessing.errors.record)";
-  }
+  if (python) message += PythonAdvice(f.output_tail);
   return WithLastLine(std::move(message), f);
 }
 

@@ -290,6 +290,22 @@ def test_py_script_runs_under_python_exec_with_u(tmp_path):
     assert f"orig_argv {[PYTHON, '-u', str(script), '--lr', '0.1']}" in lines, r
 
 
+@pytest.mark.parametrize("ending,advised", [
+    ("raise RuntimeError('checkpoint 7 is corrupt')", True),
+    ("sys.exit('checkpoint 7 is corrupt')", False),
+])
+def test_a_python_worker_is_advised_record_only_where_it_would_help(tmp_path, ending, advised):
+    """@record writes an error file for an exception leaving the entry point; sys.exit("...")
+    never reaches it, and advising it there sent users decorating in vain (attack 83)."""
+    script = write_script(tmp_path, "train.py", f"import sys\n{ending}\n", executable=False)
+    r = run_ddprun([script], cwd=tmp_path)
+    assert r.rc == 1, r
+    root = r.stderr.split("Root Cause (first observed failure):", 1)[1]
+    assert ("decorate the entry point with" in root) == advised, r
+    assert ("it exited without raising: sys.exit()" in root) == (not advised), r
+    assert "checkpoint 7 is corrupt" in root, r
+
+
 def test_module_runs_with_dash_m(tmp_path):
     write_script(tmp_path, "ddprun_e2e_mod.py", (
         "import sys\n"

@@ -210,11 +210,44 @@ TEST_CASE(
         "crashing at step 2 as asked");
   CHECK(CollectFailures(r, {""}, true)
             .front()
-            .message.find("errors.record)\nits last output line: train: rank 0: crashing at "
-                          "step 2 as asked") != std::string::npos);
+            .message.find(
+                "has nothing to record then)\nits last output line: train: rank 0: crashing at "
+                "step 2 as asked") != std::string::npos);
   r.workers[0].output_tail.clear();
   CHECK(CollectFailures(r, {""}, false).front().message ==
         "no traceback: the worker wrote no error file");
+}
+
+TEST_CASE("a Python worker is advised @record only where it raised") {
+  GroupResult r;
+  WorkerRecord w;
+  w.state = WorkerState::kFailed;
+  w.exit = ExitStatus::Exited(1);
+  r.workers.push_back(w);
+  r.failures = {0};
+  auto advice = [&](const std::string& tail) {
+    r.workers[0].output_tail = tail;
+    return CollectFailures(r, {""}, true).front().message;
+  };
+  const std::string raised = advice(
+      "Traceback (most recent call last):\n  File \"t.py\", line 3, in <module>\n"
+      "    raise RuntimeError('boom')\nRuntimeError: boom\n");
+  CHECK(raised.find("decorate the entry point with") != std::string::npos);
+  CHECK(raised.find("its last stderr line: RuntimeError: boom") != std::string::npos);
+  // The header cut off the kept tail: the indented source line above says it.
+  CHECK(advice("    raise ValueError(x)\nValueError: 3\n").find("decorate") != std::string::npos);
+  // sys.exit("message"), `python -m` without its module: @record never sees them.
+  for (const char* tail : {"giving up: no data\n", "/usr/bin/python3: No module named nomod\n"}) {
+    const std::string m = advice(tail);
+    CHECK(m.find("decorate") == std::string::npos);
+    CHECK(m.find("it exited without raising: sys.exit(), os._exit()") != std::string::npos);
+  }
+  const std::string interrupted =
+      advice("Traceback (most recent call last):\n    time.sleep(9)\nKeyboardInterrupt\n");
+  CHECK(interrupted.find("decorate") == std::string::npos);
+  CHECK(interrupted.find("KeyboardInterrupt: a SIGINT") != std::string::npos);
+  // Nothing printed: nothing to tell, so the advice stays.
+  CHECK(advice("").find("decorate the entry point with") != std::string::npos);
 }
 
 TEST_CASE("the root cause is copied to the launcher's own error file with its code") {
