@@ -124,13 +124,9 @@ std::string NewAgentId(const std::string& host) {
 // c10d: host when is_host says so, or (not said) when the endpoint can be bound here.
 StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int port,
                          JobStores& stores) {
-  auto it = c.rdzv_conf.find("is_host");
-  std::optional<bool> forced;
-  if (it != c.rdzv_conf.end()) {
-    auto b = ParseConfBool("is_host", it->second);
-    if (!b.ok()) return b.status();
-    forced = *b;
-  }
+  auto is_host = C10dIsHost(c);
+  if (!is_host.ok()) return is_host.status();
+  const std::optional<bool> forced = *is_host;
   if (forced && !*forced) return false;
   auto server = rendezvous::StoreServer::Start(StoreOptions(host, port, stores.settings.token));
   if (server.ok()) {
@@ -200,6 +196,22 @@ bool NodesMaySpanHosts(const LaunchConfig& c) {
   return !env::OnlyLoopback(host);
 }
 
+Status C10dStoreAddress(const LaunchConfig& c, std::string* host, int* port) {
+  if (Status s = rendezvous::SplitHostPort(c.rdzv_endpoint, kDefaultC10dPort, host, port);
+      !s.ok()) {
+    return InvalidArgument("invalid --rdzv_endpoint=" + c.rdzv_endpoint + ": " + s.message());
+  }
+  return Status::Ok();
+}
+
+StatusOr<std::optional<bool>> C10dIsHost(const LaunchConfig& c) {
+  auto it = c.rdzv_conf.find("is_host");
+  if (it == c.rdzv_conf.end()) return std::optional<bool>();
+  auto b = ParseConfBool("is_host", it->second);
+  if (!b.ok()) return b.status();
+  return std::optional<bool>(*b);
+}
+
 Status StaticStoreAddress(const LaunchConfig& c, std::string* host, int* port) {
   *host = c.master_addr;
   *port = c.master_port.value_or(kDefaultStaticPort);
@@ -243,11 +255,7 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
       }
     }
   } else {
-    if (Status s = rendezvous::SplitHostPort(c.rdzv_endpoint, kDefaultC10dPort, &stores.rdzv_host,
-                                             &stores.rdzv_port);
-        !s.ok()) {
-      return InvalidArgument("invalid --rdzv_endpoint=" + c.rdzv_endpoint + ": " + s.message());
-    }
+    if (Status s = C10dStoreAddress(c, &stores.rdzv_host, &stores.rdzv_port); !s.ok()) return s;
     auto hosts = HostsC10d(c, stores.rdzv_host, stores.rdzv_port, stores);
     if (!hosts.ok()) return hosts.status().Annotate("--rdzv_endpoint " + c.rdzv_endpoint);
     hosting = *hosts;

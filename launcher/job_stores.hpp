@@ -5,6 +5,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,13 @@ rendezvous::StoreServerOptions StoreOptions(const std::string& host, int port,
 // Where a static job's store is: --master_addr/--master_port, or its
 // --rdzv_endpoint when given (as torchrun).
 Status StaticStoreAddress(const LaunchConfig& config, std::string* host, int* port);
+
+// Where a c10d job's store is: its --rdzv_endpoint (port 29400 when not given).
+Status C10dStoreAddress(const LaunchConfig& config, std::string* host, int* port);
+
+// A c10d agent's --rdzv_conf is_host: true or false when given, nullopt when
+// not (then the agent that can bind the endpoint hosts the store).
+StatusOr<std::optional<bool>> C10dIsHost(const LaunchConfig& config);
 
 // Decides who hosts the rendezvous store (static: node rank 0; c10d: is_host,
 // else the agent that can bind the endpoint), starts the store when this

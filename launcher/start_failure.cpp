@@ -34,7 +34,9 @@ void Untold(const std::string& why) {
 
 void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& environ,
                            const std::string& why, int exit_code) {
-  if (config.rdzv_backend != "static" || config.nnodes_max <= 1 ||
+  // An elastic job may run without this node; a fixed number of nodes cannot.
+  const bool c10d = config.rdzv_backend == "c10d";
+  if ((config.rdzv_backend != "static" && !c10d) || config.nnodes_max <= 1 ||
       config.nnodes_min != config.nnodes_max) {
     return;
   }
@@ -44,20 +46,33 @@ void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& envir
   auto settings = SettingsFromConfig(c, environ, &notices);
   std::string host;
   int port = 0;
-  if (!settings.ok() || !StaticStoreAddress(c, &host, &port).ok()) return;
-  // Node rank 0 hosts the store: it serves it for as long as the others take
-  // to read the record (they wait for the store at their start anyway).
+  if (!settings.ok() ||
+      !(c10d ? C10dStoreAddress(c, &host, &port).ok() : StaticStoreAddress(c, &host, &port).ok())) {
+    return;
+  }
+  // The node that would host the store (static: node rank 0; c10d: the one
+  // that can bind the endpoint, or is_host) serves it for as long as the
+  // others take to read the record (they wait for the store at their start
+  // anyway).
   std::unique_ptr<rendezvous::StoreServer> server;
-  if (c.node_rank == 0) {
+  auto is_host = c10d ? C10dIsHost(c) : StatusOr<std::optional<bool>>(c.node_rank == 0);
+  if (!is_host.ok()) return;
+  if (is_host->value_or(true)) {
     auto started = rendezvous::StoreServer::Start(StoreOptions(host, port, settings->token));
-    if (!started.ok())
+    if (started.ok()) {
+      server = std::move(*started);
+      port = server->port();
+    } else if (is_host->has_value()) {
       return Untold("the store could not be served: " + started.status().message());
-    server = std::move(*started);
-    port = server->port();
+    }  // c10d: another agent may host it; this one is told as a client
   }
   const auto within = std::min<std::chrono::milliseconds>(settings->connect_timeout, kWait);
-  spdlog::info("telling the job's other nodes (store {}:{}) that node rank {} cannot start", host,
-               port, c.node_rank);
+  const bool ranked = !c10d || c.node_rank_set;  // c10d gives ranks as nodes join
+  const std::string node_name =
+      c.slurm && !c.slurm->node_name.empty() ? c.slurm->node_name : env::Hostname();
+  spdlog::info(
+      "telling the job's other nodes (store {}:{}) that {} cannot start", host, port,
+      ranked ? "node rank " + std::to_string(c.node_rank) : "this node (" + node_name + ")");
   auto client =
       rendezvous::StoreClient::Connect(host, port, settings->read_timeout, settings->token,
                                        rendezvous::StoreRole::kAgent, {}, within);
@@ -74,9 +89,13 @@ void TellJobOfStartFailure(const LaunchConfig& config, const env::Environ& envir
   rendezvous::Cause cause;
   cause.cls = rendezvous::FailureClass::kRendezvous;
   cause.exit_code = exit_code;
-  cause.node_rank = c.node_rank;
-  cause.node = c.slurm && !c.slurm->node_name.empty() ? c.slurm->node_name : env::Hostname();
+  cause.node = node_name;
   cause.what = "ddprun could not start there: " + why;
+  if (ranked) {
+    cause.node_rank = c.node_rank;
+  } else {  // named by its host alone
+    cause.what = "node " + node_name + ": " + cause.what;
+  }
   auto applied = rendezvous::ApplyTransition(
       kv, keys, [&](const rendezvous::JobRecord& rec) -> StatusOr<rendezvous::JobRecord> {
         // A round that formed without this node runs on (another agent took

@@ -13,10 +13,12 @@
 namespace ddprun::launcher {
 
 // Records in the job's store that this node cannot start, for `why` (what
-// ddprun printed), with `exit_code` as the job's. Only for a static job of a
-// fixed number of nodes, and only while no round runs (a round that formed
+// ddprun printed), with `exit_code` as the job's. Only for a job of a fixed
+// number of nodes (static, or c10d with --nnodes N or N:N: an elastic job may
+// run without this node), and only while no round runs (a round that formed
 // without this node goes on). Waits for the store up to its start timeout, at
-// most a minute; node rank 0, which hosts the store, serves it until every
+// most a minute; the node that would host the store (static: node rank 0;
+// c10d: is_host, or the one that can bind the endpoint) serves it until every
 // other node has read the record and left, at most a minute. Says what it did
 // on stderr. Best effort: a store that cannot be reached leaves the others to
 // their timeout.

@@ -572,3 +572,30 @@ def test_a_node_that_cannot_start_fails_the_others_at_once(launch, tmp_path, fir
     assert f"the job failed: node {failing} (" in other, outputs([agents[0], agents[1]])
     assert "ddprun could not start there: cannot run /nonexistent/prog.sh" in other, \
         outputs([agents[0], agents[1]])
+
+
+@pytest.mark.parametrize("failing_first", [True, False])
+def test_a_c10d_node_that_cannot_start_fails_a_fixed_size_job_at_once(launch, tmp_path,
+                                                                      failing_first):
+    """The same for c10d with a fixed number of nodes (--nnodes=2): the other node waited out
+    join_timeout for it. Whichever starts first hosts the store (it binds the endpoint): the
+    failing one, or the one that runs. A node given no --node_rank is named by its host."""
+    port = free_port()
+    conf = "join_timeout=60,last_call_timeout=0.2,keep_alive_interval=0.2,keep_alive_max_attempt=5"
+    def start(node, program):
+        agent = launch(c10d_args(2, node, port, nproc=1, conf=conf, extra=program))
+        if node == 0:
+            wait_listening(port)  # the first hosts the store
+        return agent
+
+    programs = [["/nonexistent/prog.sh"], ["--no_python", "/bin/sleep", "30"]]
+    if failing_first:
+        failing, running = start(0, programs[0]), start(1, programs[1])
+    else:
+        running, failing = start(0, programs[1]), start(1, programs[0])
+    started = time.monotonic()
+    rcs = [failing.wait(AGENT_TIMEOUT), running.wait(AGENT_TIMEOUT)]
+    assert rcs == [127, 127], outputs([failing, running])
+    assert time.monotonic() - started < 10, outputs([failing, running])
+    assert re.search(r"the job failed: node \S+: ddprun could not start there: cannot run "
+                     r"/nonexistent/prog\.sh", running.stderr()), outputs([failing, running])
