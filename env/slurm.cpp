@@ -209,12 +209,20 @@ SlurmConfig ParseSlurmConfig(std::string_view text) {
 }
 
 SlurmConfig ReadSlurmConfig() {
-  if (!OnPath("scontrol")) return {};
+  SlurmConfig config;
+  if (!OnPath("scontrol")) {
+    config.unread = "scontrol is not on PATH";
+    return config;
+  }
   std::string text;
   for (const auto& line : CommandLines("timeout 5 scontrol show config 2>/dev/null")) {
     text += line + "\n";
   }
-  return ParseSlurmConfig(text);
+  config = ParseSlurmConfig(text);
+  if (text.empty()) {
+    config.unread = "scontrol show config failed or did not answer within 5 s: is slurmctld up?";
+  }
+  return config;
 }
 
 bool SignalsReachDescendants(const std::string& proctrack) {

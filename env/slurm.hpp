@@ -70,13 +70,14 @@ std::optional<std::string> ReadNodeAddr(const std::string& name);
 struct SlurmConfig {
   std::optional<int> kill_wait;  // KillWait, seconds
   std::string proctrack;         // ProctrackType, e.g. "proctrack/cgroup"; "" when unknown
+  std::string unread;            // why the configuration was not read; "" when it was
 };
 
 // The fields above from `scontrol show config` output ("Key = value" lines).
 SlurmConfig ParseSlurmConfig(std::string_view text);
 
 // `scontrol show config`, parsed (bounded to 5 s); empty fields when scontrol
-// is not on PATH, fails or says nothing about them.
+// is not on PATH, fails or says nothing about them (`unread` says which).
 SlurmConfig ReadSlurmConfig();
 
 // Whether slurmstepd, signalling a step (scancel -s, the time limit, srun

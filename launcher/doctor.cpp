@@ -311,11 +311,14 @@ std::vector<LimitCheck> SlurmChecks(const LaunchConfig& c, const env::Environ& e
   } else {
     out.push_back({"slurm gpus", CheckStatus::kOk, gpus.empty() ? "none allocated" : gpus, ""});
   }
-  auto kill_wait = env::ReadSlurmConfig().kill_wait;
+  const env::SlurmConfig config = env::ReadSlurmConfig();
+  const std::optional<int>& kill_wait = config.kill_wait;
   if (!kill_wait) {
-    out.push_back({"slurm KillWait", CheckStatus::kWarn,
-                   "unknown (scontrol show config did not say)",
-                   "check that --shutdown_timeout is not above the cluster's KillWait"});
+    out.push_back(
+        {"slurm KillWait", CheckStatus::kWarn,
+         "unknown (" +
+             (config.unread.empty() ? "scontrol show config did not say" : config.unread) + ")",
+         "check that --shutdown_timeout is not above the cluster's KillWait"});
   } else if (c.shutdown_timeout > *kill_wait) {
     out.push_back({"slurm KillWait", CheckStatus::kWarn,
                    std::to_string(*kill_wait) + " s, below --shutdown_timeout " +

@@ -135,6 +135,13 @@ void ReadSlurmConfig(ddprun::launcher::LaunchConfig& c) {
   if (!c.slurm) return;
   const ddprun::env::SlurmConfig config = ddprun::env::ReadSlurmConfig();
   c.slurm_proctrack = config.proctrack;
+  if (!config.unread.empty()) {
+    spdlog::info(
+        "Slurm's configuration was not read ({}): --shutdown_timeout is not checked against its "
+        "KillWait, and ddprun forwards every signal to the workers itself (they get SIGUSR1 twice "
+        "where Slurm's proctrack reaches them too)",
+        config.unread);
+  }
   const std::optional<int>& kill_wait = config.kill_wait;
   if (!kill_wait || c.shutdown_timeout <= *kill_wait) return;
   spdlog::warn(

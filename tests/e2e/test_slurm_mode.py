@@ -200,3 +200,21 @@ def test_doctor_connects_to_the_endpoint():
     assert re.search(r"fail\s+rendezvous no-such-host\.invalid:29500\s+cannot reach", r.stdout), r
     inside = run_ddprun(["doctor"], env=step_env(1))
     assert "slurm step" in inside.stdout and "4242.0, node 1 of 2" in inside.stdout, inside
+
+
+def test_a_slurm_configuration_that_cannot_be_read_is_said(tmp_path):
+    """scontrol failing (slurmctld down) left KillWait unchecked without a word (attack 84)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    write_script(bin_dir, "scontrol", "#!/bin/sh\necho 'slurm_load_ctl_conf error' >&2\nexit 1\n")
+    env = step_env(0, nodes=1, PATH=f"{bin_dir}:{base_env()['PATH']}")
+    r = run_ddprun(["--nproc_per_node=1", *sh("exit 0")], env=env)
+    assert r.rc == 0, r
+    assert ("Slurm's configuration was not read (scontrol show config failed or did not answer "
+            "within 5 s: is slurmctld up?): --shutdown_timeout is not checked") in r.stderr, r
+    # One that answers is read: its KillWait below --shutdown_timeout is warned about.
+    write_script(bin_dir, "scontrol", "#!/bin/sh\necho 'KillWait                = 3 sec'\n")
+    r = run_ddprun(["--nproc_per_node=1", "--shutdown_timeout=10", *sh("exit 0")], env=env)
+    assert r.rc == 0, r
+    assert "was not read" not in r.stderr, r
+    assert "--shutdown_timeout=10 is longer than Slurm's KillWait (3 s" in r.stderr, r
