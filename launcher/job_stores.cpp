@@ -139,6 +139,19 @@ StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int por
   return false;  // another agent here hosts it, or the address is not this machine's
 }
 
+// Names where the store's address came from, for a failure to serve it: the
+// options, or the Slurm step (its port derived from the step's id: another
+// job's step on the node may hold it; attack 84).
+std::string StoreOrigin(const LaunchConfig& c, const std::string& options) {
+  const bool derived =
+      c.from_slurm.count("master_port") != 0 || c.from_slurm.count("rdzv_endpoint") != 0;
+  if (!derived || !c.slurm) return options;
+  return options + " (taken from Slurm step " + c.slurm->Id() +
+         ": its port is derived from the step's id, and another job's step on this node may "
+         "hold it; give every node the same --" +
+         (c.rdzv_backend == "c10d" ? "rdzv_endpoint=HOST:PORT" : "master_port=PORT") + ")";
+}
+
 // Whether the store at the static endpoint is this job's and node rank 0 is
 // claimed there (asked within a few seconds; a port held by something else
 // says no).
@@ -245,7 +258,7 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
       if (server.ok()) {
         stores.rdzv_server = std::move(*server);
       } else if (!HeldByThisJob(stores)) {
-        return server.status().Annotate("--master_addr/--master_port");
+        return server.status().Annotate(StoreOrigin(c, "--master_addr/--master_port"));
       } else {
         // Another agent of this job already hosts the store as node rank 0:
         // join as a client, so that the rendezvous refuses the second claim
@@ -257,7 +270,9 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
   } else {
     if (Status s = C10dStoreAddress(c, &stores.rdzv_host, &stores.rdzv_port); !s.ok()) return s;
     auto hosts = HostsC10d(c, stores.rdzv_host, stores.rdzv_port, stores);
-    if (!hosts.ok()) return hosts.status().Annotate("--rdzv_endpoint " + c.rdzv_endpoint);
+    if (!hosts.ok()) {
+      return hosts.status().Annotate(StoreOrigin(c, "--rdzv_endpoint " + c.rdzv_endpoint));
+    }
     hosting = *hosts;
   }
   if (stores.rdzv_server) stores.rdzv_port = stores.rdzv_server->port();

@@ -5,6 +5,7 @@ decisions fast and everywhere: the rendezvous taken from the step, the refusals,
 SLURM_* and the report. Also the static backend's duplicate node rank, which needs no Slurm."""
 import json
 import re
+import socket
 import time
 
 from conftest import PYTHON, base_env, free_port, run_ddprun, sh, write_script
@@ -218,3 +219,26 @@ def test_a_slurm_configuration_that_cannot_be_read_is_said(tmp_path):
     assert r.rc == 0, r
     assert "was not read" not in r.stderr, r
     assert "--shutdown_timeout=10 is longer than Slurm's KillWait (3 s" in r.stderr, r
+
+
+def fnv1a(text):
+    h = 2166136261
+    for byte in text.encode():
+        h = ((h ^ byte) * 16777619) % 2**32
+    return h
+
+
+def test_a_derived_store_port_held_by_another_job_says_where_it_came_from(tmp_path):
+    """The store's port is derived from the step id; another job's step on the node may hold
+    it. The error blamed --master_addr/--master_port, which the user never gave (attack 84)."""
+    env = step_env(0, job="777")
+    port = 20000 + fnv1a("777.0") % 10000  # env/slurm.cpp's SlurmStepPort
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", port))
+        held.listen()
+        r = run_ddprun(["--nproc_per_node=1", *sh("exit 0")], env=env)
+    assert r.rc == 1, r
+    assert ("(taken from Slurm step 777.0: its port is derived from the step's id, and another "
+            "job's step on this node may hold it; give every node the same --master_port=PORT)"
+            ) in r.stderr, r
