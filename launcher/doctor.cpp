@@ -26,6 +26,7 @@
 #include "env/slurm.hpp"
 #include "env/worker_env.hpp"
 #include "launcher/doctor_gpus.hpp"
+#include "launcher/doctor_job.hpp"
 #include "launcher/job_stores.hpp"
 #include "launcher/option_table.hpp"
 #include "launcher/slurm_options.hpp"
@@ -58,7 +59,25 @@ std::optional<std::vector<std::string>> DoctorArguments(const std::vector<std::s
     }
   }
   if (!doctor) return std::nullopt;
+  // The job's program, checked as the launch would (it was dropped unread).
+  if (split->program) {
+    options.push_back("--");
+    options.push_back(*split->program);
+    options.insert(options.end(), split->program_args.begin(), split->program_args.end());
+  }
   return options;
+}
+
+bool DoctorOnlyPrints(const std::vector<std::string>& options) {
+  std::vector<std::string> rest;
+  std::copy_if(options.begin(), options.end(), std::back_inserter(rest),
+               [](const std::string& a) { return a != "--json"; });
+  auto split = SplitCommandLine(rest);
+  if (!split.ok()) return false;
+  for (const char* name : {"help", "version", "print_completion"}) {
+    if (split->values.count(name) != 0) return true;
+  }
+  return false;
 }
 
 namespace {
@@ -420,9 +439,12 @@ std::string FormatDoctorTable(const std::string& header, const std::vector<Limit
 
 StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
                                  const env::Environ& environ, const HostCounts& host) {
-  // The parser wants a program; the doctor only sizes its checks by the options.
+  // The parser wants a program: a stand-in when none is given.
+  auto split = SplitCommandLine(options);
+  if (!split.ok()) return split.status();
+  const bool program_given = split->program.has_value();
   std::vector<std::string> args = options;
-  args.insert(args.end(), {"--", "/bin/true"});
+  if (!program_given) args.insert(args.end(), {"--", "/bin/true"});
   auto parsed = ParseCommandLine(args, environ, host);
   if (!parsed.ok()) return parsed.status();
   LaunchConfig& c = parsed->config;
@@ -452,6 +474,8 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
       env::Lookup(environ, env::kGlooSocketIfname).value_or("").size() > 1, NodesMaySpanHosts(c)));
   for (auto& check : PortChecks(c)) report.checks.push_back(std::move(check));
   for (auto& check : SlurmChecks(c, environ)) report.checks.push_back(std::move(check));
+  if (program_given) report.checks.push_back(ProgramCheck(c, environ));
+  report.checks.push_back(LogDirectoryCheck(c.log_dir));
   const bool store_unknown = store_host && store_host->status == CheckStatus::kFail;
   if (store_host) report.checks.push_back(std::move(*store_host));
   if (auto endpoint = store_unknown ? std::nullopt : EndpointCheck(c)) {

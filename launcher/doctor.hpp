@@ -21,6 +21,10 @@ namespace ddprun::launcher {
 // when `args` (argv without argv[0]) asks for something else.
 std::optional<std::vector<std::string>> DoctorArguments(const std::vector<std::string>& args);
 
+// Whether a doctor request's `options` ask only to print something and exit
+// (--help, --version, --print_completion): those win, as everywhere else.
+bool DoctorOnlyPrints(const std::vector<std::string>& options);
+
 struct DoctorReport {
   std::string host;
   int nproc_per_node = 1;
@@ -30,8 +34,10 @@ struct DoctorReport {
   bool failed = false;
 };
 
-// Runs every check for a job shaped by `options` (e.g. --nproc_per_node).
-// Fails with kInvalidArgument when the options do not parse.
+// Runs every check for a job shaped by `options` (e.g. --nproc_per_node),
+// its program too when one is given (ddprun --doctor ./train ...), and the
+// directory its logs would go to. Fails with kInvalidArgument when the
+// options do not parse.
 StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
                                  const env::Environ& environ, const HostCounts& host);
 

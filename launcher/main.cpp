@@ -252,7 +252,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   launcher::HostCounts host{env::AllowedCpuCount(environ),
                             env::DiscoverGpus(env::DiscoveryPaths(environ))};
-  if (auto doctor = launcher::DoctorArguments(args)) return Doctor(*doctor, environ, host);
+  if (auto doctor = launcher::DoctorArguments(args)) {
+    if (!launcher::DoctorOnlyPrints(*doctor)) return Doctor(*doctor, environ, host);
+    // --help, --version: printed below, as without the doctor.
+    args.clear();
+    std::copy_if(doctor->begin(), doctor->end(), std::back_inserter(args),
+                 [](const std::string& a) { return a != "--json"; });
+  }
   if (auto dumped = launcher::MaybeRequestDump(args)) return *dumped;
   auto parsed = launcher::ParseCommandLine(args, environ, host);
   if (!parsed.ok()) {

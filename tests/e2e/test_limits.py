@@ -413,3 +413,58 @@ def test_doctor_fails_a_store_address_this_node_cannot_host_or_resolve():
     assert r.rc == 0, r
     assert re.search(rf"^  ok\s+rendezvous localhost:{port}\s+an address of this host, free",
                      r.stdout, re.M), r
+
+
+@pytest.mark.parametrize("args", [["doctor", "--help"], ["doctor", "-h"], ["--doctor", "--help"],
+                                  ["--help", "--doctor"], ["doctor", "--json", "--help"]])
+def test_help_wins_over_the_doctor(args):
+    """They ran the checks and exited 0, printing no usage (attack 86)."""
+    r = run_ddprun(args)
+    assert r.rc == 0, r
+    assert r.stdout.startswith("usage: ddprun"), r
+    version = run_ddprun(["--doctor", "--version"])
+    assert re.fullmatch(r"ddprun \d+\.\d+\.\d+\n", version.stdout), version
+
+
+def test_doctor_checks_the_program_it_is_given(tmp_path):
+    """`ddprun doctor json` (meant --json) said OK without a word about `json` (attack 86): a
+    program given is resolved as the launch would, and fails the doctor where it would."""
+    r = run_ddprun(["doctor", "json"])
+    assert r.rc == 1, r
+    assert re.search(r"^  fail\s+program\s+cannot run json: json: not found on PATH", r.stdout,
+                     re.M), r
+    script = tmp_path / "train.py"
+    script.write_text("print('hi')\n")
+    r = run_ddprun(["--doctor", "--nproc_per_node=2", str(script), "--lr", "0.1"])
+    assert r.rc == 0, r
+    assert re.search(rf"^  ok\s+program\s+each worker runs \S*python\S* -u {re.escape(str(script))} "
+                     r"--lr 0\.1 \(python from ", r.stdout, re.M), r
+    assert "program" not in run_ddprun(["doctor"]).stdout  # none given: nothing said
+
+
+def test_doctor_tries_the_log_directory_as_the_launch_would(tmp_path):
+    """A --log_dir that is a file, or a TMPDIR that does not exist, fail every launch at once;
+    the doctor said OK (attack 86). Nothing it tries is left behind."""
+    a_file = tmp_path / "afile"
+    a_file.write_text("")
+    r = run_ddprun(["doctor", f"--log_dir={a_file}"])
+    assert r.rc == 1, r
+    assert re.search(rf"^  fail\s+log directory\s+--log_dir {re.escape(str(a_file))}: Not a "
+                     r"directory", r.stdout, re.M), r
+    r = run_ddprun(["doctor"], env=base_env(TMPDIR=str(tmp_path / "missing")))
+    assert r.rc == 1, r
+    assert re.search(r"^  fail\s+log directory\s+the logs' temporary directory: create "
+                     rf"{re.escape(str(tmp_path))}/missing/ddprun_XXXXXX: No such file", r.stdout,
+                     re.M), r
+    later = tmp_path / "logs" / "run"
+    r = run_ddprun(["doctor", f"--log_dir={later}"], env=base_env(TMPDIR=str(tmp_path)))
+    assert r.rc == 0, r
+    assert re.search(rf"^  ok\s+log directory\s+--log_dir {re.escape(str(later))} is made at the "
+                     rf"launch, in {re.escape(str(tmp_path))}; \S+ \S+ free there", r.stdout,
+                     re.M), r
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    r = run_ddprun(["doctor", f"--log_dir={kept}"], env=base_env(TMPDIR=str(tmp_path)))
+    assert re.search(r"^  ok\s+log directory\s+--log_dir \S+ is writable", r.stdout, re.M), r
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "kept"], r
+    assert list(kept.iterdir()) == [], r

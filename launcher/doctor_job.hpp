@@ -1,0 +1,24 @@
+// The doctor's checks of the job itself, as its launch would meet them: the
+// program each worker runs, and the directory its logs go to.
+#pragma once
+
+#include <string>
+
+#include "env/environ.hpp"
+#include "env/limits.hpp"
+#include "launcher/launch_config.hpp"
+
+namespace ddprun::launcher {
+
+// The job's program (ddprun --doctor ./train ...), resolved as the launch
+// resolves it: what each worker would run, or why it cannot start (fail).
+env::LimitCheck ProgramCheck(const LaunchConfig& config, const env::Environ& environ);
+
+// Where the run's logs would go (--log_dir, else a temporary directory
+// under TMPDIR or /tmp): fail where the launch could not make its run
+// directory there, warn where its filesystem has little space left. A
+// --log_dir not made yet is judged by its nearest existing parent and left
+// unmade; anything made to try is removed.
+env::LimitCheck LogDirectoryCheck(const std::string& log_dir);
+
+}  // namespace ddprun::launcher
