@@ -51,10 +51,11 @@ void ShownStream::Render(std::string_view text, std::string& out) {
     at_ = At::kLineStart;
     if (text.empty()) return;
   }
-  // The prefix goes before a line's first byte; after a carriage return,
-  // before the first byte that is not a line end.
+  // The prefix goes before a line's first byte, a carriage return too (a
+  // "\r\n" line is the rank's: attack 86); after a carriage return, before the
+  // first byte that is not a line end, so that a redrawn bar keeps it.
   auto starts_line = [this](char c) {
-    return at_ == At::kLineStart ? c != '\r' : at_ == At::kAfterReturn && c != '\r' && c != '\n';
+    return at_ == At::kLineStart || (at_ == At::kAfterReturn && c != '\r' && c != '\n');
   };
   if (prefix_.empty() || text.find('\r') == std::string_view::npos) {  // most lines: no '\r'
     if (starts_line(text.front())) out.append(prefix_);

@@ -455,7 +455,8 @@ def read_until(stream, needle, got, timeout=20):
 def test_unfinished_line_is_shown_before_its_end(tmp_path, tee):
     """A progress bar (no newline, redrawn with '\\r') shows while the line is unfinished, as on
     the worker's own terminal; another rank's line then starts on a line of its own and the
-    bar's own end adds no empty line. With --tee the prefix comes again after each '\\r'."""
+    bar's own end adds no empty line. With --tee the prefix comes again after each '\\r' (and
+    before one that starts a line)."""
     script = write_script(tmp_path, "progress.py", PROGRESS, executable=False)
     args = [str(DDPRUN), "--nproc_per_node=2", str(script), str(tmp_path)]
     if tee:
@@ -468,7 +469,7 @@ def test_unfinished_line_is_shown_before_its_end(tmp_path, tee):
         assert proc.wait(timeout=20) == 0, got
     text = got.decode()
     p0, p1 = ("[default0]:", "[default1]:") if tee else ("", "")
-    bar = f"\r{p0} 10%|#   |\n{p1}rank 1 says hello\n\r{p0}100%|####|\n"
+    bar = f"{p0}\r{p0} 10%|#   |\n{p1}rank 1 says hello\n{p0}\r{p0}100%|####|\n"
     assert bar in text, repr(text)
 
 
@@ -498,6 +499,22 @@ def test_a_line_of_ddprun_on_stderr_ends_a_bar_on_stdout_whose_rest_keeps_its_pr
                      r"pid \d+\) is stopped", text), repr(text)
     assert "\r[default0]: 20%\n" in text, repr(text)
     assert "20%\n\n" not in text, repr(text)
+
+
+def test_every_teed_console_line_begins_with_its_prefix(tmp_path):
+    """A "\\r\\n" line (tools that write CRLF) went out bare, and one starting with a carriage
+    return had its prefix after it: such lines could not be told to a rank in a file or under
+    grep (attack 86)."""
+    # Bytes: text mode would turn each carriage return into a newline.
+    r = subprocess.run([str(DDPRUN), "--nproc_per_node=2", "--tee=3",
+                        *sh(r'printf "first\n\r\n\rredrawn\nlast\n"')], cwd=tmp_path,
+                       env=base_env(), stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    assert r.returncode == 0, r
+    out = r.stdout.decode()
+    lines = out.split("\n")[:-1]
+    assert len(lines) == 8, repr(out)
+    assert all(re.match(r"\[default[01]\]:", line) for line in lines), repr(out)
+    assert out.count("[default0]:\r[default0]:redrawn\n") == 1, repr(out)
 
 
 def test_a_missing_tmpdir_is_named_with_the_fix(tmp_path):

@@ -64,7 +64,11 @@ TEST_CASE("a progress bar redrawn with a carriage return keeps its prefix") {
   s.Feed("\r 20%");
   s.ShowPending();
   s.Feed("\r100%\r\n");
-  CHECK(console == "\r[r0]: 10%\r[r0]: 20%\r[r0]:100%\r\n");
+  // A line that starts with one is the rank's too (attack 86: "\r\n" went out bare).
+  CHECK(console == "[r0]:\r[r0]: 10%\r[r0]: 20%\r[r0]:100%\r\n");
+  console.clear();
+  s.Feed("\r\nnext\n");
+  CHECK(console == "[r0]:\r\n[r0]:next\n");
   console.clear();
   Stream plain("", &turn, &console);
   plain.Feed("\r 10%");
@@ -82,11 +86,11 @@ TEST_CASE("another stream's line ends an unfinished line first, which then is no
   a.ShowPending();
   CHECK(turn.mid_line == &a.shown);
   b.Feed("warning\n");
-  CHECK(console == "\r[r0]: 10%\n[r1]:warning\n");
+  CHECK(console == "[r0]:\r[r0]: 10%\n[r1]:warning\n");
   a.Feed("\r 20%");
   a.ShowPending();
   a.Feed("\n");
-  CHECK(console == "\r[r0]: 10%\n[r1]:warning\n\r[r0]: 20%\n");
+  CHECK(console == "[r0]:\r[r0]: 10%\n[r1]:warning\n[r0]:\r[r0]: 20%\n");
   console.clear();
   // Without prefixes, and ended by the stream's own newline right after the break.
   Stream c("", &turn, &console);
@@ -110,7 +114,7 @@ TEST_CASE("a line of the launcher's that ended an unfinished line: its rest star
   console += "\n[ddprun] message\n";
   breaks = 1;
   a.Feed("\r 20%\n");
-  CHECK(console == "\r[r0]: 10%\n[ddprun] message\n\r[r0]: 20%\n");
+  CHECK(console == "[r0]:\r[r0]: 10%\n[ddprun] message\n[r0]:\r[r0]: 20%\n");
   console.clear();
   // Ended by its own newline right after the message: not a second, empty line.
   a.Feed("x");
