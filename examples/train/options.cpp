@@ -147,6 +147,11 @@ Status CheckRanges(const TrainOptions& o) {
         "--no-comm and --comm-only are for fp32 DDP runs (no --amp, --clip, "
         "--nan-at-step or --reference)");
   }
+  if (o.time && o.reference) {
+    return InvalidArgument(
+        "--time times the steps of a DDP run's ranks; --reference checks results and is not "
+        "timed: drop one");
+  }
   if (o.world_size < 1) return InvalidArgument("--world-size must be at least 1");
   if (!(o.lr > 0) || !std::isfinite(o.lr)) {
     return InvalidArgument("--lr must be a positive, finite number");

@@ -259,6 +259,8 @@ def test_a_model_too_large_for_the_host_is_said_not_aborted():
     (["--hang-at-step", "-1"], "--hang-at-step -1: not a step of this run"),
     (["--hang-rank", "0"], "--hang-rank names the rank of --crash-at-step"),
     (["--reference", "--hang-at-exit"], "--reference has none"),
+    # Accepted and ignored: no timing came out (attack 86).
+    (["--reference", "--time"], "--time times the steps of a DDP run's ranks; --reference"),
     (["--world-size", "3"], "--world-size is the ranks --reference simulates"),
     # Taken as 2^64 - 1 by the option parser (found by an attacking helper).
     (["--seed", "-1"], "--seed -1: must be a whole number from 0 to 18446744073709551615"),
