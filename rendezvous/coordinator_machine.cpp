@@ -127,10 +127,20 @@ StatusOr<bool> CoordinatorMachine::Gather(Kv& kv, const JobRecord& rec, Time now
     gather_start_ = now;
     last_call_until_.reset();
     unwritten_.erase(unwritten_.begin(), unwritten_.lower_bound({r, 0}));
+    // The last keep-alives the watch of the round before saw: a member
+    // silent since then is not given a fresh limit.
+    for (const auto& [agent, seen] : seen_) {
+      if (seen.first >= 0) heard_[agent] = seen;
+    }
   }
   TellWithdrawn(rec, r);
   auto present = Arrivals(kv, rec, r, now);
   if (!present.ok()) return present.status();
+  if (static_cast<int>(present->nodes.size()) < s_.min_nodes) {
+    auto lost = LostBeforeRejoin(kv, rec, *present, now);
+    if (!lost.ok()) return lost.status();
+    if (lost->has_value()) return **lost;
+  }
   if (published_silent_ != std::pair(r, present->silent)) {
     // For the waiting agents' progress lines: who is not counted, and why.
     if (Status s = kv.Set(keys_.Silent(r), present->silent); !s.ok()) return s;
@@ -159,6 +169,41 @@ StatusOr<bool> CoordinatorMachine::Gather(Kv& kv, const JobRecord& rec, Time now
   c.what = JoinTimeoutReport(kv, keys_, s_, rec, r);
   log_(c.what);
   return Apply(kv, [&](const JobRecord& cur) { return CloseJob(cur, c); });
+}
+
+StatusOr<std::optional<bool>> CoordinatorMachine::LostBeforeRejoin(Kv& kv, const JobRecord& rec,
+                                                                   const Present& present,
+                                                                   Time now) {
+  const int r = rec.round + 1;
+  if (rec.round < 0 || rec.restarts < s_.max_restarts) return std::optional<bool>();
+  std::vector<std::string> arrived, lost;
+  for (const NodeInfo& n : present.nodes) arrived.push_back(n.agent_id);
+  std::string named;
+  for (size_t i = 0; i < rec.members.size(); ++i) {
+    const std::string& id = rec.members[i].agent_id;
+    if (id == rec.lost_agent || rec.Withdrew(id) ||
+        std::find(arrived.begin(), arrived.end(), id) != arrived.end()) {
+      continue;
+    }
+    auto silent = Silent(kv, id, now);
+    if (!silent.ok()) return silent.status();
+    if (!*silent) continue;
+    lost.push_back(id);
+    named += (named.empty() ? "" : " and ") + Describe(rec.members[i], static_cast<int>(i));
+  }
+  if (lost.empty()) return std::optional<bool>();
+  const auto limit = s_.keep_alive_interval * s_.keep_alive_max_attempt;
+  std::ostringstream why;
+  why << "lost " << named << ": no keep-alive for " << std::chrono::duration<double>(limit).count()
+      << " s, before rejoining after round " << rec.round << " ended";
+  auto applied = ApplyTransition(kv, keys_, [&](const JobRecord& cur) {
+    return LoseBeforeRejoin(cur, r, why.str(), lost, s_.min_nodes, arrived, s_.max_restarts);
+  });
+  if (!applied.ok()) return applied.status();
+  if (!applied->landed) return std::optional<bool>();  // enough remain, or the record moved on
+  log_("rendezvous: " + why.str());
+  wake_key_ = keys_.Version(applied->record.version + 1);
+  return std::optional<bool>(!applied->record.final());
 }
 
 // New nodes may make a round re-form only while training goes on and every

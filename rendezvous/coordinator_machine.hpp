@@ -65,6 +65,12 @@ class CoordinatorMachine {
     std::string silent;  // the agent ids not counted for silence, one per line
   };
   StatusOr<Present> Arrivals(Kv& kv, const JobRecord& rec, int r, Time now);
+  // While round rec.round + 1 gathers with fewer than MIN: members of the
+  // round before that have not rejoined and are silent past the keep-alive
+  // limit are lost (LoseBeforeRejoin: the job fails when no restart is
+  // left). The result of Step when that landed, else nullopt.
+  StatusOr<std::optional<bool>> LostBeforeRejoin(Kv& kv, const JobRecord& rec,
+                                                 const Present& present, Time now);
   // Whether agent `id` sent no keep-alive for the limit, as this coordinator
   // has watched it (never itself).
   StatusOr<bool> Silent(Kv& kv, const std::string& id, Time now);

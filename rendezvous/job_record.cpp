@@ -324,6 +324,30 @@ StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std:
   return next;
 }
 
+StatusOr<JobRecord> LoseBeforeRejoin(const JobRecord& rec, int r, const std::string& reason,
+                                     const std::vector<std::string>& lost, int min_nodes,
+                                     const std::vector<std::string>& joining, int max_restarts) {
+  if (rec.final()) return Rejected("the job is over");
+  if (r != rec.round + 1 || rec.round < 0) {
+    return Rejected("round " + std::to_string(r) + " is not gathering after a round");
+  }
+  if (rec.restarts < max_restarts) return Rejected("a restart is left: the round gathers on");
+  std::vector<std::string> others;
+  for (const std::string& a : joining) {
+    if (std::find(lost.begin(), lost.end(), a) == lost.end()) others.push_back(a);
+  }
+  JobRecord next = Next(rec);
+  const JobRecord without = [&] {
+    JobRecord w = rec;
+    for (const std::string& a : lost) w.withdrawn.push_back({a, reason});
+    return w;
+  }();
+  const int remain = Remaining(without, others);
+  if (remain >= min_nodes) return Rejected("enough nodes remain");
+  return Fail(std::move(next),
+              TooFewNodes(reason, remain, min_nodes, false, max_restarts, rec.restart_cause));
+}
+
 StatusOr<JobRecord> Withdraw(const JobRecord& rec, int r, const std::string& agent_id,
                              const std::string& reason, int min_nodes,
                              const std::vector<std::string>& joining, int max_restarts) {

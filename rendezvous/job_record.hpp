@@ -121,6 +121,15 @@ StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std:
                                          const std::string& lost_agent, int min_nodes,
                                          const std::vector<std::string>& joining = {},
                                          int max_restarts = 0);
+// Members of the round before round `r` (gathering) were lost before they
+// joined it (silent past the keep-alive limit: killed with another member
+// whose loss ended that round, say): with no restart of `max_restarts` left
+// and fewer than `min_nodes` remaining of that round's members and the
+// agents `joining`, the job fails, as had they been lost while it ran.
+// Rejected otherwise (the round gathers on, within join_timeout).
+StatusOr<JobRecord> LoseBeforeRejoin(const JobRecord& rec, int r, const std::string& reason,
+                                     const std::vector<std::string>& lost, int min_nodes,
+                                     const std::vector<std::string>& joining, int max_restarts);
 // The agent `agent_id`, which joined round `r` (not closed yet), leaves: the
 // round closes without it (CloseRound rejects members that withdrew). When
 // it was a member of the round before, and fewer than `min_nodes` remain of

@@ -107,6 +107,25 @@ def test_a_node_lost_below_the_minimum_is_waited_for_with_a_restart_left(launch,
 
 
 
+def test_two_nodes_killed_together_below_the_minimum_fail_the_job_at_once(launch, tmp_path):
+    """--nnodes=2:3 --max_restarts=0, nodes 1 and 2 SIGKILLed together: the store host found one
+    lost (their keep-alives stop a moment apart), re-formed counting the other, and waited out
+    join_timeout for it, ending "round 1 timed out" (attack 85). The other is found lost before it
+    rejoins: one node remains, the job fails within the keep-alive limit, naming both."""
+    out, agents = c10d_agents(launch, tmp_path, "2:3", 3, LOOP, extra=["--max_restarts=0"])
+    wait_world(out, [0, 1, 2], 2, 6)
+    agents[1].signal(signal.SIGKILL)
+    agents[2].signal(signal.SIGKILL)
+    killed = time.monotonic()
+    assert agents[0].wait(AGENT_TIMEOUT) == 1, outputs(agents)
+    assert time.monotonic() - killed < KEEP_ALIVE_LIMIT + 8, outputs(agents)  # join_timeout: 20
+    said = agents[0].stderr()
+    assert "timed out" not in said, said
+    assert re.search(r"the job failed: lost \S+ \(127\.0\.0\.\d, node rank \d\): no keep-alive "
+                     r"for 1\.5 s, before rejoining after round 0 ended; 1 node\(s\) remain, fewer "
+                     r"than the minimum of 2 \(--nnodes\), and no restart is left", said), said
+
+
 def test_a_loss_past_the_last_restart_still_names_the_failure_that_used_it(launch, tmp_path):
     """--nnodes=2:3 --max_restarts=1: a worker's failure uses the restart, then a node is lost
     and fewer than MIN remain. The job fails of the loss, and its message used to drop the
