@@ -5,9 +5,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fstream>
 #include <memory>
 
 namespace ddprun::env {
+
+std::string EphemeralPortRange() {
+  constexpr char kPath[] = "/proc/sys/net/ipv4/ip_local_port_range";
+  std::ifstream in(kPath);
+  int low = 0, high = 0;
+  if (!(in >> low >> high)) return kPath;
+  return std::to_string(low) + "-" + std::to_string(high) + ", " + kPath;
+}
 
 std::string Hostname() {
   char buf[256] = {};

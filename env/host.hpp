@@ -12,6 +12,11 @@ namespace ddprun::env {
 // gethostname(), or "localhost" if that fails.
 std::string Hostname();
 
+// The kernel's range of ports for outgoing connections, for a message:
+// "32768-60999, /proc/sys/net/ipv4/ip_local_port_range" (the path alone when
+// it cannot be read).
+std::string EphemeralPortRange();
+
 // The fully qualified name as Python's socket.getfqdn() gives it: the
 // canonical name of the host name, else the host name itself.
 std::string Fqdn();

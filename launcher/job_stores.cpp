@@ -5,6 +5,7 @@
 
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "base/parse.hpp"
 #include "env/gloo_address.hpp"
@@ -128,15 +129,49 @@ StatusOr<bool> HostsC10d(const LaunchConfig& c, const std::string& host, int por
   if (!is_host.ok()) return is_host.status();
   const std::optional<bool> forced = *is_host;
   if (forced && !*forced) return false;
-  auto server = rendezvous::StoreServer::Start(StoreOptions(host, port, stores.settings.token));
-  if (server.ok()) {
-    stores.rdzv_server = std::move(*server);
-    return true;
-  }
+  auto start = [&] {
+    return rendezvous::StoreServer::Start(StoreOptions(host, port, stores.settings.token));
+  };
+  auto server = start();
   // Port 0 (--standalone): no other agent can host it, so this one's failure
   // (out of threads or memory, say) is the job's, not a sign to connect.
-  if (forced || port == 0) return server.status();
-  return false;  // another agent here hosts it, or the address is not this machine's
+  if (!server.ok() && (forced || port == 0)) return server.status();
+  // In use here, yet nothing listens: a socket that does not listen holds the
+  // port (an outgoing connection the kernel gave it, one closing), or an agent
+  // of this host is between its bind and its listen. Joining as a client
+  // would wait read_timeout for a store that never comes (attack 85): the
+  // bind is tried again meanwhile.
+  const auto until = std::chrono::steady_clock::now() + stores.settings.connect_timeout;
+  bool said = false;
+  while (!server.ok() &&
+         server.status().message().find("address already in use") != std::string::npos) {
+    const auto probe = std::chrono::steady_clock::now() + std::chrono::milliseconds(200);
+    if (rendezvous::ConnectWithRetry(host, port, probe).ok()) return false;  // a store listens
+    if (std::chrono::steady_clock::now() >= until) {
+      return Unavailable("port " + std::to_string(port) +
+                         " is held on this host by a socket that does not listen (an outgoing "
+                         "connection given that port, or one closing: ss -tanp | grep :" +
+                         std::to_string(port) +
+                         "), so no agent can host the store there: give an --rdzv_endpoint "
+                         "port outside the ephemeral range (" +
+                         env::EphemeralPortRange() + ")");
+    }
+    if (!std::exchange(said, true)) {
+      spdlog::warn(
+          "--rdzv_endpoint {}: port {} is in use on this host but nothing listens there: "
+          "trying to bind it again for up to {} s (read_timeout)",
+          c.rdzv_endpoint, port,
+          std::chrono::duration_cast<std::chrono::seconds>(stores.settings.connect_timeout)
+              .count());
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    server = start();
+  }
+  if (!server.ok()) return false;  // the address is not this machine's: another agent hosts it
+  if (said)
+    spdlog::info("--rdzv_endpoint {}: bound at last: this agent hosts the store", c.rdzv_endpoint);
+  stores.rdzv_server = std::move(*server);
+  return true;
 }
 
 // Names where the store's address came from, for a failure to serve it: the

@@ -22,13 +22,14 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, base_env, free_port, pid_alive, sh, wait_for
+from conftest import BUILD, DDPRUN, base_env, free_port, pid_alive, sh, wait_for
 
 FAST = "join_timeout=20,last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3"
 KEEP_ALIVE_LIMIT = 0.5 * 3  # keep_alive_interval * keep_alive_max_attempt
@@ -599,3 +600,37 @@ def test_a_c10d_node_that_cannot_start_fails_a_fixed_size_job_at_once(launch, tm
     assert time.monotonic() - started < 10, outputs([failing, running])
     assert re.search(r"the job failed: node \S+: ddprun could not start there: cannot run "
                      r"/nonexistent/prog\.sh", running.stderr()), outputs([failing, running])
+
+
+@pytest.mark.parametrize("held_for", [1.0, None])
+def test_a_c10d_endpoint_port_held_by_a_socket_that_does_not_listen(tmp_path, held_for):
+    """An outgoing connection given the endpoint's port (it lies in the ephemeral range) holds it
+    without listening: the agent took the bind's failure for another agent hosting the store and
+    waited read_timeout as its client, ending "cannot be reached ... Connection refused" (attack
+    85). It binds again until the port is free; held throughout, the message names the cause."""
+    port = free_port()
+    with socket.create_server(("127.0.0.1", 0)) as server, socket.socket() as held:
+        held.bind(("127.0.0.1", port))
+        held.connect(server.getsockname())
+        accepted, _ = server.accept()
+        proc = subprocess.Popen(
+            [str(DDPRUN), "--nnodes=1:2", "--rdzv_backend=c10d",
+             f"--rdzv_endpoint=127.0.0.1:{port}", "--rdzv_id=held",
+             "--rdzv_conf=read_timeout=3,last_call_timeout=0.2", *sh('echo "ran $RANK"')],
+            env=base_env(), cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        if held_for is not None:
+            time.sleep(held_for)
+            held.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            held.close()  # reset: the port is free at once
+        out, err = proc.communicate(timeout=30)
+        accepted.close()
+    assert f"port {port} is in use on this host but nothing listens there" in err, err
+    if held_for is not None:
+        assert proc.returncode == 0, err
+        assert out == "ran 0\n", (out, err)
+        assert "bound at last: this agent hosts the store" in err, err
+    else:
+        assert proc.returncode == 1, err
+        assert (f"port {port} is held on this host by a socket that does not listen (an outgoing "
+                "connection given that port") in err, err
+        assert "ephemeral range (" in err, err
