@@ -384,7 +384,8 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   std::vector<UniqueFd> child_side;  // closed here once the child has its copies
   StatusOr<int> out = Internal("not opened");
   StatusOr<int> err = out;
-  if (auto merged = OneStream(spec.out, spec.err)) {
+  const std::optional<StreamSpec> merged = OneStream(spec.out, spec.err);
+  if (merged) {
     // stdout and stderr on one file, and one of them read for its lines: one
     // pipe for both keeps their order, as the worker wrote them.
     out = ChildFd(*merged, STDOUT_FILENO, child_side);
@@ -411,7 +412,9 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   }
   // One entry per worker of the group, started or not: indices follow its workers.
   heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now(), beat_time);
-  outputs_.emplace_back().tail_has_stdout = spec.out.NeedsPipe();
+  // Its stdout read too: through its own pipe, or the one it shares with
+  // stderr (a stdout line is not "its last stderr line": attack 85).
+  outputs_.emplace_back().tail_has_stdout = spec.out.NeedsPipe() || merged.has_value();
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);
     containment_->Track(*pid);

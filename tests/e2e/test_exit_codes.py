@@ -64,6 +64,20 @@ def test_a_failed_rank_left_out_by_the_filter_says_why_its_report_is_bare(tmp_pa
     assert ("its last stderr line: checkpoint 7 is corrupt" in root) == bool(keep), r
 
 
+def test_a_worker_sharing_one_pipe_for_both_streams_has_its_last_output_line_named_so(tmp_path):
+    """ddprun's stdout and stderr one file (> log 2>&1, a Slurm output file): the worker gets one
+    pipe for both, and its last stdout line was reported as "its last stderr line" (attack 85)."""
+    log = tmp_path / "both.log"
+    with open(log, "wb") as both:
+        rc = subprocess.run([str(DDPRUN), *sh('echo "this is stdout"; exit 3')], env=base_env(),
+                            cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=both, stderr=both,
+                            timeout=60).returncode
+    text = log.read_text()
+    assert rc == 3, text
+    assert "its last output line: this is stdout" in text, text
+    assert "last stderr line" not in text, text
+
+
 @pytest.mark.parametrize("how", ["kill -PIPE $$",
                                  "echo 'ConnectionResetError: Connection reset by peer' >&2; "
                                  "exit 2"])
