@@ -103,6 +103,7 @@ Status Agent::Setup() {
   auto driver =
       rendezvous::AgentDriver::Connect(stores_.rdzv_host, stores_.rdzv_port, std::move(settings),
                                        [this] { return PendingSignal()().first != 0; });
+  store_unreached_ = !driver.ok();  // a rendezvous failure, for the incident's class
   if (!driver.ok()) return driver.status();
   driver_ = std::move(*driver);
   return Status::Ok();
@@ -482,6 +483,7 @@ int Agent::Run() {
     exit.kind = rendezvous::ActionKind::kExit;
     exit.exit_code = code;
     exit.message = s.message();
+    exit.store_lost = store_unreached_;
     const std::string incident = record_.Finish(
         exit, code, 0, layout_ && !layout_->disabled() ? layout_->run_dir() : "", {}, "", "");
     if (!incident.empty()) spdlog::info("incident report (JSON): {}", incident);

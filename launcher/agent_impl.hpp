@@ -84,6 +84,7 @@ class Agent {
   std::unique_ptr<supervisor::Supervisor> sup_;
   JobStores stores_;
   std::unique_ptr<rendezvous::AgentDriver> driver_;
+  bool store_unreached_ = false;  // the rendezvous store could not be reached at the start
   std::optional<rendezvous::RoundResult> round_;  // the round running now, or last
   std::unique_ptr<rendezvous::Coordinator> coordinator_;
   supervisor::GroupOptions options_;

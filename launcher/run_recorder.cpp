@@ -137,6 +137,7 @@ ExitClass RunRecorder::Classify(const rendezvous::Action& exit, int exit_code) c
   }
   if (signal_ != 0) return SignalClass(signal_);
   if (exit_code == exit_code::kUsage) return ExitClass::kUsageError;
+  if (exit.store_lost) return ExitClass::kRendezvous;
   return ExitClass::kLauncherError;
 }
 

@@ -73,6 +73,9 @@ struct Action {
   // kExit: another agent took this node's rank while it was stopped: what its
   // workers did last is not the job's failure.
   bool displaced = false;
+  // kExit: the rendezvous store went away, stopped answering or could not be
+  // reached (a rendezvous failure, though no record says so).
+  bool store_lost = false;
   Cause root_cause;  // kExit with `failed`: the one recorded root cause
 };
 

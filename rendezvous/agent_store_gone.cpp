@@ -72,7 +72,9 @@ Action AgentMachine::StoreGone(const Status& s) {
       outcome_.kind != WorkersOutcome::Kind::kInterrupted) {
     return ExitByRecord(*final_seen_);
   }
-  return Exit(1, message);
+  Exit(1, message);
+  done_.store_lost = true;
+  return done_;
 }
 
 Action AgentMachine::ExitWorkersSucceeded() {
@@ -114,10 +116,13 @@ Action AgentMachine::AfterStoreGone(Time now) {
   if (outcome_.kind == Kind::kFailed && !outcome_.cause.what.empty()) {
     // Their failure follows from the store host's loss, most likely (peers
     // gone with it): that stays the cause, as every other agent says.
-    return Exit(
-        1, gone_message_ + "; this node's workers failed meanwhile (" + outcome_.cause.what + ")");
+    Exit(1, gone_message_ + "; this node's workers failed meanwhile (" + outcome_.cause.what + ")");
+    done_.store_lost = true;
+    return done_;
   }
-  return Exit(1, gone_message_);
+  Exit(1, gone_message_);
+  done_.store_lost = true;
+  return done_;
 }
 
 Action AgentMachine::Abandoned(int signal, std::string name, const std::string& store) {

@@ -18,6 +18,7 @@ environment into files under tmp_path; the tests poll those files with deadlines
     any other port, and a restart round's workers see none of the earlier round's keys.
 """
 
+import json
 import os
 import re
 import signal
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import BUILD, DDPRUN, base_env, free_port, pid_alive, sh, wait_for
+from conftest import BUILD, DDPRUN, base_env, free_port, pid_alive, run_ddprun, sh, wait_for
 
 FAST = "join_timeout=20,last_call_timeout=1,keep_alive_interval=0.5,keep_alive_max_attempt=3"
 KEEP_ALIVE_LIMIT = 0.5 * 3  # keep_alive_interval * keep_alive_max_attempt
@@ -333,6 +334,10 @@ def test_c10d_sigkill_store_host(launch, tmp_path):
     for a in agents[1:]:
         err = a.stderr()
         assert re.search(r"store[^\n]*gone", err), a.output()
+        # A rendezvous failure, not "launcher_error" (attack 85).
+        incident = re.search(r"incident report \(JSON\): (\S+)", err)
+        assert incident, a.output()
+        assert json.loads(Path(incident.group(1)).read_text())["class"] == "rendezvous", err
     wait_for(lambda: not any(pid_alive(p) for p in pids), 5, what="every worker to be gone")
     assert not (out / "stop").exists()
 
@@ -634,3 +639,14 @@ def test_a_c10d_endpoint_port_held_by_a_socket_that_does_not_listen(tmp_path, he
         assert (f"port {port} is held on this host by a socket that does not listen (an outgoing "
                 "connection given that port") in err, err
         assert "ephemeral range (" in err, err
+
+
+def test_a_store_never_reached_is_a_rendezvous_failure(tmp_path):
+    """incident.json said "launcher_error" for a store that cannot be reached (attack 85)."""
+    r = run_ddprun(["--nnodes=1:2", "--rdzv_backend=c10d", f"--rdzv_endpoint=127.0.0.1:{free_port()}",
+                    "--rdzv_conf=is_host=0,read_timeout=1", f"--log_dir={tmp_path}",
+                    *sh("true")])
+    assert r.rc == 1, r
+    assert "cannot be reached" in r.stderr, r
+    (incident,) = tmp_path.glob("*/incident.json")
+    assert json.loads(incident.read_text())["class"] == "rendezvous", r
