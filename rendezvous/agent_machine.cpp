@@ -19,7 +19,14 @@ namespace {
 std::string WhyEnded(const JobRecord& rec, int r) {
   const std::string round = "round " + std::to_string(r);
   if (rec.round != r) return round + " was replaced by round " + std::to_string(rec.round);
-  if (rec.end == RoundEnd::kFailure) return round + " ended: failure on " + rec.cause.Describe();
+  if (rec.end == RoundEnd::kFailure) {
+    // "failure on" reads for a worker's ("node 1 (h): rank 3 ..."); a loss or
+    // a signal says what happened itself ("lost h (...)", "... was stopped").
+    const bool worker =
+        rec.cause.cls == FailureClass::kWorker || rec.cause.cls == FailureClass::kPeer ||
+        rec.cause.cls == FailureClass::kHang || rec.cause.cls == FailureClass::kExitHang;
+    return round + " ended: " + (worker ? "failure on " : "") + rec.cause.Describe();
+  }
   if (rec.end == RoundEnd::kMembership || rec.end == RoundEnd::kNewNodes) {
     return round + " ended: " + rec.end_reason;
   }
