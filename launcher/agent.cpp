@@ -395,6 +395,9 @@ void Agent::FailedEarly(const supervisor::GroupResult& so_far) {
   // A worker that lost its peer may be another node's victim: its cause
   // waits for the peer settle time after the exit, as before.
   if (root.hung || supervisor::DiedOfPeer(root)) return;
+  // Killed by what may be the job's own signal (its copy to ddprun a moment
+  // behind): the group settles before it is a failure (GroupState).
+  if (supervisor::IsJobSignal(root.exit.signal)) return;
   rendezvous::WorkersOutcome o;
   o.kind = rendezvous::WorkersOutcome::Kind::kFailed;
   o.cause = CauseOf(root);

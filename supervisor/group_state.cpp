@@ -5,6 +5,10 @@
 
 namespace ddprun::supervisor {
 
+bool IsJobSignal(int sig) {
+  return sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT;
+}
+
 GroupState::GroupState(GroupOptions options, ProcessControl* control, Timer* timer)
     : options_(std::move(options)), control_(control), timer_(timer) {}
 
@@ -85,6 +89,7 @@ void GroupState::OnSignal(int sig, WallTime now) {
     return;
   }
   ExcuseDeathsBy(sig);
+  FinishIfAllExited();  // a group settling for that signal is done now
   // Ctrl-C while stopping (for any reason but that very Ctrl-C): do not wait
   // out the grace. Repeated SIGTERMs are one request (slurmstepd sends two,
   // ~30 ms apart, at the time limit) and must not cost the workers their
@@ -169,6 +174,12 @@ std::vector<pid_t> GroupState::pids() const {
 }
 
 void GroupState::OnTimer() {
+  if (settling_) {
+    settling_ = false;
+    settled_ = true;
+    FinishIfAllExited();
+    return;
+  }
   if (phase_ == Phase::kStopping) {
     phase_ = Phase::kKilling;
     SignalSurvivors(SIGKILL);
@@ -206,8 +217,26 @@ void GroupState::SignalSurvivors(int sig) {
 
 void GroupState::FinishIfAllExited() {
   if (AnyRunning() || phase_ == Phase::kDone) return;
+  if (!settled_ && DiedOfJobSignalsOnly()) {
+    if (!settling_) {
+      timer_->Cancel();
+      timer_->Arm(kJobSignalSettle);
+      settling_ = true;
+    }
+    return;
+  }
   timer_->Cancel();
+  settling_ = false;
   phase_ = Phase::kDone;
+}
+
+bool GroupState::DiedOfJobSignalsOnly() const {
+  if (failures_.empty() || received_signal_ != 0 || stop_requested_) return false;
+  return std::all_of(failures_.begin(), failures_.end(), [&](size_t i) {
+    const WorkerRecord& w = workers_[i];
+    const int sig = w.exit.signal;
+    return w.hang.empty() && w.timer.empty() && w.start_error.empty() && IsJobSignal(sig);
+  });
 }
 
 }  // namespace ddprun::supervisor

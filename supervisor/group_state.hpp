@@ -46,6 +46,11 @@ class Timer {
   virtual void Cancel() = 0;
 };
 
+// A signal a scheduler or a terminal sends every process of a job at once
+// (SIGTERM, SIGINT, SIGHUP, SIGQUIT): a worker that died of one may have
+// been stopped with the job, the launcher's own copy a moment behind.
+bool IsJobSignal(int sig);
+
 enum class WorkerState { kRunning, kSucceeded, kFailed, kStopped, kAbandoned };
 
 struct WorkerRecord {
@@ -110,8 +115,12 @@ class GroupState {
   // wrapper such as `timeout --foreground` both pass it on), not a second one.
   // Workers that died of that same signal before the launcher saw it count as
   // stopped, not failed. Also after the group is done (their exits may be
-  // read first).
+  // read first). A group whose failures are all such deaths (SIGTERM, SIGINT,
+  // SIGHUP, SIGQUIT: what a scheduler or a terminal sends every process) is
+  // done only kJobSignalSettle after its last exit, so that the launcher's
+  // own copy, a moment behind, is seen before a restart (attack 87).
   static constexpr std::chrono::milliseconds kOnePress{150};
+  static constexpr std::chrono::milliseconds kJobSignalSettle{1000};
   void OnSignal(int sig, WallTime now);
   // Workers the launcher found hung at `found` (before the dump): failures
   // like a crash, dated `found`, then the usual teardown. A worker that
@@ -146,6 +155,7 @@ class GroupState {
   void SignalSurvivors(int sig);
   bool AnyRunning() const;
   void FinishIfAllExited();
+  bool DiedOfJobSignalsOnly() const;
   bool Declare(size_t index, std::string WorkerRecord::*field, std::string why, WallTime now);
 
   GroupOptions options_;
@@ -157,6 +167,8 @@ class GroupState {
   int received_signal_ = 0;
   bool stop_requested_ = false;
   std::set<int> signals_sent_;
+  bool settling_ = false;       // every worker exited: waiting kJobSignalSettle
+  bool settled_ = false;        // that wait is over
   int interrupts_ = 0;          // SIGINTs received: Ctrl-C while stopping skips the grace
   WallTime first_interrupt_{};  // when the first came
 };

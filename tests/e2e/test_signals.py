@@ -181,6 +181,26 @@ def test_signal_while_a_failed_group_stops_ends_the_job(tmp_path, launch, pid_re
     assert "exitcode  : 4 " in err, p.output()
 
 
+@pytest.mark.parametrize("gap", [0.05, 0.5])
+def test_a_job_wide_signal_that_reaches_the_workers_first_uses_no_restart(tmp_path, launch,
+                                                                          pid_reaper, gap):
+    """A scheduler signals every process of the job; the workers' copies came `gap` seconds
+    before ddprun's: the group was done by then and restarted, using a restart (attack 87). It
+    settles a second for ddprun's own copy: no failure, no restart, exit 128+15."""
+    script = f"echo $$ > {tmp_path}/pid_$LOCAL_RANK; exec sleep 30"
+    p = launch(["--nproc_per_node=2", "--max_restarts=3", *sh(script)])
+    pids = [int(t) for t in wait_for_files([tmp_path / "pid_0", tmp_path / "pid_1"])]
+    pid_reaper.extend(pids)
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    time.sleep(gap)
+    p.signal(signal.SIGTERM)
+    assert p.wait(timeout=15) == 128 + signal.SIGTERM, p.output()
+    err = p.stderr()
+    assert "restart 1 of 3" not in err, err
+    assert "Root Cause" not in err, err
+
+
 # Traps USR1 (sleep, in the same group, dies of it); finishes once it saw USR1. Also used
 # with another signal's name in place of USR1.
 USR1_WORKER = """
