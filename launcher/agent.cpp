@@ -271,9 +271,20 @@ int Agent::Finish(const rendezvous::Action& exit) {
     code = exit_code::ForSignal(sig);
     record_.Signal(sig);
   }
+  // A signal that ended the job while this node's failed group stopped (a
+  // restart left for it) leaves no root cause in the record: this node's is
+  // the one it reported (attack 87).
+  std::optional<rendezvous::Cause> unrecorded;
+  if (!exit.failed && last_group_failed_ && !local_failures_.empty()) {
+    unrecorded = CauseOf(local_failures_.front());
+    unrecorded->cls = rendezvous::FailureClass::kWorker;
+    if (round_) unrecorded->node_rank = round_->node_rank;
+    unrecorded->node = stores_.self.name;
+    if (local_failures_.front().hung) unrecorded->cls = rendezvous::FailureClass::kHang;
+  }
   const std::string incident = record_.Finish(
       exit, code, round_ ? round_->restart_count : 0, layout_->disabled() ? "" : layout_->run_dir(),
-      local_failures_, why ? why->cause : "", why ? why->fix : "");
+      local_failures_, why ? why->cause : "", why ? why->fix : "", unrecorded);
   if (!incident.empty()) spdlog::info("incident report (JSON): {}", incident);
   return code;
 }

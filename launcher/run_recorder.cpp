@@ -144,7 +144,8 @@ ExitClass RunRecorder::Classify(const rendezvous::Action& exit, int exit_code) c
 std::string RunRecorder::Finish(const rendezvous::Action& exit, int exit_code, int attempt,
                                 const std::string& log_dir,
                                 const std::vector<supervisor::FailureRecord>& failures,
-                                const std::string& cause, const std::string& fix) {
+                                const std::string& cause, const std::string& fix,
+                                const std::optional<rendezvous::Cause>& unrecorded_root) {
   const ExitClass cls = Classify(exit, exit_code);
   std::string path;
   if (cls != ExitClass::kSucceeded && !log_dir.empty()) {
@@ -160,7 +161,11 @@ std::string RunRecorder::Finish(const rendezvous::Action& exit, int exit_code, i
     f.exit_class = cls;
     f.message = exit.message;
     f.signal = signal_;
-    if (exit.failed) f.root_cause = exit.root_cause;
+    if (exit.failed) {
+      f.root_cause = exit.root_cause;
+    } else if (unrecorded_root) {
+      f.root_cause = *unrecorded_root;
+    }
     f.failures = failures;
     f.workers = workers_;
     f.hang = hang_;

@@ -41,11 +41,15 @@ class RunRecorder {
   // The end: the exit event and, unless the run succeeded or `log_dir` is ""
   // (logs to /dev/null), <log_dir>/incident.json. `failures` are this node's,
   // root cause first; cause/fix the catalogue's explanation of it. Returns
-  // incident.json's path ("" when none was written).
+  // incident.json's path ("" when none was written). `unrecorded_root`: the
+  // root cause this node reported where the job record holds none (a signal
+  // ended the job while this node's failure was being handled, a restart
+  // left for it).
   std::string Finish(const rendezvous::Action& exit, int exit_code, int attempt,
                      const std::string& log_dir,
                      const std::vector<supervisor::FailureRecord>& failures,
-                     const std::string& cause, const std::string& fix);
+                     const std::string& cause, const std::string& fix,
+                     const std::optional<rendezvous::Cause>& unrecorded_root = std::nullopt);
 
  private:
   ExitClass Classify(const rendezvous::Action& exit, int exit_code) const;

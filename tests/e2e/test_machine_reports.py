@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DDPRUN, SOURCE, base_env, free_port, run_ddprun
+from conftest import DDPRUN, SOURCE, base_env, free_port, run_ddprun, sh
 from test_multinode import wait_listening
 from trainlib import TRAIN
 
@@ -237,3 +237,25 @@ def test_schemas_are_documented():
     for name in ("event", "incident", "doctor"):
         assert f"schemas/{name}.schema.json" in text
     assert os.path.getsize(SCHEMAS / "incident.schema.json") > 0
+
+
+def test_a_signal_while_a_failed_group_stops_keeps_the_root_cause_in_the_incident(tmp_path):
+    """Rank 1 exits 5 with a restart left; rank 0 takes its time to stop; ddprun is then
+    signalled. The console named the root cause, the incident said "root_cause": null (attack
+    87): the record held none, the job ending by the signal. It is this node's now."""
+    script = ('if [ "$LOCAL_RANK" = 1 ]; then sleep 0.5; exit 5; fi; '
+              "trap 'sleep 2; exit 0' TERM; while true; do sleep 0.1; done")
+    p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--max_restarts=3",
+                          f"--log_dir={tmp_path}", *sh(script)], env=base_env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(1.5)  # rank 1 exited at 0.5 s; rank 0 stops until 2.5 s
+    p.send_signal(signal.SIGTERM)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 143, err
+    assert "restart 1 of 3" not in err, err
+    doc = incident(tmp_path)
+    assert (doc["class"], doc["signal"]) == ("signalled", "SIGTERM"), doc
+    root = doc["root_cause"]
+    assert root is not None, doc
+    assert (root["class"], root["rank"], root["exit_code"], root["on_this_node"]) == \
+        ("worker", 1, 5, True), root
