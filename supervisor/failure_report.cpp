@@ -101,10 +101,12 @@ std::string WithLastLine(std::string message, const FailureRecord& f) {
 // point; sys.exit(), os._exit(), a KeyboardInterrupt and `python -m` not
 // finding its module never reach it, and advising it there sends the user
 // decorating in vain (attack 83).
-std::string PythonAdvice(const std::string& tail) {
+std::string PythonAdvice(const std::string& tail, bool stderr_seen) {
   const std::string last = LastLine(tail);
   const std::string kRecord = "torch.distributed.elastic.multiprocessing.errors.record";
-  if (last.empty()) return " (Python: decorate the entry point with " + kRecord + ")";
+  // Nothing on a stderr ddprun read: no traceback was printed, it did not raise.
+  if (last.empty() && !stderr_seen)
+    return " (Python: decorate the entry point with " + kRecord + ")";
   if (last.rfind("KeyboardInterrupt", 0) == 0) {
     return " (Python: it was interrupted (KeyboardInterrupt: a SIGINT); " + kRecord +
            " does not record that)";
@@ -136,7 +138,7 @@ std::string DefaultMessage(const FailureRecord& f, bool python) {
                         f);
   }
   std::string message = "no traceback: the worker wrote no error file";
-  if (python) message += PythonAdvice(f.output_tail);
+  if (python) message += PythonAdvice(f.output_tail, f.stderr_seen);
   return WithLastLine(std::move(message), f);
 }
 
@@ -377,6 +379,7 @@ void FillTailsFromLogs(GroupResult& result, const std::vector<std::string>& stde
     }
     w.output_tail = std::move(tail);
     w.tail_has_stdout = false;  // the stderr log's
+    w.stderr_seen = true;
   }
 }
 
@@ -454,6 +457,7 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     f.timer = !w.timer.empty();
     f.output_tail = w.output_tail;
     f.tail_has_stdout = w.tail_has_stdout;
+    f.stderr_seen = w.stderr_seen;
     f.after_stop = w.failed_while_stopping;
     if (w.exit.core_dumped) f.core = CoreDumpOf(w);
     if (f.hung) {

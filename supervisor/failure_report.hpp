@@ -30,6 +30,7 @@ struct FailureRecord {
   bool timer = false;            // its file timer expired (message says which and how long)
   std::string output_tail;       // the worker's last output lines
   bool tail_has_stdout = false;  // of stdout and stderr; else of stderr alone
+  bool stderr_seen = false;      // its whole stderr was read: an empty tail means it wrote none
   std::vector<std::string> lost_logs;  // each incomplete log file: which and why
   bool after_stop = false;             // found failing only once the group was stopping
   // An after_stop failure whose error file is older than the failure that

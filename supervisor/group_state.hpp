@@ -66,6 +66,7 @@ struct WorkerRecord {
   std::string timer;             // why its file timer expired and it was signalled ("" when not)
   std::string output_tail;       // its last output lines (at most ~4 KiB)
   bool tail_has_stdout = false;  // output_tail has its stdout lines too, not stderr's alone
+  bool stderr_seen = false;      // all it wrote on stderr was read (a pipe, its log): "" is nothing
   std::vector<std::string> lost_logs;  // each incomplete log file (a failed write): which, why
   // Counted as a failure only after the stop, having failed on its own
   // (CountOwnFailures): listed, never the root cause.

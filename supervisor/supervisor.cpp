@@ -414,7 +414,9 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now(), beat_time);
   // Its stdout read too: through its own pipe, or the one it shares with
   // stderr (a stdout line is not "its last stderr line": attack 85).
-  outputs_.emplace_back().tail_has_stdout = spec.out.NeedsPipe() || merged.has_value();
+  WorkerOutput& output = outputs_.emplace_back();
+  output.tail_has_stdout = spec.out.NeedsPipe() || merged.has_value();
+  output.stderr_seen = spec.err.NeedsPipe() || merged.has_value();
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);
     containment_->Track(*pid);
@@ -585,6 +587,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   for (size_t i = 0; i < result.workers.size() && i < outputs_.size(); ++i) {
     result.workers[i].output_tail = std::move(outputs_[i].tail);
     result.workers[i].tail_has_stdout = outputs_[i].tail_has_stdout;
+    result.workers[i].stderr_seen = outputs_[i].stderr_seen;
     result.workers[i].lost_logs = std::move(outputs_[i].lost_logs);
   }
   return result;

@@ -150,6 +150,7 @@ class Supervisor {
     std::string
         tail;  // the last lines the worker wrote on the streams read through pipes (bounded)
     bool tail_has_stdout = false;        // its stdout was read too (else stderr's alone)
+    bool stderr_seen = false;            // its stderr was read through a pipe
     std::vector<std::string> lost_logs;  // each incomplete log file: which and why
   };
   void NoteLine(size_t worker, std::string_view line);

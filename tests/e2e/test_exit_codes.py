@@ -320,6 +320,16 @@ def test_a_python_worker_is_advised_record_only_where_it_would_help(tmp_path, en
     assert "checkpoint 7 is corrupt" in root, r
 
 
+def test_a_silent_sys_exit_is_not_advised_record(tmp_path):
+    """sys.exit(4) printing nothing: ddprun read the worker's stderr and saw no traceback, yet
+    advised @record, which never records SystemExit (attack 87)."""
+    script = write_script(tmp_path, "train.py", "import sys\nsys.exit(4)\n", executable=False)
+    r = run_ddprun([script], cwd=tmp_path)
+    assert r.rc == 4, r
+    assert "decorate the entry point" not in r.stderr, r
+    assert "it exited without raising: sys.exit()" in r.stderr, r
+
+
 def test_module_runs_with_dash_m(tmp_path):
     write_script(tmp_path, "ddprun_e2e_mod.py", (
         "import sys\n"

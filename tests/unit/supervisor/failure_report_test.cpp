@@ -246,8 +246,12 @@ TEST_CASE("a Python worker is advised @record only where it raised") {
       advice("Traceback (most recent call last):\n    time.sleep(9)\nKeyboardInterrupt\n");
   CHECK(interrupted.find("decorate") == std::string::npos);
   CHECK(interrupted.find("KeyboardInterrupt: a SIGINT") != std::string::npos);
-  // Nothing printed: nothing to tell, so the advice stays.
+  // Nothing seen of its stderr (a terminal, not read): the advice stays.
   CHECK(advice("").find("decorate the entry point with") != std::string::npos);
+  // Its stderr read, and empty: no traceback was printed, so it did not raise
+  // (a silent sys.exit(4): attack 87).
+  r.workers[0].stderr_seen = true;
+  CHECK(advice("").find("it exited without raising") != std::string::npos);
 }
 
 TEST_CASE("the root cause is copied to the launcher's own error file with its code") {
