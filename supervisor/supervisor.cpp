@@ -239,8 +239,19 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
   }
   if (running_ != nullptr) {
     const bool was_done = running_->done();
-    const bool was_running = running_->phase() == Phase::kRunning;
+    const Phase before = running_->phase();
+    const bool was_running = before == Phase::kRunning;
     running_->OnSignal(sig, std::chrono::system_clock::now());
+    if (forward_only_.count(sig) != 0 && (sig == SIGUSR1 || sig == SIGUSR2) &&
+        forwarded_said_.insert(sig).second) {
+      // Said once: a worker without a handler dies of it, and its report
+      // should not leave the user wondering who sent it (attack 87).
+      spdlog::info("received {}: passed on to every worker (--signals_to_handle); the job goes on",
+                   SignalName(sig));
+    }
+    if (sig == SIGINT && before == Phase::kStopping && running_->phase() != Phase::kStopping) {
+      spdlog::warn("received SIGINT again: the grace is skipped, SIGKILL to the workers left");
+    }
     // Its own (or, done and draining output, its workers died of it); else it
     // ends what comes next: no restart after a failing or done group.
     const int own = running_->received_signal();

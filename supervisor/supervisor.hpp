@@ -159,6 +159,7 @@ class Supervisor {
   // counted once for a file several workers write (the filtered file).
   void NoteLogLost(size_t worker, const std::string& path, int err, const char* instead);
   std::set<std::string> lost_log_paths_;  // this group's, each noted once
+  std::set<int> forwarded_said_;          // SIGUSR1/2 passed on and said so, once each
   // Hang detection: one timer, armed for the earliest deadline of any worker.
   void ArmHangCheck();
   void CheckHangs();

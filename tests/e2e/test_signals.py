@@ -108,6 +108,9 @@ def test_second_ctrl_c_skips_the_grace_period(tmp_path, launch, pid_reaper):
     assert p.wait(timeout=10) == 128 + signal.SIGINT, p.output()
     assert time.monotonic() - sent < 5, p.output()
     wait_for(lambda: not pid_alive(pid), timeout=5, what=f"worker {pid} to be killed")
+    # Said, not silent (attack 87).
+    assert "received SIGINT again: the grace is skipped, SIGKILL to the workers left" in \
+        p.stderr(), p.output()
 
 
 def test_failure_stops_term_ignoring_sibling_after_shutdown_timeout(tmp_path, launch,
@@ -227,6 +230,9 @@ def test_signal_is_forwarded_and_job_continues(tmp_path, launch, pid_reaper, sig
     for rank in (0, 1):
         assert (tmp_path / f"got_{rank}").read_text().strip() == name
     assert sorted(p.stdout().splitlines()) == ["rank 0 done", "rank 1 done"], p.output()
+    # A worker without a handler would die of it: who sent it is said, once (attack 87).
+    said = f"received {sig.name}: passed on to every worker (--signals_to_handle)"
+    assert (said in p.stderr()) == (sig == signal.SIGUSR1), p.output()
 
 
 def test_sigkill_of_ddprun_leaves_no_worker(tmp_path, launch, pid_reaper):
