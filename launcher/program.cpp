@@ -142,6 +142,16 @@ Status CheckExecutable(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return StatError(path, errno);
   if (S_ISDIR(st.st_mode)) return PermissionDenied(path + ": is a directory");
+  if (!S_ISREG(st.st_mode)) {  // a FIFO, a device, a socket: chmod +x would not help (attack 87)
+    const char* kind = S_ISFIFO(st.st_mode)   ? "a named pipe (FIFO)"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    return PermissionDenied(path + ": is " + kind +
+                            ", not a program file: give the path of "
+                            "an executable or a script");
+  }
   if (access(path.c_str(), X_OK) != 0) {
     return PermissionDenied(path +
                             ": not executable (chmod +x it, or run a script through its "

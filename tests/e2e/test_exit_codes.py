@@ -157,6 +157,19 @@ def test_a_program_found_but_not_runnable_exits_126_as_in_a_shell(tmp_path, kind
     assert str(prog) in r.stderr, r
 
 
+@pytest.mark.parametrize("path, kind", [("fifo", "a named pipe (FIFO)"),
+                                        ("/dev/null", "a character device")])
+def test_a_program_that_is_no_file_is_named_for_what_it_is(tmp_path, path, kind):
+    """A FIFO or a device as the program was "not executable (chmod +x it ...)", advice that
+    cannot help (attack 87)."""
+    if path == "fifo":
+        path = tmp_path / "fifo"
+        os.mkfifo(path)
+    r = run_ddprun(["--no_python", path])
+    assert r.rc == 126, r
+    assert f"{path}: is {kind}, not a program file" in r.stderr, r
+
+
 def test_non_executable_file_with_no_python_exits_126(tmp_path):
     prog = write_script(tmp_path, "prog", "#!/bin/sh\necho hi\n", executable=False)
     r = run_ddprun(["--no_python", prog])
