@@ -1,7 +1,6 @@
 #include "launcher/doctor_job.hpp"
 
 #include <sys/statvfs.h>
-#include <unistd.h>
 
 #include <cstdint>
 #include <filesystem>
@@ -59,25 +58,33 @@ LimitCheck LogDirectoryCheck(const std::string& log_dir) {
             ""};
   }
   std::error_code ec;
+  // Not there yet: made as the launch would make it (a parent's permission
+  // bits do not tell: /proc refuses root too; attack 88), and removed again
+  // from the first directory made.
+  fs::path made;
   if (!log_dir.empty() && !fs::exists(fs::symlink_status(log_dir, ec))) {
-    // Not there yet: the launch makes it, in its nearest existing parent.
-    fs::path parent = fs::absolute(log_dir, ec).parent_path();
-    while (!parent.empty() && parent != parent.root_path() && !fs::exists(parent, ec)) {
-      parent = parent.parent_path();
+    made = fs::absolute(log_dir, ec);
+    while (made.has_parent_path() && made.parent_path() != made &&
+           !fs::exists(fs::symlink_status(made.parent_path(), ec))) {
+      made = made.parent_path();
     }
-    const std::string where = parent.empty() ? "/" : parent.string();
-    if (!fs::is_directory(where, ec)) {
-      return {kLogs, CheckStatus::kFail,
-              "--log_dir " + log_dir + ": " + where + " is not a directory",
-              "choose a --log_dir under a directory"};
+    fs::create_directories(log_dir, ec);
+    if (ec) {
+      const std::string why = ec.message();
+      fs::remove_all(made, ec);
+      return {kLogs, CheckStatus::kFail, "--log_dir " + log_dir + " cannot be made: " + why,
+              "choose a --log_dir in a writable directory"};
     }
-    if (access(where.c_str(), W_OK | X_OK) != 0) {
-      return {kLogs, CheckStatus::kFail,
-              "--log_dir " + log_dir + " cannot be made: " + where + " is not writable",
-              "choose a writable directory"};
-    }
-    return WithSpace(where, "--log_dir " + log_dir + " is made at the launch, in " + where);
   }
+  struct Unmake {
+    const fs::path& path;
+    Unmake(const Unmake&) = delete;
+    Unmake& operator=(const Unmake&) = delete;
+    ~Unmake() {
+      std::error_code ignored;
+      if (!path.empty()) fs::remove_all(path, ignored);
+    }
+  } unmake{made};
   // There (or a temporary one): made as the launch makes its run directory.
   auto layout = env::LogLayout::Create(log_dir, "doctor");
   if (!layout.ok()) {
@@ -88,6 +95,9 @@ LimitCheck LogDirectoryCheck(const std::string& log_dir) {
   const std::string base = layout->base_is_temporary()
                                ? fs::path(layout->base_dir()).parent_path().string()
                                : layout->base_dir();
+  if (!made.empty()) {
+    return WithSpace(base, "--log_dir " + log_dir + " can be made (tried, and removed)");
+  }
   return WithSpace(
       base, (log_dir.empty() ? "a temporary directory in " : "--log_dir ") + base + " is writable");
 }

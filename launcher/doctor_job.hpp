@@ -17,8 +17,7 @@ env::LimitCheck ProgramCheck(const LaunchConfig& config, const env::Environ& env
 // Where the run's logs would go (--log_dir, else a temporary directory
 // under TMPDIR or /tmp): fail where the launch could not make its run
 // directory there, warn where its filesystem has little space left. A
-// --log_dir not made yet is judged by its nearest existing parent and left
-// unmade; anything made to try is removed.
+// --log_dir not made yet is made to try; anything made is removed.
 env::LimitCheck LogDirectoryCheck(const std::string& log_dir);
 
 }  // namespace ddprun::launcher

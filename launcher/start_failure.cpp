@@ -26,7 +26,8 @@ constexpr std::chrono::seconds kWait{60};
 // Said when the others cannot be told, and `why`.
 void Untold(const std::string& why) {
   spdlog::warn(
-      "the other nodes could not be told ({}): they wait for this one until their join_timeout",
+      "the other nodes could not be told ({}): any still waiting for this one wait until their "
+      "join_timeout (the store gone: the job has likely ended already)",
       why);
 }
 

@@ -1,6 +1,7 @@
 #include "rendezvous/coordinator_machine.hpp"
 
 #include <algorithm>
+#include <iomanip>
 #include <sstream>
 
 #include "rendezvous/agent_machine.hpp"
@@ -175,7 +176,10 @@ StatusOr<std::optional<bool>> CoordinatorMachine::LostBeforeRejoin(Kv& kv, const
                                                                    const Present& present,
                                                                    Time now) {
   const int r = rec.round + 1;
-  if (rec.round < 0 || rec.restarts < s_.max_restarts) return std::optional<bool>();
+  if (rec.round < 0 || rec.restarts < s_.max_restarts ||
+      (rec.end != RoundEnd::kMembership && rec.end != RoundEnd::kNewNodes)) {
+    return std::optional<bool>();
+  }
   std::vector<std::string> arrived, lost;
   for (const NodeInfo& n : present.nodes) arrived.push_back(n.agent_id);
   std::string named;
@@ -256,12 +260,45 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
       log_("rendezvous: " + gone + ": the job completes without it");
       return Apply(kv, [&](const JobRecord& cur) { return ExcuseLost(cur, r, gone, m.agent_id); });
     }
+    // Others killed with it (their keep-alives stopped a moment apart):
+    // those past the limit are lost with it, not counted as remaining; those
+    // silent for more than two beats are named (attack 88).
+    std::vector<std::string> also_lost;
+    std::string also, quiet;
+    for (size_t j = 0; j < rec.members.size(); ++j) {
+      const NodeInfo& o = rec.members[j];
+      if (j == i || rec.done[j] || rec.gone[j] || o.agent_id == self_) continue;
+      auto beats = kv.Add(keys_.KeepAlive(o.agent_id), 0);
+      if (!beats.ok()) return beats.status();
+      auto& [o_last, o_when] = seen_[o.agent_id];
+      if (*beats != o_last) {
+        o_last = *beats;
+        o_when = now;
+      }
+      const auto silent = now - o_when;
+      if (silent > limit) {
+        also_lost.push_back(o.agent_id);
+        also += " and " + Describe(o, static_cast<int>(j));
+      } else if (silent > 2 * s_.keep_alive_interval) {
+        std::ostringstream q;
+        q << (quiet.empty() ? "" : ", ") << Describe(o, static_cast<int>(j)) << " for "
+          << std::fixed << std::setprecision(1) << std::chrono::duration<double>(silent).count()
+          << " s";
+        quiet += q.str();
+      }
+    }
+    if (!also.empty()) {
+      why.str("");
+      why << "lost " << Describe(m, static_cast<int>(i)) << also << ": no keep-alive for "
+          << std::chrono::duration<double>(limit).count() << " s";
+    }
+    if (!quiet.empty()) why << " (silent too: " << quiet << ")";
     log_("rendezvous: " + why.str());
     auto joining = JoinedAgents(kv, keys_, r + 1);
     if (!joining.ok()) return joining.status();
     return Apply(kv, [&](const JobRecord& cur) {
       return EndRoundByMembership(cur, r, why.str(), m.agent_id, s_.min_nodes, *joining,
-                                  s_.max_restarts);
+                                  s_.max_restarts, also_lost);
     });
   }
   TellWithdrawn(rec, r + 1);

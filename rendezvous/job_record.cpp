@@ -296,8 +296,8 @@ StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& 
 
 StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std::string& reason,
                                          const std::string& lost_agent, int min_nodes,
-                                         const std::vector<std::string>& joining,
-                                         int max_restarts) {
+                                         const std::vector<std::string>& joining, int max_restarts,
+                                         const std::vector<std::string>& also_lost) {
   if (Status s = CheckRunning(rec, r); !s.ok()) return s;
   if (!lost_agent.empty()) {
     int lost = rec.MemberRank(lost_agent);
@@ -308,7 +308,9 @@ StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std:
   next.end = RoundEnd::kMembership;
   next.end_reason = reason;
   next.lost_agent = lost_agent;
-  const int remain = Remaining(next, joining);
+  JobRecord counted = next;  // the others lost with it leave too
+  for (const std::string& a : also_lost) counted.withdrawn.push_back({a, reason});
+  const int remain = Remaining(counted, joining);
   if (remain >= min_nodes) return next;
   // Too few to go on: a restart, as torchrun's agents make when a node's
   // loss fails their workers, and the next round waits join_timeout for
@@ -332,6 +334,12 @@ StatusOr<JobRecord> LoseBeforeRejoin(const JobRecord& rec, int r, const std::str
     return Rejected("round " + std::to_string(r) + " is not gathering after a round");
   }
   if (rec.restarts < max_restarts) return Rejected("a restart is left: the round gathers on");
+  // After a restart (a failure, or a loss that left too few) the round waits
+  // join_timeout for nodes anyway: a loss from the same event (two nodes
+  // killed together) is covered by it (attack 88).
+  if (rec.end != RoundEnd::kMembership && rec.end != RoundEnd::kNewNodes) {
+    return Rejected("the round before ended with a restart: the round waits for nodes");
+  }
   std::vector<std::string> others;
   for (const std::string& a : joining) {
     if (std::find(lost.begin(), lost.end(), a) == lost.end()) others.push_back(a);

@@ -117,15 +117,20 @@ StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& 
 // the round ends as by a failure (kFailure, one restart used: the next round
 // waits join_timeout for nodes, as torchrun's), or the job fails when none of
 // `max_restarts` is left. A member whose workers finished is never lost.
+// `also_lost`: members found lost with it (silent past the limit too), not
+// counted among those that remain.
 StatusOr<JobRecord> EndRoundByMembership(const JobRecord& rec, int r, const std::string& reason,
                                          const std::string& lost_agent, int min_nodes,
                                          const std::vector<std::string>& joining = {},
-                                         int max_restarts = 0);
+                                         int max_restarts = 0,
+                                         const std::vector<std::string>& also_lost = {});
 // Members of the round before round `r` (gathering) were lost before they
 // joined it (silent past the keep-alive limit: killed with another member
-// whose loss ended that round, say): with no restart of `max_restarts` left
-// and fewer than `min_nodes` remaining of that round's members and the
-// agents `joining`, the job fails, as had they been lost while it ran.
+// whose loss ended that round, say): when that round ended without a
+// restart (a membership change), with no restart of `max_restarts` left and
+// fewer than `min_nodes` remaining of that round's members and the agents
+// `joining`, the job fails, as had they been lost while it ran. (After a
+// restart the round waits join_timeout for nodes: that covers them.)
 // Rejected otherwise (the round gathers on, within join_timeout).
 StatusOr<JobRecord> LoseBeforeRejoin(const JobRecord& rec, int r, const std::string& reason,
                                      const std::vector<std::string>& lost, int min_nodes,

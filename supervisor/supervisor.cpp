@@ -241,6 +241,7 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
     const bool was_done = running_->done();
     const Phase before = running_->phase();
     const bool was_running = before == Phase::kRunning;
+    const int had = running_->received_signal();
     running_->OnSignal(sig, std::chrono::system_clock::now());
     if (forward_only_.count(sig) != 0 && (sig == SIGUSR1 || sig == SIGUSR2) &&
         forwarded_said_.insert(sig).second) {
@@ -249,7 +250,10 @@ void Supervisor::OnSignal(int sig, pid_t sender) {
       spdlog::info("received {}: passed on to every worker (--signals_to_handle); the job goes on",
                    SignalName(sig));
     }
-    if (sig == SIGINT && before == Phase::kStopping && running_->phase() != Phase::kStopping) {
+    // A second Ctrl-C, not one job-wide SIGINT whose copy reached the workers
+    // first (attack 88).
+    if (sig == SIGINT && had == SIGINT && before == Phase::kStopping &&
+        running_->phase() == Phase::kKilling) {
       spdlog::warn("received SIGINT again: the grace is skipped, SIGKILL to the workers left");
     }
     // Its own (or, done and draining output, its workers died of it); else it

@@ -459,9 +459,13 @@ def test_doctor_tries_the_log_directory_as_the_launch_would(tmp_path):
     later = tmp_path / "logs" / "run"
     r = run_ddprun(["doctor", f"--log_dir={later}"], env=base_env(TMPDIR=str(tmp_path)))
     assert r.rc == 0, r
-    assert re.search(rf"^  ok\s+log directory\s+--log_dir {re.escape(str(later))} is made at the "
-                     rf"launch, in {re.escape(str(tmp_path))}; \S+ \S+ free there", r.stdout,
-                     re.M), r
+    assert re.search(rf"^  ok\s+log directory\s+--log_dir {re.escape(str(later))} can be made "
+                     r"\(tried, and removed\); \S+ \S+ free there", r.stdout, re.M), r
+    # Permission bits do not tell: /proc refuses root too (attack 88).
+    r = run_ddprun(["doctor", "--log_dir=/proc/ddprun_doctor_test"])
+    assert r.rc == 1, r
+    assert re.search(r"^  fail\s+log directory\s+--log_dir /proc/ddprun_doctor_test cannot be "
+                     r"made: ", r.stdout, re.M), r
     kept = tmp_path / "kept"
     kept.mkdir()
     r = run_ddprun(["doctor", f"--log_dir={kept}"], env=base_env(TMPDIR=str(tmp_path)))
