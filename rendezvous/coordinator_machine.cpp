@@ -225,6 +225,17 @@ bool CoordinatorMachine::AllResponsive(const JobRecord& rec, Time now) const {
   return true;
 }
 
+StatusOr<Clock::duration> CoordinatorMachine::Quiet(Kv& kv, const std::string& id, Time now) {
+  auto count = kv.Add(keys_.KeepAlive(id), 0);
+  if (!count.ok()) return count.status();
+  auto& [last, when] = seen_[id];
+  if (*count != last) {
+    last = *count;
+    when = now;
+  }
+  return now - when;
+}
+
 StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now) {
   const int r = rec.round;
   if (watching_ != r) {
@@ -242,15 +253,9 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
     // Never itself (it runs in the agent it would declare lost), never a
     // member whose workers finished (it only waits for the others).
     if (rec.done[i] || rec.gone[i]) continue;
-    auto count = kv.Add(keys_.KeepAlive(m.agent_id), 0);
-    if (!count.ok()) return count.status();
-    auto& [last, when] = seen_[m.agent_id];
-    if (*count != last) {
-      last = *count;
-      when = now;
-      continue;
-    }
-    if (m.agent_id == self_ || now - when <= limit) continue;
+    auto silent_for = Quiet(kv, m.agent_id, now);
+    if (!silent_for.ok()) return silent_for.status();
+    if (m.agent_id == self_ || *silent_for <= limit) continue;
     std::ostringstream why;
     why << "lost " << Describe(m, static_cast<int>(i)) << ": no keep-alive for "
         << std::chrono::duration<double>(limit).count() << " s";
@@ -268,21 +273,15 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
     for (size_t j = 0; j < rec.members.size(); ++j) {
       const NodeInfo& o = rec.members[j];
       if (j == i || rec.done[j] || rec.gone[j] || o.agent_id == self_) continue;
-      auto beats = kv.Add(keys_.KeepAlive(o.agent_id), 0);
-      if (!beats.ok()) return beats.status();
-      auto& [o_last, o_when] = seen_[o.agent_id];
-      if (*beats != o_last) {
-        o_last = *beats;
-        o_when = now;
-      }
-      const auto silent = now - o_when;
-      if (silent > limit) {
+      auto silent = Quiet(kv, o.agent_id, now);
+      if (!silent.ok()) return silent.status();
+      if (*silent > limit) {
         also_lost.push_back(o.agent_id);
         also += " and " + Describe(o, static_cast<int>(j));
-      } else if (silent > 2 * s_.keep_alive_interval) {
+      } else if (*silent > 2 * s_.keep_alive_interval) {
         std::ostringstream q;
         q << (quiet.empty() ? "" : ", ") << Describe(o, static_cast<int>(j)) << " for "
-          << std::fixed << std::setprecision(1) << std::chrono::duration<double>(silent).count()
+          << std::fixed << std::setprecision(1) << std::chrono::duration<double>(*silent).count()
           << " s";
         quiet += q.str();
       }

@@ -71,6 +71,9 @@ class CoordinatorMachine {
   // left). The result of Step when that landed, else nullopt.
   StatusOr<std::optional<bool>> LostBeforeRejoin(Kv& kv, const JobRecord& rec,
                                                  const Present& present, Time now);
+  // How long member `id` of the running round has sent no keep-alive, as
+  // this coordinator watched it (seen_), its counter read now.
+  StatusOr<Clock::duration> Quiet(Kv& kv, const std::string& id, Time now);
   // Whether agent `id` sent no keep-alive for the limit, as this coordinator
   // has watched it (never itself).
   StatusOr<bool> Silent(Kv& kv, const std::string& id, Time now);
