@@ -1,5 +1,7 @@
 #include "supervisor/pipe_reader.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <spdlog/spdlog.h>
@@ -9,6 +11,87 @@
 #include <string>
 
 namespace ddprun::supervisor {
+
+namespace {
+
+constexpr size_t kReadBufferSize = 64 * 1024;
+
+}  // namespace
+
+// Where a worker's stream goes: straight on (the console, its file,
+// /dev/null), or through a pipe that ddprun reads.
+StatusOr<int> Supervisor::FilterFd(const std::string& path) {
+  auto it = filter_files_.find(path);
+  if (it == filter_files_.end()) {
+    UniqueFd fd(open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+    if (!fd.valid()) return ErrnoStatus("open the filter file " + path, errno);
+    it = filter_files_.emplace(path, std::move(fd)).first;
+  }
+  return it->second.get();
+}
+
+std::optional<StreamSpec> Supervisor::OneStream(const StreamSpec& out, const StreamSpec& err) {
+  if (!out.NeedsPipe() && !err.NeedsPipe()) return std::nullopt;  // each goes straight on
+  const bool shown_alike = out.console && err.console && out.prefix == err.prefix;
+  const bool console_only = out.file.empty() && err.file.empty() && out.duplicate_filters.empty() &&
+                            err.duplicate_filters.empty();
+  if (!shown_alike || !console_only || !stdout_is_stderr_) return std::nullopt;
+  StreamSpec one = out;
+  one.keep_tail = out.keep_tail || err.keep_tail;
+  one.track_progress = out.track_progress || err.track_progress;
+  return one;
+}
+
+StatusOr<int> Supervisor::ChildFd(const StreamSpec& stream, int console_fd,
+                                  std::vector<UniqueFd>& parent_side) {
+  if (!stream.NeedsPipe()) {
+    if (!stream.file.empty()) {
+      UniqueFd fd(open(stream.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+      if (!fd.valid()) return ErrnoStatus("open " + stream.file, errno);
+      int raw = fd.get();
+      parent_side.push_back(std::move(fd));
+      return raw;
+    }
+    return stream.console ? console_fd : dev_null_out_.get();
+  }
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  UniqueFd read_end(fds[0]);
+  parent_side.emplace_back(fds[1]);
+  ConsoleWriter* console = &ConsoleWriter::For(console_fd);
+  ConsoleTurn& turn = turns_[console];
+  turn.launcher_breaks = &console->own_line_breaks();
+  auto reader = std::make_unique<PipeReader>(this, outputs_.size(),  // the worker being started
+                                             stream, console, &turn);
+  if (!stream.file.empty()) {
+    reader->file =
+        UniqueFd(open(stream.file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!reader->file.valid()) return ErrnoStatus("open " + stream.file, errno);
+    struct stat st {};
+    reader->keeps = fstat(reader->file.get(), &st) == 0 && S_ISREG(st.st_mode);
+  }
+  if (!stream.duplicate_filters.empty()) {
+    auto filter = FilterFd(stream.filter_file);
+    if (!filter.ok()) return filter.status();
+    reader->filter_fd = *filter;
+  }
+  PipeReader* r = reader.get();
+  Status read = r->pipe.Open(
+      &loop_, read_end.Release(), kReadBufferSize, [r](std::string_view d) { r->Consume(d); },
+      [r](int) { r->owner->CloseReader(*r); });
+  // Kept also when it failed: its handle is closing, and Drain() runs the loop
+  // until it has closed (running the loop here would run other callbacks in
+  // the middle of a worker's start).
+  readers_.push_back(std::move(reader));
+  if (!read.ok()) return read;
+  return parent_side.back().get();
+}
+
+void Supervisor::CloseReader(PipeReader& r) {
+  if (!r.pipe.reading()) return;
+  r.Finish();
+  r.pipe.Close();
+}
 
 void Supervisor::NoteLine(size_t worker, std::string_view line) {
   // What a failure report needs: the last few KiB, cut at a line start.
