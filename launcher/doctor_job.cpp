@@ -61,11 +61,15 @@ LimitCheck LogDirectoryCheck(const std::string& log_dir) {
   // Not there yet: made as the launch would make it (a parent's permission
   // bits do not tell: /proc refuses root too; attack 88), and removed again
   // from the first directory made.
+  // Only what is known not to exist (not a path that cannot be looked at) is
+  // made, and so removed: nothing of someone else's is ever removed.
+  auto absent = [&ec](const fs::path& p) {
+    return fs::symlink_status(p, ec).type() == fs::file_type::not_found;
+  };
   fs::path made;
-  if (!log_dir.empty() && !fs::exists(fs::symlink_status(log_dir, ec))) {
+  if (!log_dir.empty() && absent(log_dir)) {
     made = fs::absolute(log_dir, ec);
-    while (made.has_parent_path() && made.parent_path() != made &&
-           !fs::exists(fs::symlink_status(made.parent_path(), ec))) {
+    while (made.has_parent_path() && made.parent_path() != made && absent(made.parent_path())) {
       made = made.parent_path();
     }
     fs::create_directories(log_dir, ec);
