@@ -75,6 +75,11 @@ class FlightRecorder::Impl {
   }
 
   void Enqueued(uint64_t seq, const char* op, uint64_t bytes, DType dtype) {
+    // Entered before it was issued (ProcessGroup::Entering): kept as entered then.
+    if (const TraceEntry* was = Owned(seq);
+        was != nullptr && Get(was->state) == static_cast<uint32_t>(OpState::kEnqueued)) {
+      return;
+    }
     TraceEntry& e = slots_[seq % capacity_];
     Put(e.state, uint32_t{0});  // before any new field (each store is a release)
     PutOp(e, op);

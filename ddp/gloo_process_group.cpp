@@ -28,6 +28,7 @@
 #include "ddp/flight_recorder.hpp"
 #include "ddp/gloo_reduce.hpp"
 #include "ddp/new_sockets.hpp"
+#include "ddp/store_exchange.hpp"
 #include "rendezvous/store_client.hpp"
 
 namespace ddprun::ddp {
@@ -181,13 +182,15 @@ class GlooProcessGroup : public ProcessGroup {
     std::lock_guard<std::mutex> lock(store_->mu());
     auto& c = store_->client();
     const std::string base = prefix_ + "gather/" + std::to_string(gathers_++) + "/";
-    if (Status s = c.Set(base + std::to_string(rank_), mine); !s.ok()) return s;
-    std::vector<std::string> keys;
-    for (int r = 0; r < size_; ++r) keys.push_back(base + std::to_string(r));
-    return c.MultiGet(keys);
+    // A timeout names the ranks that never arrived (attack 91).
+    return ExchangeThroughStore(c, base, rank_, size_, mine, timeout());
   }
 
   uint64_t sequence() const override { return next_seq_; }
+
+  void Entering(const char* op, const TensorView& t) override {
+    if (recorder_) recorder_->Enqueued(next_seq_, op, t.bytes(), t.dtype);
+  }
 
  private:
   struct Op {

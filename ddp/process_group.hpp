@@ -73,6 +73,15 @@ class ProcessGroup {
   // The number of collectives issued so far (the next one's sequence number).
   virtual uint64_t sequence() const = 0;
 
+  // Records the next collective (number sequence()) in the flight recorder
+  // as entered before it is issued, for a wrapper that waits first (the
+  // TORCH_DISTRIBUTED_DEBUG=DETAIL check): a hang dump then shows this rank
+  // waiting in it, not between collectives. Issuing it keeps that record.
+  virtual void Entering(const char* op, const TensorView& t) {
+    (void)op;
+    (void)t;
+  }
+
  protected:
   ProcessGroup(int rank, int size, const char* backend)
       : rank_(rank), size_(size), backend_(backend) {}

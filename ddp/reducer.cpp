@@ -211,10 +211,13 @@ Status Reducer::Impl::VerifyAcrossRanks(const std::vector<Parameter>& params) {
 }
 
 Status Reducer::Impl::VerifySettings() {
-  const auto& mine = options_.same_on_every_rank;
-  if (mine.empty()) return Status::Ok();
+  // The caller's settings, then the reducer's own that shape the buckets: a
+  // rank with other caps would all-reduce buckets of other sizes at step 0,
+  // before the layout is agreed (Gloo aborts the process; attack 91).
   std::string text;
-  for (const auto& [name, value] : mine) text += name + "=" + value + "\n";
+  for (const auto& [name, value] : options_.same_on_every_rank) text += name + "=" + value + "\n";
+  text += "bucket_cap_bytes=" + std::to_string(options_.bucket_cap_bytes) + "\n";
+  text += "first_bucket_bytes=" + std::to_string(options_.first_bucket_bytes) + "\n";
   auto d = FirstDifference(*group_, text,
                            [](size_t n) { return "no setting after its " + std::to_string(n); });
   if (!d.ok()) return d.status().Annotate("ddp: comparing settings across ranks");

@@ -31,8 +31,10 @@ StatusOr<std::vector<std::string>> ExchangeThroughStore(rendezvous::StoreClient&
                         "): they failed, hang or run other code before this point; their logs "
                         "say which");
     }
+    // Every rank arrived as the wait ended: their records are there to read.
+  } else if (!waited.ok()) {
+    return waited;
   }
-  if (!waited.ok()) return waited;
   return store.MultiGet(keys);
 }
 

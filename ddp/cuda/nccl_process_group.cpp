@@ -160,6 +160,10 @@ class NcclProcessGroup final : public ProcessGroup {
 
   uint64_t sequence() const override { return next_seq_; }
 
+  void Entering(const char* op, const TensorView& t) override {
+    if (parts_.recorder) parts_.recorder->Enqueued(next_seq_, op, t.bytes(), t.dtype);
+  }
+
  private:
   std::string Describe(uint64_t seq, const char* op, TensorView t) const {
     return std::string(op) + " #" + std::to_string(seq) + " (" + FormatBytes(t.bytes()) + " " +

@@ -71,11 +71,14 @@ ddp::ReducerOptions MakeReducerOptions(const TrainOptions& o) {
   r.broadcast_buffers = o.broadcast_buffers;
   r.gradient_as_bucket_view = !o.grad_copies;
   r.find_nonfinite_origin = FindsNonFiniteOrigin(o);
-  // What changes the gradients' scale, the update or the collectives' order
-  // (ranks may differ in bucket caps, copies, find-unused and the faults).
+  // What changes the gradients' scale, the update, or the collectives'
+  // order and sizes (ranks may differ in copies, find-unused and the faults
+  // of --hang-rank; --nan-at-step turns the grad scaler on: attack 91).
   const auto flag = [](bool on) { return std::string(on ? "on" : "off"); };
   char lr[32];
   std::snprintf(lr, sizeof(lr), "%.9g", static_cast<double>(o.lr));
+  char cap[32];
+  std::snprintf(cap, sizeof(cap), "%.9g", o.bucket_cap_mb > 0 ? o.bucket_cap_mb : 25.0);
   r.same_on_every_rank = {
       {"--amp", o.amp == Precision::kFloat16    ? "fp16"
                 : o.amp == Precision::kBFloat16 ? "bf16"
@@ -88,6 +91,8 @@ ddp::ReducerOptions MakeReducerOptions(const TrainOptions& o) {
       {"--no-broadcast-buffers", flag(!o.broadcast_buffers)},
       {"--no-comm", flag(o.no_comm)},
       {"--comm-only", flag(o.comm_only)},
+      {"--bucket-cap-mb", cap},
+      {"--nan-at-step", o.nan_at_step >= 0 ? std::to_string(o.nan_at_step) : "off"},
   };
   return r;
 }

@@ -180,7 +180,18 @@ StatusOr<TrainOptions> ParseOptions(int argc, const char* const* argv) {
   const po::options_description table = OptionTable(&o);
   po::variables_map vm;
   try {
-    po::store(po::command_line_parser(argc, argv).options(table).run(), vm);
+    const po::parsed_options parsed = po::command_line_parser(argc, argv).options(table).run();
+    // Boost drops words that are no option's value without a word: a value
+    // given to a switch (--clip 5.0) would pass unnoticed (attack 91).
+    for (const po::option& opt : parsed.options) {
+      if (opt.position_key >= 0 || opt.string_key.empty()) {
+        const std::string word = opt.original_tokens.empty() ? "" : opt.original_tokens.front();
+        return InvalidArgument("unexpected argument \"" + word +
+                               "\": train takes no positional arguments (a switch such as "
+                               "--clip takes no value); see train --help");
+      }
+    }
+    po::store(parsed, vm);
     po::notify(vm);
   } catch (const po::error& e) {
     return InvalidArgument(std::string(e.what()) + "; see train --help");

@@ -20,9 +20,10 @@ def env():
     return train_env(PYTHON_EXEC=sys.executable)
 
 
-def run(args, timeout=90):
+def run(args, timeout=90, extra_env=None):
     start = time.monotonic()
-    r = subprocess.run([DDPRUN, *args], env=env(), capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run([DDPRUN, *args], env={**env(), **(extra_env or {})}, capture_output=True,
+                       text=True, timeout=timeout)
     return r, time.monotonic() - start
 
 
@@ -63,6 +64,20 @@ def test_hung_rank_is_named_dumped_and_stopped(tmp_path, world):
         text = (dumps / f"rank_{rank}.txt").read_text()
         assert re.search(r"TID \d+|Thread \d+|#0 ", text), text[:2000]  # native stacks
         assert "State:" in text
+
+
+def test_under_detail_debugging_the_hung_rank_is_named_not_the_one_waiting_for_it(tmp_path):
+    # DETAIL compares each collective across the ranks first, through the store; the waiting
+    # rank's recorder showed no collective, so the verdict said "outside communication" and
+    # blamed rank 0, the one waiting (attack 91).
+    r, _ = run(["--nproc_per_node=2", "--hang_timeout=3", "--shutdown_timeout=2",
+                f"--log_dir={tmp_path}", TRAIN, "--device", "cpu", *STEPS, "--hang-at-step", "3",
+                "--hang-rank", "1"], extra_env={"TORCH_DISTRIBUTED_DEBUG": "DETAIL"})
+    assert r.returncode == 124, r.stderr
+    assert "outside communication" not in r.stderr, r.stderr
+    assert re.search(r"rank 0 waits in allreduce #(\d+).*; rank 1 completed #\d+ and has not "
+                     r"entered #\1", r.stderr), r.stderr
+    assert re.search(r"Root Cause[\s\S]*rank +: 1 \(local_rank: 1\)", r.stderr), r.stderr
 
 
 def test_hang_restarts_when_restarts_remain(tmp_path):

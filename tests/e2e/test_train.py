@@ -223,6 +223,23 @@ def test_a_rank_stopped_past_the_collective_timeout_is_named_as_the_cause(tmp_pa
                      r"held the collective", err), err
 
 
+@pytest.mark.parametrize("differs, says", [
+    # Buckets of other sizes at step 0: Gloo aborted the process (SIGABRT; attack 91).
+    ("--bucket-cap-mb 0.001", "rank 0 has --bucket-cap-mb=25, rank 1 has --bucket-cap-mb=0.001"),
+    # The grad scaler on one rank only: its found_inf all-reduce met the others' buckets.
+    ("--nan-at-step 1", "rank 0 has --nan-at-step=off, rank 1 has --nan-at-step=1"),
+])
+def test_a_setting_that_shapes_the_collectives_differing_between_ranks_is_refused(differs, says):
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
+                        f'if [ "$RANK" = 1 ]; then x="{differs}"; fi; '
+                        f'exec {TRAIN} --device cpu --steps 3 --width 1024 --depth 2 '
+                        f'--collective-timeout 20 $x'],
+                       env=env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert "ddp: the ranks' settings differ: " + says in r.stderr, r.stderr
+    assert "SIGABRT" not in r.stderr
+
+
 def test_a_model_that_differs_between_ranks_is_reported_not_hung():
     start = time.monotonic()
     r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
@@ -262,6 +279,9 @@ def test_a_model_too_large_for_the_host_is_said_not_aborted():
     # Accepted and ignored: no timing came out (attack 86).
     (["--reference", "--time"], "--time times the steps of a DDP run's ranks; --reference"),
     (["--world-size", "3"], "--world-size is the ranks --reference simulates"),
+    # Words that are no option's value were dropped: --clip 5.0 clipped at 1.0 (attack 91).
+    (["--clip", "5.0"], 'unexpected argument "5.0": train takes no positional arguments'),
+    (["--", "--steps", "abc"], 'unexpected argument "--steps"'),
     # Taken as 2^64 - 1 by the option parser (found by an attacking helper).
     (["--seed", "-1"], "--seed -1: must be a whole number from 0 to 18446744073709551615"),
 ])

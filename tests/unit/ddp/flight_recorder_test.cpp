@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -66,6 +67,32 @@ TEST_CASE("flight recorder entries round-trip through the file") {
   CHECK(std::string((*entries)[4].op) == "a-very-long-op-");
   CHECK((*entries)[4].state == static_cast<uint32_t>(OpState::kEnqueued));
   CHECK((*entries)[4].started_ns == 0);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a collective entered before it is issued keeps the time it was entered") {
+  // ProcessGroup::Entering (the DETAIL check waits before issuing): the
+  // issue's own Enqueued does not restart the entry; a later use of the slot does.
+  const std::string path = TempPath("entered.bin");
+  auto fr = MustOpen(path, 0, 4);
+  fr->Enqueued(1, "allreduce", 8, DType::kFloat32);
+  auto first = FlightRecorder::Read(path);
+  REQUIRE(first.ok());
+  REQUIRE(first->size() == 1);
+  const int64_t entered = (*first)[0].enqueued_ns;
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  fr->Enqueued(1, "allreduce", 8, DType::kFloat32);
+  auto again = FlightRecorder::Read(path);
+  REQUIRE(again.ok());
+  CHECK((*again)[0].enqueued_ns == entered);
+  fr->Started(1);
+  fr->Finished(1, true);
+  fr->Enqueued(5, "broadcast", 4, DType::kUInt8);  // the same slot, a new collective
+  auto later = FlightRecorder::Read(path);
+  REQUIRE(later.ok());
+  REQUIRE(later->size() == 1);
+  CHECK((*later)[0].seq == 5);
+  CHECK((*later)[0].enqueued_ns > entered);
   std::filesystem::remove(path);
 }
 

@@ -239,6 +239,20 @@ TEST_CASE("settings that differ between ranks are reported, naming the first") {
         "scales, or wait in different collectives)");
 }
 
+TEST_CASE("bucket caps that differ between ranks are refused, with no settings given") {
+  // Other caps give buckets of other sizes at step 0, before the layout is
+  // agreed: Gloo aborted the process (attack 91).
+  FakeGroup g(2);
+  Model m({4});
+  ReducerOptions o;
+  o.bucket_cap_bytes = 1000;
+  g.others_at[1] = {{1, "bucket_cap_bytes=2000\nfirst_bucket_bytes=1048576\n"}};
+  auto r = Reducer::Create(&g, m.params, {}, o);
+  REQUIRE_FALSE(r.ok());
+  CHECK(r.status().message().find("rank 0 has bucket_cap_bytes=1000, rank 1 has "
+                                  "bucket_cap_bytes=2000") != std::string::npos);
+}
+
 TEST_CASE("parameters and buffers are broadcast at construction, buffers before forward") {
   FakeGroup g(2);
   Model m({3});
