@@ -239,13 +239,11 @@ def _watch(torch_dir, heartbeat, rank):
             continue
         dist = sys.modules["torch.distributed"]
         if not was_initialized:  # the rank's training process (under a wrapper script, too)
-            if not _claim(torch_dir, rank):
+            if not _speak_for(torch_dir, rank):
                 continue  # another Python of the rank speaks for it: asked again while it lives
             if finished:  # a process group again after a destroyed one: running again
                 finished = False
                 _beat(heartbeat)
-            _write(os.path.join(torch_dir, "python_" + rank),
-                   "%d %s\n" % (os.getpid(), sys.executable))
             _members.clear()  # a process group made again: its groups are new
             groups.clear()
             _p2p.forget_dead_barriers(dist.distributed_c10d)
@@ -386,6 +384,24 @@ def _claim(torch_dir, rank):
             pass
 
 
+def _speak_for(torch_dir, rank):
+    """Claims the rank (_claim) and names this process as its Python for a dump."""
+    if not _claim(torch_dir, rank):
+        return False
+    _write(os.path.join(torch_dir, "python_" + rank), "%d %s\n" % (os.getpid(), sys.executable))
+    return True
+
+
+def _on_init():
+    """A process group made (the wrapped init_process_group): this process is watched, and claims
+    the rank at once rather than at the watcher's next look. A group made and destroyed between
+    two looks left the rank unclaimed: its exit was never said, and a hang at exit went unseen
+    (attack 89)."""
+    _watch_here()
+    if _watch_args is not None and _watch_args[0]:
+        _speak_for(_watch_args[0], _watch_args[2])
+
+
 def _release(torch_dir, rank):
     """Gives the rank's claim up (its process group destroyed): the next Python of the rank to
     make one claims it."""
@@ -445,14 +461,14 @@ def _start():
         sys.meta_path.insert(0, _p2p.Finder())
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _watch_args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
-    _p2p.on_init = _watch_here
+    _p2p.on_init = _on_init
     _watch_here()
 
 
 def _chain():
     """Imports the sitecustomize this one shadows, if any."""
     here = os.path.dirname(os.path.abspath(__file__))
-    saved = sys.path[:]
+    ours = [(i, p) for i, p in enumerate(sys.path) if os.path.abspath(p or ".") == here]
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     mine = sys.modules.pop("sitecustomize", None)
     try:
@@ -464,7 +480,10 @@ def _chain():
         if mine is not None:
             sys.modules["sitecustomize"] = mine
     finally:
-        sys.path[:] = saved
+        # Only this directory goes back, where it was: what the user's added stays (its
+        # site.addsitedir was undone: attack 89).
+        for i, p in ours:
+            sys.path.insert(i, p)
 
 
 _start()

@@ -74,6 +74,47 @@ def test_a_thread_never_joined_at_exit_is_hung_at_exit_and_not_restarted(tmp_pat
     assert "restarting" not in r.stderr, r.stderr
 
 
+SHORT_GROUP = """
+import threading, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+dist.all_reduce(torch.ones(1))
+dist.destroy_process_group()
+threading.Thread(target=lambda: time.sleep(3600), name="leaky").start()
+print("short group done", flush=True)
+"""
+
+
+def test_a_process_group_shorter_than_the_hooks_look_still_gets_its_hang_at_exit_named(tmp_path):
+    # Made and destroyed between two looks of the hook's watcher (every 0.25 s), the group left
+    # the rank unclaimed: its exit was never said and the job hung for good (attack 89).
+    script = tmp_path / "short.py"
+    script.write_text(SHORT_GROUP)
+    r = ddprun(tmp_path / "logs", f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3",
+               "--hang_detect=torch", str(script), timeout=60)
+    assert r.returncode == 124, r.stderr
+    assert r.stdout.count("short group done") == 2, r.stdout
+    assert re.search(r"rank \d \(local_rank \d, pid \d+\) hung at exit", r.stderr), r.stderr
+
+
+def test_the_path_a_users_own_sitecustomize_adds_is_kept(tmp_path):
+    # The hook imports the user's sitecustomize it shadows, then put sys.path back as it was:
+    # a site.addsitedir there was undone and the import failed (attack 89).
+    (tmp_path / "usc").mkdir()
+    (tmp_path / "extra").mkdir()
+    (tmp_path / "usc" / "sitecustomize.py").write_text(
+        f"import site\nsite.addsitedir({str(tmp_path / 'extra')!r})\n")
+    (tmp_path / "extra" / "extramod.py").write_text("X = 42\n")
+    script = tmp_path / "main.py"
+    script.write_text("import sys, extramod\nprint('IMPORTED', extramod.X, flush=True)\n")
+    e = env()
+    e["PYTHONPATH"] = str(tmp_path / "usc") + os.pathsep + e.get("PYTHONPATH", "")
+    r = subprocess.run([DDPRUN, "--nproc_per_node=1", "--hang_detect=torch", "--hang_timeout=30",
+                        f"--log_dir={tmp_path / 'logs'}", str(script)], env=e,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert "IMPORTED 42" in r.stdout, r.stdout
+
+
 PY_WRAPPER = """
 import subprocess, sys
 sys.exit(subprocess.run([sys.executable, *sys.argv[1:]]).returncode)
