@@ -66,12 +66,14 @@ void StatusOrFailure(const char* what, const Status& status) {
 
 namespace ddprun {
 
-bool WriteAll(int fd, const char* data, size_t size) {
+bool WriteAll(int fd, const char* data, size_t size, size_t* written) {
+  if (written != nullptr) *written = 0;
   while (size > 0) {
     ssize_t n = ::write(fd, data, size);
     if (n > 0) {
       data += n;
       size -= static_cast<size_t>(n);
+      if (written != nullptr) *written += static_cast<size_t>(n);
       continue;
     }
     if (n < 0 && errno == EINTR) continue;

@@ -36,7 +36,8 @@ class UniqueFd {
 };
 
 // Writes all of `data` to `fd`, retrying on EINTR, partial writes and EAGAIN.
-// Returns false on any other error (the caller decides whether it matters).
-bool WriteAll(int fd, const char* data, size_t size);
+// Returns false on any other error (the caller decides whether it matters);
+// `written`, when given, says how many bytes went out before it.
+bool WriteAll(int fd, const char* data, size_t size, size_t* written = nullptr);
 
 }  // namespace ddprun

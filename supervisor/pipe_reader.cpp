@@ -132,10 +132,16 @@ void Supervisor::PipeReader::Consume(std::string_view data) {
   // file does not block on a reader); after a failed write it is given up,
   // and a stream it alone kept is shown on the console from then on, with
   // the rank's prefix, rather than lost.
-  if (file.valid() && !WriteAll(file.get(), data.data(), data.size())) {
+  size_t written = 0;
+  if (file.valid() && !WriteAll(file.get(), data.data(), data.size(), &written)) {
     const int err = errno;
     const bool was_shown = spec.console;
     if (!was_shown) {
+      // The lines the file holds whole are not shown again (attack 90).
+      const size_t end = data.substr(0, written).rfind('\n');
+      const size_t kept = end == std::string_view::npos ? 0 : end + 1;
+      splitter.Feed(data.substr(0, kept), [this](std::string_view l) { Line(l); });
+      data.remove_prefix(kept);
       spec.console = true;
       shown.SetPrefix(spec.fallback_prefix);
     }
@@ -143,6 +149,9 @@ void Supervisor::PipeReader::Consume(std::string_view data) {
                        was_shown ? "its later output is only on the console"
                                  : "its later output is shown on the console instead");
     file.Reset();
+    // Kept nowhere else now: the console holds the worker back rather than
+    // drop its lines (they were dropped, and the notice named this file).
+    keeps = false;
   }
   splitter.Feed(data, [this](std::string_view l) { Line(l); });
   Flush();

@@ -8,6 +8,7 @@ the workers' output, and explains a worker that failed on one of them.
 import re
 import resource
 import subprocess
+import time
 
 from conftest import DDPRUN, PYTHON, base_env
 
@@ -70,10 +71,34 @@ def test_a_stream_only_its_log_file_kept_goes_to_the_console_once_the_file_fails
         shown = shown_lines(r.stdout, rank)
         assert shown and shown[-1] == f"[default{rank}]:END", r.stdout[-2000:]
         log = next(tmp_path.glob(f"*/attempt_0/{rank}/stdout.log")).read_text()
-        # Nothing lost: the file's lines and the console's overlap or meet.
+        # Nothing lost, nothing twice: the console starts at the line the file has in part
+        # (it repeated the lines of the chunk whose write failed: attack 90).
         first_shown = int(shown[0][len(f"[default{rank}]:"):][:5])
-        assert first_shown <= log.count("\n"), (first_shown, log.count("\n"))
+        assert first_shown == log.count("\n"), (first_shown, log.count("\n"))
     assert "its later output is shown on the console instead" in r.stderr, r.stderr
+
+
+def test_once_its_log_file_failed_a_stream_is_held_back_by_a_stalled_console_not_dropped(tmp_path):
+    # The file gone, its lines are kept nowhere else: they were dropped while the console did
+    # not read, and the notice sent the user to that file (attack 90).
+    lines = 60000
+    printer = f"import sys\nfor i in range({lines}): sys.stdout.write('%06d' % i + 'y' * 94 + '\\n')"
+
+    def set_limits():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (100 << 10, 100 << 10))
+    p = subprocess.Popen([str(DDPRUN), "--nproc_per_node=1", "--tee=1", "--log_dir",
+                          str(tmp_path), "python3", "-c", printer], env=base_env(),
+                         preexec_fn=set_limits, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(4)  # the console reads nothing meanwhile
+    out, err = p.communicate(timeout=120)
+    out, err = out.decode(errors="replace"), err.decode(errors="replace")
+    assert p.returncode == 74, err
+    assert "not shown" not in out + err, err
+    log = next(tmp_path.glob("*/attempt_0/0/stdout.log")).read_text(errors="replace")
+    seen = {line[:6] for line in log.splitlines() if len(line) == 100}
+    seen |= {line[-100:][:6] for line in out.splitlines() if line.endswith("y" * 94)}
+    assert len(seen) == lines, (lines - len(seen), err[-2000:])
 
 
 def test_soft_size_limits_are_raised_to_the_hard_ones_for_the_workers():
