@@ -63,7 +63,17 @@ class GlooStore : public gloo::rendezvous::Store {
   void wait(const std::vector<std::string>& keys) override { wait(keys, kDefaultTimeout); }
   void wait(const std::vector<std::string>& keys, const Ms& timeout) override {
     std::lock_guard<std::mutex> lock(mu_);
-    Check(client_.Wait(keys, timeout), "wait");
+    Status waited = client_.Wait(keys, timeout);
+    if (waited.code() == StatusCode::kDeadlineExceeded) {
+      // Gloo's keys end in the rank: the ranks that never came are named
+      // (the one that waited was taken for the cause).
+      if (const std::string ranks = MissingRanks(client_, keys); !ranks.empty()) {
+        throw std::runtime_error("rank(s) " + ranks + " did not arrive within " +
+                                 FormatSeconds(static_cast<double>(timeout.count()) / 1e3) +
+                                 " s: they failed, hang or started late; their logs say which");
+      }
+    }
+    Check(waited, "wait");
   }
 
   rendezvous::StoreClient& client() { return client_; }

@@ -12,6 +12,10 @@
 
 namespace ddprun::ddp {
 
+// After a wait for `keys` (each ending in "/RANK") timed out: the ranks whose
+// key is still missing, the first 16 and how many in all; "" when none is.
+std::string MissingRanks(rendezvous::StoreClient& store, const std::vector<std::string>& keys);
+
 // Sets `base`+rank to `mine`, waits up to `timeout` for every rank's key, and
 // returns the values in rank order. kDeadlineExceeded names the ranks whose
 // key is missing (the first 16, and how many in all).

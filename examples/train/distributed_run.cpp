@@ -310,7 +310,10 @@ int TrainOn(const TrainOptions& options, ddp::ProcessGroup& pg) {
 int RunDistributed(const TrainOptions& options) {
   StatusOr<std::unique_ptr<ddp::ProcessGroup>> group = Connect(options);
   if (!group.ok()) {
-    std::fprintf(stderr, "train: %s\n", group.status().message().c_str());
+    // In the error file too: the failure report quotes it (it said "no traceback").
+    const std::string text = "train: " + group.status().message();
+    std::fprintf(stderr, "%s\n", text.c_str());
+    (void)ddp::RecordError(text);
     return group.status().code() == StatusCode::kInvalidArgument ? 2 : 1;
   }
   const int rc = TrainOn(options, **group);

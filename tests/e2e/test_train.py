@@ -240,6 +240,19 @@ def test_a_setting_that_shapes_the_collectives_differing_between_ranks_is_refuse
     assert "SIGABRT" not in r.stderr
 
 
+def test_a_rank_that_never_comes_to_the_set_up_is_named_by_the_one_that_waited():
+    # The waiting rank said "waited 3000 ms for keys ddp/attempt_0/gloo/1", wrote no error file,
+    # and was the root cause with "no traceback" (attack 91).
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
+                        f'if [ "$RANK" = 1 ]; then sleep 30; fi; '
+                        f'exec {TRAIN} --device cpu {" ".join(SMALL)} --collective-timeout 2'],
+                       env=env(), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"traceback : train: rank 0: ddp: gloo set-up \(rank 0 of 2, [^)]*\): rank\(s\) "
+                     r"1 did not arrive within 2 s: they failed, hang or started late",
+                     r.stderr), r.stderr
+
+
 def test_a_model_that_differs_between_ranks_is_reported_not_hung():
     start = time.monotonic()
     r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
