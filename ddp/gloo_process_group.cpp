@@ -7,15 +7,19 @@
 
 #include <gloo/allreduce.h>
 #include <gloo/broadcast.h>
+#include <gloo/common/logging.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <system_error>
 #include <thread>
@@ -25,6 +29,7 @@
 #include "base/no_thread.hpp"
 #include "base/pause_clock.hpp"
 #include "base/unique_fd.hpp"
+#include "ddp/error_file.hpp"
 #include "ddp/flight_recorder.hpp"
 #include "ddp/gloo_reduce.hpp"
 #include "ddp/new_sockets.hpp"
@@ -353,9 +358,39 @@ class GlooProcessGroup : public ProcessGroup {
   std::thread thread_;
 };
 
+// Gloo's I/O thread checks what arrives with GLOO_ENFORCE, whose exception
+// no caller can catch there: std::terminate ends the process (SIGABRT). A
+// message of another size than the collective posted does it (the ranks'
+// collectives differ in size). Its text goes to the error file first, where
+// the failure report quotes it (it said "no traceback"; attack 91).
+std::terminate_handler g_before_gloo = nullptr;
+
+void OnTerminate() {
+  if (std::exception_ptr e = std::current_exception()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const gloo::EnforceNotMet& x) {
+      (void)RecordError(std::string("ddp: Gloo ended the process (a check in its I/O thread "
+                                    "failed): ") +
+                        x.what() +
+                        ": a message of another size than the collective expected arrives "
+                        "when the ranks' collectives differ in size (their programs diverged)");
+    } catch (...) {  // not Gloo's: as before
+    }
+  }
+  if (g_before_gloo != nullptr) g_before_gloo();
+  std::abort();
+}
+
+void RecordGlooAborts() {
+  static std::once_flag once;
+  std::call_once(once, [] { g_before_gloo = std::set_terminate(OnTerminate); });
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(const LaunchEnv& env) {
+  RecordGlooAborts();
   auto client = rendezvous::StoreClient::Connect(env.master_addr, env.master_port,
                                                  std::chrono::seconds(60), env.store_token);
   if (!client.ok()) return client.status().Annotate("ddp: agent store (MASTER_ADDR:MASTER_PORT)");

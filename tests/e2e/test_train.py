@@ -134,6 +134,20 @@ def test_detail_debugging_names_the_ranks_whose_collectives_differ_at_once():
                      r"collectives", r.stderr), r.stderr
 
 
+def test_collectives_of_other_sizes_that_gloo_aborts_on_leave_its_check_in_the_error_file():
+    # Rank 1 all-reduces 4 B where rank 0 all-reduces a bucket: Gloo's I/O thread fails a check
+    # no caller can catch, and the process ends (SIGABRT, as under PyTorch); the report said
+    # "no traceback" (attack 91).
+    r = ddprun(2, "--steps", "10", "--diverge-at-step", "4", "--no-broadcast-buffers",
+               "--collective-timeout", "10")
+    assert r.returncode == 134, r.stderr
+    assert re.search(r"traceback : ddp: Gloo ended the process \(a check in its I/O thread "
+                     r"failed\): \[enforce fail at [^]]*\] .*: a message of another size than the "
+                     r"collective expected", r.stderr), r.stderr
+    assert re.search(r"cause +: rank 1 is in allreduce #\d+ with 4 B while rank 0 ran it",
+                     r.stderr), r.stderr
+
+
 def test_detail_debugging_trains_exactly_as_without_it():
     plain = ddprun(2, *SMALL)
     detail = ddprun(2, *SMALL, TORCH_DISTRIBUTED_DEBUG="DETAIL")
