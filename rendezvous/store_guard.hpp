@@ -54,6 +54,9 @@ struct GuardLimits {
   std::chrono::milliseconds auth_backoff_max{2'000};
   std::chrono::milliseconds auth_forget{60'000};
   size_t max_auth_queue = 8;
+  // A client closed for the same reason as one said within this is counted,
+  // and the count said as it ends (RepeatLimiter); 0 says every one.
+  std::chrono::milliseconds close_said_every{5'000};
 };
 
 class StoreGuard {

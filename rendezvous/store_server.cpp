@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <system_error>
 #include <thread>
@@ -20,8 +21,10 @@
 #include <unordered_set>
 #include <vector>
 
+#include "base/format.hpp"
 #include "base/no_thread.hpp"
 #include "base/unique_fd.hpp"
+#include "rendezvous/repeat_limiter.hpp"
 #include "rendezvous/sockets.hpp"
 #include "rendezvous/store_guard.hpp"
 #include "rendezvous/store_state.hpp"
@@ -68,8 +71,10 @@ class StoreServer::Impl {
 
   explicit Impl(StoreServerOptions options)
       : options_(std::move(options)),
-        agents_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); }),
-        workers_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); }),
+        agents_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); },
+                options_.limits.max_reply),
+        workers_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); },
+                 options_.limits.max_reply),
         guard_(options_.guard) {}
 
   // On failure the loop thread never started; the destructor closes what was set up.
@@ -90,6 +95,8 @@ class StoreServer::Impl {
     if (rc != 0) return ErrnoStatus("listen", -rc);
     uv_timer_init(&loop_, &timer_);
     timer_.data = this;
+    uv_timer_init(&loop_, &said_timer_);
+    said_timer_.data = this;
     rc = uv_async_init(&loop_, &wake_,
                        [](uv_async_t* a) { static_cast<Impl*>(a->data)->RunTasks(); });
     if (rc != 0) return ErrnoStatus("uv_async_init", -rc);
@@ -315,6 +322,10 @@ class StoreServer::Impl {
     if (!c.agent && req.op != Op::kPing) c.used_workers = true;
     StoreState& state = c.agent ? agents_ : workers_;
     if (!state.Handle(c.id, req)) {
+      if (!state.refusal().empty()) {
+        Close(c, "refused: " + state.refusal());
+        return;
+      }
       Close(c, OpName(static_cast<uint8_t>(req.op)) + " is invalid here" +
                    (req.op == Op::kAdd ? " (ADD to a value that is not a number)"
                     : req.op == Op::kValidate || req.op == Op::kAuth
@@ -452,17 +463,53 @@ class StoreServer::Impl {
     // of a client that does not read: replies piling up behind it are.
     const bool behind = c.out_pending > 0;
     c.out_pending += w->data.size();
+    unsent_ += w->data.size();
     uv_buf_t buf = uv_buf_init(w->data.data(), w->data.size());
     WriteReq* raw = w.release();  // owned by libuv until the callback
     uv_write(&raw->req, reinterpret_cast<uv_stream_t*>(&c.tcp), &buf, 1,
              [](uv_write_t* req, int status) {
                std::unique_ptr<WriteReq> owned(static_cast<WriteReq*>(req->data));
                owned->conn->out_pending -= owned->data.size();
+               // A closing connection's were taken off as it closed (Close).
+               if (!owned->conn->closing) owned->conn->server->unsent_ -= owned->data.size();
                if (status < 0) owned->conn->server->Close(*owned->conn, "");
              });
     if (behind && c.out_pending > options_.limits.max_unsent) {
       Close(c, "does not read its replies (" + std::to_string(c.out_pending) + " bytes unsent)");
+    } else if (unsent_ > options_.limits.max_unsent_total) {
+      // Many clients that each leave a reply unread (a few bytes of GETs
+      // apiece) held gigabytes (attack 93): the one holding most goes.
+      Conn* most = nullptr;
+      for (auto& [id, other] : conns_) {
+        if (!other->closing && (most == nullptr || other->out_pending > most->out_pending)) {
+          most = other.get();
+        }
+      }
+      if (most != nullptr) {
+        Close(*most, "does not read its replies (" + std::to_string(most->out_pending) +
+                         " bytes unsent; every client's unread replies passed " +
+                         std::to_string(options_.limits.max_unsent_total) + " bytes)");
+      }
     }
+  }
+
+  // The closes counted, not said (RepeatLimiter), are said as their period ends.
+  void SayRepeatsLater() {
+    const std::optional<StoreGuard::Time> next = closes_.NextDue();
+    if (!next) return;
+    auto wait = std::chrono::ceil<std::chrono::milliseconds>(*next - Now());
+    uv_timer_start(
+        &said_timer_,
+        [](uv_timer_t* t) {
+          auto* self = static_cast<Impl*>(t->data);
+          const auto period = std::chrono::duration<double>(self->closes_.period());
+          for (const auto& [text, more] : self->closes_.Due(Now())) {
+            self->Log("store: closed " + std::to_string(more) + " more client(s) in " +
+                      FormatSeconds(period.count()) + " s for the same reason: " + text);
+          }
+          self->SayRepeatsLater();
+        },
+        static_cast<uint64_t>(std::max<int64_t>(wait.count(), 0)), 0);
   }
 
   // Closes the server's own handles, each only if it was initialised (a
@@ -470,7 +517,7 @@ class StoreServer::Impl {
   void CloseHandles() {
     for (auto* h :
          {reinterpret_cast<uv_handle_t*>(&listener_), reinterpret_cast<uv_handle_t*>(&timer_),
-          reinterpret_cast<uv_handle_t*>(&wake_)}) {
+          reinterpret_cast<uv_handle_t*>(&said_timer_), reinterpret_cast<uv_handle_t*>(&wake_)}) {
       if (h->type != UV_UNKNOWN_HANDLE && !uv_is_closing(h)) uv_close(h, nullptr);
     }
   }
@@ -478,7 +525,12 @@ class StoreServer::Impl {
   void Close(Conn& c, const std::string& why) {
     if (c.closing) return;
     c.closing = true;
-    if (!why.empty() && !stopping_) Log("store: closed client " + c.peer + ": " + why);
+    unsent_ -= c.out_pending;  // going: another Send must not close more for them
+    if (!why.empty() && !stopping_) {
+      const std::string text = "client " + c.peer + ": " + why;
+      if (closes_.Take(text, Now())) Log("store: closed " + text);
+      SayRepeatsLater();
+    }
     agents_.Disconnect(c.id);
     workers_.Disconnect(c.id);
     guard_.Disconnect(c.id);
@@ -496,6 +548,8 @@ class StoreServer::Impl {
   uv_loop_t loop_{};
   uv_tcp_t listener_{};
   uv_timer_t timer_{};
+  uv_timer_t said_timer_{};
+  RepeatLimiter closes_{options_.guard.close_said_every};
   uv_async_t wake_{};
   std::thread thread_;
   std::mutex tasks_mu_;
@@ -507,6 +561,7 @@ class StoreServer::Impl {
   int port_ = 0;
   bool loop_ready_ = false;  // uv_loop_init succeeded
   int accept_error_ = 0;     // the last accept's libuv error, 0 after a success
+  size_t unsent_ = 0;        // every open connection's out_pending
   bool stopping_ = false;
 };
 

@@ -147,6 +147,7 @@ void StoreState::Barrier(ClientId client, const Request& r) {
 }
 
 bool StoreState::Handle(ClientId client, const Request& r) {
+  refusal_.clear();
   Encoder e;
   switch (r.op) {
     case Op::kPing:
@@ -184,13 +185,27 @@ bool StoreState::Handle(ClientId client, const Request& r) {
       kv_[r.keys[0]].append(r.values[0]);
       Wake(r.keys[0]);
       return true;
-    case Op::kMultiGet:
+    case Op::kMultiGet: {
+      // Sized before it is made: one small request naming a large value many
+      // times asked for gigabytes, and the launcher ran out of memory (attack 93).
+      size_t size = 0;
+      for (const auto& k : r.keys) {
+        auto it = kv_.find(k);
+        size += sizeof(uint64_t) + (it == kv_.end() ? 0 : it->second.size());
+        if (size > max_reply_) {
+          refusal_ = "MULTI_GET of " + std::to_string(r.keys.size()) +
+                     " keys: its reply would pass " + std::to_string(max_reply_) +
+                     " bytes (the limit): ask for fewer keys at once";
+          return false;
+        }
+      }
       for (const auto& k : r.keys) {
         auto it = kv_.find(k);
         e.Str(it == kv_.end() ? std::string() : it->second);
       }
       Reply(client, e);
       return true;
+    }
     case Op::kMultiSet:
       for (size_t i = 0; i < r.keys.size(); ++i) {
         kv_[r.keys[i]] = r.values[i];

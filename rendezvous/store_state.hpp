@@ -26,13 +26,18 @@ class StoreState {
  public:
   using Send = std::function<void(ClientId, std::string bytes)>;
 
-  explicit StoreState(Send send) : send_(std::move(send)) {}
+  // `max_reply`: the largest reply it makes (Limits::max_reply).
+  explicit StoreState(Send send, size_t max_reply = SIZE_MAX)
+      : send_(std::move(send)), max_reply_(max_reply) {}
 
   // Applies one request (not VALIDATE, AUTH, AGENT or CLEAR_WORKERS, which
   // the server handles).
   // Returns false when the request is invalid in this state (ADD to a value
-  // that is not a number): the server then closes the connection, as PyTorch's does.
+  // that is not a number, a MULTI_GET whose reply would pass max_reply): the
+  // server then closes the connection, as PyTorch's does, saying refusal().
   bool Handle(ClientId client, const Request& request);
+  // Why the last Handle returned false.
+  const std::string& refusal() const { return refusal_; }
 
   // Drops every wait of a client that went away.
   void Disconnect(ClientId client);
@@ -54,6 +59,8 @@ class StoreState {
   bool Present(const std::string& key) const;
 
   Send send_;
+  size_t max_reply_;
+  std::string refusal_;
   std::unordered_map<std::string, std::string> kv_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;
   std::unordered_map<std::string, std::vector<ClientId>> waiters_;  // key -> clients

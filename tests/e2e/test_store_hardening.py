@@ -135,6 +135,24 @@ def test_a_multi_get_larger_than_the_unsent_limit_is_answered(server):
     server.assert_alive()
 
 
+def test_a_multi_get_naming_a_large_value_many_times_is_refused_not_made(host_factory):
+    """1.3 KB of request asked for a 50 MiB value 100 times: the store made the 5 GB reply, and
+    under a memory limit the launcher ran out of memory, with the job (attack 93). A reply past
+    512 MiB is refused: that client is closed, said, and the store serves on."""
+    h = host_factory()
+    st = client(h.port, timeout=60.0)
+    st.set("big", b"x" * (50 << 20))
+    before = h.rss_kb()
+    r = Raw(h.port)
+    r.send(b"\x0a" + u64(100) + b"".join(s(b"/big") for _ in range(100)))  # MULTI_GET
+    r.assert_closed(timeout=10.0)
+    assert h.log_count("refused: MULTI_GET of 100 keys: its reply would pass 536870912 bytes "
+                       "(the limit): ask for fewer keys at once") == 1
+    assert h.rss_kb("VmHWM") < before + 256 * 1024
+    assert st.add("ctr", 1) == 1
+    h.assert_alive()
+
+
 def test_slow_reader_does_not_stall_others(server):
     st = client(server.port)
     st.set("big", b"x" * 4096)

@@ -3,7 +3,8 @@
 // NAME=VALUE sets a GuardLimits field, durations in milliseconds:
 // handshake_ms, handshake_bytes, max_handshaking, evict_after_ms,
 // max_handshaking_hard, per_host, auth_backoff_ms, auth_backoff_max_ms,
-// auth_queue. A TOKEN of "-" means none.
+// auth_queue, said_every_ms (0 unless given: every close is said, for the
+// tests that count them). A TOKEN of "-" means none.
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -31,6 +32,7 @@ bool SetLimit(GuardLimits* g, const std::string& name, long long v) {
       {"auth_backoff_ms", [&] { g->auth_backoff = ms; }},
       {"auth_backoff_max_ms", [&] { g->auth_backoff_max = ms; }},
       {"auth_queue", [&] { g->max_auth_queue = n; }},
+      {"said_every_ms", [&] { g->close_said_every = ms; }},
   };
   auto it = setters.find(name);
   if (it == setters.end()) return false;
@@ -49,6 +51,7 @@ int main(int argc, char** argv) {
   o.host = argv[1];
   o.port = std::stoi(argv[2]);
   if (argc > 3 && std::string(argv[3]) != "-") o.token = argv[3];
+  o.guard.close_said_every = milliseconds(0);
   for (int i = 4; i < argc; ++i) {
     std::string arg = argv[i];
     size_t eq = arg.find('=');
