@@ -71,11 +71,13 @@ std::string DefaultTimerFile(const env::Environ& environ) {
 
 // Hung, and none ever beat: those not connected to the job's store
 // (where MASTER_ADDR:MASTER_PORT lead), when others did and wait there: the
-// ranks that never joined, which the others wait for.
+// ranks that never joined, which the others wait for. A rank finishing (its
+// heartbeat file removed) has been in the job: one that destroyed its
+// process group is off the store for that (attack 92).
 std::vector<int> TellNeverJoined(const supervisor::HangReport& report, int store_port) {
   if (report.hung.size() < 2 || store_port <= 0) return {};
   for (const auto& w : report.hung) {
-    if (w.ever_beat) return {};
+    if (w.ever_beat || w.finishing) return {};
   }
   const std::set<unsigned long> to_store = env::ConnectionsToPort(store_port);
   const std::vector<env::ProcEntry> table = env::ReadProcTable();

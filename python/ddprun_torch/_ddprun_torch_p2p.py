@@ -11,6 +11,12 @@ import time
 # Called once a process group is made (init_process_group): sitecustomize.py starts its watcher
 # there, in a forked child that has none.
 on_init = None
+# Called once torch.distributed.distributed_c10d is imported: sitecustomize.py starts its watcher
+# then, not before (a program that never imports it has no thread of ddprun's: attack 92).
+on_import = None
+# Inside send, recv or batch_isend_irecv, which call isend/irecv and record the operation
+# themselves (it was recorded twice).
+_inner = threading.local()
 
 _p2p = {}  # key -> (op, peer, group name, the Work of an async one or None): ops not finished
 _p2p_lock = threading.Lock()
@@ -140,11 +146,12 @@ def _p2p_args(c10d_py, signature, args, kwargs, peer_name):
 
 
 def wrap(c10d_py):
-    """Wraps send, recv, batch_isend_irecv and monitored_barrier in
+    """Wraps send, recv, isend, irecv, batch_isend_irecv and monitored_barrier in
     torch.distributed.distributed_c10d, where the package (importing * from it), the program and
     PyTorch's own send_object_list find them, to record the operations the flight recorder of Gloo
-    leaves out; and init_process_group, to start a watcher in a process that has none. isend and
-    irecv are not wrapped: batch_isend_irecv's P2POp compares its op with them."""
+    leaves out; and init_process_group, to start a watcher in a process that has none. P2POp and
+    batch_isend_irecv compare an op with the module's isend and irecv, the wrappers then.
+    A steady isend/irecv loop (pipeline parallelism) was no progress: a false hang (attack 92)."""
     if getattr(c10d_py, "_ddprun_p2p", False):
         return
     c10d_py._ddprun_p2p = True
@@ -156,10 +163,27 @@ def wrap(c10d_py):
         def wrapper(*args, **kwargs):
             peer, group = _p2p_args(c10d_py, signature, args, kwargs, peer_name)
             key = _p2p_enter(op, peer, group)
+            was, _inner.on = getattr(_inner, "on", False), True
             try:
                 return fn(*args, **kwargs)
             finally:
+                _inner.on = was
                 _p2p_leave(key)
+        return wrapper
+
+    def asynchronous(fn, op, peer_name):
+        import inspect
+        signature = inspect.signature(fn)
+
+        def wrapper(*args, **kwargs):
+            work = fn(*args, **kwargs)
+            if work is not None and not getattr(_inner, "on", False):
+                try:
+                    peer, group = _p2p_args(c10d_py, signature, args, kwargs, peer_name)
+                    _p2p_enter(op, peer, group, work)  # waiting() sees it finish
+                except Exception:
+                    pass  # never disturb the job: this one goes unseen
+            return work
         return wrapper
 
     def barrier(fn):
@@ -194,7 +218,11 @@ def wrap(c10d_py):
 
     def batch(fn):
         def wrapper(p2p_op_list, *args, **kwargs):
-            works = fn(p2p_op_list, *args, **kwargs)
+            was, _inner.on = getattr(_inner, "on", False), True
+            try:
+                works = fn(p2p_op_list, *args, **kwargs)
+            finally:
+                _inner.on = was
             try:
                 for p, w in zip(p2p_op_list, works or []):
                     op = "send" if "send" in getattr(p.op, "__name__", "") else "recv"
@@ -209,6 +237,8 @@ def wrap(c10d_py):
     package = sys.modules.get("torch.distributed")
     for name, make in (("send", lambda f: blocking(f, "send", "dst")),
                        ("recv", lambda f: blocking(f, "recv", "src")),
+                       ("isend", lambda f: asynchronous(f, "send", "dst")),
+                       ("irecv", lambda f: asynchronous(f, "recv", "src")),
                        ("batch_isend_irecv", batch),
                        ("monitored_barrier", barrier),
                        ("init_process_group", init)):
@@ -253,6 +283,8 @@ class Finder:
                 wrap(module)
             except Exception:
                 pass  # never disturb the job: p2p goes unseen
+            if on_import is not None:
+                on_import()
 
         loader.exec_module = exec_module
         return spec

@@ -305,13 +305,18 @@ def _wrap_thread_shutdown(heartbeat):
     hang at exit, not a hang to restart the program for. A thread still training there makes
     collectives, and its beats create the file again. A main module that raised (the
     interpreter printed it: sys.last_value) has not finished: it failed, and a thread that
-    keeps it from exiting makes an ordinary hang, restarted as a failure is."""
+    keeps it from exiting makes an ordinary hang, restarted as a failure is. So has one that
+    called sys.exit with a failing code, and a multiprocessing trainer whose target failed
+    (both were taken for finished and not restarted: attack 92)."""
     joins = getattr(threading, "_shutdown", None)
     if joins is None:
         return
+    _wrap_sys_exit()
 
     def _shutdown():
         if getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None):
+            return joins()
+        if _failing_exit() or _failed_process_target():
             return joins()
         through = None
         try:
@@ -329,6 +334,44 @@ def _wrap_thread_shutdown(heartbeat):
         return joins()
 
     threading._shutdown = _shutdown
+
+
+_exit_code = None  # what the main thread gave sys.exit, if it called it
+
+
+def _wrap_sys_exit():
+    """Records the main thread's sys.exit code: the interpreter keeps no trace of a SystemExit
+    once it starts to finish (raise SystemExit itself goes unseen)."""
+    original = sys.exit
+
+    def exit(status=None):
+        global _exit_code
+        if threading.current_thread() is threading.main_thread():
+            _exit_code = (status,)
+        original(status)
+
+    exit.__doc__ = original.__doc__
+    exit.__wrapped__ = original
+    sys.exit = exit
+
+
+def _failing_exit():
+    """Whether the main thread called sys.exit with a failing status (not None, 0 or False)."""
+    return _exit_code is not None and _exit_code[0] not in (None, 0)
+
+
+def _failed_process_target():
+    """Whether threading._shutdown's caller is multiprocessing's Process._bootstrap after its
+    target failed (it catches the exception, then joins the threads, knowing the exit code).
+    The interpreter's own call, at exit, has no Python caller."""
+    try:
+        frame = sys._getframe(2)  # this function's caller's caller
+        code = frame.f_code
+        if code.co_name != "_bootstrap" or "multiprocessing" not in code.co_filename:
+            return False
+        return frame.f_locals.get("exitcode", 0) not in (None, 0)
+    except Exception:
+        return False
 
 
 def _alive(pid):
@@ -457,12 +500,16 @@ def _start():
     if heartbeat:
         atexit.register(_at_exit, heartbeat)  # registered first: runs after the program's own
         _wrap_thread_shutdown(heartbeat)
-    if "torch.distributed.distributed_c10d" not in sys.modules:
-        sys.meta_path.insert(0, _p2p.Finder())
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _watch_args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
     _p2p.on_init = _on_init
-    _watch_here()
+    # The watcher starts with torch.distributed: a program that never imports it is left as
+    # under torchrun (its own threads counted alone: attack 92).
+    if "torch.distributed.distributed_c10d" in sys.modules:
+        _watch_here()
+    else:
+        _p2p.on_import = _watch_here
+        sys.meta_path.insert(0, _p2p.Finder())
 
 
 def _chain():

@@ -74,6 +74,61 @@ def test_a_thread_never_joined_at_exit_is_hung_at_exit_and_not_restarted(tmp_pat
     assert "restarting" not in r.stderr, r.stderr
 
 
+FAILS_WITH_A_THREAD_LEFT = """
+import multiprocessing, sys, threading, time, torch, torch.distributed as dist
+def train():
+    dist.init_process_group("gloo")
+    dist.all_reduce(torch.ones(1))
+    threading.Thread(target=lambda: time.sleep(3600)).start()  # non-daemon: never joined
+    if sys.argv[1] == "exit":
+        sys.exit(3)
+    raise RuntimeError("the trainer failed")
+if sys.argv[1] == "child":  # the trainer in a child the rank's Python started, as mp.spawn does
+    p = multiprocessing.get_context("fork").Process(target=train)
+    p.start()
+    p.join()
+    sys.exit(p.exitcode)
+train()
+"""
+
+
+@pytest.mark.parametrize("how", ["exit", "child"])
+def test_a_failed_program_held_by_a_thread_is_a_hang_to_restart_not_one_at_exit(tmp_path, how):
+    # sys.exit(3), or a multiprocessing trainer that raised, with a thread never joined: taken
+    # for a finished program hung at exit, not restarted, its failure lost (attack 92).
+    script = tmp_path / "fails.py"
+    script.write_text(FAILS_WITH_A_THREAD_LEFT)
+    r = ddprun(tmp_path / "logs", f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3",
+               "--max_restarts=1", "--hang_detect=torch", str(script), how, timeout=120)
+    assert r.returncode == 124, r.stderr
+    assert "had finished" not in r.stderr, r.stderr
+    assert len(list((tmp_path / "logs").glob("*/attempt_*"))) == 2, r.stderr
+
+
+ONE_DESTROYS = """
+import threading, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+for _ in range(3):
+    dist.all_reduce(torch.ones(1))
+if dist.get_rank() == 0:
+    dist.destroy_process_group()
+threading.Thread(target=lambda: time.sleep(3600)).start()  # non-daemon: never joined
+"""
+
+
+def test_a_rank_off_the_store_after_destroy_is_not_said_to_have_never_joined(tmp_path):
+    # Both hung at exit; rank 0 had destroyed its group, so it was off the store: it was said
+    # to have never joined the job (attack 92).
+    script = tmp_path / "one_destroys.py"
+    script.write_text(ONE_DESTROYS)
+    r = ddprun(tmp_path / "logs", f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3",
+               "--hang_detect=torch", str(script), timeout=60)
+    assert r.returncode == 124, r.stderr
+    assert set(re.findall(r"rank (\d) \(local_rank \d, pid \d+\) hung at exit", r.stderr)) == \
+        {"0", "1"}, r.stderr
+    assert "did not join the job" not in r.stderr, r.stderr
+
+
 SHORT_GROUP = """
 import threading, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")

@@ -60,6 +60,44 @@ def test_slow_but_progressing_job_is_not_hung(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+P2P_LOOP = """
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+r, t = dist.get_rank(), torch.zeros(4)
+dist.all_reduce(t)  # the rank has beaten: ddprun watches it from now on
+end = time.monotonic() + 6
+while time.monotonic() < end:  # a pipeline stage's traffic: no collective at all
+    (dist.isend(t, 1) if r == 0 else dist.irecv(t, 0)).wait()
+    time.sleep(0.05)
+dist.destroy_process_group()
+print("p2p loop done", flush=True)
+"""
+
+
+def test_a_steady_isend_irecv_loop_is_progress(tmp_path):
+    # isend and irecv were not watched: 6 s of them with no collective was a hang at 2 s
+    # (attack 92).
+    script = tmp_path / "p2p.py"
+    script.write_text(P2P_LOOP)
+    r = ddprun(tmp_path / "logs", "--hang_timeout=2", "--hang_detect=torch", str(script))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("p2p loop done") == 2, r.stdout
+
+
+def test_a_program_without_torch_has_no_thread_of_ddprun(tmp_path):
+    # The hook's watcher ran in every Python of the job: a program waiting for its own threads
+    # to end (threading.active_count() > 1) waited for good; under torchrun it ends (attack 92).
+    script = tmp_path / "threads.py"
+    script.write_text("import threading, time\n"
+                      "for _ in range(3): threading.Thread(target=time.sleep, args=(0.2,)).start()\n"
+                      "while threading.active_count() > 1: time.sleep(0.05)\n"
+                      "print('threads done', [t.name for t in threading.enumerate()], flush=True)\n")
+    r = ddprun(tmp_path / "logs", "--hang_timeout=5", "--hang_detect=torch", str(script),
+               timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("threads done ['MainThread']") == 2, r.stdout
+
+
 GRACE_JOB = """
 import ctypes, signal, sys, time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
