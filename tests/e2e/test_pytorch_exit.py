@@ -74,6 +74,14 @@ def test_a_thread_never_joined_at_exit_is_hung_at_exit_and_not_restarted(tmp_pat
     assert "restarting" not in r.stderr, r.stderr
 
 
+def run_at_exit(tmp_path, text, *args, after=(), timeout=60):
+    """`text` as a script under the hook, with the exit and hang limits of these tests."""
+    script = tmp_path / "job.py"
+    script.write_text(text)
+    return ddprun(tmp_path / "logs", f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3",
+                  "--hang_detect=torch", *args, str(script), *after, timeout=timeout)
+
+
 FAILS_WITH_A_THREAD_LEFT = """
 import multiprocessing, sys, threading, time, torch, torch.distributed as dist
 def train():
@@ -96,10 +104,8 @@ train()
 def test_a_failed_program_held_by_a_thread_is_a_hang_to_restart_not_one_at_exit(tmp_path, how):
     # sys.exit(3), or a multiprocessing trainer that raised, with a thread never joined: taken
     # for a finished program hung at exit, not restarted, its failure lost (attack 92).
-    script = tmp_path / "fails.py"
-    script.write_text(FAILS_WITH_A_THREAD_LEFT)
-    r = ddprun(tmp_path / "logs", f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3",
-               "--max_restarts=1", "--hang_detect=torch", str(script), how, timeout=120)
+    r = run_at_exit(tmp_path, FAILS_WITH_A_THREAD_LEFT, "--max_restarts=1", after=[how],
+                    timeout=120)
     assert r.returncode == 124, r.stderr
     assert "had finished" not in r.stderr, r.stderr
     assert len(list((tmp_path / "logs").glob("*/attempt_*"))) == 2, r.stderr
@@ -119,10 +125,7 @@ threading.Thread(target=lambda: time.sleep(3600)).start()  # non-daemon: never j
 def test_a_rank_off_the_store_after_destroy_is_not_said_to_have_never_joined(tmp_path):
     # Both hung at exit; rank 0 had destroyed its group, so it was off the store: it was said
     # to have never joined the job (attack 92).
-    script = tmp_path / "one_destroys.py"
-    script.write_text(ONE_DESTROYS)
-    r = ddprun(tmp_path / "logs", f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3",
-               "--hang_detect=torch", str(script), timeout=60)
+    r = run_at_exit(tmp_path, ONE_DESTROYS)
     assert r.returncode == 124, r.stderr
     assert set(re.findall(r"rank (\d) \(local_rank \d, pid \d+\) hung at exit", r.stderr)) == \
         {"0", "1"}, r.stderr
@@ -142,10 +145,7 @@ print("short group done", flush=True)
 def test_a_process_group_shorter_than_the_hooks_look_still_gets_its_hang_at_exit_named(tmp_path):
     # Made and destroyed between two looks of the hook's watcher (every 0.25 s), the group left
     # the rank unclaimed: its exit was never said and the job hung for good (attack 89).
-    script = tmp_path / "short.py"
-    script.write_text(SHORT_GROUP)
-    r = ddprun(tmp_path / "logs", f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3",
-               "--hang_detect=torch", str(script), timeout=60)
+    r = run_at_exit(tmp_path, SHORT_GROUP)
     assert r.returncode == 124, r.stderr
     assert r.stdout.count("short group done") == 2, r.stdout
     assert re.search(r"rank \d \(local_rank \d, pid \d+\) hung at exit", r.stderr), r.stderr

@@ -91,6 +91,11 @@ struct LimitedStore {
     }
     return Said(part) > 0;
   }
+  StoreClient Client() {
+    auto c = StoreClient::Connect("127.0.0.1", server->port(), seconds(5), "", StoreRole::kWorker);
+    REQUIRE(c.ok());
+    return std::move(*c);
+  }
   std::mutex mu;
   std::vector<std::string> lines;
   std::unique_ptr<StoreServer> server;
@@ -119,17 +124,15 @@ TEST_CASE("clients that leave replies unread are closed once all of theirs pass 
   Limits limits;
   limits.max_unsent_total = 12 << 20;  // the kernel's buffers take some MiB of each
   LimitedStore store(limits);
-  auto writer =
-      StoreClient::Connect("127.0.0.1", store.server->port(), seconds(5), "", StoreRole::kWorker);
-  REQUIRE(writer.ok());
-  REQUIRE(writer->Set("big", std::string(8 << 20, 'x')).ok());
+  StoreClient writer = store.Client();
+  REQUIRE(writer.Set("big", std::string(8 << 20, 'x')).ok());
   Encoder get;
   get.Op(Op::kGet).Str("/big");  // the client puts keys under "/", as PyTorch's
   std::vector<UniqueFd> idle;    // one unread reply each: none is behind by itself
   for (int i = 0; i < 6; ++i) idle.push_back(Unreading(store.server->port(), get.bytes()));
   CHECK(store.SaidWithin("every client's unread replies passed 12582912 bytes", seconds(10)));
   // The store serves on.
-  CHECK(*writer->Get("big") == std::string(8 << 20, 'x'));
+  CHECK(*writer.Get("big") == std::string(8 << 20, 'x'));
   CHECK(store.server->Connections() <= 4);
 }
 
@@ -137,10 +140,8 @@ TEST_CASE("a MULTI_GET past the reply limit closes that client alone, and a floo
   Limits limits;
   limits.max_reply = 1 << 20;
   LimitedStore store(limits);
-  auto writer =
-      StoreClient::Connect("127.0.0.1", store.server->port(), seconds(5), "", StoreRole::kWorker);
-  REQUIRE(writer.ok());
-  REQUIRE(writer->Set("v", std::string(300 << 10, 'y')).ok());
+  StoreClient writer = store.Client();
+  REQUIRE(writer.Set("v", std::string(300 << 10, 'y')).ok());
   Encoder multi;
   multi.Op(Op::kMultiGet).U64(5);
   for (int i = 0; i < 5; ++i) multi.Str("/v");
@@ -150,7 +151,7 @@ TEST_CASE("a MULTI_GET past the reply limit closes that client alone, and a floo
                          seconds(10)));
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the other four closed too
   CHECK(store.Said("MULTI_GET of 5 keys") == 1);
-  CHECK(writer->Get("v")->size() == 300 << 10);
+  CHECK(writer.Get("v")->size() == 300 << 10);
 }
 
 }  // namespace
