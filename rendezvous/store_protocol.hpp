@@ -60,10 +60,9 @@ struct Limits {
   size_t max_key = 64 * 1024;
   size_t max_value = 64 * 1024 * 1024;
   size_t max_keys_per_request = 128 * 1024;
-  size_t max_request = 256 * 1024 * 1024;       // bytes of one request, opcode included
-  size_t max_unsent = 256 * 1024 * 1024;        // replies a connection has not read yet, beyond one
-  size_t max_reply = 512 * 1024 * 1024;         // one reply (a MULTI_GET of many stored values)
-  size_t max_unsent_total = 768 * 1024 * 1024;  // every connection's unread replies together
+  size_t max_request = 256 * 1024 * 1024;  // bytes of one request, opcode included
+  size_t max_unsent = 256 * 1024 * 1024;   // replies a connection has not read yet, beyond one
+  size_t max_reply = 512 * 1024 * 1024;    // one reply (a MULTI_GET of many stored values)
 };
 
 struct Request {

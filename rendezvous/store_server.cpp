@@ -112,6 +112,7 @@ class StoreServer::Impl {
   ~Impl() {
     if (thread_.joinable()) {
       Post([this] {
+        SayRepeats(Now() + closes_.period());  // the counts not said yet (attack 94)
         stopping_ = true;
         for (auto& [id, c] : conns_) Close(*c, "");
         CloseHandles();
@@ -463,33 +464,24 @@ class StoreServer::Impl {
     // of a client that does not read: replies piling up behind it are.
     const bool behind = c.out_pending > 0;
     c.out_pending += w->data.size();
-    unsent_ += w->data.size();
     uv_buf_t buf = uv_buf_init(w->data.data(), w->data.size());
     WriteReq* raw = w.release();  // owned by libuv until the callback
     uv_write(&raw->req, reinterpret_cast<uv_stream_t*>(&c.tcp), &buf, 1,
              [](uv_write_t* req, int status) {
                std::unique_ptr<WriteReq> owned(static_cast<WriteReq*>(req->data));
                owned->conn->out_pending -= owned->data.size();
-               // A closing connection's were taken off as it closed (Close).
-               if (!owned->conn->closing) owned->conn->server->unsent_ -= owned->data.size();
                if (status < 0) owned->conn->server->Close(*owned->conn, "");
              });
     if (behind && c.out_pending > options_.limits.max_unsent) {
       Close(c, "does not read its replies (" + std::to_string(c.out_pending) + " bytes unsent)");
-    } else if (unsent_ > options_.limits.max_unsent_total) {
-      // Many clients that each leave a reply unread (a few bytes of GETs
-      // apiece) held gigabytes (attack 93): the one holding most goes.
-      Conn* most = nullptr;
-      for (auto& [id, other] : conns_) {
-        if (!other->closing && (most == nullptr || other->out_pending > most->out_pending)) {
-          most = other.get();
-        }
-      }
-      if (most != nullptr) {
-        Close(*most, "does not read its replies (" + std::to_string(most->out_pending) +
-                         " bytes unsent; every client's unread replies passed " +
-                         std::to_string(options_.limits.max_unsent_total) + " bytes)");
-      }
+    }
+  }
+
+  void SayRepeats(StoreGuard::Time now) {
+    const auto period = std::chrono::duration<double>(closes_.period());
+    for (const auto& [text, more] : closes_.Due(now)) {
+      Log("store: closed " + std::to_string(more) + " more client(s) in " +
+          FormatSeconds(period.count()) + " s for the same reason: " + text);
     }
   }
 
@@ -502,11 +494,7 @@ class StoreServer::Impl {
         &said_timer_,
         [](uv_timer_t* t) {
           auto* self = static_cast<Impl*>(t->data);
-          const auto period = std::chrono::duration<double>(self->closes_.period());
-          for (const auto& [text, more] : self->closes_.Due(Now())) {
-            self->Log("store: closed " + std::to_string(more) + " more client(s) in " +
-                      FormatSeconds(period.count()) + " s for the same reason: " + text);
-          }
+          self->SayRepeats(Now());
           self->SayRepeatsLater();
         },
         static_cast<uint64_t>(std::max<int64_t>(wait.count(), 0)), 0);
@@ -525,7 +513,6 @@ class StoreServer::Impl {
   void Close(Conn& c, const std::string& why) {
     if (c.closing) return;
     c.closing = true;
-    unsent_ -= c.out_pending;  // going: another Send must not close more for them
     if (!why.empty() && !stopping_) {
       const std::string text = "client " + c.peer + ": " + why;
       if (closes_.Take(text, Now())) Log("store: closed " + text);
@@ -561,7 +548,6 @@ class StoreServer::Impl {
   int port_ = 0;
   bool loop_ready_ = false;  // uv_loop_init succeeded
   int accept_error_ = 0;     // the last accept's libuv error, 0 after a success
-  size_t unsent_ = 0;        // every open connection's out_pending
   bool stopping_ = false;
 };
 

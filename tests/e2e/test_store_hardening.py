@@ -153,6 +153,27 @@ def test_a_multi_get_naming_a_large_value_many_times_is_refused_not_made(host_fa
     h.assert_alive()
 
 
+def test_many_clients_reading_one_large_value_at_once_are_all_served(server):
+    # A bound on every client's unsent replies together closed some of 16 ranks that each read
+    # a 60 MiB value at once, as clients that do not read (attack 94): it was taken out.
+    st = client(server.port, timeout=60.0)
+    value = b"v" * (60 << 20)
+    st.set("big", value)
+    readers = [client(server.port, timeout=60.0) for _ in range(16)]
+    got = [None] * 16
+
+    def read(i):
+        got[i] = len(readers[i].get("big"))
+
+    threads = [threading.Thread(target=read, args=(i,)) for i in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert got == [len(value)] * 16
+    server.assert_alive()
+
+
 def test_slow_reader_does_not_stall_others(server):
     st = client(server.port)
     st.set("big", b"x" * 4096)
