@@ -305,18 +305,18 @@ def _wrap_thread_shutdown(heartbeat):
     hang at exit, not a hang to restart the program for. A thread still training there makes
     collectives, and its beats create the file again. A main module that raised (the
     interpreter printed it: sys.last_value) has not finished: it failed, and a thread that
-    keeps it from exiting makes an ordinary hang, restarted as a failure is. So has one that
-    called sys.exit with a failing code, and a multiprocessing trainer whose target failed
-    (both were taken for finished and not restarted: attack 92)."""
+    keeps it from exiting makes an ordinary hang, restarted as a failure is. So has a
+    multiprocessing trainer whose target failed (taken for finished, not restarted: attack 92).
+    A SystemExit leaves no trace the hook can read (a sys.exit wrapper could not tell one that
+    was caught: attack 94): sys.exit(3) there is taken for finished."""
     joins = getattr(threading, "_shutdown", None)
     if joins is None:
         return
-    _wrap_sys_exit()
 
     def _shutdown():
         if getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None):
             return joins()
-        if _failing_exit() or _failed_process_target():
+        if _failed_process_target():
             return joins()
         through = None
         try:
@@ -334,30 +334,6 @@ def _wrap_thread_shutdown(heartbeat):
         return joins()
 
     threading._shutdown = _shutdown
-
-
-_exit_code = None  # what the main thread gave sys.exit, if it called it
-
-
-def _wrap_sys_exit():
-    """Records the main thread's sys.exit code: the interpreter keeps no trace of a SystemExit
-    once it starts to finish (raise SystemExit itself goes unseen)."""
-    original = sys.exit
-
-    def exit(status=None):
-        global _exit_code
-        if threading.current_thread() is threading.main_thread():
-            _exit_code = (status,)
-        original(status)
-
-    exit.__doc__ = original.__doc__
-    exit.__wrapped__ = original
-    sys.exit = exit
-
-
-def _failing_exit():
-    """Whether the main thread called sys.exit with a failing status (not None, 0 or False)."""
-    return _exit_code is not None and _exit_code[0] not in (None, 0)
 
 
 def _failed_process_target():

@@ -100,10 +100,11 @@ train()
 """
 
 
-@pytest.mark.parametrize("how", ["exit", "child"])
+@pytest.mark.parametrize("how", ["child"])
 def test_a_failed_program_held_by_a_thread_is_a_hang_to_restart_not_one_at_exit(tmp_path, how):
-    # sys.exit(3), or a multiprocessing trainer that raised, with a thread never joined: taken
-    # for a finished program hung at exit, not restarted, its failure lost (attack 92).
+    # A multiprocessing trainer that raised, with a thread never joined: taken for a finished
+    # program hung at exit, not restarted, its failure lost (attack 92). sys.exit(3) there
+    # ("exit") stays so: the hook cannot tell a caught SystemExit (attack 94).
     r = run_at_exit(tmp_path, FAILS_WITH_A_THREAD_LEFT, "--max_restarts=1", after=[how],
                     timeout=120)
     assert r.returncode == 124, r.stderr
