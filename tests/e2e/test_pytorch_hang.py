@@ -91,7 +91,9 @@ def test_a_program_without_torch_has_no_thread_of_ddprun(tmp_path):
     script.write_text("import threading, time\n"
                       "for _ in range(3): threading.Thread(target=time.sleep, args=(0.2,)).start()\n"
                       "while threading.active_count() > 1: time.sleep(0.05)\n"
-                      "print('threads done', [t.name for t in threading.enumerate()], flush=True)\n")
+                      "import os\n"  # one write per rank: under -u a print of two items is two
+                      "os.write(1, ('threads done %s\\n' % [t.name for t in threading.enumerate()])"
+                      ".encode())\n")
     r = ddprun(tmp_path / "logs", "--hang_timeout=5", "--hang_detect=torch", str(script),
                timeout=60)
     assert r.returncode == 0, r.stderr
