@@ -36,10 +36,21 @@ _PERIOD = 0.25  # seconds between looks at the flight recorder
 
 
 def _write(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Writes the file whole: a reader never sees half of it. The temporary file is this
+    thread's own: the watcher and init_process_group's caller may write the same file at once,
+    and one shared name was moved away under the other (FileNotFoundError out of the user's
+    init_process_group, seen in CI)."""
+    tmp = "%s.%d.%d.tmp" % (path, os.getpid(), threading.get_ident())
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def _read(path):
@@ -407,7 +418,11 @@ def _speak_for(torch_dir, rank):
     """Claims the rank (_claim) and names this process as its Python for a dump."""
     if not _claim(torch_dir, rank):
         return False
-    _write(os.path.join(torch_dir, "python_" + rank), "%d %s\n" % (os.getpid(), sys.executable))
+    try:
+        _write(os.path.join(torch_dir, "python_" + rank),
+               "%d %s\n" % (os.getpid(), sys.executable))
+    except OSError:
+        pass  # the directory is gone or full: a dump then has no Python to name, nothing more
     return True
 
 
@@ -416,9 +431,12 @@ def _on_init():
     the rank at once rather than at the watcher's next look. A group made and destroyed between
     two looks left the rank unclaimed: its exit was never said, and a hang at exit went unseen
     (attack 89)."""
-    _watch_here()
-    if _watch_args is not None and _watch_args[0]:
-        _speak_for(_watch_args[0], _watch_args[2])
+    try:
+        _watch_here()
+        if _watch_args is not None and _watch_args[0]:
+            _speak_for(_watch_args[0], _watch_args[2])
+    except Exception as e:  # never out of the user's init_process_group
+        sys.stderr.write("ddprun torch hook: %s: this rank is not claimed at its init\n" % e)
 
 
 def _release(torch_dir, rank):

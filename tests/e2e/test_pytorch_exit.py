@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port
+from conftest import PYTHON, SOURCE, free_port
 from hanglib import DDPRUN, HANG_TIMEOUT, JOB, ddprun, env
 
 pytest.importorskip("torch")
@@ -396,6 +396,47 @@ def test_a_finished_main_module_with_a_thread_left_is_hung_at_exit_however_soon_
     assert r.returncode == 124, r.stderr
     assert r.stdout.count("main done") == 2, r.stdout  # 2 ranks, once each: not run again
     assert "hung at exit" in r.stderr, r.stderr
+
+
+HAMMER_WRITE = """
+import importlib.util, os, sys, threading
+hook, out = sys.argv[1], sys.argv[2]
+sys.path.insert(0, hook)
+spec = importlib.util.spec_from_file_location("ddprun_hook", os.path.join(hook, "sitecustomize.py"))
+h = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(h)
+errors = []
+def hammer():
+    for _ in range(3000):
+        try:
+            h._write(os.path.join(out, "python_0"), "%d %s\\n" % (os.getpid(), sys.executable))
+        except Exception as e:
+            errors.append(repr(e))
+            return
+threads = [threading.Thread(target=hammer) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+os.write(1, ("errors %d %s\\n" % (len(errors), errors[:1])).encode())
+"""
+
+
+def test_the_hooks_files_are_written_whole_by_threads_at_once(tmp_path):
+    # CI: the watcher thread and the main thread's init_process_group both wrote python_<rank>
+    # through one temporary name; one moved it away under the other, and FileNotFoundError came
+    # out of the user's init_process_group (the restarted job failed).
+    script = tmp_path / "hammer.py"
+    script.write_text(HAMMER_WRITE)
+    out = tmp_path / "torch"
+    out.mkdir()
+    e = {k: v for k, v in os.environ.items() if not k.startswith("DDPRUN_")}
+    r = subprocess.run([PYTHON, str(script), str(SOURCE / "python" / "ddprun_torch"), str(out)],
+                       capture_output=True, text=True, timeout=60, env=e)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "errors 0 []" in r.stdout, r.stdout + r.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["python_0"]
+    assert (out / "python_0").read_text().split()[0].isdigit()
 
 
 def test_a_main_module_that_raised_with_a_thread_left_is_restarted_not_finished(tmp_path):
