@@ -3,8 +3,9 @@
 // ddprun's StoreClient use it alike.
 //
 // Hardening: a malformed or oversized request (Limits) closes that connection
-// and nothing else, and so does a client that does not read its replies once
-// they exceed Limits::max_unsent. Parsing costs linear time in the bytes
+// and nothing else. A connection's next request is read once its replies are
+// taken, and none while all unread replies pass ReplyLimits::max_total, past
+// which clients that read nothing are closed (ReplyBudget). Parsing costs linear time in the bytes
 // received. Until its handshake is done a connection may send only a few KiB
 // and must finish within a deadline; connections per host are capped, and
 // failed AUTHs slow down their host's next ones (GuardLimits, StoreGuard).
@@ -31,6 +32,7 @@
 #include <string>
 
 #include "base/status.hpp"
+#include "rendezvous/reply_budget.hpp"
 #include "rendezvous/store_guard.hpp"
 #include "rendezvous/store_protocol.hpp"
 
@@ -44,8 +46,9 @@ struct StoreServerOptions {
   // Called on the loop thread for notable events (refused clients, closes on
   // malformed input). Must be thread-safe.
   std::function<void(const std::string&)> log;
-  // Last, so that callers that brace-initialise the fields above need not name it.
+  // Last, so that callers that brace-initialise the fields above need not name them.
   GuardLimits guard;
+  ReplyLimits replies;
 };
 
 class StoreServer {

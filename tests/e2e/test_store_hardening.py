@@ -155,7 +155,9 @@ def test_a_multi_get_naming_a_large_value_many_times_is_refused_not_made(host_fa
 
 def test_many_clients_reading_one_large_value_at_once_are_all_served(server):
     # A bound on every client's unsent replies together closed some of 16 ranks that each read
-    # a 60 MiB value at once, as clients that do not read (attack 94): it was taken out.
+    # a 60 MiB value at once, as clients that do not read (attack 94). Past the bound (512 MiB)
+    # requests wait while replies drain: the 16 are served in turn, and only a connection whose
+    # replies stopped moving is closed.
     st = client(server.port, timeout=60.0)
     value = b"v" * (60 << 20)
     st.set("big", value)
@@ -172,6 +174,47 @@ def test_many_clients_reading_one_large_value_at_once_are_all_served(server):
         t.join(60)
     assert got == [len(value)] * 16
     server.assert_alive()
+
+
+def test_clients_that_read_nothing_hold_one_reply_each_not_a_pile(host_factory):
+    # Attack 93: 10 clients each asked for a 50 MiB value six times and read nothing; the store
+    # queued 256 MiB apiece (2.6 GB). A connection's next request is read once its socket took
+    # the replies before it: each holds one reply, and under the bound none is closed.
+    h = host_factory()
+    st = client(h.port, timeout=60.0)
+    st.set("big", b"x" * (50 << 20))
+    before = h.rss_kb()
+    hogs = [Raw(h.port) for _ in range(10)]
+    for r in hogs:
+        r.send(GET(b"/big") * 6)
+    time.sleep(2.0)  # the store serves a GET of 50 MiB in milliseconds
+    assert h.rss_kb("VmHWM") < before + 640 * 1024
+    assert st.add("ctr", 1) == 1
+    assert h.connections() == 11
+    assert h.log_count("does not read its replies") == 0
+    h.assert_alive()
+
+
+def test_past_the_replies_bound_the_clients_that_read_nothing_are_closed(host_factory):
+    # Past the bound on unread replies (120 MiB here) requests wait; a client whose replies have
+    # not moved for 1 s is closed, the most held first, until the rest fit: the store serves on,
+    # its memory bounded, and a client that reads gets the large value whole.
+    h = host_factory(replies_max_total=120 << 20, replies_stalled_ms=1000)
+    st = client(h.port, timeout=60.0)
+    st.set("big", b"x" * (50 << 20))
+    before = h.rss_kb()
+    hogs = [Raw(h.port) for _ in range(8)]
+    for r in hogs:
+        r.send(GET(b"/big"))
+    start = time.monotonic()
+    assert st.add("ctr", 1) == 1
+    assert time.monotonic() - start < 5.0, "a reading client waited behind the stalled ones"
+    wait_for(lambda: h.log_count("does not read its replies") >= 5, 20.0, "the stalled closed")
+    assert h.log_count("bytes unsent, none taken for 1 s, while the store held") >= 5, h.stderr()
+    assert h.rss_kb("VmHWM") < before + 300 * 1024
+    reader = client(h.port, timeout=60.0)
+    assert len(reader.get("big")) == 50 << 20
+    h.assert_alive()
 
 
 def test_slow_reader_does_not_stall_others(server):

@@ -4,7 +4,8 @@
 // handshake_ms, handshake_bytes, max_handshaking, evict_after_ms,
 // max_handshaking_hard, per_host, auth_backoff_ms, auth_backoff_max_ms,
 // auth_queue, said_every_ms (0 unless given: every close is said, for the
-// tests that count them). A TOKEN of "-" means none.
+// tests that count them); or a ReplyLimits one: replies_max_total (bytes),
+// replies_stalled_ms. A TOKEN of "-" means none.
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -16,10 +17,11 @@
 
 namespace {
 
-using ddprun::rendezvous::GuardLimits;
+using ddprun::rendezvous::StoreServerOptions;
 using std::chrono::milliseconds;
 
-bool SetLimit(GuardLimits* g, const std::string& name, long long v) {
+bool SetLimit(StoreServerOptions* o, const std::string& name, long long v) {
+  ddprun::rendezvous::GuardLimits* g = &o->guard;
   const auto ms = milliseconds(v);
   const auto n = static_cast<size_t>(v);
   const std::map<std::string, std::function<void()>> setters = {
@@ -33,6 +35,8 @@ bool SetLimit(GuardLimits* g, const std::string& name, long long v) {
       {"auth_backoff_max_ms", [&] { g->auth_backoff_max = ms; }},
       {"auth_queue", [&] { g->max_auth_queue = n; }},
       {"said_every_ms", [&] { g->close_said_every = ms; }},
+      {"replies_max_total", [&] { o->replies.max_total = n; }},
+      {"replies_stalled_ms", [&] { o->replies.stalled_after = ms; }},
   };
   auto it = setters.find(name);
   if (it == setters.end()) return false;
@@ -56,7 +60,7 @@ int main(int argc, char** argv) {
     std::string arg = argv[i];
     size_t eq = arg.find('=');
     if (eq == std::string::npos ||
-        !SetLimit(&o.guard, arg.substr(0, eq), std::stoll(arg.substr(eq + 1)))) {
+        !SetLimit(&o, arg.substr(0, eq), std::stoll(arg.substr(eq + 1)))) {
       std::fprintf(stderr, "store_host: unknown limit %s\n", arg.c_str());
       return 2;
     }
