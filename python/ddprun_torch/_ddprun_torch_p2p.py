@@ -61,7 +61,9 @@ def _barrier_leave(group, passed):
     global _p2p_changes
     with _p2p_lock:
         _p2p_changes += 1
-        b = _barriers[group]
+        b = _barriers.get(group)
+        if b is None:
+            return  # forgotten meanwhile (its group destroyed, a fork): never out of the barrier
         if not passed:
             b[1] = "raised"
         elif b[1] != "raised":

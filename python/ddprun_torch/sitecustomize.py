@@ -42,7 +42,7 @@ def _write(path, text):
     init_process_group, seen in CI)."""
     tmp = "%s.%d.%d.tmp" % (path, os.getpid(), threading.get_ident())
     try:
-        with open(tmp, "w") as f:
+        with open(tmp, "wb" if isinstance(text, bytes) else "w") as f:
             f.write(text)
         os.replace(tmp, path)
     except OSError:
@@ -191,10 +191,7 @@ def _dump(c10d, rank):
                                     rank + ".pipe"):
         return  # none wanted, or PyTorch's own pipe (NCCL) dumps it
     trace = pickle.loads(c10d._dump_fr_trace())
-    data = pickle.dumps(_name_groups(trace, sys.modules["torch.distributed"]))
-    with open(prefix + rank + ".tmp", "wb") as f:
-        f.write(data)
-    os.replace(prefix + rank + ".tmp", prefix + rank)
+    _write(prefix + rank, pickle.dumps(_name_groups(trace, sys.modules["torch.distributed"])))
 
 
 def _initialized(dist):
