@@ -249,4 +249,23 @@ std::string OpName(uint8_t op) {
   return "opcode " + std::to_string(op);
 }
 
+std::string ForeignProtocol(std::string_view first_bytes) {
+  static constexpr std::string_view kHttp[] = {"GET ",    "POST ",    "HEAD ",  "PUT ",
+                                               "DELETE ", "OPTIONS ", "PATCH ", "PRI * HTTP/2"};
+  for (std::string_view method : kHttp) {
+    if (first_bytes.substr(0, method.size()) != method) continue;
+    std::string line;
+    for (char ch : first_bytes.substr(0, first_bytes.find_first_of("\r\n"))) {
+      if (line.size() == 60) return "an HTTP request (\"" + line + "...\")";
+      line += (ch >= 0x20 && ch < 0x7f) ? ch : '?';
+    }
+    return "an HTTP request (\"" + line + "\")";
+  }
+  if (first_bytes.size() >= 2 && first_bytes[0] == 0x16 && first_bytes[1] == 0x03) {
+    return "a TLS handshake (an https:// or other TLS client)";
+  }
+  if (first_bytes.substr(0, 4) == "SSH-") return "an SSH client's greeting";
+  return "";
+}
+
 }  // namespace ddprun::rendezvous

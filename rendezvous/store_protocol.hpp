@@ -152,4 +152,9 @@ class Encoder {
 // Name of an opcode for messages ("WAIT"), or its number.
 std::string OpName(uint8_t op);
 
+// What a connection's first bytes are when they are another protocol's (an
+// HTTP request, a TLS handshake, an SSH client): "an HTTP request (\"GET /
+// HTTP/1.1\")"; "" when they look like none of those.
+std::string ForeignProtocol(std::string_view first_bytes);
+
 }  // namespace ddprun::rendezvous

@@ -150,6 +150,7 @@ void StoreServer::Impl::StartReading(Conn& c) {
 // the handshake the parser is fed at most one byte over the bound, so an
 // unproved connection never holds more than that.
 void StoreServer::Impl::Consume(Conn& c, std::string_view data) {
+  const std::string_view first = data;
   while (!data.empty() && !c.closing && !c.parked) {
     if (!replies_.MayRead(c.id)) {
       Pause(c);
@@ -170,7 +171,12 @@ void StoreServer::Impl::Consume(Conn& c, std::string_view data) {
       return;
     }
     if (r == ParseResult::kError) {
-      Close(c, "malformed request: " + error);
+      const std::string foreign = c.stage == Stage::kNew ? ForeignProtocol(first) : "";
+      Close(c, foreign.empty() ? "malformed request: " + error
+                               : "sent " + foreign +
+                                     ", not a TCPStore client's VALIDATE: this port is ddprun's "
+                                     "store (MASTER_PORT, the rendezvous endpoint), for PyTorch's "
+                                     "TCPStore and ddprun only");
       return;
     }
     if (r == ParseResult::kOk) Dispatch(c, req);

@@ -30,6 +30,10 @@ def test_non_store_first_bytes_closed_others_unaffected(server):
     http = Raw(server.port, validate=False)
     http.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
     http.assert_closed()
+    # Said as what it is (it was "unknown opcode 71"): a browser or a health check on MASTER_PORT.
+    wait_for(lambda: server.log_count('sent an HTTP request ("GET / HTTP/1.1"), not a TCPStore '
+                                      "client's VALIDATE: this port is ddprun's store") == 1,
+             5.0, "the HTTP request said")
     # Wrong magic is closed too.
     wrong = Raw(server.port, validate=False)
     wrong.send(b"\x00\x01\x02\x03\x04")

@@ -368,5 +368,19 @@ TEST_CASE("opcodes are named in messages") {
   CHECK(OpName(99) == "opcode 99");
 }
 
+TEST_CASE("another protocol's first bytes are named") {
+  CHECK(ForeignProtocol("GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n") ==
+        "an HTTP request (\"GET /metrics HTTP/1.1\")");
+  CHECK(ForeignProtocol("POST /" + std::string(100, 'a')) ==
+        "an HTTP request (\"POST /" + std::string(54, 'a') + "...\")");
+  CHECK(ForeignProtocol("HEAD /\x01\n") == "an HTTP request (\"HEAD /?\")");
+  CHECK(ForeignProtocol(std::string("\x16\x03\x01\x02\x00", 5)) ==
+        "a TLS handshake (an https:// or other TLS client)");
+  CHECK(ForeignProtocol("SSH-2.0-OpenSSH_9.2\r\n") == "an SSH client's greeting");
+  CHECK(ForeignProtocol("G").empty());  // too little to tell
+  CHECK(ForeignProtocol(std::string("\x00\x01\x02\x03\x04", 5)).empty());
+  CHECK(ForeignProtocol("").empty());
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
