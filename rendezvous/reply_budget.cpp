@@ -5,18 +5,22 @@
 
 namespace ddprun::rendezvous {
 
-void ReplyBudget::Update(ClientId id, size_t held, size_t queued, Time now) {
+void ReplyBudget::Update(ClientId id, size_t held, size_t untaken, Time now) {
   auto it = holding_.find(id);
   if (it == holding_.end()) {
     if (held == 0) return;
-    it = holding_.emplace(id, Holding{0, queued, now}).first;
+    it = holding_.emplace(id, Holding{0, untaken, now}).first;
   }
   Holding& h = it->second;
-  if (h.held != held || h.queued != queued) h.moved = now;
+  if (h.held != held || h.untaken != untaken) h.moved = now;
   total_ = total_ - h.held + held;
   h.held = held;
-  h.queued = queued;
+  h.untaken = untaken;
   if (held == 0) holding_.erase(it);
+}
+
+void ReplyBudget::Closing(ClientId id) {
+  if (auto it = holding_.find(id); it != holding_.end()) it->second.closing = true;
 }
 
 void ReplyBudget::Remove(ClientId id) {
@@ -26,8 +30,6 @@ void ReplyBudget::Remove(ClientId id) {
   holding_.erase(it);
 }
 
-bool ReplyBudget::MayRead(ClientId id) const { return held(id) == 0 && !over(); }
-
 size_t ReplyBudget::held(ClientId id) const {
   auto it = holding_.find(id);
   return it == holding_.end() ? 0 : it->second.held;
@@ -36,15 +38,19 @@ size_t ReplyBudget::held(ClientId id) const {
 std::vector<ClientId> ReplyBudget::Stalled(Time now) const {
   if (!over()) return {};
   std::vector<std::pair<size_t, ClientId>> stalled;
+  size_t left = total_;
   for (const auto& [id, h] : holding_) {
-    if (now - h.moved >= limits_.stalled_after) stalled.emplace_back(h.held, id);
+    if (h.closing) {
+      left -= h.held;  // freed soon
+    } else if (now - h.moved >= limits_.stalled_after) {
+      stalled.emplace_back(h.held, id);
+    }
   }
   // The most held first; among equals the oldest connection (ids grow with accept time).
   std::sort(stalled.begin(), stalled.end(), [](const auto& a, const auto& b) {
     return a.first != b.first ? a.first > b.first : a.second < b.second;
   });
   std::vector<ClientId> out;
-  size_t left = total_;
   for (const auto& [bytes, id] : stalled) {
     if (left <= limits_.max_total) break;
     out.push_back(id);

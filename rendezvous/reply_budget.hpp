@@ -8,13 +8,17 @@
 //     the store hold one reply for it, not a pile (attack 93: 10 clients that
 //     each left a 50 MiB value unread, 256 MiB apiece, held 2.6 GB).
 //   - While the replies held for all connections together pass `max_total`,
-//     no connection's next request is read: the replies being read drain
-//     first. Many ranks reading one large value at once are all served, in
-//     turn (attack 94: a bound that closed the largest holder closed 3 of 16
-//     honest readers of 60 MiB).
+//     a request whose reply would pass `small_reply` (a GET of a large value)
+//     waits: the replies being read drain first. Many ranks reading one large
+//     value at once are all served, in turn (attack 94: a bound that closed
+//     the largest holder closed 3 of 16 honest readers of 60 MiB). Smaller
+//     replies are made at once: handshakes, keep-alives and the rendezvous go
+//     on while slow readers hold the store past the bound (attack 96).
 //   - Over the bound, a connection whose replies have not moved for
 //     `stalled_after` is closed, the one holding most first, until the rest
 //     fit: a client that reads nothing cannot keep the store from serving.
+//     Moving is any byte its peer took (acknowledged), however slowly.
+//     A closing connection's replies count until they are freed.
 //     An honest rank paused that long with a large reply unread (SIGSTOP, a
 //     debugger) is closed too, only while the store is over the bound.
 //
@@ -35,6 +39,7 @@ struct ReplyLimits {
   size_t max_total = 512 * 1024 * 1024;
   std::chrono::milliseconds stalled_after{5'000};
   std::chrono::milliseconds look_every{500};  // how often progress is looked at, over the bound
+  size_t small_reply = 64 * 1024;             // made past the bound all the same
 };
 
 class ReplyBudget {
@@ -43,14 +48,19 @@ class ReplyBudget {
 
   explicit ReplyBudget(ReplyLimits limits) : limits_(limits) {}
 
-  // At `now`, `id` holds `held` bytes of replies, `queued` of which its
-  // socket has not taken yet. A change in either is progress.
-  void Update(ClientId id, size_t held, size_t queued, Time now);
+  // At `now`, `id` holds `held` bytes of replies, `untaken` of which its
+  // peer has not taken yet. A change in either is progress.
+  void Update(ClientId id, size_t held, size_t untaken, Time now);
+  // `id` is being closed: its replies count until freed, and it is not
+  // closed again (Stalled).
+  void Closing(ClientId id);
   // `id` is gone (unknown ids are ignored).
   void Remove(ClientId id);
 
-  // Whether `id`'s next request may be read now.
-  bool MayRead(ClientId id) const;
+  // Whether `id`'s next request may be read now: its replies were taken.
+  bool MayRead(ClientId id) const { return held(id) == 0; }
+  // Whether a reply of `bytes` may be made now.
+  bool MayMake(size_t bytes) const { return !over() || bytes <= limits_.small_reply; }
   bool over() const { return total_ > limits_.max_total; }
   size_t total() const { return total_; }
   size_t held(ClientId id) const;
@@ -68,8 +78,9 @@ class ReplyBudget {
  private:
   struct Holding {
     size_t held = 0;
-    size_t queued = 0;
-    Time moved{};  // when held or queued last changed
+    size_t untaken = 0;
+    Time moved{};  // when held or untaken last changed
+    bool closing = false;
   };
 
   ReplyLimits limits_;

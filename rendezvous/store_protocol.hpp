@@ -143,6 +143,12 @@ class Encoder {
   Encoder& U64(uint64_t v);
   Encoder& Str(std::string_view s);
   Encoder& Op(rendezvous::Op op) { return U8(static_cast<uint8_t>(op)); }
+  // Room for `n` bytes in all: a large reply is made without regrowing (each
+  // regrowth held the old and the new copy at once).
+  Encoder& Reserve(size_t n) {
+    out_.reserve(n);
+    return *this;
+  }
   std::string& bytes() { return out_; }
 
  private:

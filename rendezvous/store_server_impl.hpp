@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <cstddef>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -46,13 +48,14 @@ class StoreServer::Impl {
     RequestParser parser;
     size_t out_pending = 0;
     Stage stage = Stage::kNew;
-    bool proved = false;        // sent the job token itself (AUTH)
-    bool agent = false;         // in the agents' key space (AGENT)
-    bool used_workers = false;  // sent a request to the workers' key space
-    bool parked = false;        // its AUTH waits for its host's turn (StoreGuard)
-    std::string parked_token;   // that AUTH's token
-    bool paused = false;        // its next request waits for replies to drain (ReplyBudget)
-    std::string held;           // bytes read while parked or paused, parsed after
+    bool proved = false;             // sent the job token itself (AUTH)
+    bool agent = false;              // in the agents' key space (AGENT)
+    bool used_workers = false;       // sent a request to the workers' key space
+    bool parked = false;             // its AUTH waits for its host's turn (StoreGuard)
+    std::string parked_token;        // that AUTH's token
+    bool paused = false;             // its next request waits for replies to drain (ReplyBudget)
+    std::optional<Request> waiting;  // the request paused, parsed: its reply would be large
+    std::string held;                // bytes read while parked or paused, parsed after
     bool closing = false;
   };
 
@@ -94,6 +97,7 @@ class StoreServer::Impl {
   void Log(const std::string& message);
   void StartReading(Conn& c);
   void Consume(Conn& c, std::string_view data);
+  bool MustWait(const Conn& c, const Request& req) const;
   void Pause(Conn& c);
   void ResumeReaders();
   void ReadAgain(Conn& c);
@@ -124,7 +128,7 @@ class StoreServer::Impl {
   StoreState workers_;  // everyone else: the workers' init_process_group
   StoreGuard guard_;
   ReplyBudget replies_;
-  std::set<ClientId> paused_;  // connections whose reading waits for the replies to drain
+  std::deque<ClientId> paused_;  // connections whose reading waits for the replies, in order
   uv_loop_t loop_{};
   uv_tcp_t listener_{};
   uv_timer_t timer_{};

@@ -199,6 +199,7 @@ bool StoreState::Handle(ClientId client, const Request& r) {
           return false;
         }
       }
+      e.Reserve(size);
       for (const auto& k : r.keys) {
         auto it = kv_.find(k);
         e.Str(it == kv_.end() ? std::string() : it->second);
@@ -250,6 +251,38 @@ bool StoreState::Handle(ClientId client, const Request& r) {
       return false;  // connection-level requests: the server handles them
   }
   return false;
+}
+
+size_t StoreState::ReplySize(const Request& r) const {
+  constexpr size_t kLength = sizeof(uint64_t);
+  const auto value = [&](const std::string& key) {
+    auto it = kv_.find(key);
+    return kLength + (it == kv_.end() ? 0 : it->second.size());
+  };
+  switch (r.op) {
+    case Op::kGet:
+      return value(r.keys[0]);
+    case Op::kCompareSet:  // the value stored, or one of the request's
+      return std::max(
+          {value(r.keys[0]), kLength + r.values[0].size(), kLength + r.values[1].size()});
+    case Op::kMultiGet: {
+      size_t size = 0;
+      for (const auto& k : r.keys) size += value(k);
+      return size;
+    }
+    case Op::kQueuePop: {
+      auto it = queues_.find(r.keys[0]);
+      const bool empty = it == queues_.end() || it->second.empty();
+      return empty ? kLength : 2 * kLength + it->second.front().size();
+    }
+    case Op::kListKeys: {
+      size_t size = kLength;
+      for (const auto& entry : kv_) size += kLength + entry.first.size();
+      return size;
+    }
+    default:
+      return 2 * kLength;
+  }
 }
 
 void StoreState::Disconnect(ClientId client) {

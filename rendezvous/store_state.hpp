@@ -39,6 +39,12 @@ class StoreState {
   // Why the last Handle returned false.
   const std::string& refusal() const { return refusal_; }
 
+  // How many bytes the reply to `request` would be if handled now (WAIT's and
+  // BARRIER's, which come later, are small): a GET of a large value, a
+  // MULTI_GET, QUEUE_POP, COMPARE_SET or LIST_KEYS can be large. The server
+  // lets large ones wait while unread replies pass its bound (ReplyBudget).
+  size_t ReplySize(const Request& request) const;
+
   // Drops every wait of a client that went away.
   void Disconnect(ClientId client);
 

@@ -221,6 +221,52 @@ def test_past_the_replies_bound_the_clients_that_read_nothing_are_closed(host_fa
     h.assert_alive()
 
 
+def test_past_the_replies_bound_a_slow_reader_is_kept_and_others_are_served(host_factory):
+    # Attack 96: while an honest client read a large value slowly (the store past its bound),
+    # a new client's VALIDATE was not read and it was closed after 10 s ("sent no VALIDATE"),
+    # and the reader itself, taking 128 KiB every 0.5 s, was closed as one that reads nothing
+    # (libuv's queue, all the store looked at, moves in steps of megabytes).
+    h = host_factory(replies_max_total=1 << 20, replies_stalled_ms=2000)
+    st = client(h.port, timeout=60.0)
+    st.set("big", b"x" * (24 << 20))
+    st.set("small", b"s")
+    reader = Raw(h.port)
+    reader.send(GET(b"/big"))
+    assert struct.unpack("<Q", reader.recv_exact(8))[0] == 24 << 20
+    taken, stop = [0], threading.Event()
+
+    def read_slowly():
+        while not stop.is_set():
+            try:
+                chunk = reader.sock.recv(128 << 10)
+            except OSError:
+                return
+            if not chunk:
+                return
+            taken[0] += len(chunk)
+            time.sleep(0.5)
+
+    t = threading.Thread(target=read_slowly, daemon=True)
+    t.start()
+    try:
+        time.sleep(1.0)
+        start = time.monotonic()
+        newcomer = Raw(h.port)
+        newcomer.ping()  # VALIDATE, then PING: both read at once
+        assert client(h.port).add("ctr", 1) == 1  # a counter, a keep-alive: a small reply
+        assert client(h.port).get("small") == b"s"
+        assert time.monotonic() - start < 3.0
+        time.sleep(6.0)  # three times stalled_after
+        assert h.log_count("does not read its replies") == 0, h.stderr()
+        assert taken[0] >= 1 << 20, taken[0]
+        assert h.connections() >= 3  # the reader among them
+    finally:
+        stop.set()
+        reader.close()
+        t.join(5)
+    h.assert_alive()
+
+
 def test_slow_reader_does_not_stall_others(server):
     st = client(server.port)
     st.set("big", b"x" * 4096)

@@ -19,6 +19,7 @@ ReplyLimits Small() {
   l.max_total = 100;
   l.stalled_after = milliseconds(1000);
   l.look_every = milliseconds(100);
+  l.small_reply = 10;
   return l;
 }
 
@@ -37,11 +38,14 @@ TEST_CASE("a connection's next request waits until its socket took its replies")
   CHECK(b.Holders().empty());
 }
 
-TEST_CASE("over the bound no connection's request is read, and none is closed while replies move") {
+TEST_CASE("over the bound only small replies are made, and none is closed while replies move") {
   ReplyBudget b(Small());
+  CHECK(b.MayMake(1000));
   for (ClientId id = 1; id <= 3; ++id) b.Update(id, 40, 40, kT0);
   CHECK(b.over());
-  CHECK_FALSE(b.MayRead(4));
+  CHECK(b.MayRead(4));  // its request is read: a keep-alive, a counter
+  CHECK(b.MayMake(10));
+  CHECK_FALSE(b.MayMake(11));  // a large value's reply waits
   CHECK(b.NextLook(kT0) == kT0 + milliseconds(100));
   // Readers that take their replies a little at a time are never stalled.
   for (int step = 1; step <= 30; ++step) {
@@ -51,7 +55,7 @@ TEST_CASE("over the bound no connection's request is read, and none is closed wh
   }
   b.Update(3, 0, 0, kT0 + milliseconds(3100));
   CHECK_FALSE(b.over());
-  CHECK(b.MayRead(4));
+  CHECK(b.MayMake(1000));
   CHECK(b.NextLook(kT0 + milliseconds(3100)) == std::nullopt);
 }
 
@@ -78,6 +82,22 @@ TEST_CASE("several stalled connections are closed when one is not enough") {
   for (ClientId id = 1; id <= 10; ++id) b.Update(id, 25, 25, kT0);  // 250 held
   const std::vector<ClientId> closed = b.Stalled(kT0 + milliseconds(1000));
   CHECK(closed == std::vector<ClientId>{1, 2, 3, 4, 5, 6});  // 250 - 6 * 25 = 100
+}
+
+TEST_CASE("a closing connection's replies count until freed, and it is not closed again") {
+  ReplyBudget b(Small());
+  b.Update(1, 60, 60, kT0);
+  b.Update(2, 60, 60, kT0);
+  b.Update(3, 60, 60, kT0);  // 180 held: 80 over
+  const Time later = kT0 + milliseconds(1000);
+  CHECK(b.Stalled(later) == std::vector<ClientId>{1, 2});
+  b.Closing(1);
+  CHECK(b.total() == 180);  // not freed yet: still over, large replies still wait
+  CHECK_FALSE(b.MayMake(1000));
+  CHECK(b.Stalled(later) == std::vector<ClientId>{2});  // 1's bytes are going already
+  b.Update(1, 0, 0, later);                             // its writes cancelled: freed
+  b.Remove(1);
+  CHECK(b.total() == 120);
 }
 
 TEST_CASE("unknown connections are ignored and an empty update adds nothing") {

@@ -53,6 +53,44 @@ std::string Get(Fixture& f, const std::string& key) {
   return s[0].second.substr(8);
 }
 
+TEST_CASE("ReplySize is the size of the reply that handling the request makes") {
+  Fixture f;
+  f.Set(1, "big", std::string(5000, 'b'));
+  f.Set(1, "small", "s");
+  REQUIRE(f.Do(1, Op::kQueuePush, {"q"}, {std::string(300, 'q')}));
+  f.Take();
+  const auto same = [&](Op op, const std::vector<std::string>& keys,
+                        const std::vector<std::string>& values) {
+    Request r;
+    r.op = op;
+    r.keys = keys;
+    r.values = values;
+    const size_t predicted = f.state().ReplySize(r);
+    REQUIRE(f.Do(2, op, keys, values));
+    const Sent sent = f.Take();
+    REQUIRE(sent.size() == 1);
+    CHECK(predicted == sent[0].second.size());
+  };
+  same(Op::kGet, {"big"}, {});
+  same(Op::kGet, {"missing"}, {});
+  same(Op::kMultiGet, {"big", "small", "big", "missing"}, {});
+  same(Op::kQueuePop, {"q"}, {});
+  same(Op::kQueuePop, {"q"}, {});  // empty now
+  same(Op::kListKeys, {}, {});
+  Request count;  // the others: small, at most the size said
+  count.op = Op::kGetNumKeys;
+  CHECK(f.state().ReplySize(count) == 16);
+  // COMPARE_SET replies one of three values: never more than predicted.
+  Request cas;
+  cas.op = Op::kCompareSet;
+  cas.keys = {"big"};
+  cas.values = {"no", std::string(9000, 'd')};
+  const size_t bound = f.state().ReplySize(cas);
+  CHECK(bound == 8 + 9000);
+  REQUIRE(f.Do(2, Op::kCompareSet, cas.keys, cas.values));
+  CHECK(f.Take()[0].second.size() <= bound);
+}
+
 TEST_CASE("SET wakes a deferred WAIT exactly once") {
   Fixture f;
   REQUIRE(f.Do(1, Op::kWait, {"/k"}));
