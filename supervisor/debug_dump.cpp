@@ -220,10 +220,10 @@ std::string SecondsSince(Clock::time_point since, Clock::time_point now) {
   return buf;
 }
 
-std::string Indent(const std::string& lines) {
+std::string Indent(const std::string& lines, size_t by = 2) {
   std::string out;
   std::stringstream in(lines);
-  for (std::string line; std::getline(in, line);) out += "  " + line + "\n";
+  for (std::string line; std::getline(in, line);) out += std::string(by, ' ') + line + "\n";
   return out;
 }
 
@@ -369,8 +369,8 @@ RankDump CollectRankDump(const DumpTarget& target, std::chrono::milliseconds too
   } else {
     d.native.error = "no native stacks: neither eu-stack (elfutils) nor gdb is installed";
   }
-  if (std::string py_spy = FindOnPath("py-spy"); !py_spy.empty()) {
-    const pid_t python = target.python_pid != 0 ? target.python_pid : target.pid;
+  const pid_t python = target.python_pid != 0 ? target.python_pid : target.pid;
+  if (std::string py_spy = FindPySpy(python); !py_spy.empty()) {
     d.python = RunTool({py_spy, "dump", "--pid", std::to_string(python)}, tool_timeout);
     if (python != target.pid) {
       d.python.output.insert(0, "the rank's Python, pid " + std::to_string(python) +
@@ -396,46 +396,6 @@ std::string FormatRankDump(const RankDump& d, size_t trace_entries, Clock::time_
   text += "== python stacks (py-spy) ==\n" + Describe("py-spy", d.python) + "\n";
   text += TraceSection(d, trace_entries, now);
   return text;
-}
-
-std::string MainThreadStack(const std::string& stacks, pid_t pid, size_t max_lines) {
-  const std::string eu_header = "TID " + std::to_string(pid) + ":";
-  const std::string gdb_tag = "(LWP " + std::to_string(pid) + ")";
-  std::stringstream in(stacks);
-  std::string line, out;
-  bool inside = false;
-  size_t lines = 0;
-  while (std::getline(in, line) && lines < max_lines) {
-    const bool header = line.rfind("TID ", 0) == 0 || line.rfind("Thread ", 0) == 0;
-    if (!inside) {
-      inside = line == eu_header ||
-               (line.rfind("Thread ", 0) == 0 && line.find(gdb_tag) != std::string::npos);
-      continue;
-    }
-    if (header || line.empty()) break;
-    out += line + "\n";
-    ++lines;
-  }
-  return out;
-}
-
-std::string MainThreadPythonStack(const std::string& py_spy, size_t max_lines) {
-  std::stringstream in(py_spy);
-  std::string line, out;
-  bool inside = false;
-  size_t lines = 0;
-  while (std::getline(in, line) && lines < max_lines) {
-    if (!inside) {
-      inside = line.rfind("Thread ", 0) == 0 && line.find("\"MainThread\"") != std::string::npos;
-      if (inside) out += "python " + line.substr(0, line.find(':')) + ":\n";
-      continue;
-    }
-    const size_t text = line.find_first_not_of(' ');
-    if (line.rfind("Thread ", 0) == 0 || text == std::string::npos) break;
-    out += line.substr(text) + "\n";
-    ++lines;
-  }
-  return out;
 }
 
 std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump>& dumps,
@@ -470,9 +430,21 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
             " lets it run)\n";
   }
   text += "\n";
-  // A PyTorch job has no ddprun flight recorder: its section says nothing then.
-  if (torch_text.empty() || analysis.verdict != TraceVerdict::kNoTraces)
-    text += analysis.text + "\n";
+  const auto at_exit = [&](int rank) {
+    return std::any_of(request.hung.begin(), request.hung.end(),
+                       [rank](const HungRank& h) { return h.rank == rank && h.at_exit; });
+  };
+  const bool all_at_exit =
+      !request.hung.empty() && std::all_of(request.hung.begin(), request.hung.end(),
+                                           [](const HungRank& h) { return h.at_exit; });
+  if (all_at_exit && analysis.verdict == TraceVerdict::kNoTraces) {
+    text +=
+        "flight recorders: not compared: every hung rank had finished its program, its "
+        "collectives behind it; the stacks below show what its exit waits for\n\n";
+  } else if (torch_text.empty() || analysis.verdict != TraceVerdict::kNoTraces) {
+    text +=
+        analysis.text + "\n";  // a PyTorch job has no ddprun flight recorder: said by torch_text
+  }
   if (!torch_text.empty()) text += torch_text + "\n";
   text += "main thread stacks (Python where py-spy could read them; first " +
           std::to_string(kSummaryStackLines) + " frames):\n";
@@ -486,6 +458,14 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
                                      : d.native.error + "\n";
     }
     text += Indent(stack);
+    if (!at_exit(d.target.rank)) continue;
+    // Hung at exit: the main thread waits in the interpreter's exit; the threads it waits for
+    // are the cause (a thread that is not a daemon).
+    if (std::string others = OtherPythonThreads(d.python.output, 4, 6); !others.empty()) {
+      text +=
+          "  its other threads (its exit waits for those that are not daemons; first 6 frames):\n" +
+          Indent(others, 4);
+    }
   }
   return text;
 }

@@ -141,15 +141,6 @@ std::string FormatProcState(pid_t pid);
 std::string FormatRankDump(const RankDump& dump, size_t trace_entries,
                            std::chrono::system_clock::time_point now);
 
-// The main thread's frames in a `py-spy dump` ("Thread <tid> (<state>):
-// "MainThread""), under "python Thread <tid> (<state>):"; "" when py-spy
-// printed none.
-std::string MainThreadPythonStack(const std::string& py_spy, size_t max_lines);
-
-// The first `max_lines` frames of the main thread (tid == pid) in eu-stack
-// ("TID <pid>:") or gdb ("(LWP <pid>)") output; "" when not found.
-std::string MainThreadStack(const std::string& stacks, pid_t pid, size_t max_lines);
-
 // The summary: hung ranks and since when, the ranks still beating, the
 // analysis text, and per rank the top of its main thread's native stack.
 std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump>& dumps,

@@ -1,13 +1,27 @@
 #include "supervisor/python_stacks.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <set>
+#include <sstream>
 #include <vector>
 
+#include "base/read_file.hpp"
 #include "env/processes.hpp"
 #include "supervisor/debug_dump.hpp"
 
 namespace ddprun::supervisor {
+
+std::string FindPySpy(pid_t python) {
+  if (std::string on_path = FindOnPath("py-spy"); !on_path.empty()) return on_path;
+  const std::string cmdline = ReadSmallFile("/proc/" + std::to_string(python) + "/cmdline");
+  const std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
+  const size_t slash = argv0.rfind('/');
+  if (slash == std::string::npos) return "";
+  const std::string beside = argv0.substr(0, slash + 1) + "py-spy";
+  return access(beside.c_str(), X_OK) == 0 ? beside : "";
+}
 
 std::string ChildStacks(const std::string& py_spy, pid_t pid, std::chrono::milliseconds timeout) {
   const std::vector<pid_t> threads = env::ThreadsOf(pid, 1024);
@@ -50,6 +64,79 @@ std::string OtherStacks(const std::string& py_spy, pid_t worker, pid_t python,
     more = "(" + std::to_string(others.size() - looked) + " more processes not looked at)\n";
   }
   return "\nthe worker's other Python processes (py-spy dump of each):\n" + out + more;
+}
+
+std::string MainThreadStack(const std::string& stacks, pid_t pid, size_t max_lines) {
+  const std::string eu_header = "TID " + std::to_string(pid) + ":";
+  const std::string gdb_tag = "(LWP " + std::to_string(pid) + ")";
+  std::stringstream in(stacks);
+  std::string line, out;
+  bool inside = false;
+  size_t lines = 0;
+  while (std::getline(in, line) && lines < max_lines) {
+    const bool header = line.rfind("TID ", 0) == 0 || line.rfind("Thread ", 0) == 0;
+    if (!inside) {
+      inside = line == eu_header ||
+               (line.rfind("Thread ", 0) == 0 && line.find(gdb_tag) != std::string::npos);
+      continue;
+    }
+    if (header || line.empty()) break;
+    out += line + "\n";
+    ++lines;
+  }
+  return out;
+}
+
+std::string MainThreadPythonStack(const std::string& py_spy, size_t max_lines) {
+  std::stringstream in(py_spy);
+  std::string line, out;
+  bool inside = false;
+  size_t lines = 0;
+  while (std::getline(in, line) && lines < max_lines) {
+    if (!inside) {
+      inside = line.rfind("Thread ", 0) == 0 && line.find("\"MainThread\"") != std::string::npos;
+      if (inside) out += "python " + line.substr(0, line.find(':')) + ":\n";
+      continue;
+    }
+    const size_t text = line.find_first_not_of(' ');
+    if (line.rfind("Thread ", 0) == 0 || text == std::string::npos) break;
+    out += line.substr(text) + "\n";
+    ++lines;
+  }
+  return out;
+}
+
+std::string OtherPythonThreads(const std::string& py_spy, size_t max_threads, size_t frames) {
+  std::stringstream in(py_spy);
+  std::string line, out;
+  size_t shown = 0, more = 0, taken = 0;
+  bool inside = false, seen = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("Thread ", 0) == 0) {
+      seen = true;
+      const size_t quote = line.find('"');
+      const std::string name = quote == std::string::npos ? "" : line.substr(quote);
+      inside = name != "\"MainThread\"" && name != "\"ddprun-torch-hook\"";
+      if (inside && shown == max_threads) {
+        ++more;
+        inside = false;
+      } else if (inside) {
+        ++shown;
+        taken = 0;
+        out += "python " + line.substr(0, line.find(' ', 7)) + " " + name + ":\n";
+      }
+      continue;
+    }
+    const size_t text = line.find_first_not_of(' ');
+    if (text == std::string::npos && seen) break;  // the process's threads end (a child's follow)
+    if (text == std::string::npos || text == 0) continue;
+    if (inside && taken < frames) {
+      out += line.substr(text) + "\n";
+      ++taken;
+    }
+  }
+  if (more > 0) out += "and " + std::to_string(more) + " more thread(s): see the rank file\n";
+  return out;
 }
 
 }  // namespace ddprun::supervisor

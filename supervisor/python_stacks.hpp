@@ -1,5 +1,6 @@
-// The Python stacks a rank's dump adds beside its own (supervisor/debug_dump.hpp):
-// the processes of the worker where the cause may be.
+// The stacks of a rank's dump (supervisor/debug_dump.hpp): finding py-spy, the
+// Python stacks of the worker's other processes where the cause may be, and
+// the parts of the stacks its summary shows.
 #pragma once
 
 #include <sys/types.h>
@@ -23,5 +24,25 @@ std::string ChildStacks(const std::string& py_spy, pid_t pid, std::chrono::milli
 inline constexpr int kMaxOtherProcesses = 16;
 std::string OtherStacks(const std::string& py_spy, pid_t worker, pid_t python,
                         std::chrono::milliseconds timeout);
+
+// py-spy: on PATH, else beside the Python that `python` runs (argv[0] of
+// /proc/<python>/cmdline: a virtual environment's bin, used without being
+// activated, as PYTHON_EXEC or a script's shebang names it); "" when neither.
+std::string FindPySpy(pid_t python);
+
+// The main thread's frames in a `py-spy dump` ("Thread <tid> (<state>):
+// "MainThread""), under "python Thread <tid> (<state>):"; "" when py-spy
+// printed none.
+std::string MainThreadPythonStack(const std::string& py_spy, size_t max_lines);
+
+// The Python threads of a `py-spy dump` other than the main one and ddprun's
+// hook ("ddprun-torch-hook"): what a program that finished waits for as it
+// exits (threads that are not daemons). At most `max_threads`, `frames`
+// frames each, under "python Thread <tid> "<name>":", and a line for the rest.
+std::string OtherPythonThreads(const std::string& py_spy, size_t max_threads, size_t frames);
+
+// The first `max_lines` frames of the main thread (tid == pid) in eu-stack
+// ("TID <pid>:") or gdb ("(LWP <pid>)") output; "" when not found.
+std::string MainThreadStack(const std::string& stacks, pid_t pid, size_t max_lines);
 
 }  // namespace ddprun::supervisor

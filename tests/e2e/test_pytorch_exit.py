@@ -383,6 +383,32 @@ if sys.argv[2] == "record":  # torch's @record writes the exception to the error
 """
 
 
+def test_a_hang_at_exit_dump_shows_the_threads_its_exit_waits_for(tmp_path):
+    # The dump of a program hung at exit showed its main thread in threading._shutdown and "no
+    # flight recorder could be read" for every rank: the thread that kept it was in the rank
+    # file alone. py-spy is found beside PYTHON_EXEC's Python too (a virtual environment that is
+    # not activated): without it the dump had no Python stack at all.
+    beside = Path(sys.executable).parent / "py-spy"
+    if not beside.exists():
+        pytest.skip(f"no py-spy beside {sys.executable}")
+    job = tmp_path / "job.py"
+    job.write_text(NON_DAEMON_THREAD.replace("threading.Thread(target=",
+                                             "threading.Thread(name='keeper', target="))
+    e = env()
+    e["PATH"] = ":".join(p for p in e["PATH"].split(":")
+                         if p and not (Path(p) / "py-spy").exists())
+    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=2",
+                        f"--log_dir={tmp_path}", f"--hang_timeout={HANG_TIMEOUT}",
+                        "--hang_detect=torch", str(job), "0", "finish"],
+                       env=e, capture_output=True, text=True, timeout=90)
+    assert r.returncode == 124, r.stderr
+    assert "flight recorders: not compared: every hung rank had finished its program" in r.stderr
+    assert "no flight recorder could be read" not in r.stderr, r.stderr
+    assert r.stderr.count("its other threads (its exit waits for those that are not daemons") == 2
+    assert r.stderr.count('"keeper":') == 2, r.stderr
+    assert "ddprun-torch-hook" not in r.stderr.split("main thread stacks", 1)[1], r.stderr
+
+
 @pytest.mark.parametrize("pause", ["0", "1"])
 def test_a_finished_main_module_with_a_thread_left_is_hung_at_exit_however_soon_it_ended(
         tmp_path, pause):

@@ -1,4 +1,5 @@
 #include "supervisor/debug_dump.hpp"
+#include "supervisor/python_stacks.hpp"
 
 #include <doctest/doctest.h>
 #include <fcntl.h>
@@ -279,6 +280,35 @@ TEST_CASE("a dump of live processes holds their threads, /proc state and flight 
 
 namespace ddprun::supervisor {
 namespace {
+
+TEST_CASE("OtherPythonThreads takes the threads but the main one and the hook's") {
+  const std::string py_spy =
+      "Process 4863: python -u job.py\n"
+      "Python v3.11.7 (/usr/bin/python3.11)\n"
+      "\n"
+      "Thread 4863 (idle): \"MainThread\"\n"
+      "    _shutdown (threading.py:1590)\n"
+      "Thread 4870 (idle): \"ddprun-torch-hook\"\n"
+      "    _watch (sitecustomize.py:52)\n"
+      "Thread 4900 (idle): \"keeper\"\n"
+      "    sleep (job.py:3)\n"
+      "    Thread.run (threading.py:982)\n"
+      "    Thread._bootstrap (threading.py:1002)\n"
+      "Thread 4901 (active): \"loader\"\n"
+      "    fetch (job.py:9)\n"
+      "\n"
+      "the Python stacks of pid 4863's child processes:\n"
+      "Thread 5000 (idle): \"child\"\n"
+      "    run (worker.py:1)\n";
+  CHECK(OtherPythonThreads(py_spy, 4, 2) ==
+        "python Thread 4900 \"keeper\":\nsleep (job.py:3)\nThread.run (threading.py:982)\n"
+        "python Thread 4901 \"loader\":\nfetch (job.py:9)\n");
+  CHECK(OtherPythonThreads(py_spy, 1, 1) ==
+        "python Thread 4900 \"keeper\":\nsleep (job.py:3)\n"
+        "and 1 more thread(s): see the rank file\n");
+  CHECK(OtherPythonThreads("Thread 1 (idle): \"MainThread\"\n    main (a.py:1)\n", 4, 6).empty());
+  CHECK(OtherPythonThreads("", 4, 6).empty());
+}
 
 TEST_CASE("MainThreadPythonStack takes py-spy's MainThread frames") {
   const std::string py_spy =
