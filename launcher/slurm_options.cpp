@@ -136,7 +136,13 @@ Status ApplySlurm(RawOptions& raw, const env::Environ& environ, ParsedCommandLin
     }
   }
   fill("nnodes", std::to_string(step.num_nodes));
-  fill("node_rank", std::to_string(step.node_id));
+  // A node past --nnodes=MIN:MAX's maximum (a step larger than the job) waits to join with no
+  // node rank to prefer: its SLURM_NODEID is none of the job's (attack 95: it exited 2 with
+  // "invalid --node_rank", an option the user never gave, failing a step whose job succeeded).
+  LaunchConfig probe;
+  const bool beyond = raw.Said("nnodes") && ParseNnodes(*raw.Said("nnodes"), probe).ok() &&
+                      step.node_id >= probe.nnodes_max;
+  if (!beyond) fill("node_rank", std::to_string(step.node_id));
   fill("rdzv_id", step.Id());
   const bool multi_node = step.num_nodes > 1 || raw.Said("nnodes").value_or("1") != "1";
   const bool c10d = raw.Said("rdzv_backend").value_or("static") == "c10d";

@@ -137,6 +137,24 @@ def test_one_step_per_node_with_the_rendezvous_given_forms_one_job(launch):
     assert "give --node_rank and --master_addr, or drop --nnodes and run srun -N2" in r.stderr, r
 
 
+def test_a_node_past_an_elastic_maximum_waits_and_exits_0(launch):
+    """`srun -N3 ddprun --rdzv_backend=c10d --nnodes=1:2`: the third node exited 2 with "invalid
+    --node_rank=2", an option the user never gave (taken from SLURM_NODEID), failing a step whose
+    job succeeded (attack 95). It waits to join with no node rank of its own, as off Slurm."""
+    port = free_port()
+    args = ["--rdzv_backend=c10d", "--nnodes=1:2", f"--rdzv_endpoint=127.0.0.1:{port}",
+            "--nproc_per_node=1", TRAIN, *SMALL]
+    results = run_nodes(launch, args, [step_env(n, nodes=3) for n in range(3)])
+    for rc, p in results:
+        assert rc == 0, p.output()
+        assert "invalid --node_rank" not in p.stderr(), p.output()
+    assert "the job leaves the nodes beyond the maximum waiting" in results[2][1].stderr()
+    assert sum("the job succeeded while this agent waited to join" in p.stderr()
+               for _, p in results) == 1, [p.output() for _, p in results]
+    got = checksums("".join(p.stdout() for _, p in results))
+    assert sorted(got) == [0, 1], got
+
+
 def test_standalone_on_a_multi_node_step_is_refused_without_a_fix_that_fails():
     r = run_ddprun(["--standalone", "/bin/true"], env=step_env(1))
     assert r.rc == 2, r
