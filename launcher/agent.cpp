@@ -219,8 +219,22 @@ int Agent::Finish(const rendezvous::Action& exit) {
                     c_.max_restarts, exit.exit_code);
     }
   } else if (last_group_failed_ && exit.exit_code != 0 && !exit.displaced) {
-    // A signal ended the job before the last group's failure was handled: still reported.
-    supervisor::ConsoleWriter::For(STDERR_FILENO).WriteOwnLine(Report());
+    // A signal ended the job before the last group's failure was handled: still reported,
+    // with what had ended the round where it was another node's doing (attack 95: the report
+    // named a victim of a lost node alone).
+    const std::string victims =
+        exit.round_ended.empty()
+            ? ""
+            : "the round had ended by another node's doing, the job's recorded cause: " +
+                  exit.round_ended +
+                  "; this node's workers failed of it, and the job waited "
+                  "to restart when the signal came";
+    supervisor::ConsoleWriter::For(STDERR_FILENO)
+        .WriteOwnLine(victims.empty() ? Report()
+                                      : supervisor::FormatReport(
+                                            program_.name,
+                                            ReportHost(round_ ? round_->node_rank : -1, c_.slurm),
+                                            local_failures_, victims, ""));
     if (!exit.message.empty()) spdlog::error("{}", exit.message);
   } else if (!exit.message.empty() && exit.exit_code == 0) {
     spdlog::warn("{}", exit.message);
@@ -275,7 +289,11 @@ int Agent::Finish(const rendezvous::Action& exit) {
   // restart left for it) leaves no root cause in the record: this node's is
   // the one it reported (attack 87).
   std::optional<rendezvous::Cause> unrecorded;
-  if (!exit.failed && last_group_failed_ && !local_failures_.empty()) {
+  if (!exit.failed && !exit.round_ended.empty()) {
+    unrecorded.emplace();  // another node's doing, as the record says
+    unrecorded->cls = rendezvous::FailureClass::kRendezvous;
+    unrecorded->what = exit.round_ended;
+  } else if (!exit.failed && last_group_failed_ && !local_failures_.empty()) {
     unrecorded = CauseOf(local_failures_.front());
     unrecorded->cls = rendezvous::FailureClass::kWorker;
     if (round_) unrecorded->node_rank = round_->node_rank;

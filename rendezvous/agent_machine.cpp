@@ -460,6 +460,9 @@ Action AgentMachine::Finishing(Kv& kv, const JobRecord& rec, Time now) {
 
 Action AgentMachine::Leave(Kv& kv) {
   const std::string by = "stopped by " + signal_name_;
+  // Read before this agent's leaving changes the record.
+  const auto before = Read(kv);
+  const std::string ended = before.ok() ? RoundEndedElsewhere(*before) : "";
   // Best effort: the store may be gone too.
   if (s_.hosts_store) {
     // The job ends with its store, whatever round runs or forms. The others
@@ -498,7 +501,18 @@ Action AgentMachine::Leave(Kv& kv) {
                                   s_.rdzv.max_restarts);
     });
   }
-  return Exit(exit_code::ForSignal(signal_), "received " + signal_name_);
+  Action exit = Exit(exit_code::ForSignal(signal_), "received " + signal_name_);
+  exit.round_ended = ended;
+  return exit;
+}
+
+std::string AgentMachine::RoundEndedElsewhere(const JobRecord& rec) const {
+  if (rec.end == RoundEnd::kNone || rec.final()) return "";
+  if (rec.end != RoundEnd::kFailure) return rec.end_reason;
+  const auto me = std::find_if(rec.members.begin(), rec.members.end(),
+                               [&](const NodeInfo& n) { return n.agent_id == s_.self.agent_id; });
+  const bool ours = me != rec.members.end() && rec.cause.node_rank == me - rec.members.begin();
+  return ours ? "" : rec.cause.Describe();
 }
 
 }  // namespace ddprun::rendezvous

@@ -77,6 +77,10 @@ struct Action {
   // reached (a rendezvous failure, though no record says so).
   bool store_lost = false;
   Cause root_cause;  // kExit with `failed`: the one recorded root cause
+  // kExit on a signal between rounds: how the last round ended as recorded, when
+  // not by this node ("lost host-b (...)", another node's failure): what this
+  // node's failed workers were victims of (attack 95).
+  std::string round_ended;
 };
 
 class AgentMachine {
@@ -183,6 +187,8 @@ class AgentMachine {
   Action ExitWorkersSucceeded();
   StatusOr<Applied> Apply(Kv& kv, const Transition& t);
   StatusOr<JobRecord> Read(Kv& kv);
+  // How `rec`'s last round ended when not by this node's failure; "" else.
+  std::string RoundEndedElsewhere(const JobRecord& rec) const;
   RoundResult Result(const JobRecord& rec, int node_rank) const;
   Status Beat(Kv& kv, Time now);
   Action Wait(Time now, std::optional<Time> until = std::nullopt);

@@ -52,6 +52,30 @@ TEST_CASE("machines: a failure restarts both nodes with the same restart count")
   CHECK(r1.round.restart_count == 1);
 }
 
+TEST_CASE("machines: signalled while a restart's round forms, an agent says what ended the last") {
+  // Attack 95: a node's workers died of another's failure (victims), the job waited to restart,
+  // and SIGTERM came: its report named its own victim alone. The exit carries the recorded end
+  // when it was another node's doing; the node whose failure it was gets none.
+  TwoAgents t(1);
+  (void)t.Until();
+  t.a1->WorkersExited(Failed(WorkerCause(3)), t.now);
+  (void)t.a1->Step(t.kv1, t.now);  // records the failure and joins round 1
+  REQUIRE(t.a0->Step(t.kv0, t.now).kind == ActionKind::kStopWorkers);
+  t.a0->WorkersExited(PeerFailed(141), t.now);
+  (void)t.a0->Step(t.kv0, t.now);  // follows the record into round 1
+  REQUIRE(t.a0->phase() != AgentMachine::Phase::kExited);
+  t.a0->Interrupted(15, "SIGTERM");
+  const Action left0 = t.a0->Step(t.kv0, t.now);
+  REQUIRE(left0.kind == ActionKind::kExit);
+  CHECK(left0.exit_code == 128 + 15);
+  CHECK(left0.round_ended.find("node 1") != std::string::npos);
+  CHECK(left0.round_ended.find("exit code 3") != std::string::npos);
+  t.a1->Interrupted(15, "SIGTERM");
+  const Action left1 = t.a1->Step(t.kv1, t.now);
+  REQUIRE(left1.kind == ActionKind::kExit);
+  CHECK(left1.round_ended.empty());  // its own failure ended the round
+}
+
 TEST_CASE("machines: with no restarts left both agents exit with the root cause's code") {
   TwoAgents t(0);
   (void)t.Until();
