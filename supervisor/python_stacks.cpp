@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <set>
 #include <sstream>
 #include <vector>
@@ -15,11 +16,18 @@ namespace ddprun::supervisor {
 
 std::string FindPySpy(pid_t python) {
   if (std::string on_path = FindOnPath("py-spy"); !on_path.empty()) return on_path;
-  const std::string cmdline = ReadSmallFile("/proc/" + std::to_string(python) + "/cmdline");
-  const std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
+  const std::string proc = "/proc/" + std::to_string(python);
+  std::string argv0 = ReadSmallFile(proc + "/cmdline");
+  argv0 = argv0.substr(0, argv0.find('\0'));
   const size_t slash = argv0.rfind('/');
   if (slash == std::string::npos) return "";
-  const std::string beside = argv0.substr(0, slash + 1) + "py-spy";
+  if (argv0[0] != '/') {  // relative to the worker's directory, not ddprun's
+    std::error_code ec;
+    const auto cwd = std::filesystem::read_symlink(proc + "/cwd", ec);
+    if (ec) return "";
+    argv0 = cwd.string() + "/" + argv0;
+  }
+  const std::string beside = argv0.substr(0, argv0.rfind('/') + 1) + "py-spy";
   return access(beside.c_str(), X_OK) == 0 ? beside : "";
 }
 
@@ -106,6 +114,20 @@ std::string MainThreadPythonStack(const std::string& py_spy, size_t max_lines) {
   return out;
 }
 
+namespace {
+
+// Where the stacks of the rank's process end in a rank file's py-spy part:
+// another process's begin (ChildStacks, OtherStacks, py-spy's own header).
+bool NextProcess(const std::string& line) {
+  for (const char* start :
+       {"its child processes (", "Process ", "the worker itself:", "the rank's Python"}) {
+    if (line.rfind(start, 0) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 std::string OtherPythonThreads(const std::string& py_spy, size_t max_threads, size_t frames) {
   std::stringstream in(py_spy);
   std::string line, out;
@@ -115,7 +137,9 @@ std::string OtherPythonThreads(const std::string& py_spy, size_t max_threads, si
     if (line.rfind("Thread ", 0) == 0) {
       seen = true;
       const size_t quote = line.find('"');
-      const std::string name = quote == std::string::npos ? "" : line.substr(quote);
+      std::string name = quote == std::string::npos ? "" : line.substr(quote);
+      // A name with a line break in it goes on below, unindented: its first line is shown.
+      if (name.size() < 2 || name.back() != '"') name += "...\"";
       inside = name != "\"MainThread\"" && name != "\"ddprun-torch-hook\"";
       if (inside && shown == max_threads) {
         ++more;
@@ -127,9 +151,9 @@ std::string OtherPythonThreads(const std::string& py_spy, size_t max_threads, si
       }
       continue;
     }
+    if (seen && NextProcess(line)) break;  // the rank's threads end (a child's follow)
     const size_t text = line.find_first_not_of(' ');
-    if (text == std::string::npos && seen) break;  // the process's threads end (a child's follow)
-    if (text == std::string::npos || text == 0) continue;
+    if (text == std::string::npos || text == 0) continue;  // a blank, a name's next line
     if (inside && taken < frames) {
       out += line.substr(text) + "\n";
       ++taken;

@@ -297,7 +297,7 @@ TEST_CASE("OtherPythonThreads takes the threads but the main one and the hook's"
       "Thread 4901 (active): \"loader\"\n"
       "    fetch (job.py:9)\n"
       "\n"
-      "the Python stacks of pid 4863's child processes:\n"
+      "its child processes (py-spy dump --subprocesses):\n"
       "Thread 5000 (idle): \"child\"\n"
       "    run (worker.py:1)\n";
   CHECK(OtherPythonThreads(py_spy, 4, 2) ==
@@ -307,6 +307,13 @@ TEST_CASE("OtherPythonThreads takes the threads but the main one and the hook's"
         "python Thread 4900 \"keeper\":\nsleep (job.py:3)\n"
         "and 1 more thread(s): see the rank file\n");
   CHECK(OtherPythonThreads("Thread 1 (idle): \"MainThread\"\n    main (a.py:1)\n", 4, 6).empty());
+  // Attack 97: a name with blank lines in it hid the threads after it.
+  const std::string odd =
+      "Thread 2 (idle): \"evil\n\nname\"\n    wait (a.py:2)\n"
+      "Thread 3 (idle): \"keeper2\"\n    sleep (a.py:3)\n";
+  CHECK(OtherPythonThreads(odd, 4, 6) ==
+        "python Thread 2 \"evil...\":\nwait (a.py:2)\npython Thread 3 \"keeper2\":\nsleep "
+        "(a.py:3)\n");
   CHECK(OtherPythonThreads("", 4, 6).empty());
 }
 
