@@ -230,8 +230,23 @@ def _beat(heartbeat, record_ids=None):
             pass  # a missed beat; never disturb the job
 
 
+def _keep_writing(unwritten, write, *args):
+    """Runs write(*args); a file it cannot write (a full disk, the log directory removed) is said
+    once and the watcher goes on beating: stopping made a rank that trains look hung. Returns
+    whether a write has failed so far."""
+    try:
+        write(*args)
+    except OSError as e:
+        if not unwritten:
+            sys.stderr.write("ddprun torch hook: %s: the hang report will lack this rank's "
+                             "collectives; its heartbeat goes on\n" % e)
+        return True
+    return unwritten
+
+
 def _watch(torch_dir, heartbeat, rank):
     seen, answered, was_initialized, finished = None, None, False, False
+    unwritten = False  # a progress or dump file could not be written (said once)
     probed = None  # the counters when the entries were last read (_probe)
     groups = {}  # each process group's last collective (_progress)
     request = os.path.join(torch_dir, "dump_request")
@@ -274,12 +289,12 @@ def _watch(torch_dir, heartbeat, rank):
                 collectives_moved = seen is None or now[0] != seen[0]
                 seen = now
                 _beat(heartbeat, tuple(r for r, _ in now[0]) if collectives_moved else None)
-                _write(os.path.join(torch_dir, "progress_" + rank),
-                       _progress(dist, entries, groups) + p2p)
+                unwritten = _keep_writing(unwritten, _write, os.path.join(
+                    torch_dir, "progress_" + rank), _progress(dist, entries, groups) + p2p)
             token = _read(request)
             if token is not None and token != answered:  # each request once
                 answered = token
-                _dump(c10d, rank)
+                unwritten = _keep_writing(unwritten, _dump, c10d, rank)
         except Exception as e:  # never disturb the job: say so once and stop looking
             sys.stderr.write("ddprun torch hook: %s: progress off\n" % e)
             return

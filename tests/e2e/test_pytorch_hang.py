@@ -84,6 +84,32 @@ def test_a_steady_isend_irecv_loop_is_progress(tmp_path):
     assert r.stdout.count("p2p loop done") == 2, r.stdout
 
 
+UNWRITABLE_PROGRESS = """
+import os, time, torch, torch.distributed as dist
+# The hook cannot write this rank's progress file (as on a full disk): a directory in its place.
+os.makedirs(os.path.join(os.environ["DDPRUN_TORCH_DIR"], "progress_" + os.environ["RANK"]))
+dist.init_process_group("gloo")
+end = time.monotonic() + 6
+while time.monotonic() < end:
+    dist.all_reduce(torch.ones(4))
+    time.sleep(0.05)
+dist.destroy_process_group()
+os.write(1, b"trained through\\n")
+"""
+
+
+def test_a_progress_file_that_cannot_be_written_is_not_a_hang(tmp_path):
+    # The hook's watcher stopped at the first file it could not write ("progress off"), and with
+    # it the heartbeat: a rank that trained on was declared hung after --hang_timeout.
+    script = tmp_path / "job.py"
+    script.write_text(UNWRITABLE_PROGRESS)
+    r = ddprun(tmp_path / "logs", "--hang_timeout=2", "--hang_detect=torch", str(script))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("trained through") == 2, r.stdout
+    assert r.stderr.count("the hang report will lack this rank's collectives; its heartbeat "
+                          "goes on") == 2, r.stderr
+
+
 def test_a_program_without_torch_has_no_thread_of_ddprun(tmp_path):
     # The hook's watcher ran in every Python of the job: a program waiting for its own threads
     # to end (threading.active_count() > 1) waited for good; under torchrun it ends (attack 92).
