@@ -8,6 +8,7 @@
 Helpers: storelib.py. Wire format: see docs/store-protocol.md.
 """
 
+import os
 import resource
 import signal
 import struct
@@ -19,6 +20,10 @@ from storelib import (ADD, AUTH, GET, NUMKEYS, PING, SET, VALIDATE, WAIT, Raw, c
                       u64)
 
 pytest.importorskip("torch.distributed")
+
+# Under ASan (the CI's sanitizer stage) freed memory waits in its quarantine, 256 MiB by default,
+# and counts in the store's peak: the memory bounds below allow for it.
+ASAN_SLACK_KB = 320 * 1024 if "ASAN_OPTIONS" in os.environ else 0
 
 
 # =========================================================================== 3. hardening
@@ -192,7 +197,7 @@ def test_clients_that_read_nothing_hold_one_reply_each_not_a_pile(host_factory):
     for r in hogs:
         r.send(GET(b"/big") * 6)
     time.sleep(2.0)  # the store serves a GET of 50 MiB in milliseconds
-    assert h.rss_kb("VmHWM") < before + 640 * 1024
+    assert h.rss_kb("VmHWM") < before + 640 * 1024 + ASAN_SLACK_KB
     assert st.add("ctr", 1) == 1
     assert h.connections() == 11
     assert h.log_count("does not read its replies") == 0
@@ -215,7 +220,7 @@ def test_past_the_replies_bound_the_clients_that_read_nothing_are_closed(host_fa
     assert time.monotonic() - start < 5.0, "a reading client waited behind the stalled ones"
     wait_for(lambda: h.log_count("does not read its replies") >= 5, 20.0, "the stalled closed")
     assert h.log_count("bytes unsent, none taken for 1 s, while the store held") >= 5, h.stderr()
-    assert h.rss_kb("VmHWM") < before + 300 * 1024
+    assert h.rss_kb("VmHWM") < before + 300 * 1024 + ASAN_SLACK_KB
     reader = client(h.port, timeout=60.0)
     assert len(reader.get("big")) == 50 << 20
     h.assert_alive()
