@@ -24,7 +24,7 @@ std::optional<Action> AgentMachine::ClaimRank(Kv& kv, const JobRecord& rec, Time
   const std::string mine = s_.self.Encode();
   const std::string rank = std::to_string(s_.self.requested_rank);
   const std::string key = keys_.Claim(s_.self.requested_rank);
-  const auto limit = s_.rdzv.keep_alive_interval * s_.rdzv.keep_alive_max_attempt;
+  const auto limit = s_.rdzv.KeepAliveLimit();
   if (rank_claimed_) {
     // Still ours, unless an agent started in our place took it while this
     // one was silent (stopped or starved past the keep-alive limit). Freed
@@ -107,7 +107,7 @@ Action AgentMachine::JobOver(Kv& kv, const JobRecord& rec) {
   // Best effort, as the job is over: only what the store still holds.
   auto holder = kv.TryGet(keys_.Claim(s_.self.requested_rank));
   if (!holder.ok() || !*holder || (*holder)->empty() || **holder == s_.self.Encode()) return done_;
-  const auto limit = s_.rdzv.keep_alive_interval * s_.rdzv.keep_alive_max_attempt;
+  const auto limit = s_.rdzv.KeepAliveLimit();
   done_.message = "node rank " + std::to_string(s_.self.requested_rank) + " was taken over by " +
                   Who(NodeInfo::Decode(**holder)) + " while this agent sent no keep-alive for " +
                   DurationText(limit) +

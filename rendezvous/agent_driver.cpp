@@ -251,8 +251,7 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
     std::optional<int64_t> beats;
   };
   std::map<std::string, Waited> waiting;
-  for (const auto& [agent, other] :
-       Others(kv, self, now + timeout, now + s.keep_alive_interval * s.keep_alive_max_attempt)) {
+  for (const auto& [agent, other] : Others(kv, self, now + timeout, now + s.KeepAliveLimit())) {
     if (other.in_job || !signalled) waiting[agent] = Waited{other.until, std::nullopt};
   }
   while (!waiting.empty()) {

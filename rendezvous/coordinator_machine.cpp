@@ -61,7 +61,7 @@ StatusOr<bool> CoordinatorMachine::Silent(Kv& kv, const std::string& id, Time no
   if (!count.ok()) return count.status();
   auto [it, first] = heard_.try_emplace(id, *count, now);
   if (!first && it->second.first != *count) it->second = {*count, now};
-  return now - it->second.second > s_.keep_alive_interval * s_.keep_alive_max_attempt;
+  return now - it->second.second > s_.KeepAliveLimit();
 }
 
 StatusOr<CoordinatorMachine::Present> CoordinatorMachine::Arrivals(Kv& kv, const JobRecord& rec,
@@ -69,7 +69,7 @@ StatusOr<CoordinatorMachine::Present> CoordinatorMachine::Arrivals(Kv& kv, const
   Present present;
   auto joined = kv.Add(keys_.Join(r), 0);
   if (!joined.ok()) return joined.status();
-  const auto limit = s_.keep_alive_interval * s_.keep_alive_max_attempt;
+  const auto limit = s_.KeepAliveLimit();
   for (int i = 0; i < *joined; ++i) {
     auto text = kv.TryGet(keys_.Node(r, i));
     if (!text.ok()) return text.status();
@@ -196,7 +196,7 @@ StatusOr<std::optional<bool>> CoordinatorMachine::LostBeforeRejoin(Kv& kv, const
     named += (named.empty() ? "" : " and ") + Describe(rec.members[i], static_cast<int>(i));
   }
   if (lost.empty()) return std::optional<bool>();
-  const auto limit = s_.keep_alive_interval * s_.keep_alive_max_attempt;
+  const auto limit = s_.KeepAliveLimit();
   std::ostringstream why;
   why << "lost " << named << ": no keep-alive for " << std::chrono::duration<double>(limit).count()
       << " s, before rejoining after round " << rec.round << " ended";
@@ -247,7 +247,7 @@ StatusOr<bool> CoordinatorMachine::Watch(Kv& kv, const JobRecord& rec, Time now)
   // then is no longer awaited (the job completes without it), and no round
   // re-forms to train again.
   const int finished = static_cast<int>(std::count(rec.done.begin(), rec.done.end(), true));
-  const auto limit = s_.keep_alive_interval * s_.keep_alive_max_attempt;
+  const auto limit = s_.KeepAliveLimit();
   for (size_t i = 0; i < rec.members.size(); ++i) {
     const NodeInfo& m = rec.members[i];
     // Never itself (it runs in the agent it would declare lost), never a

@@ -39,6 +39,10 @@ struct RendezvousSettings {
   std::chrono::milliseconds last_call_timeout{30000};
   std::chrono::milliseconds keep_alive_interval{5000};
   int keep_alive_max_attempt = 3;
+  // How long an agent may be silent before the others take it for lost.
+  std::chrono::milliseconds KeepAliveLimit() const {
+    return keep_alive_interval * keep_alive_max_attempt;
+  }
   std::chrono::milliseconds read_timeout{60000};
   // How long an agent waits for the store to come up at its start: the
   // read_timeout (c10d), the join timeout (static), as torchrun's clients do.

@@ -158,9 +158,11 @@ class RoundChecks:
         # (Agents SIGKILLed at the bound are reported as hung, not compared.)
         # An agent stopped past the keep-alive limit is lost by contract; if it comes back after
         # the job ended and its store is gone, it can read no outcome, and says so ("may have been
-        # dropped from the job") with exit 1: not compared.
+        # dropped from the job", or past the limit "will have taken this node for lost") with
+        # exit 1: not compared.
         dropped = [a for a in self.agents if a.paused_for > KEEP_ALIVE_LIMIT and a.rc == 1
-                   and b"may have been dropped from the job" in a.text()]
+                   and (b"may have been dropped from the job" in a.text()
+                        or b"will have taken this node for lost" in a.text())]
         survivors = [a for a in self.agents if not a.killed and not a.hung and a.rc is not None
                      and a not in dropped]
         rcs = {a.rc for a in survivors}

@@ -128,6 +128,67 @@ TEST_CASE("machines: a store gone while the workers ran: their own exit decides 
   }
 }
 
+TEST_CASE("machines: back after the keep-alive limit to a store gone, workers running: dropped") {
+  // Found by an attacking helper (attack 95): a static job's agent stopped past the keep-alive
+  // limit while its workers ran without collectives; the host took its node for lost and failed
+  // the job (exit 1), and this agent, back to a store gone, saw its workers finish and exited 0.
+  // Its workers still running when it came back: they are stopped and it fails, as torchrun's
+  // agent fails when its store is gone while its workers are healthy. Workers that had all
+  // exited meanwhile decide as before.
+  for (bool running : {true, false}) {
+    CAPTURE(running);
+    TwoAgents t(0);
+    auto [s0, s1] = t.Until();
+    REQUIRE(s1.kind == ActionKind::kStartWorkers);
+    int asked = 0;
+    t.a1->SetWorkersRunning([&] {
+      ++asked;
+      return running;
+    });
+    t.store.SetDown(true);
+    t.now += std::chrono::seconds(16);  // past 5 s x 3
+    Action first = t.a1->Step(t.kv1, t.now);
+    CHECK(t.a1->phase() == AgentMachine::Phase::kStoreGone);
+    CHECK(first.message.find("; this agent did not run for 16 s (stopped or starved), past the "
+                             "keep-alive limit (15 s): the other agents will have taken this "
+                             "node for lost, and the job went on or ended without it") !=
+          std::string::npos);
+    CHECK(asked == 1);
+    WorkersOutcome outcome;
+    outcome.kind = WorkersOutcome::Kind::kSucceeded;
+    if (running) {
+      REQUIRE(first.kind == ActionKind::kStopWorkers);
+      CHECK(first.message.find("; this node's workers were still running: they are stopped") !=
+            std::string::npos);
+      CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);  // until they are out
+      // One that exited 0 as the stop came does not make the job's outcome either.
+      t.a1->WorkersExited(outcome, t.now);
+      Action exit = t.a1->Step(t.kv1, t.now);
+      REQUIRE(exit.kind == ActionKind::kExit);
+      CHECK(exit.exit_code == 1);
+      CHECK(exit.store_lost);
+      CHECK(exit.message.find("; this node's workers, still running when this agent came back, "
+                              "were stopped") != std::string::npos);
+    } else {
+      REQUIRE(first.kind == ActionKind::kWait);  // their exit is read next
+      t.a1->WorkersExited(outcome, t.now);
+      Action exit = t.a1->Step(t.kv1, t.now);
+      REQUIRE(exit.kind == ActionKind::kExit);
+      CHECK(exit.exit_code == 0);
+      CHECK(exit.message.find("this node's workers had all exited 0 by then") != std::string::npos);
+    }
+  }
+  // Away for less than the limit: the workers' exit decides, not asked.
+  TwoAgents t(0);
+  (void)t.Until();
+  bool asked = false;
+  t.a1->SetWorkersRunning([&] { return asked = true; });
+  t.store.SetDown(true);
+  t.now += std::chrono::seconds(14);
+  CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);
+  CHECK_FALSE(asked);
+}
+
 TEST_CASE("machines: the grace after the store went counts from when it was found gone") {
   // Found by an attacking helper: the store host SIGSTOPped, the request that found it gone took
   // read_timeout (5 s), and the grace was counted from that request's start: the workers were
