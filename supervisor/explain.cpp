@@ -1,6 +1,7 @@
 #include "supervisor/explain.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <functional>
 #include <vector>
 
@@ -174,6 +175,51 @@ Match InplaceModified(const std::string& text, const ExplainContext&) {
                "DDP, broadcast_buffers=False where the ranks need not share buffers");
 }
 
+// init_process_group waiting for ranks that never came: Gloo's connection
+// set-up reads each rank's address from the store in turn (key
+// ".../cpu//<device>/<rank>": c10d's ProcessGroupGloo), and the barrier
+// after it (TORCH_DIST_INIT_BARRIER=1: distributed_c10d.py,
+// _store_based_barrier). The worker that timed out is the first to fail,
+// not the cause: the rank it waited for is.
+Match SetUpTimeout(const std::string& text, const ExplainContext& c) {
+  const std::string fix =
+      "call init_process_group on every rank before any slow or rank-dependent work (a "
+      "download or data preparation on one rank, a checkpoint load), or give it a longer "
+      "timeout=; the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE on every rank (ddprun sets "
+      "them)";
+  if (auto m = Find(text, R"(wait timeout after (\d+) ?ms, keys: \S*/cpu//\d+/(\d+)\b)")) {
+    const std::string rank = (*m)[2].str();
+    return Lines("the worker waited " +
+                     FormatSeconds(std::strtod((*m)[1].str().c_str(), nullptr) / 1000) +
+                     " s (init_process_group's timeout) for rank " + rank +
+                     " to set up the Gloo process group with it, and rank " + rank +
+                     " never did: it had not called init_process_group by then (or got another "
+                     "world or store); Gloo waits for the ranks in turn, so later ones may be "
+                     "missing too; " +
+                     (c.multi_node      ? "the log of rank " + rank + "'s node says where it was"
+                      : c.peers_running ? "rank " + rank +
+                                              " was still running on this host when this worker "
+                                              "gave up: its output says where it was"
+                                        : "rank " + rank + "'s output says where it was"),
+                 fix);
+  }
+  if (auto m = Find(text, R"(Timed out initializing process group in store based barrier on )"
+                          R"(rank \d+, for key: \S+ \(world_size=(\d+), num_workers_joined=(\d+), )"
+                          R"(timeout=([^ )]+))")) {
+    return Lines("only " + (*m)[2].str() + " of " + (*m)[1].str() +
+                     " ranks reached init_process_group's barrier (TORCH_DIST_INIT_BARRIER) "
+                     "within its timeout (" +
+                     (*m)[3].str() +
+                     "): the others had not called init_process_group by then; their " +
+                     (c.multi_node ? "nodes' logs say" : "output says") + " where they were" +
+                     (c.peers_running ? " (every other rank of this host was still running "
+                                        "when this worker gave up)"
+                                      : ""),
+                 fix);
+  }
+  return {};
+}
+
 // ddprun's own verdict (supervisor/hang_check.cpp) on a worker that removed
 // its heartbeat file and did not exit.
 Match HungAtExit(const std::string& text, const ExplainContext&) {
@@ -267,6 +313,7 @@ const std::vector<Entry>& Catalogue() {
       {"unused parameters", UnusedParameters},
       {"model differs across ranks", ModelMismatch},
       {"in-place modified tensor", InplaceModified},
+      {"process group set-up timeout", SetUpTimeout},
       {"a peer finished first", PeerFinished},
       {"collective timeout", CollectiveTimeout},
       {"DDP collective timeout", DdpCollectiveTimeout},

@@ -363,3 +363,16 @@ def test_a_rank_that_finished_early_is_named_as_the_cause_of_its_peers_failure()
                                 'without an active exception"'), cause
         assert "it left the job first" in cause, cause
     assert "DistributedSampler with drop_last=True" in fix and "join()" in fix, fix
+
+
+def test_a_rank_that_never_reached_init_process_group_is_named_by_the_one_that_waited():
+    """Found while looking at Gloo set-up timeouts: the report's root cause was rank 0, which
+    waited, with only "wait timeout after 3000ms, keys: /default_pg/0//cpu//0/1" to say that
+    rank 1 never came. The cause line names rank 1 and says it was still running."""
+    cause, fix = lines(diagnose("late_rank.py"))
+    assert cause.startswith("the worker waited 3 s (init_process_group's timeout) for rank 1 to "
+                            "set up the Gloo process group with it, and rank 1 never did"), cause
+    assert cause.endswith("rank 1 was still running on this host when this worker gave up: its "
+                          "output says where it was"), cause
+    assert "before any slow or rank-dependent work" in fix, fix
+
