@@ -30,7 +30,7 @@ PROGRAMS = os.path.join(REPO, "tests", "e2e", "programs", "diagnosis")
 SCRIPTS = ["unused_parameter.py", "inplace_buffer.py", "port_in_use.py", "no_init.py",
            "bus_error.py", "nan_loss.py", "gloo_interface.py", "model_mismatch.py",
            "nccl_without_gpu.py", "group_again.py", "native_crash.py", "finishes_early.py",
-           "late_rank.py"]
+           "late_rank.py", "late_collective.py"]
 # Each script's environment beyond the common one.
 SCRIPT_ENV = {"gloo_interface.py": {"GLOO_SOCKET_IFNAME": "lo,ddp-nosuch0"},
               "native_crash.py": {"PYTHONFAULTHANDLER": "1"}}

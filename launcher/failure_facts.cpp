@@ -14,6 +14,7 @@
 #include "env/port_holder.hpp"
 #include "env/processes.hpp"
 #include "env/trace_file.hpp"
+#include "supervisor/torch_progress.hpp"
 #include "supervisor/trace_analysis.hpp"
 
 namespace ddprun::launcher {
@@ -22,13 +23,19 @@ void FailureFacts::GroupStarting(const std::vector<supervisor::WorkerSpec>& spec
   memory_at_start_ = env::ReadMemoryFacts();
   writes_own_logs_.assign(specs.size(), false);
   trace_files_.clear();
+  torch_dir_.clear();
+  ranks_.clear();
   const std::string trace = std::string(env::kTraceFile) + "=";
+  const std::string torch = std::string(env::kTorchDir) + "=";
   for (size_t i = 0; i < specs.size(); ++i) {
     auto own = [](const supervisor::StreamSpec& s) { return !s.file.empty() && !s.NeedsPipe(); };
     writes_own_logs_[i] = own(specs[i].out) || own(specs[i].err);
+    ranks_.push_back(specs[i].rank);
     for (const std::string& e : specs[i].envp) {
       if (e.size() > trace.size() && e.compare(0, trace.size(), trace) == 0) {
         trace_files_[specs[i].rank] = e.substr(trace.size());
+      } else if (e.size() > torch.size() && e.compare(0, torch.size(), torch) == 0) {
+        torch_dir_ = e.substr(torch.size());
       }
     }
   }
@@ -70,6 +77,14 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
   }
   never_entered_ = supervisor::NeverEntered(traces);
   diverged_ = supervisor::FirstMismatch(traces);
+  // A PyTorch worker's last collectives, as the hook last wrote them: the ranks
+  // of this host that did not enter one another waited in.
+  torch_laggards_.clear();
+  if (!torch_dir_.empty()) {
+    const supervisor::TorchSide side =
+        supervisor::NameLaggards(supervisor::ReadTorchProgress(torch_dir_, ranks_));
+    if (!side.laggards.empty()) torch_laggards_ = side.verdict;
+  }
   // The ranks found stopped (SIGSTOP, a debugger) as the group began to stop.
   std::map<char, std::vector<int>> stopped;
   for (const auto& w : result.workers) {
@@ -143,6 +158,7 @@ supervisor::ExplainContext FailureFacts::Context(const LaunchConfig& c, const Pr
   }
   x.memory = env::OomKillsSince(memory_at_start_, env::ReadMemoryFacts());
   x.never_entered = never_entered_;
+  x.torch_laggards = torch_laggards_;
   x.diverged = diverged_;
   x.stopped = stopped_;
   x.finished_ranks = finished_ranks_;

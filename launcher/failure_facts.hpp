@@ -53,6 +53,9 @@ class FailureFacts {
   std::vector<bool> writes_own_logs_;       // by local rank, for the group running or last run
   std::map<int, std::string> trace_files_;  // rank -> its DDPRUN_TRACE_FILE, same group
   std::string never_entered_;               // ExplainContext::never_entered
+  std::string torch_dir_;                   // the hook's DDPRUN_TORCH_DIR, same group
+  std::vector<int> ranks_;                  // the group's ranks on this host
+  std::string torch_laggards_;              // ExplainContext::torch_laggards
   std::string diverged_;                    // ExplainContext::diverged
   std::string stopped_;                     // ExplainContext::stopped
   bool root_writes_own_logs_ = false;

@@ -316,6 +316,7 @@ const std::vector<Entry>& Catalogue() {
       {"process group set-up timeout", SetUpTimeout},
       {"a peer finished first", PeerFinished},
       {"collective timeout", CollectiveTimeout},
+      {"Gloo timeout", GlooTimeout},
       {"DDP collective timeout", DdpCollectiveTimeout},
       {"collectives diverged", CollectivesDiverged},
       {"monitored barrier", MonitoredBarrier},

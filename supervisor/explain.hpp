@@ -78,6 +78,11 @@ struct ExplainContext {
   // never entered the collective the others timed out in
   // (supervisor::NeverEntered); "" when none is known.
   std::string never_entered;
+  // From ddprun's PyTorch hook (--hang_detect=torch) as the group failed: which
+  // rank did not enter the collective another waited in (NameLaggards'
+  // verdict, "rank 1 did not enter gloo:all_reduce #4 (rank 0 waits in it)");
+  // "" when none lagged or the hook was off.
+  std::string torch_laggards;
   // The first collective two ranks ran differently (supervisor::FirstMismatch):
   // their programs diverged; "" when none.
   std::string diverged;

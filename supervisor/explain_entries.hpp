@@ -25,6 +25,7 @@ Explanation Lines(std::string cause, std::string fix);
 
 // explain_gpu.cpp
 Match CollectiveTimeout(const std::string& text, const ExplainContext& c);
+Match GlooTimeout(const std::string& text, const ExplainContext& c);
 Match DdpCollectiveTimeout(const std::string& text, const ExplainContext& c);
 Match CollectivesDiverged(const std::string& text, const ExplainContext& c);
 Match MonitoredBarrier(const std::string& text, const ExplainContext&);

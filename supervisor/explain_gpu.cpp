@@ -1,5 +1,6 @@
 #include "supervisor/explain_entries.hpp"
 
+#include <cstdlib>
 #include <string>
 
 #include "base/format.hpp"
@@ -18,6 +19,19 @@ Match WhileStopped(const std::string& waited, const ExplainContext& c) {
                "hang limits already leave the time a rank is stopped out)");
 }
 
+// What ddprun's PyTorch hook recorded names the rank(s) that never came.
+std::string LaggardIsCause(const std::string& verdict) {
+  const bool several = verdict.rfind("ranks ", 0) == 0;
+  return ": " + verdict + ", as ddprun's PyTorch hook recorded: " +
+         (several ? "those ranks are the cause, the ranks that timed out their victims"
+                  : "that rank is the cause, the ranks that timed out its victims");
+}
+const char* const kLookAtLaggard =
+    "look at what it was doing (its output; --hang_timeout below the process group's "
+    "timeout dumps every rank's stack before the timeout fires); call the same collectives "
+    "on every rank, in the same order; init_process_group(timeout=...) if a step is "
+    "legitimately that slow";
+
 }  // namespace
 
 // torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp, the watchdog (WorkNCCL's operator<<).
@@ -31,6 +45,12 @@ Match CollectiveTimeout(const std::string& text, const ExplainContext& c) {
                             (*m)[2].str() + ", a " + (*m)[3].str(),
                         c);
   }
+  if (!c.torch_laggards.empty()) {
+    return Lines("rank " + (*m)[1].str() + " waited " + (*m)[4].str() +
+                     " ms (the process group's timeout) in collective number " + (*m)[2].str() +
+                     ", a " + (*m)[3].str() + LaggardIsCause(c.torch_laggards),
+                 kLookAtLaggard);
+  }
   return Lines("rank " + (*m)[1].str() + " waited " + (*m)[4].str() +
                    " ms (the process group's "
                    "timeout) in collective number " +
@@ -40,6 +60,28 @@ Match CollectiveTimeout(const std::string& text, const ExplainContext& c) {
                    "; --hang_timeout makes ddprun dump the stuck ranks' stacks "
                    "long before the watchdog; init_process_group(timeout=...) if a step is "
                    "legitimately that slow");
+}
+
+// gloo/transport/tcp/unbound_buffer.cc: a PyTorch Gloo collective, or a
+// send or recv, that waited past the process group's timeout for a peer.
+Match GlooTimeout(const std::string& text, const ExplainContext& c) {
+  auto m = Find(text, R"(Timed out waiting (\d+) ?ms for (recv|send) operation to complete)");
+  if (!m) return {};
+  const std::string waited = "the worker waited " +
+                             FormatSeconds(std::strtod((*m)[1].str().c_str(), nullptr) / 1000) +
+                             " s (the process group's timeout) in a Gloo " +
+                             ((*m)[2] == "recv" ? "receive" : "send") + " for a peer";
+  if (!c.stopped.empty()) return WhileStopped(waited, c);
+  if (!c.torch_laggards.empty()) {
+    return Lines(waited + LaggardIsCause(c.torch_laggards), kLookAtLaggard);
+  }
+  return Lines(waited +
+                   " that never took part: a rank stopped calling collectives (slow, stuck, "
+                   "crashed on another node, or on another code path)",
+               "--hang_detect=torch names the rank that did not enter the collective, and "
+               "--hang_timeout below the process group's timeout dumps every rank's stack "
+               "before the timeout fires; init_process_group(timeout=...) if a step is "
+               "legitimately that slow");
 }
 
 namespace {

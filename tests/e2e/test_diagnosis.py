@@ -28,8 +28,8 @@ PROGRAMS = Path(__file__).parent / "programs" / "diagnosis"
 TEARDOWN_ABORT = "terminate called without an active exception"
 
 
-def diagnose(script, timeout=40, **env):
-    r = run_ddprun(["--nproc_per_node=2", PROGRAMS / script],
+def diagnose(script, timeout=40, args=(), **env):
+    r = run_ddprun(["--nproc_per_node=2", *args, PROGRAMS / script],
                    env=base_env(**{"GLOO_SOCKET_IFNAME": "lo", **env}), timeout=timeout)
     assert r.rc == 1 or (r.rc == 128 + signal.SIGABRT and TEARDOWN_ABORT in r.stderr), r
     return r
@@ -375,4 +375,20 @@ def test_a_rank_that_never_reached_init_process_group_is_named_by_the_one_that_w
     assert cause.endswith("rank 1 was still running on this host when this worker gave up: its "
                           "output says where it was"), cause
     assert "before any slow or rank-dependent work" in fix, fix
+
+
+@pytest.mark.parametrize("hang_detect", ["heartbeat", "torch"])
+def test_a_gloo_collective_timeout_names_the_rank_that_never_entered_it(hang_detect):
+    """Found comparing with C++ workers, whose flight recorders name the rank that never came: a
+    PyTorch rank that timed out in a Gloo all_reduce was the root cause with only "Timed out
+    waiting 3000ms for recv operation to complete". With the hook's record the cause names
+    rank 1; without it, the cause says a rank stopped calling collectives and how to find it."""
+    cause, fix = lines(diagnose("late_collective.py", args=[f"--hang_detect={hang_detect}"]))
+    assert cause.startswith("the worker waited 3 s (the process group's timeout) in a Gloo "), cause
+    if hang_detect == "torch":
+        assert re.search(r"for a peer: rank 1 did not enter gloo:all_reduce #4 \(rank 0 waits in "
+                         r"it\), as ddprun's PyTorch hook recorded: that rank is the cause", cause), cause
+    else:
+        assert "that never took part: a rank stopped calling collectives" in cause, cause
+        assert fix.startswith("--hang_detect=torch names the rank"), fix
 

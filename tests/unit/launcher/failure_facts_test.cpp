@@ -77,5 +77,40 @@ TEST_CASE("failure facts: the ranks that had exited 0 before the root cause, and
   CHECK(facts.Context(LaunchConfig{}, Run("/bin/true"), {}, "").finished_ranks.empty());
 }
 
+TEST_CASE("failure facts: the PyTorch hook's record names the rank that never came") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("torch_facts_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  std::ofstream(dir / "progress_0") << "4 gloo:all_reduce entered 0 * default_pg\n";
+  std::ofstream(dir / "progress_1") << "3 gloo:all_reduce retired 0 * default_pg\n";
+  std::vector<supervisor::WorkerSpec> specs(2);
+  for (int r = 0; r < 2; ++r) {
+    specs[r].rank = specs[r].local_rank = r;
+    specs[r].envp = {"DDPRUN_TORCH_DIR=" + dir.string(), "RANK=" + std::to_string(r)};
+  }
+  const supervisor::WallTime now = std::chrono::system_clock::now();
+  supervisor::GroupResult result;
+  result.workers = {Worker(0, supervisor::WorkerState::kFailed, now),
+                    Worker(1, supervisor::WorkerState::kStopped, now)};
+  supervisor::FailureRecord root;
+  root.pid = 1000;
+  FailureFacts facts;
+  facts.GroupStarting(specs);
+  facts.GroupFailed(2, result, root);
+  CHECK(facts.Context(LaunchConfig{}, Run("/bin/true"), {}, "").torch_laggards ==
+        "rank 1 did not enter gloo:all_reduce #4 (rank 0 waits in it)");
+  // Level: no one is named.
+  std::ofstream(dir / "progress_1") << "4 gloo:all_reduce entered 0 * default_pg\n";
+  facts.GroupFailed(2, result, root);
+  CHECK(facts.Context(LaunchConfig{}, Run("/bin/true"), {}, "").torch_laggards.empty());
+  // Without the hook (no DDPRUN_TORCH_DIR): nothing read.
+  for (auto& spec : specs) spec.envp.erase(spec.envp.begin());
+  std::ofstream(dir / "progress_1") << "3 gloo:all_reduce retired 0 * default_pg\n";
+  facts.GroupStarting(specs);
+  facts.GroupFailed(2, result, root);
+  CHECK(facts.Context(LaunchConfig{}, Run("/bin/true"), {}, "").torch_laggards.empty());
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

@@ -28,6 +28,48 @@ TEST_CASE("explain: a collective timeout names the rank, the collective and the 
   CHECK(e->fix.find("--hang_timeout") != std::string::npos);
 }
 
+TEST_CASE("explain: a collective timeout names the rank the PyTorch hook saw lag behind") {
+  // Found comparing with C++ workers: a PyTorch rank that timed out in a collective was the
+  // root cause with only Gloo's or NCCL's words; the hook's record names the rank that never came.
+  const std::string gloo =
+      "[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+      "Timed out waiting 4000ms for recv operation to complete";
+  auto bare = Explain(Failed("", gloo), {});
+  REQUIRE(bare.has_value());
+  CHECK(bare->signature == "Gloo timeout");
+  CHECK(bare->cause ==
+        "the worker waited 4 s (the process group's timeout) in a Gloo receive for a peer that "
+        "never took part: a rank stopped calling collectives (slow, stuck, crashed on another "
+        "node, or on another code path)");
+  CHECK(bare->fix.rfind("--hang_detect=torch names the rank", 0) == 0);
+  ExplainContext c;
+  c.torch_laggards = "rank 1 did not enter gloo:all_reduce #4 (rank 0 waits in it)";
+  auto named = Explain(Failed("", gloo), c);
+  REQUIRE(named.has_value());
+  CHECK(named->cause ==
+        "the worker waited 4 s (the process group's timeout) in a Gloo receive for a peer: rank 1 "
+        "did not enter gloo:all_reduce #4 (rank 0 waits in it), as ddprun's PyTorch hook "
+        "recorded: that rank is the cause, the ranks that timed out its victims");
+  CHECK(named->fix.rfind("look at what it was doing", 0) == 0);
+  c.torch_laggards = "ranks 1,2 did not enter nccl:all_reduce #21 (rank 3 waits in it)";
+  auto nccl = Explain(Failed("",
+                             "[Rank 3] Watchdog caught collective operation timeout: "
+                             "WorkNCCL(SeqNum=21, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+                             "Timeout(ms)=600000) ran for 600081 milliseconds"),
+                      c);
+  REQUIRE(nccl.has_value());
+  CHECK(nccl->cause ==
+        "rank 3 waited 600000 ms (the process group's timeout) in collective number 21, a "
+        "ALLREDUCE: ranks 1,2 did not enter nccl:all_reduce #21 (rank 3 waits in it), as ddprun's "
+        "PyTorch hook recorded: those ranks are the cause, the ranks that timed out their "
+        "victims");
+  // A stopped rank says more than the record (it stopped inside or before the collective).
+  c.stopped = "rank 1 was stopped by a signal (SIGSTOP)";
+  auto stopped = Explain(Failed("", gloo), c);
+  REQUIRE(stopped.has_value());
+  CHECK(stopped->cause.find("while rank 1 was stopped by a signal (SIGSTOP)") != std::string::npos);
+}
+
 // torch/csrc/distributed/c10d/ProcessGroupGloo.cpp: monitoredBarrier names the ranks it missed.
 TEST_CASE("explain: monitored_barrier names the ranks that never reached it, not the raiser") {
   auto e = Explain(Failed("",
