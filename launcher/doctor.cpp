@@ -269,11 +269,19 @@ std::vector<LimitCheck> PortChecks(const LaunchConfig& c) {
         PortCheck(c10d_port, "c10d rendezvous --rdzv_endpoint port", "--rdzv_endpoint=HOST:PORT"));
     return out;
   }
-  const bool hosts_store = c.master_port && c.rdzv_backend == "static" && c.node_rank == 0;
-  out.push_back(PortCheck(c.master_port.value_or(29500),
-                          hosts_store ? "this node's rendezvous store, --master_port"
-                                      : "static rendezvous --master_port",
-                          "--master_port", hosts_store));
+  // A static job's --rdzv_endpoint, when given, is where its store is (as the launch reads it).
+  const bool endpoint = c.rdzv_backend == "static" && !c.rdzv_endpoint.empty();
+  int static_port = c.master_port.value_or(29500);
+  if (endpoint && !StaticStoreAddress(c, &host, &static_port).ok()) {
+    static_port = c.master_port.value_or(29500);  // said by the launch's own check of it
+  }
+  const bool hosts_store =
+      (c.master_port || endpoint) && c.rdzv_backend == "static" && c.node_rank == 0;
+  const std::string option = endpoint ? "--rdzv_endpoint" : "--master_port";
+  out.push_back(PortCheck(
+      static_port,
+      hosts_store ? "this node's rendezvous store, " + option : "static rendezvous " + option,
+      endpoint ? "--rdzv_endpoint=HOST:PORT" : "--master_port", hosts_store));
   out.push_back(PortCheck(29400, "c10d rendezvous default", "--rdzv_endpoint=HOST:PORT"));
   return out;
 }
@@ -476,6 +484,7 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   for (auto& check : SlurmChecks(c, environ)) report.checks.push_back(std::move(check));
   if (program_given) report.checks.push_back(ProgramCheck(c, environ));
   report.checks.push_back(LogDirectoryCheck(c.log_dir));
+  if (auto binding = BindingCheck(c)) report.checks.push_back(std::move(*binding));
   const bool store_unknown = store_host && store_host->status == CheckStatus::kFail;
   if (store_host) report.checks.push_back(std::move(*store_host));
   if (auto endpoint = store_unknown ? std::nullopt : EndpointCheck(c)) {

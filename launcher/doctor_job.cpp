@@ -7,7 +7,9 @@
 #include <system_error>
 
 #include "base/format.hpp"
+#include "env/binding.hpp"
 #include "env/log_layout.hpp"
+#include "launcher/cpu_binding.hpp"
 #include "launcher/program.hpp"
 
 namespace ddprun::launcher {
@@ -104,6 +106,22 @@ LimitCheck LogDirectoryCheck(const std::string& log_dir) {
   }
   return WithSpace(
       base, (log_dir.empty() ? "a temporary directory in " : "--log_dir ") + base + " is writable");
+}
+
+std::optional<env::LimitCheck> BindingCheck(const LaunchConfig& c) {
+  if (c.binding == env::BindMode::kNone) return std::nullopt;
+  const std::string name = "CPU binding";
+  auto plan = PlanWorkerCpus(c, c.gpu_bus_ids);
+  if (!plan.ok())
+    return env::LimitCheck{name, env::CheckStatus::kFail, plan.status().message(), ""};
+  const std::string planned = env::DescribePlan(*plan);
+  if (plan->warnings.empty()) {
+    return env::LimitCheck{name, env::CheckStatus::kOk,
+                           env::BindModeName(c.binding) + ": " + planned, ""};
+  }
+  std::string said;  // each warning names the option
+  for (const auto& warning : plan->warnings) said += (said.empty() ? "" : "; ") + warning;
+  return env::LimitCheck{name, env::CheckStatus::kWarn, said + " (" + planned + ")", ""};
 }
 
 }  // namespace ddprun::launcher

@@ -1,7 +1,9 @@
 // The doctor's checks of the job itself, as its launch would meet them: the
-// program each worker runs, and the directory its logs go to.
+// program each worker runs, the directory its logs go to, and the CPUs each
+// local rank is bound to.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "env/environ.hpp"
@@ -19,5 +21,10 @@ env::LimitCheck ProgramCheck(const LaunchConfig& config, const env::Environ& env
 // directory there, warn where its filesystem has little space left. A
 // --log_dir not made yet is made to try; anything made is removed.
 env::LimitCheck LogDirectoryCheck(const std::string& log_dir);
+
+// --numa_binding / --cpu_binding, planned as the launch plans them: fail
+// where the launch would refuse the plan, warn where ranks share CPUs;
+// nullopt without a binding.
+std::optional<env::LimitCheck> BindingCheck(const LaunchConfig& config);
 
 }  // namespace ddprun::launcher

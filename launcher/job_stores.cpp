@@ -293,7 +293,9 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
       if (server.ok()) {
         stores.rdzv_server = std::move(*server);
       } else if (!HeldByThisJob(stores)) {
-        return server.status().Annotate(StoreOrigin(c, "--master_addr/--master_port"));
+        return server.status().Annotate(StoreOrigin(c, c.rdzv_endpoint.empty()
+                                                           ? "--master_addr/--master_port"
+                                                           : "--rdzv_endpoint=" + c.rdzv_endpoint));
       } else {
         // Another agent of this job already hosts the store as node rank 0:
         // join as a client, so that the rendezvous refuses the second claim

@@ -55,6 +55,46 @@ def test_doctor_fails_a_master_port_held_where_this_node_hosts_the_store():
     assert re.search(rf"^  warn\s+port {port}\s+cannot bind", other.stdout, re.M), other
 
 
+def test_a_static_rdzv_endpoint_s_port_is_the_one_checked_and_named():
+    """Found by an attacking helper (attack 99): with a static job's --rdzv_endpoint (where its
+    store is, as torchrun reads it) the doctor checked --master_port's default 29500 and said OK
+    for an endpoint port held by another process; the launch then failed naming
+    "--master_addr/--master_port", which the user never gave."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        doctor = run_ddprun(["doctor", f"--rdzv_endpoint=127.0.0.1:{port}"])
+        launch = run_ddprun([f"--rdzv_endpoint=127.0.0.1:{port}", "--nnodes=1", "/bin/true"],
+                            timeout=30)
+    assert doctor.rc == 1, doctor
+    assert re.search(rf"^  fail\s+port {port}\s+cannot bind: Address already in use \(this "
+                     rf"node's rendezvous store, --rdzv_endpoint\)", doctor.stdout, re.M), doctor
+    assert not re.search(r"^  \w+\s+port 29500\s", doctor.stdout, re.M), doctor
+    assert launch.rc == 1, launch
+    assert f"--rdzv_endpoint=127.0.0.1:{port}: store: listen on" in launch.stderr, launch
+    assert "--master_addr/--master_port" not in launch.stderr, launch
+
+
+def test_doctor_plans_the_cpu_binding_as_the_launch_does():
+    """Found by an attacking helper (attack 99): the doctor took --numa_binding and --cpu_binding
+    and checked nothing of them; a binding the launch refuses (more ranks than a NUMA node's
+    cores under exclusive) was OK."""
+    ranks = os.cpu_count() * 2 + 2
+    refused = run_ddprun(["doctor", "--numa_binding=exclusive", f"--nproc_per_node={ranks}"])
+    assert refused.rc == 1, refused
+    assert re.search(r"^  fail\s+CPU binding\s+--numa_binding=exclusive: NUMA node \d+ has \d+ "
+                     r"physical cores among the allowed CPUs for its \d+ local ranks",
+                     refused.stdout, re.M), refused
+    shared = run_ddprun(["doctor", "--cpu_binding=spread", f"--nproc_per_node={ranks}"])
+    assert re.search(r"^  warn\s+CPU binding\s+--cpu_binding=spread: \d+ allowed CPU\(s\) .* "
+                     r"ranks share CPUs", shared.stdout, re.M), shared
+    fits = run_ddprun(["doctor", "--cpu_binding=compact", "--nproc_per_node=1"])
+    assert re.search(r"^  ok\s+CPU binding\s+--cpu_binding=compact: local rank 0: ",
+                     fits.stdout, re.M), fits
+    assert "CPU binding" not in run_ddprun(["doctor"]).stdout
+
+
 def test_doctor_checks_a_c10d_endpoint_s_port_and_that_this_node_would_host_it():
     """With a c10d --rdzv_endpoint the doctor checked the static defaults (29500, 29400) and
     warned that nothing listens at a free endpoint of this host, where this node's agent would
