@@ -127,7 +127,8 @@ StatusOr<EventLog> EventLog::Open(const std::string& handler, const std::string&
   EventLog log;
   // The handlers are the option table's words for --event_log_handler.
   if (auto word = ParseWord("event_log_handler", handler); !word.ok()) return word.status();
-  if (handler == "null" && path.empty()) return log;
+  // torchrun's dynamic_rendezvous handler is a null one too.
+  if ((handler == "null" || handler == "dynamic_rendezvous") && path.empty()) return log;
   if (path.empty()) {
     log.fd_ = STDERR_FILENO;
     log.where_ = "stderr";

@@ -31,7 +31,7 @@ const std::vector<OptionDef>& OptionTable() {
        "accepted for torchrun compatibility; ddprun reacts to events, not polls"},
       {"start_method", 0, "spawn|fork|forkserver", "spawn", true,
        "accepted for torchrun compatibility; workers are always new processes"},
-      {"event_log_handler", 0, "null|json|console", "null", true,
+      {"event_log_handler", 0, "null|json|console|dynamic_rendezvous", "null", true,
        "the agent's events as JSON lines (json or console), to DDPRUN_EVENT_LOG or else stderr"},
       {"role", 0, "NAME", "default", true, "worker role: ROLE_NAME and the tee line prefix"},
       {"module", 'm', nullptr, nullptr, true, "run the program as a Python module (python -m)"},

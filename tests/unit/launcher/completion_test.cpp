@@ -66,7 +66,7 @@ TEST_CASE("the bash completion offers every value set of the table, and director
     std::string joined;
     for (const auto& word : Words(def)) {
       // The words go into the script unquoted by compgen -W: nothing the shell expands.
-      CHECK(word.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-") == std::string::npos);
+      CHECK(word.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_") == std::string::npos);
       joined += (joined.empty() ? "" : " ") + word;
     }
     if (joined.empty()) continue;
