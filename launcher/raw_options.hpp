@@ -40,16 +40,18 @@ class RawOptions {
     defaults_[Find(name)->name] = std::move(value);
   }
   std::optional<std::string> Get(const std::string& name) const { return Get(*Find(name)); }
-  // When `s` is about an option whose value came from PET_<NAME>, says so.
+  // When `s` is about options whose values came from PET_<NAME>, says so:
+  // "--name=" for a valued option, "--name" alone for a flag (--no_python).
   Status NameEnvironmentSource(const Status& s) const {
+    std::string sources;
     for (const auto& def : OptionTable()) {
       if (given_.count(def.name) != 0 || !def.pet_fallback) continue;
       auto v = env::Lookup(env_, PetName(def.name));
-      if (v && s.message().find(std::string("--") + def.name + "=") != std::string::npos) {
-        return s.Annotate(PetName(def.name) + "=" + *v);
+      if (v && Mentions(s.message(), def)) {
+        sources += (sources.empty() ? "" : ", ") + PetName(def.name) + "=" + *v;
       }
     }
-    return s;
+    return sources.empty() ? s : s.Annotate(sources);
   }
 
   static std::string PetName(const std::string& name) {
@@ -61,6 +63,20 @@ class RawOptions {
   static const OptionDef* Find(const std::string& name) { return *FindLongOption(name); }
 
  private:
+  static bool Mentions(const std::string& message, const OptionDef& def) {
+    const std::string name = std::string("--") + def.name;
+    for (size_t at = message.find(name); at != std::string::npos; at = message.find(name, at + 1)) {
+      const size_t end = at + name.size();
+      const char next = end < message.size() ? message[end] : ' ';
+      if (def.value_name != nullptr
+              ? next == '='
+              : !(std::isalnum(static_cast<unsigned char>(next)) || next == '_' || next == '-')) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   std::map<std::string, std::string> given_;
   std::map<std::string, std::string> defaults_;
   const env::Environ& env_;

@@ -336,6 +336,21 @@ TEST_CASE("numeric environment variables are checked like options") {
   CHECK(Contains(Error({"t"}, {{"PET_NPROC_PER_NODE", "2.5"}}), "--nproc_per_node=2.5"));
 }
 
+TEST_CASE("an error about a flag set by PET_<NAME> names the variable") {
+  // Found by an attacking helper (attack 99): valued options' errors named their PET_ variable,
+  // flags' did not ("-m/--module and --no_python cannot be used together" with only -m given).
+  CHECK(Contains(Error({"-m", "json.tool"}, {{"PET_NO_PYTHON", "1"}}),
+                 "PET_NO_PYTHON=1: -m/--module and --no_python cannot be used together"));
+  CHECK(Contains(Error({"--nnodes=2", "t"}, {{"PET_STANDALONE", "1"}}),
+                 "PET_STANDALONE=1: invalid --nnodes=2"));
+  // Both from the environment: both named. A flag named only as part of a longer name is not.
+  CHECK(Contains(Error({"t"}, {{"PET_NO_PYTHON", "1"}, {"PET_MODULE", "1"}}),
+                 "PET_MODULE=1, PET_NO_PYTHON=1: -m/--module and --no_python"));
+  CHECK_FALSE(
+      Contains(Error({"--nnodes=2", "t"}, {{"PET_STANDALONE", "1"}, {"PET_NO_PYTHON", "1"}}),
+               "PET_NO_PYTHON"));
+}
+
 TEST_CASE("integers are read as Python's int() reads them, as torchrun does, and nothing more") {
   for (const char* arg :
        {"--nproc_per_node=2.0", "--max_restarts=1e3", "--master_port=0x50", "--node_rank=0 x",
