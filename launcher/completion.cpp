@@ -87,16 +87,53 @@ _ddprun_long() {
   fi
 }
 
-# The canonical name of the option typed as $1 when its value is the next
-# word (--opt V, -t V); nothing for a flag, --opt=V or -tV.
-_ddprun_takes_next() {
-  local name=''
+# The canonical names of the options in the word $1, one per line: a long
+# one, or short ones bundled as argparse takes them (-mt3 is -m -t 3) up to
+# the first that takes a value, that one with a + after it when its value is
+# in the word too (--tee=3, -t3).
+_ddprun_options_in() {
+  local name rest
   case $1 in
-    --*=*) return ;;
-    --?*) name=$(_ddprun_long "${1#--}") ;;
-    -?) name=$(_ddprun_short "${1#-}") ;;
+    --*=*)
+      rest=${1%%=*}
+      name=$(_ddprun_long "${rest#--}")
+      if [[ -n $name ]]; then printf '%s+\n' "$name"; fi
+      ;;
+    --?*)
+      name=$(_ddprun_long "${1#--}")
+      if [[ -n $name ]]; then printf '%s\n' "$name"; fi
+      ;;
+    -?*)
+      rest=${1#-}
+      while [[ -n $rest ]]; do
+        name=$(_ddprun_short "${rest:0:1}")
+        rest=${rest:1}
+        if [[ -z $name ]]; then return; fi
+        if [[ " $_ddprun_valued " == *" $name "* ]]; then
+          if [[ -n $rest ]]; then printf '%s+\n' "$name"; else printf '%s\n' "$name"; fi
+          return
+        fi
+        printf '%s\n' "$name"
+      done
+      ;;
   esac
-  if [[ -n $name && " $_ddprun_valued " == *" $name "* ]]; then printf '%s\n' "$name"; fi
+}
+
+# The canonical name of the option typed as $1 when its value is the next
+# word (--opt V, -t V, -mt V); nothing for a flag, --opt=V or -t3.
+_ddprun_takes_next() {
+  local name last=''
+  while IFS= read -r name; do last=$name; done < <(_ddprun_options_in "$1")
+  if [[ -n $last && " $_ddprun_valued " == *" $last "* ]]; then printf '%s\n' "$last"; fi
+}
+
+# Whether the option word $1 runs the program as a module (-m, --module, -mt3).
+_ddprun_asks_module() {
+  local name
+  while IFS= read -r name; do
+    if [[ $name == module ]]; then return 0; fi
+  done < <(_ddprun_options_in "$1")
+  return 1
 }
 
 # COMPREPLY: what compgen gives for $2..., each after the prefix $1.
@@ -107,19 +144,52 @@ _ddprun_reply() {
 }
 
 # COMPREPLY: the program, starting with $1: directories, executables and .py
-# files, and at the first word the subcommands.
+# files, a name without a slash also from PATH (ddprun looks there after the
+# current directory), and at the first word the subcommands. With $2 (-m):
+# modules of the current directory instead, dotted (pkg.mod).
 _ddprun_program() {
-  local file path
-  compopt -o filenames 2>/dev/null
+  local file path command
+  local -A seen=()
   COMPREPLY=()
+  if [[ -n $2 ]]; then
+    _ddprun_modules "$1"
+    return
+  fi
+  compopt -o filenames 2>/dev/null
   if ((COMP_CWORD == 1)); then
     mapfile -t COMPREPLY < <(compgen -W "$_ddprun_subcommands" -- "$1")
   fi
   while IFS= read -r file; do
     path=$file  # compgen leaves a leading ~/ as typed
     if [[ $path == "~/"* ]]; then path=$HOME/${path#"~/"}; fi
-    if [[ -d $path || -x $path || $path == *.py ]]; then COMPREPLY+=("$file"); fi
+    if [[ -d $path || -x $path || $path == *.py ]]; then
+      COMPREPLY+=("$file")
+      seen[$file]=1
+    fi
   done < <(compgen -f -- "$1")
+  if [[ -n $1 && $1 != */* ]]; then
+    while IFS= read -r command; do
+      # Programs only: not the shell's builtins, functions or aliases.
+      if [[ -z ${seen[$command]} ]] && type -P "$command" >/dev/null 2>&1; then
+        COMPREPLY+=("$command")
+        seen[$command]=1
+      fi
+    done < <(compgen -c -- "$1")
+  fi
+}
+
+# COMPREPLY: the Python modules and packages under the current directory
+# whose dotted names (pkg.mod) start with $1.
+_ddprun_modules() {
+  local file
+  while IFS= read -r file; do
+    if [[ -d $file && ( -e $file/__init__.py || -e $file/__main__.py ) ]]; then
+      COMPREPLY+=("${file//\//.}")
+    elif [[ $file == *.py && -f $file && ${file##*/} != __* ]]; then
+      file=${file%.py}
+      COMPREPLY+=("${file//\//.}")
+    fi
+  done < <(compgen -f -- "${1//.//}")
 }
 
 # COMPREPLY: files starting with $1, for the program's own arguments.
@@ -137,16 +207,17 @@ _ddprun_pids() {
 }
 
 _ddprun() {
-  local cur=${COMP_WORDS[COMP_CWORD]} word name subcommand='' i=1
+  local cur=${COMP_WORDS[COMP_CWORD]} word name subcommand='' module='' i=1
   COMPREPLY=()
   # The words before the cursor: options and their values, then a subcommand
   # or the program; every word after the program is the program's.
   while ((i < COMP_CWORD)); do
     word=${COMP_WORDS[i]}
     if [[ $word == -- ]]; then
-      if ((i + 1 == COMP_CWORD)); then _ddprun_program "$cur"; else _ddprun_files "$cur"; fi
+      if ((i + 1 == COMP_CWORD)); then _ddprun_program "$cur" "$module"; else _ddprun_files "$cur"; fi
       return
     elif [[ $word == -?* ]]; then
+      if _ddprun_asks_module "$word"; then module=1; fi
       name=$(_ddprun_takes_next "$word")
       if [[ -n $name ]]; then
         # COMP_WORDBREAKS holds '=': the shell splits --opt=V into --opt, =, V.
@@ -179,8 +250,12 @@ _ddprun() {
       name=${cur%%=*}
       _ddprun_values "$(_ddprun_long "${name#--}")" "${cur#*=}" "$name="
       ;;
-    -*) mapfile -t COMPREPLY < <(compgen -W "$_ddprun_spellings" -- "$cur") ;;
-    *) if [[ $subcommand != doctor ]]; then _ddprun_program "$cur"; fi ;;
+    -*)
+      # doctor takes --json besides the job's options.
+      if [[ $subcommand == doctor ]]; then word=--json; else word=''; fi
+      mapfile -t COMPREPLY < <(compgen -W "$_ddprun_spellings $word" -- "$cur")
+      ;;
+    *) if [[ $subcommand != doctor ]]; then _ddprun_program "$cur" "$module"; fi ;;
   esac
 }
 
@@ -297,6 +372,21 @@ constexpr char kZshHeader[] = R"zsh(#compdef ddprun
 # runs: ddprun --print-completion zsh > ~/.zfunc/_ddprun, with
 # fpath=(~/.zfunc $fpath) in ~/.zshrc.
 
+# The Python modules and packages under the current directory, dotted
+# (pkg.mod), for -m.
+_ddprun_modules() {
+  local -a modules
+  local file expl
+  for file in ${PREFIX//.//}*(N) ${PREFIX//.//}*/*(N); do
+    if [[ -d $file && ( -e $file/__init__.py || -e $file/__main__.py ) ]]; then
+      modules+=(${file//\//.})
+    elif [[ $file == *.py && -f $file && ${file:t} != __* ]]; then
+      modules+=(${${file%.py}//\//.})
+    fi
+  done
+  _wanted modules expl 'Python module' compadd -a modules
+}
+
 _ddprun() {
   local curcontext=$curcontext state state_descr line ret=1
   local -a alternatives
@@ -311,16 +401,22 @@ constexpr char kZshBody[] = R"zsh(
   _arguments -C -S -A '-*' : $options '1: :->first' '*:: :->rest' && ret=0
   case $state in
     first)
+      if (( ${+opt_args[-m]} || ${+opt_args[--module]} )); then
+        _ddprun_modules && ret=0
+        return ret
+      fi
       alternatives=(
         'scripts:Python script:_files -g "*.py(-.)"'
         'programs:executable:_files -g "*(-*)"'
       )
+      # ddprun looks a name without a slash up on PATH after the current directory.
+      if [[ $PREFIX != */* ]]; then alternatives+=('commands:command:_command_names -e'); fi
       if (( CURRENT == 2 )); then alternatives+=($subcommands); fi
       _alternative $alternatives && ret=0
       ;;
     rest)
       case $words[1] in
-        doctor) _arguments -S : $options && ret=0 ;;
+        doctor) _arguments -S : $options '--json[print the checks as JSON]' && ret=0 ;;
         dump) (( CURRENT == 2 )) && _pids && ret=0 ;;
         *) _normal && ret=0 ;;
       esac

@@ -184,6 +184,16 @@ int Print(const std::string& text, int code) {
 // 0 when nothing fails, 1 otherwise, 2 on bad options.
 int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ,
            const ddprun::launcher::HostCounts& host) {
+  for (const auto& option : options) {
+    if (option == "--") break;
+    if (option.rfind("--json=", 0) == 0) {
+      std::fprintf(stderr,
+                   "ddprun doctor: %s: --json takes no value: give --json alone to print the "
+                   "checks as JSON\n",
+                   option.c_str());
+      return ddprun::exit_code::kUsage;
+    }
+  }
   // Given twice is given, as argparse takes a repeated flag.
   const auto json = std::remove(options.begin(), options.end(), "--json");
   const bool as_json = json != options.end();

@@ -330,7 +330,12 @@ StatusOr<SplitArgs> SplitCommandLine(const std::vector<std::string>& args) {
 
 std::string HelpText() {
   std::ostringstream o;
-  o << "usage: ddprun [options] PROGRAM [ARGS...]\n\n"
+  o << "usage: ddprun [options] PROGRAM [ARGS...]\n"
+       "       ddprun [options] -m MODULE [ARGS...]\n"
+       "       ddprun doctor [--json] [options]   check this host for the job, print a table "
+       "(or JSON)\n"
+       "       ddprun dump [PID]                  ask a running ddprun for a debug dump of its "
+       "workers\n\n"
        "Launches and supervises PROGRAM on every local worker, as torchrun does. A .py file runs\n"
        "under python3 -u, an executable runs directly. Every option has a dashed spelling too\n"
        "(--nproc-per-node), and most read PET_<NAME> when not given.\n\noptions:\n";

@@ -42,12 +42,20 @@ def bash_script(tmp_path_factory):
 
 @pytest.fixture
 def workdir(tmp_path):
-    """A directory with a program (train), a script (train.py), a plain file and a folder."""
+    """A directory with a program (train), a script (train.py), a plain file, a folder, a
+    package (trainpkg: __init__.py, data.py) and, in bin/ (the completion's PATH), a program
+    (trainer)."""
     (tmp_path / "train").write_text("#!/bin/sh\n")
     (tmp_path / "train").chmod(0o755)
     (tmp_path / "train.py").write_text("print(1)\n")
     (tmp_path / "trace.txt").write_text("not a program\n")
     (tmp_path / "logs").mkdir()
+    (tmp_path / "trainpkg").mkdir()
+    (tmp_path / "trainpkg" / "__init__.py").write_text("")
+    (tmp_path / "trainpkg" / "data.py").write_text("")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "trainer").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "trainer").chmod(0o755)
     return tmp_path
 
 
@@ -65,9 +73,9 @@ def bash_words(line, split_at_equals=True):
 
 def complete(bash_script, line, cwd, split_at_equals=True):
     """The candidates bash's completion function gives for `line`, the cursor at its end
-    (HOME is `cwd`)."""
-    env = base_env(BASH_ENV=None, ENV=None, HOME=str(cwd))
-    r = subprocess.run(["bash", "--norc", "--noprofile", "-c", BASH_DRIVER, "complete",
+    (HOME is `cwd`, PATH its bin/)."""
+    env = base_env(BASH_ENV=None, ENV=None, HOME=str(cwd), PATH=str(cwd / "bin"))
+    r = subprocess.run([shutil.which("bash"), "--norc", "--noprofile", "-c", BASH_DRIVER, "complete",
                         str(bash_script), line, *bash_words(line, split_at_equals)],
                        cwd=cwd, env=env, capture_output=True, text=True, timeout=30)
     assert r.returncode == 0 and r.stderr == "", (r.returncode, r.stderr)
@@ -133,7 +141,7 @@ def test_values_in_the_same_word_when_the_shell_does_not_split_at_equals(bash_sc
 
 
 def test_a_directory_option_completes_directories(bash_script, workdir):
-    assert complete(bash_script, "ddprun --log_dir ", workdir) == {"logs"}
+    assert complete(bash_script, "ddprun --log_dir ", workdir) == {"bin", "logs", "trainpkg"}
     assert complete(bash_script, "ddprun --log-dir=l", workdir) == {"logs"}
 
 
@@ -146,19 +154,49 @@ def test_subcommands_at_the_first_word_only(bash_script, workdir):
 
 
 def test_the_program_completes_as_a_file(bash_script, workdir):
-    assert complete(bash_script, "ddprun --nproc_per_node=2 ./tr", workdir) == {"./train",
-                                                                                "./train.py"}
-    assert complete(bash_script, "ddprun -r 3 tr", workdir) == {"train", "train.py"}
-    assert complete(bash_script, "ddprun -- tr", workdir) == {"train", "train.py"}
-    assert complete(bash_script, "ddprun ~/tr", workdir) == {"~/train", "~/train.py"}
+    assert complete(bash_script, "ddprun --nproc_per_node=2 ./tr", workdir) == {
+        "./train", "./train.py", "./trainpkg"}
+    assert complete(bash_script, "ddprun ~/tr", workdir) == {"~/train", "~/train.py",
+                                                             "~/trainpkg"}
     assert complete(bash_script, "ddprun l", workdir) == {"logs"}
+
+
+def test_a_program_name_without_a_slash_completes_from_path_too(bash_script, workdir):
+    """Found by an attacking helper (attack 99): ddprun runs a name without a slash from PATH
+    after the current directory, and the completion offered the current directory's only."""
+    here_and_path = {"train", "train.py", "trainpkg", "trainer"}
+    assert complete(bash_script, "ddprun -r 3 tr", workdir) == here_and_path
+    assert complete(bash_script, "ddprun -- tr", workdir) == here_and_path
+    assert complete(bash_script, "ddprun --no_python trainer", workdir) == {"trainer"}
+    assert complete(bash_script, "ddprun ./tr", workdir) == {"./train", "./train.py",
+                                                             "./trainpkg"}  # a path: no PATH
+
+
+def test_a_module_completes_as_dotted_names_of_this_directory(bash_script, workdir):
+    assert complete(bash_script, "ddprun -m tr", workdir) == {"train", "trainpkg"}
+    assert complete(bash_script, "ddprun --module trainpkg.", workdir) == {"trainpkg.data"}
+    assert complete(bash_script, "ddprun -mt3 trainpkg.d", workdir) == {"trainpkg.data"}
+
+
+def test_bundled_short_options_are_read_as_argparse_reads_them(bash_script, workdir):
+    """Found by an attacking helper (attack 99): ddprun takes -mt3 as -m -t 3; the completion
+    offered programs after -mt and took the 3 of "-mt 3" for the program."""
+    assert complete(bash_script, "ddprun -mt ", workdir) == {"0", "1", "2", "3"}
+    assert complete(bash_script, "ddprun -mt 3 train", workdir) == {"train", "trainpkg"}
+    assert complete(bash_script, "ddprun -t3 --npr", workdir) == {"--nproc_per_node",
+                                                                  "--nproc-per-node"}
+
+
+def test_doctor_offers_its_json_option(bash_script, workdir):
+    assert complete(bash_script, "ddprun doctor --js", workdir) == {"--json"}
+    assert complete(bash_script, "ddprun --js", workdir) == set()  # the doctor's alone
 
 
 def test_words_after_the_program_are_the_programs(bash_script, workdir):
     assert complete(bash_script, "ddprun prog --npr", workdir) == set()
     assert complete(bash_script, "ddprun ./train --npr", workdir) == set()
     assert complete(bash_script, "ddprun --nnodes 1 train.py --rdzv_backend ", workdir) == {
-        "train", "train.py", "trace.txt", "logs"}
+        "train", "train.py", "trace.txt", "logs", "bin", "trainpkg"}
     assert complete(bash_script, "ddprun -- ./train -", workdir) == set()
 
 
@@ -176,7 +214,7 @@ def test_zsh_script_parses(tmp_path):
 ZSH_CAPTURE = r'''
 zmodload zsh/zpty || exit 3
 zpty z zsh -f -i
-zpty -w z "PROMPT= RPROMPT=; fpath=($1 \$fpath); autoload -U compinit; compinit -u -D"
+zpty -w z "PROMPT= RPROMPT=; fpath=($1 \$fpath); autoload -U compinit; compinit -u -D; PATH=$3"
 zpty -w z "compadd() { if [[ \${@[1,(i)(-|--)]} == *-(O|A|D)\\ * ]]; then builtin compadd \"\$@\"; return; fi; local -a __hits; builtin compadd -A __hits \"\$@\"; local h; for h in \$__hits; do print -r -- \"<HIT>\$h\"; done; builtin compadd \"\$@\"; }"
 zpty -w z "bindkey '^I' complete-word; null-line() { echo -n \$'\\0'; }; zle -N null-line; bindkey '^@' null-line"
 zpty -w z "print SETUP-DONE"
@@ -197,7 +235,8 @@ def test_zsh_completion_offers_options_values_subcommands_and_files(tmp_path, wo
     (tmp_path / "_ddprun").write_text(script("zsh"))
 
     def complete_zsh(line):
-        r = subprocess.run(["zsh", "-f", "-c", ZSH_CAPTURE, "capture", str(tmp_path), line],
+        r = subprocess.run(["zsh", "-f", "-c", ZSH_CAPTURE, "capture", str(tmp_path), line,
+                            str(workdir / "bin")],
                            cwd=workdir, env=base_env(), capture_output=True, text=True,
                            timeout=30)
         assert r.returncode == 0, r.stderr
@@ -209,6 +248,9 @@ def test_zsh_completion_offers_options_values_subcommands_and_files(tmp_path, wo
     assert complete_zsh("ddprun -r ") == {"0", "1", "2", "3"}
     assert complete_zsh("ddprun doc") == {"doctor"}
     assert complete_zsh("ddprun doctor --npr") == {"--nproc_per_node", "--nproc-per-node"}
-    assert complete_zsh("ddprun --log_dir ") == {"logs"}
-    assert complete_zsh("ddprun --nproc_per_node=2 ./tr") == {"train", "train.py"}
+    assert complete_zsh("ddprun --log_dir ") == {"bin", "logs", "trainpkg"}
+    assert complete_zsh("ddprun --nproc_per_node=2 ./tr") == {"train", "train.py", "trainpkg"}
+    assert complete_zsh("ddprun doctor --js") == {"--json"}
+    assert complete_zsh("ddprun -m trainpkg.") == {"trainpkg.data"}
+    assert "trainer" in complete_zsh("ddprun trai")
     assert complete_zsh("ddprun ./train --npr") == set()

@@ -46,6 +46,12 @@ def test_help_exits_zero_and_lists_usage():
     out = help_text()
     assert out.startswith("usage: ddprun")
     assert "--nproc_per_node" in out
+    # As the man page's SYNOPSIS: the module form and the subcommands (attack 99: --help named
+    # neither ddprun dump nor the doctor's --json).
+    usage = out.split("\n\n")[0]
+    for form in ("ddprun [options] -m MODULE", "ddprun doctor [--json] [options]",
+                 "ddprun dump [PID]"):
+        assert form in usage, usage
 
 
 def test_version_prints_a_version():

@@ -466,6 +466,14 @@ def test_help_wins_over_the_doctor(args):
     assert re.fullmatch(r"ddprun \d+\.\d+\.\d+\n", version.stdout), version
 
 
+def test_doctor_json_with_a_value_says_it_takes_none():
+    """It said "unknown option --json: did you mean --nnodes?" (attack 99)."""
+    r = run_ddprun(["doctor", "--json=1"])
+    assert r.rc == 2, r
+    assert "--json=1: --json takes no value" in r.stderr, r
+    assert "unknown option" not in r.stderr, r
+
+
 def test_doctor_checks_the_program_it_is_given(tmp_path):
     """`ddprun doctor json` (meant --json) said OK without a word about `json` (attack 86): a
     program given is resolved as the launch would, and fails the doctor where it would."""
