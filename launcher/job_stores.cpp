@@ -11,6 +11,7 @@
 #include "env/gloo_address.hpp"
 #include "env/host.hpp"
 #include "env/names.hpp"
+#include "launcher/option_table.hpp"
 #include "rendezvous/sockets.hpp"
 #include "rendezvous/store_client.hpp"
 
@@ -111,9 +112,7 @@ Status ApplyConfKey(const std::string& key, const std::string& v, const std::str
   if (key == "store_type" && v != "tcp") {
     return Unimplemented("--rdzv_conf store_type=" + v + " is not supported yet: only tcp");
   }
-  if (key != "store_type") {
-    notices->push_back("--rdzv_conf " + key + "=" + v + " is not a key ddprun knows: ignored");
-  }
+  // An unknown key: ParseCommandLine warns of it (UnknownConfKey).
   return Status::Ok();
 }
 
@@ -234,6 +233,33 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
   }
   s.connect_timeout = c.rdzv_backend == "static" ? s.join_timeout : s.read_timeout;
   return s;
+}
+
+std::optional<std::string> UnknownConfKey(const std::string& key, const std::string& value) {
+  static const char* const kKnown[] = {"join_timeout",
+                                       "timeout",
+                                       "last_call_timeout",
+                                       "keep_alive_interval",
+                                       "keep_alive_max_attempt",
+                                       "read_timeout",
+                                       "token",
+                                       "is_host",
+                                       "store_type",
+                                       "close_timeout",
+                                       "heartbeat_timeout",
+                                       "use_libuv"};
+  const char* closest = nullptr;
+  size_t distance = 0;
+  for (const char* known : kKnown) {
+    if (key == known) return std::nullopt;
+    const size_t d = EditDistance(key, known);
+    if (closest == nullptr || d < distance) closest = known, distance = d;
+  }
+  return "--rdzv_conf " + key + "=" + value + " is not a key ddprun knows, so nothing reads it" +
+         (distance <= 3 ? std::string(": did you mean ") + closest + "?" : std::string()) +
+         " (the keys: join_timeout, last_call_timeout, keep_alive_interval, "
+         "keep_alive_max_attempt, read_timeout, timeout, is_host, token, store_type; "
+         "close_timeout, heartbeat_timeout and use_libuv change nothing here)";
 }
 
 bool NodesMaySpanHosts(const LaunchConfig& c) {

@@ -27,6 +27,10 @@ struct JobStores {
 
 // Reads --rdzv_conf (and DDPRUN_STORE_TOKEN) into rendezvous settings;
 // unknown keys come back as notices.
+// The warning for a --rdzv_conf key that no one reads (a typo: "did you
+// mean join_timeout?"); nullopt for a key ddprun knows.
+std::optional<std::string> UnknownConfKey(const std::string& key, const std::string& value);
+
 StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& config,
                                                             const env::Environ& environ,
                                                             std::vector<std::string>* notices);

@@ -305,8 +305,15 @@ int main(int argc, char** argv) {
   }
   auto program = launcher::ResolveProgram(parsed->config, environ);
   if (!program.ok()) {
-    return cannot_start("cannot run " + parsed->config.program + ": " + program.status().message(),
-                        exit_code::ForStatus(program.status()));
+    std::string why = "cannot run " + parsed->config.program + ": " + program.status().message();
+    const std::string& name = parsed->config.program;
+    if ((name == "doctor" || name == "dump") && program.status().code() == StatusCode::kNotFound) {
+      // ddprun --nproc_per_node=2 doctor: a subcommand after options (attack 99).
+      why += std::string("; ddprun's ") + name + " is a subcommand, read only as the first " +
+             "argument: ddprun " + name +
+             (name == "doctor" ? " [options] (or --doctor)" : " [PID]");
+    }
+    return cannot_start(why, exit_code::ForStatus(program.status()));
   }
   if (!program->interpreter.empty()) {
     spdlog::info("workers run {} under {} (from {})", parsed->config.program, program->interpreter,

@@ -144,6 +144,13 @@ Status ParseSignals(const std::string& v, LaunchConfig& c) {
     }
     c.handled_signals.insert(sig);
   }
+  if (c.handled_signals.empty()) {
+    // None handled, SIGTERM would end ddprun at once, its workers killed by the guardian
+    // without their grace (attack 99: accepted without a word).
+    return Bad("signals_to_handle", v,
+               "at least one catchable signal name, such as the default "
+               "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  }
   c.signals_to_handle = v;
   return Status::Ok();
 }

@@ -450,6 +450,9 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
   if (auto s = SettingsFromConfig(parsed.config, environ, &conf_notices); !s.ok()) {
     return s.status();
   }
+  for (const auto& [key, value] : parsed.config.rdzv_conf) {
+    if (auto unknown = UnknownConfKey(key, value)) parsed.warnings.push_back(*unknown);
+  }
   if (!split->program) {
     return InvalidArgument(
         "no program to run: give one after the options, e.g. "

@@ -466,6 +466,15 @@ def test_help_wins_over_the_doctor(args):
     assert re.fullmatch(r"ddprun \d+\.\d+\.\d+\n", version.stdout), version
 
 
+@pytest.mark.parametrize("sub", ["doctor", "dump"])
+def test_a_subcommand_after_options_is_named_as_one(sub):
+    """`ddprun --nproc_per_node 2 doctor` said only "doctor: not found on PATH" (attack 99)."""
+    r = run_ddprun(["--nproc_per_node=2", sub])
+    assert r.rc == 127, r
+    assert f"; ddprun's {sub} is a subcommand, read only as the first argument: ddprun {sub}" \
+        in r.stderr, r
+
+
 def test_doctor_json_with_a_value_says_it_takes_none():
     """It said "unknown option --json: did you mean --nnodes?" (attack 99)."""
     r = run_ddprun(["doctor", "--json=1"])

@@ -312,6 +312,28 @@ TEST_CASE("--exit_timeout is the --hang_timeout unless given; 0 waits for an exi
   CHECK(Parse({"--exit-timeout=7", "t"})->config.exit_timeout == doctest::Approx(7));
 }
 
+TEST_CASE("--signals_to_handle needs at least one signal") {
+  CHECK(
+      Contains(Error({"--signals_to_handle=", "t"}), "invalid --signals_to_handle=: at least one"));
+  CHECK(Contains(Error({"--signals_to_handle= , ", "t"}), "invalid --signals_to_handle"));
+}
+
+TEST_CASE("an unknown --rdzv_conf key is warned of, with the known key nearest a typo") {
+  // Found by an attacking helper (attack 99): a typo (join_timout) was an info line, easy to miss,
+  // and the job then waited the default 600 s.
+  auto typo = Parse({"--rdzv_conf=join_timout=60", "t"});
+  REQUIRE(typo.ok());
+  REQUIRE(typo->warnings.size() == 1);
+  CHECK(Contains(typo->warnings[0],
+                 "--rdzv_conf join_timout=60 is not a key ddprun knows, so "
+                 "nothing reads it: did you mean join_timeout?"));
+  auto far = Parse({"--rdzv_conf=colour=blue", "t"});
+  REQUIRE(far.ok());
+  REQUIRE(far->warnings.size() == 1);
+  CHECK_FALSE(Contains(far->warnings[0], "did you mean"));
+  CHECK(Parse({"--rdzv_conf=join_timeout=60,read_timeout=5", "t"})->warnings.empty());
+}
+
 TEST_CASE("every rdzv_conf duration refuses nan; keep_alive_max_attempt is a whole number") {
   for (const char* key : {"join_timeout", "timeout", "last_call_timeout", "keep_alive_interval",
                           "read_timeout", "close_timeout", "heartbeat_timeout"}) {
