@@ -19,6 +19,7 @@ debian_packages=(
   clang libclang-rt-14-dev clang-tidy
   file lintian  # scripts/package.sh (CPack's dpkg-shlibdeps step) and the test of its .debs
   zsh  # tests/e2e/test_completion.py runs the zsh completion for real
+  strace  # tests/e2e/test_train.py sees how a rank's --time block reaches stdout
 )
 
 # A local Slurm cluster for tests/e2e/test_slurm.py and bench/slurm_bench.py (daemons started by

@@ -236,9 +236,7 @@ void PrintTiming(const Rank<Model>& r) {
                            Times("backward_us", r.group.rank(), r.backward_us) + "rank " +
                            std::to_string(r.group.rank()) + " maxrss_kb " +
                            std::to_string(usage.ru_maxrss) + "\n";
-  std::fflush(stdout);
-  std::fwrite(text.data(), 1, text.size(), stdout);
-  std::fflush(stdout);
+  PrintWhole(text);
 }
 
 int Fail(int rank, const Status& s) {

@@ -11,6 +11,9 @@
 // plugin (cuda_plugin.hpp), loaded only then.
 #include <cstdio>
 #include <new>
+#include <string>
+
+#include "ddp/error_file.hpp"
 
 #include "examples/train/cuda_plugin.hpp"
 #include "examples/train/distributed_run.hpp"
@@ -83,10 +86,14 @@ int main(int argc, char** argv) {
   } catch (const std::bad_alloc&) {
     // The model's and the batch's buffers on the host: --width and --batch
     // decide their size.
-    std::fprintf(stderr,
-                 "train: out of host memory for the model and the batch (--width %d, --depth %d, "
-                 "--batch %d): use smaller values, or check ulimit -v and the memory cgroup\n",
-                 options->width, options->depth, options->batch);
+    // In the error file too, as every other failure of a rank (attack 98).
+    const std::string text = "train: out of host memory for the model and the batch (--width " +
+                             std::to_string(options->width) + ", --depth " +
+                             std::to_string(options->depth) + ", --batch " +
+                             std::to_string(options->batch) +
+                             "): use smaller values, or check ulimit -v and the memory cgroup";
+    std::fprintf(stderr, "%s\n", text.c_str());
+    (void)ddprun::ddp::RecordError(text);
     return 1;
   }
 }

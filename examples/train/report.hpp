@@ -3,6 +3,8 @@
 // and the last), "rank R checksum C" and "reference checksum C".
 #pragma once
 
+#include <string>
+
 #include "examples/train/mlp.hpp"
 
 namespace ddprun::train {
@@ -14,5 +16,9 @@ void PrintLoss(long step, float loss);
 // `who` is "rank 3" or "reference".
 void PrintChecksum(const char* who, const Mlp& model);
 void PrintChecksum(const char* who, double checksum);
+// `text` on stdout in one write(2) (after what stdio holds), so that the
+// ranks' blocks, on one file or pipe shared by all, never interleave: stdio
+// cuts a text longer than its buffer into several writes.
+void PrintWhole(const std::string& text);
 
 }  // namespace ddprun::train

@@ -294,6 +294,34 @@ def test_a_model_too_large_for_the_host_is_said_not_aborted():
     assert "train: out of host memory for the model and the batch (--width 2147483647" in r.stderr
 
 
+def test_an_out_of_memory_rank_writes_its_error_file():
+    """It printed its message but wrote no error file: the report said "no traceback" (attack 98)."""
+    r = ddprun(1, "--width", "2147483647", "--steps", "1")
+    assert r.returncode == 1, r.stderr
+    assert re.search(r"traceback : train: out of host memory for the model and the batch "
+                     r"\(--width 2147483647", r.stderr), r.stderr
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed")
+def test_each_ranks_timing_block_reaches_stdout_in_one_write(tmp_path):
+    """Found by an attacking helper (attack 98): past about 700 steps the --time block of a rank
+    outgrew stdio's buffer and reached the shared stdout in several writes, another rank's text
+    landing inside a line. Every write of a worker to its stdout must begin a line."""
+    trace = tmp_path / "strace"
+    r = subprocess.run(["strace", "-f", "-qq", "-s", "12", "-e", "trace=write", "-e",
+                        "signal=none", "-o", str(trace), DDPRUN, "--nproc_per_node=2", TRAIN,
+                        "--steps", "2000", "--width", "8", "--depth", "1", "--time"],
+                       env=env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                       timeout=180)
+    assert r.returncode == 0, r.stdout[-2000:]
+    writes = [ln for ln in trace.read_text().splitlines() if re.match(r"\d+ +write\(1, ", ln)]
+    sizes = [re.search(r"= (\d+)$", ln) for ln in writes if 'write(1, "rank ' in ln]
+    assert len([m for m in sizes if m and int(m.group(1)) > 10000]) == 2, writes  # a block each
+    split = [ln for ln in writes if not re.match(r'\d+ +write\(1, "(rank|step) ', ln)]
+    assert not split, split[:3]
+    assert len(re.findall(r"^rank [01] step_us \d+(,\d+){1999}$", r.stdout, re.M)) == 2
+
+
 @pytest.mark.parametrize("args, says", [
     (["--collective-timeout", "inf"], "--collective-timeout: a number of seconds from 0 to"),
     (["--collective-timeout", "nan"], "--collective-timeout: a number of seconds from 0 to"),
