@@ -23,7 +23,13 @@ std::string FormatBytes(uint64_t bytes) {
 
 std::string FormatSeconds(double seconds) {
   char buf[32];
-  std::snprintf(buf, sizeof(buf), "%g", std::round(seconds * 10) / 10);
+  const double tenths = std::round(seconds * 10) / 10;
+  if (tenths == 0 && seconds > 0) {
+    // Under 0.05 s: the first significant digit, never "0" (which reads as "no limit").
+    std::snprintf(buf, sizeof(buf), "%.1g", seconds);
+  } else {
+    std::snprintf(buf, sizeof(buf), "%g", tenths);
+  }
   return buf;
 }
 

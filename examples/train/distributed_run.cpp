@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "base/format.hpp"
 #include "ddp/error_file.hpp"
 #include "ddp/flight_recorder.hpp"
 #include "ddp/process_group.hpp"
@@ -239,6 +240,20 @@ void PrintTiming(const Rank<Model>& r) {
   PrintWhole(text);
 }
 
+// A set-up step that ran out of time under --collective-timeout: not a late
+// rank's doing alone, the user's limit may be below any set-up's time (attack
+// 98: 1 ms, and "rank(s) 1 did not arrive").
+Status WithTimeoutNote(const TrainOptions& o, const Status& s) {
+  if (o.collective_timeout_s <= 0 || (s.code() != StatusCode::kDeadlineExceeded &&
+                                      s.message().find(" within ") == std::string::npos)) {
+    return s;
+  }
+  return Status(s.code(), s.message() + "; --collective-timeout " +
+                              FormatSeconds(o.collective_timeout_s) +
+                              " s bounds the set-up and each of its store requests too: give it "
+                              "more if the ranks start further apart or the store is slow");
+}
+
 int Fail(int rank, const Status& s) {
   std::fprintf(stderr, "train: rank %d: %s\n", rank, s.message().c_str());
   (void)ddp::RecordError("train: rank " + std::to_string(rank) + ": " + s.message());
@@ -256,7 +271,10 @@ int Train(const TrainOptions& options, ddp::ProcessGroup& pg, Model& model,
           std::unique_ptr<Optimizer> optimizer) {
   StatusOr<std::unique_ptr<ddp::Reducer>> reducer =
       ddp::Reducer::Create(&pg, model.parameters(), model.buffers(), MakeReducerOptions(options));
-  if (!reducer.ok()) return Fail(pg.rank(), reducer.status().Annotate("create the reducer"));
+  if (!reducer.ok()) {
+    return Fail(pg.rank(),
+                WithTimeoutNote(options, reducer.status().Annotate("create the reducer")));
+  }
   Updater updater(options, &pg, &model.parameters(), std::move(optimizer));
   Rank<Model> r{options,
                 pg,
@@ -309,7 +327,7 @@ int RunDistributed(const TrainOptions& options) {
   StatusOr<std::unique_ptr<ddp::ProcessGroup>> group = Connect(options);
   if (!group.ok()) {
     // In the error file too: the failure report quotes it (it said "no traceback").
-    const std::string text = "train: " + group.status().message();
+    const std::string text = "train: " + WithTimeoutNote(options, group.status()).message();
     std::fprintf(stderr, "%s\n", text.c_str());
     (void)ddp::RecordError(text);
     return group.status().code() == StatusCode::kInvalidArgument ? 2 : 1;

@@ -119,6 +119,13 @@ Status CheckFaults(const po::variables_map& vm, const TrainOptions& o) {
         "--crash-at-step, --hang-at-step, --hang-at-exit and --diverge-at-step are faults of a "
         "rank of a DDP run; --reference has none (it takes --nan-at-step)");
   }
+  if (o.comm_only && (o.crash_at_step >= 0 || o.hang_at_step >= 0 || o.diverge_at_step >= 0)) {
+    // Its step is the collectives alone: the faults' points in the step never come (attack 98:
+    // they were ignored and the run exited 0).
+    return InvalidArgument(
+        "--crash-at-step, --hang-at-step and --diverge-at-step act inside a training step; "
+        "--comm-only runs none (it takes --hang-at-exit): drop one");
+  }
   if (!vm["hang-rank"].defaulted() && !rank_fault) {
     return InvalidArgument(
         "--hang-rank names the rank of --crash-at-step, --hang-at-step, --hang-at-exit or "

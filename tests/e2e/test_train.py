@@ -268,6 +268,21 @@ def test_a_rank_that_never_comes_to_the_set_up_is_named_by_the_one_that_waited()
                      r.stderr), r.stderr
 
 
+def test_a_collective_timeout_under_a_tenth_of_a_second_is_said_as_given():
+    """Found by an attacking helper (attack 98): --collective-timeout 0.04 was said as "timed out
+    after 0 s (collective timeout 0 s"; at 1 ms the set-up failed naming only a rank that "did
+    not arrive", when the user's limit bounds the set-up too."""
+    r = ddprun(2, *SMALL, "--hang-at-step", "3", "--collective-timeout", "0.04")
+    assert r.returncode == 1, r.stderr
+    assert "timed out after 0.04 s (collective timeout 0.04 s" in r.stderr, r.stderr
+    r = ddprun(2, *SMALL, "--collective-timeout", "0.001")
+    if r.returncode == 0:
+        pytest.skip("the set-up and the steps fit in 1 ms each this time: nothing to say")
+    # Where the set-up ran out of time the limit is named; a collective that did names it too.
+    assert ("; --collective-timeout 0.001 s bounds the set-up and each of its store requests too"
+            in r.stderr or "(collective timeout 0.001 s" in r.stderr), r.stderr
+
+
 def test_a_model_that_differs_between_ranks_is_reported_not_hung():
     start = time.monotonic()
     r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
@@ -335,6 +350,8 @@ def test_each_ranks_timing_block_reaches_stdout_in_one_write(tmp_path):
     # Accepted and ignored: no timing came out (attack 86).
     (["--reference", "--time"], "--time times the steps of a DDP run's ranks; --reference"),
     (["--world-size", "3"], "--world-size is the ranks --reference simulates"),
+    # Ignored: the run exited 0 and the fault never came (attack 98).
+    (["--comm-only", "--crash-at-step", "3"], "--comm-only runs none (it takes --hang-at-exit)"),
     # Words that are no option's value were dropped: --clip 5.0 clipped at 1.0 (attack 91).
     (["--clip", "5.0"], 'unexpected argument "5.0": train takes no positional arguments'),
     (["--", "--steps", "abc"], 'unexpected argument "--steps"'),

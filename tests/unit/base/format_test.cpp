@@ -6,6 +6,15 @@
 namespace ddprun {
 namespace {
 
+TEST_CASE("FormatSeconds gives tenths, and a time under 0.05 s its first digit, never 0") {
+  CHECK(FormatSeconds(600) == "600");
+  CHECK(FormatSeconds(2.54) == "2.5");
+  CHECK(FormatSeconds(0.05) == "0.1");
+  CHECK(FormatSeconds(0.04) == "0.04");  // "0 s" read as no limit (attack 98)
+  CHECK(FormatSeconds(0.001) == "0.001");
+  CHECK(FormatSeconds(0) == "0");
+}
+
 TEST_CASE("Printable keeps UTF-8 text and escapes what a terminal would act on") {
   CHECK(Printable("loss 0.5\tcafé ✓ 🚀", 100) == "loss 0.5\tcafé ✓ 🚀");
   // Clear screen and cursor home, a carriage return, DEL, NUL, a C1 CSI (U+009B).
