@@ -66,7 +66,12 @@ Status RunStep(Reference& r, long step) {
       params[i].grad[k] = r.grad_sums[i][k] / static_cast<float>(world);
     }
   }
-  if (IsLossStep(step, r.options.steps)) PrintLoss(step, static_cast<float>(loss / world));
+  if (IsLossStep(step, r.options.steps)) {
+    PrintLoss(step, static_cast<float>(loss / world));
+    if (Status s = CheckLoss(step, static_cast<float>(loss / world), r.options.lr); !s.ok()) {
+      return s;
+    }
+  }
   return r.updater.Apply(step, /*report=*/true);
 }
 

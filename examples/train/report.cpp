@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 namespace ddprun::train {
 
@@ -12,6 +14,18 @@ bool IsLossStep(long step, long steps) { return step % kLossEvery == 0 || step =
 void PrintLoss(long step, float loss) {
   std::printf("step %ld loss %.6g\n", step, loss);
   std::fflush(stdout);
+}
+
+Status CheckLoss(long step, float loss, double lr) {
+  if (std::isfinite(loss)) return Status::Ok();
+  const char* what = std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf";
+  char rate[32];
+  std::snprintf(rate, sizeof(rate), "%g", lr);
+  return Status(StatusCode::kAborted, "step " + std::to_string(step) + ": the loss became " + what +
+                                          " (the mean over the ranks, read every " +
+                                          std::to_string(kLossEvery) +
+                                          " steps): training diverged; lower --lr (" + rate +
+                                          ") or bound the updates with --clip");
 }
 
 void PrintChecksum(const char* who, const Mlp& model) { PrintChecksum(who, model.Checksum()); }

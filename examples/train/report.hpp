@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "base/status.hpp"
 #include "examples/train/mlp.hpp"
 
 namespace ddprun::train {
@@ -13,6 +14,10 @@ inline constexpr long kLossEvery = 10;
 
 bool IsLossStep(long step, long steps);
 void PrintLoss(long step, float loss);
+// The loss read at `step` (a loss step, the mean over the ranks: the same on
+// every rank): an error once it is nan or infinite, which training never
+// recovers from (the grad scaler skips non-finite gradients, not this).
+Status CheckLoss(long step, float loss, double lr);
 // `who` is "rank 3" or "reference".
 void PrintChecksum(const char* who, const Mlp& model);
 void PrintChecksum(const char* who, double checksum);
