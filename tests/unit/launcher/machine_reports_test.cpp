@@ -33,13 +33,17 @@ std::vector<json> Lines(const std::string& path) {
 }
 
 TEST_CASE("EventLog: handlers, paths, and one object per line with the common fields") {
-  auto unknown = EventLog::Open("dynamic_rendezvous", "");
+  auto unknown = EventLog::Open("syslog", "");
   REQUIRE_FALSE(unknown.ok());
   CHECK(unknown.status().message().find("--event_log_handler") != std::string::npos);
   CHECK(unknown.status().message().find("console") != std::string::npos);  // names the choices
   CHECK_FALSE(EventLog().enabled());
   auto none = EventLog::Open("null", "");
   REQUIRE(none.ok());
+  // torchrun's dynamic_rendezvous handler is a null one: nothing written.
+  auto torchrun_null = EventLog::Open("dynamic_rendezvous", "");
+  REQUIRE(torchrun_null.ok());
+  CHECK_FALSE(torchrun_null->enabled());
   CHECK_FALSE(none->enabled());
   auto to_stderr = EventLog::Open("json", "");
   REQUIRE(to_stderr.ok());

@@ -199,8 +199,11 @@ TEST_CASE("later work is refused with not supported yet") {
     CHECK(Contains(p.status().message(), "not supported yet"));
   }
   CHECK(Contains(Error({"--rdzv_backend=zookeeper", "t"}), "static or c10d"));
-  CHECK(Contains(Error({"--event_log_handler=dynamic_rendezvous", "t"}),
-                 "invalid --event_log_handler=dynamic_rendezvous: null, json or console"));
+  CHECK(Contains(Error({"--event_log_handler=syslog", "t"}),
+                 "invalid --event_log_handler=syslog: null, json, console or dynamic_rendezvous"));
+  // torchrun's third handler, a null one there.
+  CHECK(Parse({"--event_log_handler=dynamic_rendezvous", "t"})->config.event_log_handler ==
+        "dynamic_rendezvous");
   CHECK(Parse({"--event_log_handler=json", "t"})->config.event_log_handler == "json");
   CHECK(Parse({"t"}, {{"PET_EVENT_LOG_HANDLER", "console"}})->config.event_log_handler ==
         "console");
