@@ -106,7 +106,6 @@ Status Agent::Setup() {
   store_unreached_ = !driver.ok();  // a rendezvous failure, for the incident's class
   if (!driver.ok()) return driver.status();
   driver_ = std::move(*driver);
-  driver_->SetWorkersRunning([this] { return sup_->WorkersRunning(); });
   return Status::Ok();
 }
 

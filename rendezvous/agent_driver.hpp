@@ -52,11 +52,6 @@ class AgentDriver {
   Status StartWatching(NoteFn on_stop, NoteFn on_note = {});
   void StopWatching();
   void WorkersExited(const WorkersOutcome& outcome);
-  // AgentMachine::SetWorkersRunning; `running` is called from the watch thread.
-  void SetWorkersRunning(std::function<bool()> running) {
-    std::lock_guard<std::mutex> lock(mu_);
-    machine_.SetWorkersRunning(std::move(running));
-  }
   // AgentMachine::FailedEarly, taken by the companion thread at its next
   // step (within the machine's poll interval). Never waits for the store.
   void FailedEarly(const WorkersOutcome& outcome);

@@ -379,6 +379,9 @@ Action AgentMachine::Clearing(Kv& kv, const JobRecord& rec, Time now) {
   }
   phase_ = Phase::kRunning;
   ran_workers_ = true;
+  // A pause before this round is not one of this round's (attack 100: a pause in round 0 was
+  // told when the store went in round 1).
+  away_ = {};
   return start;
 }
 

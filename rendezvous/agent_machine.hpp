@@ -19,7 +19,6 @@
 #pragma once
 
 #include <chrono>
-#include <functional>
 #include <optional>
 #include <string>
 
@@ -118,11 +117,6 @@ class AgentMachine {
   // cause before their workers fail of it. A failure that may be another
   // node's (kPeer, settle) waits for the workers' exit as before.
   void FailedEarly(const WorkersOutcome& outcome, Time now);
-  // How the machine asks whether this node's workers still run (not yet
-  // exited, reaped or not), which it needs once only: when it finds the store
-  // gone after this agent did not run for the keep-alive limit or longer.
-  // Without one they are taken for exited.
-  void SetWorkersRunning(std::function<bool()> running) { workers_running_ = std::move(running); }
   // ddprun received a terminating signal; the machine leaves at its next step.
   void Interrupted(int signal, std::string name) {
     signal_ = signal;
@@ -234,18 +228,13 @@ class AgentMachine {
   std::string signal_name_;
   Time next_beat_{};
   std::optional<Time> last_step_;
-  std::chrono::milliseconds away_{0};  // the longest time this agent did not run
-  std::optional<Status> gone_;         // the store failure the agent exited for
-  std::string gone_message_;           // kStoreGone: what to say of it
-  bool outcome_known_ = false;         // kStoreGone: WorkersExited came
-  std::string previous_end_;           // why the last round this node ran in ended
-  std::optional<Time> stop_at_;        // kStoreGone: when the workers are stopped
-  bool stop_asked_ = false;            // kStoreGone: they are being stopped
-  // kStoreGone: this agent came back after the keep-alive limit to a store
-  // gone and its workers still running: the job went on, or ended, without
-  // this node (AgentMachine::StoreGone).
-  bool dropped_ = false;
-  std::function<bool()> workers_running_;
+  std::chrono::milliseconds away_{0};    // the longest time it did not run, since its round began
+  std::optional<Status> gone_;           // the store failure the agent exited for
+  std::string gone_message_;             // kStoreGone: what to say of it
+  bool outcome_known_ = false;           // kStoreGone: WorkersExited came
+  std::string previous_end_;             // why the last round this node ran in ended
+  std::optional<Time> stop_at_;          // kStoreGone: when the workers are stopped
+  bool stop_asked_ = false;              // kStoreGone: they are being stopped
   std::chrono::milliseconds waited_{0};  // WaitedForStore since the last Step
   std::chrono::milliseconds silent_{0};  // the store's request before it went took this long
   Time next_wake_{};

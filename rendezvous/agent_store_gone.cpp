@@ -60,21 +60,6 @@ Action AgentMachine::StoreGone(const Status& s) {
     // Stepped again at once: the grace counts from then (AfterStoreGone), not
     // from the start of this step, whose request may have waited read_timeout.
     if (last_step_) next_wake_ = *last_step_;
-    if (!stop_asked_ && !outcome_known_ && away_ >= s_.rdzv.KeepAliveLimit() && workers_running_ &&
-        workers_running_()) {
-      // Its workers ran on while this agent did not (a static job's workers
-      // without collectives; real DDP workers fail once the others' are
-      // stopped): their end is not the job's, which the others decided
-      // without them. As torchrun's agent, whose store is gone while its
-      // workers are healthy, they are stopped and the agent fails. Workers
-      // that had all exited meanwhile decide as before (exit 0 when they
-      // succeeded: the job may have ended without this agent's word).
-      dropped_ = stop_asked_ = true;
-      Action stop;
-      stop.kind = ActionKind::kStopWorkers;
-      stop.message = message + "; this node's workers were still running: they are stopped";
-      return stop;
-    }
     Action note;  // kWait
     note.message = message;
     if (!stop_asked_) {
@@ -124,13 +109,6 @@ Action AgentMachine::AfterStoreGone(Time now) {
     }
     next_wake_ = stop_asked_ ? now + s_.poll : std::min(now + s_.poll, *stop_at_);
     return Action{};
-  }
-  if (dropped_ && outcome_.kind != Kind::kInterrupted) {
-    Exit(1, gone_message_ +
-                "; this node's workers, still running when this agent came back, "
-                "were stopped");
-    done_.store_lost = true;
-    return done_;
   }
   if (outcome_.kind == Kind::kSucceeded) return ExitWorkersSucceeded();
   // The job had ended (by this node's failure or another's) before the store

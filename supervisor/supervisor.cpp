@@ -311,19 +311,6 @@ void Supervisor::ReapChildren() {
   }
 }
 
-bool Supervisor::WorkersRunning() const {
-  std::lock_guard<std::mutex> lock(live_mu_);
-  for (pid_t pid : live_) {
-    siginfo_t info{};
-    int r;
-    do {
-      r = waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT);
-    } while (r < 0 && errno == EINTR);
-    if (r == 0 && info.si_pid == 0) return true;  // no exit to report: it runs
-  }
-  return false;
-}
-
 void Supervisor::NotifyFailure(const GroupState& state) {
   if (failure_handler_) {
     failure_handler_(
@@ -374,8 +361,6 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   if (pid.ok()) {
     state.AddWorker(spec.local_rank, spec.rank, *pid);
     containment_->Track(*pid);
-    std::lock_guard<std::mutex> lock(live_mu_);
-    live_.push_back(*pid);
     return;
   }
   const int code = exit_code::ForStatus(pid.status()) == exit_code::kUsage
@@ -531,10 +516,6 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   StartPauseWatch();
   ArmHangCheck();
   while (!state.done()) uv_run(&loop_, UV_RUN_ONCE);
-  {
-    std::lock_guard<std::mutex> lock(live_mu_);
-    live_.clear();  // before Drain reaps them
-  }
   StopJobControl();
   StopPauseWatch();
   uv_timer_stop(&hang_timer_);

@@ -14,7 +14,6 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <vector>
@@ -124,10 +123,6 @@ class Supervisor {
   // Whether the workers are in a cgroup of the job's own.
   bool OwnCgroup() const { return !containment_->cgroup_dir().empty(); }
 
-  // Thread-safe: whether a worker of the running group has not exited yet
-  // (its exit unseen by the group or not).
-  bool WorkersRunning() const;
-
   // Thread-safe: stops the running group (outcome kStopped), or the next one
   // to start, until ClearStopRequest().
   void RequestStop();
@@ -221,10 +216,6 @@ class Supervisor {
   PosixProcessControl control_;
   std::unique_ptr<Containment> containment_;
   GroupState* running_ = nullptr;
-  // The running group's workers, for WorkersRunning() (another thread's):
-  // emptied before they are reaped, so no pid in it is reused meanwhile.
-  mutable std::mutex live_mu_;
-  std::vector<pid_t> live_;
   int pending_signal_ = 0;
   int signals_received_ = 0;
   int last_signal_ = 0;
