@@ -25,8 +25,8 @@ std::string FormatSeconds(double seconds) {
   char buf[32];
   const double tenths = std::round(seconds * 10) / 10;
   if (tenths == 0 && seconds > 0) {
-    // Under 0.05 s: the first significant digit, never "0" (which reads as "no limit").
-    std::snprintf(buf, sizeof(buf), "%.1g", seconds);
+    // Under 0.05 s: two significant digits (0.012, 0.04), never "0", which reads as "no limit".
+    std::snprintf(buf, sizeof(buf), "%.2g", seconds);
   } else {
     std::snprintf(buf, sizeof(buf), "%g", tenths);
   }

@@ -179,15 +179,18 @@ _ddprun_program() {
 }
 
 # COMPREPLY: the Python modules and packages under the current directory
-# whose dotted names (pkg.mod) start with $1.
+# whose dotted names (pkg.mod) start with $1: .py files, and directories that
+# hold Python (namespace packages too), named as Python can import them.
 _ddprun_modules() {
-  local file
+  local file name
   while IFS= read -r file; do
-    if [[ -d $file && ( -e $file/__init__.py || -e $file/__main__.py ) ]]; then
-      COMPREPLY+=("${file//\//.}")
+    name=${file%.py}
+    name=${name//\//.}
+    [[ $name =~ ^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$ ]] || continue
+    if [[ -d $file ]]; then
+      if compgen -G "$file/*.py" >/dev/null; then COMPREPLY+=("$name"); fi
     elif [[ $file == *.py && -f $file && ${file##*/} != __* ]]; then
-      file=${file%.py}
-      COMPREPLY+=("${file//\//.}")
+      COMPREPLY+=("$name")
     fi
   done < <(compgen -f -- "${1//.//}")
 }
@@ -375,13 +378,16 @@ constexpr char kZshHeader[] = R"zsh(#compdef ddprun
 # The Python modules and packages under the current directory, dotted
 # (pkg.mod), for -m.
 _ddprun_modules() {
-  local -a modules
-  local file expl
-  for file in ${PREFIX//.//}*(N) ${PREFIX//.//}*/*(N); do
-    if [[ -d $file && ( -e $file/__init__.py || -e $file/__main__.py ) ]]; then
-      modules+=(${file//\//.})
+  local -a modules python
+  local file name expl
+  for file in ${PREFIX//.//}*(N); do
+    name=${${file%.py}//\//.}
+    [[ $name =~ '^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$' ]] || continue
+    if [[ -d $file ]]; then
+      python=($file/*.py(N[1]))
+      (( $#python )) && modules+=($name)
     elif [[ $file == *.py && -f $file && ${file:t} != __* ]]; then
-      modules+=(${${file%.py}//\//.})
+      modules+=($name)
     fi
   done
   _wanted modules expl 'Python module' compadd -a modules

@@ -277,11 +277,11 @@ std::vector<LimitCheck> PortChecks(const LaunchConfig& c) {
   }
   const bool hosts_store =
       (c.master_port || endpoint) && c.rdzv_backend == "static" && c.node_rank == 0;
-  const std::string option = endpoint ? "--rdzv_endpoint" : "--master_port";
+  const std::string option = StaticPortOption(c);
   out.push_back(PortCheck(
       static_port,
       hosts_store ? "this node's rendezvous store, " + option : "static rendezvous " + option,
-      endpoint ? "--rdzv_endpoint=HOST:PORT" : "--master_port", hosts_store));
+      option == "--rdzv_endpoint" ? "--rdzv_endpoint=HOST:PORT" : "--master_port", hosts_store));
   out.push_back(PortCheck(29400, "c10d rendezvous default", "--rdzv_endpoint=HOST:PORT"));
   return out;
 }

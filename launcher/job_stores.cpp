@@ -298,6 +298,16 @@ Status StaticStoreAddress(const LaunchConfig& c, std::string* host, int* port) {
   return Status::Ok();
 }
 
+std::string StaticPortOption(const LaunchConfig& c) {
+  std::string host;
+  int port = -1;
+  if (c.rdzv_endpoint.empty() ||
+      !rendezvous::SplitHostPort(c.rdzv_endpoint, -1, &host, &port).ok() || port == -1) {
+    return "--master_port";
+  }
+  return "--rdzv_endpoint";
+}
+
 StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& environ,
                                   std::vector<std::string>* notices) {
   JobStores stores;
@@ -319,9 +329,12 @@ StatusOr<JobStores> OpenJobStores(const LaunchConfig& c, const env::Environ& env
       if (server.ok()) {
         stores.rdzv_server = std::move(*server);
       } else if (!HeldByThisJob(stores)) {
-        return server.status().Annotate(StoreOrigin(c, c.rdzv_endpoint.empty()
-                                                           ? "--master_addr/--master_port"
-                                                           : "--rdzv_endpoint=" + c.rdzv_endpoint));
+        std::string given = "--master_addr/--master_port";
+        if (!c.rdzv_endpoint.empty()) {
+          given = "--rdzv_endpoint=" + c.rdzv_endpoint;
+          if (StaticPortOption(c) == "--master_port") given += " (its port from --master_port)";
+        }
+        return server.status().Annotate(StoreOrigin(c, given));
       } else {
         // Another agent of this job already hosts the store as node rank 0:
         // join as a client, so that the rendezvous refuses the second claim

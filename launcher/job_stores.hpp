@@ -47,6 +47,9 @@ rendezvous::StoreServerOptions StoreOptions(const std::string& host, int port,
 // Where a static job's store is: --master_addr/--master_port, or its
 // --rdzv_endpoint when given (as torchrun).
 Status StaticStoreAddress(const LaunchConfig& config, std::string* host, int* port);
+// The option a static job's store port comes from, for messages:
+// "--rdzv_endpoint" when that has a port, else "--master_port".
+std::string StaticPortOption(const LaunchConfig& config);
 
 // Where a c10d job's store is: its --rdzv_endpoint (port 29400 when not given).
 Status C10dStoreAddress(const LaunchConfig& config, std::string* host, int* port);

@@ -34,7 +34,8 @@ StatusOr<bool> ParseBool(const std::string& option, const std::string& v) {
   if (auto n = ParseInteger(option, v, -kHuge, kHuge, "", Spelling::kPython); n.ok()) {
     return *n != 0;
   }
-  return Bad(option, v, "1 or 0 (true or false; any whole number: not 0 is true)");
+  return Bad(option, v,
+             "1 or 0 (true, yes or on; false, no or off; any whole number: not 0 is true)");
 }
 
 // `gpus`: the GPUs the workers will see (env/visible_gpus.hpp).

@@ -187,12 +187,26 @@ Match SetUpTimeout(const std::string& text, const ExplainContext& c) {
       "download or data preparation on one rank, a checkpoint load), or give it a longer "
       "timeout=; the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE on every rank (ddprun sets "
       "them)";
-  if (auto m = Find(text, R"(wait timeout after (\d+) ?ms, keys: \S*/cpu//\d+/(\d+)\b)")) {
-    const std::string rank = (*m)[2].str();
-    return Lines("the worker waited " +
-                     FormatSeconds(std::strtod((*m)[1].str().c_str(), nullptr) / 1000) +
-                     " s (init_process_group's timeout) for rank " + rank +
-                     " to set up the Gloo process group with it, and rank " + rank +
+  // The default group's keys are /default_pg/N//cpu//D/R, a new_group's
+  // /default_pg/N//G//cpu//D/R: R is the rank within that group.
+  if (auto m = Find(text, R"(wait timeout after (\d+) ?ms, keys: /default_pg/\d+/(?:/([^/\s]+)/)?)"
+                          R"(/cpu//\d+/(\d+)\b)")) {
+    const std::string waited = FormatSeconds(std::strtod((*m)[1].str().c_str(), nullptr) / 1000);
+    const std::string rank = (*m)[3].str();
+    if ((*m)[2].matched) {
+      // attack 100: group rank 1 of new_group([1, 2]) was named as global rank 1.
+      const std::string group = (*m)[2].str();
+      return Lines("the worker waited " + waited + " s (new_group's timeout) for group rank " +
+                       rank + " of process group " + group + " (the rank at position " + rank +
+                       " of the ranks given to new_group, counted from 0) to set up the Gloo "
+                       "group with it, and it never did: that rank had not called new_group for "
+                       "this group by then",
+                   "every rank calls new_group for every group, members or not, in the same "
+                   "order; give new_group a longer timeout= if a rank is legitimately slower "
+                   "to get there");
+    }
+    return Lines("the worker waited " + waited + " s (init_process_group's timeout) for rank " +
+                     rank + " to set up the Gloo process group with it, and rank " + rank +
                      " never did: it had not called init_process_group by then (or got another "
                      "world or store); Gloo waits for the ranks in turn, so later ones may be "
                      "missing too; " +

@@ -23,8 +23,8 @@ Match WhileStopped(const std::string& waited, const ExplainContext& c) {
 std::string LaggardIsCause(const std::string& verdict) {
   const bool several = verdict.rfind("ranks ", 0) == 0;
   return ": " + verdict + ", as ddprun's PyTorch hook recorded: " +
-         (several ? "those ranks are the cause, the ranks that timed out their victims"
-                  : "that rank is the cause, the ranks that timed out its victims");
+         (several ? "those ranks are the cause and the ranks that timed out are their victims"
+                  : "that rank is the cause and the ranks that timed out are its victims");
 }
 const char* const kLookAtLaggard =
     "look at what it was doing (its output; --hang_timeout below the process group's "

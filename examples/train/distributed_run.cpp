@@ -185,7 +185,7 @@ Status RunStep(Rank<Model>& r, long step) {
     StatusOr<float> mean = MeanLoss(r.group, r.model.Loss());  // the step's one host wait
     if (!mean.ok()) return mean.status().Annotate("step " + std::to_string(step));
     if (rank == 0) PrintLoss(step, *mean);
-    if (Status finite = CheckLoss(step, *mean, r.options.lr); !finite.ok()) return finite;
+    if (Status finite = CheckLoss(step, *mean, r.options); !finite.ok()) return finite;
   }
   std::function<StatusOr<std::string>()> origin;
   if (FindsNonFiniteOrigin(r.options) && !r.options.no_comm) {

@@ -68,7 +68,7 @@ Status RunStep(Reference& r, long step) {
   }
   if (IsLossStep(step, r.options.steps)) {
     PrintLoss(step, static_cast<float>(loss / world));
-    if (Status s = CheckLoss(step, static_cast<float>(loss / world), r.options.lr); !s.ok()) {
+    if (Status s = CheckLoss(step, static_cast<float>(loss / world), r.options); !s.ok()) {
       return s;
     }
   }

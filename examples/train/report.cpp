@@ -16,16 +16,18 @@ void PrintLoss(long step, float loss) {
   std::fflush(stdout);
 }
 
-Status CheckLoss(long step, float loss, double lr) {
+Status CheckLoss(long step, float loss, const TrainOptions& o) {
   if (std::isfinite(loss)) return Status::Ok();
   const char* what = std::isnan(loss) ? "nan" : loss > 0 ? "inf" : "-inf";
   char rate[32];
-  std::snprintf(rate, sizeof(rate), "%g", lr);
+  std::snprintf(rate, sizeof(rate), "%g", o.lr);
+  // Clipping bounds an SGD step; Adam's step is about --lr whatever the gradient (attack 100).
+  const bool clip_helps = o.optimizer == OptimizerKind::kSgd && !o.clip;
   return Status(StatusCode::kAborted, "step " + std::to_string(step) + ": the loss became " + what +
                                           " (the mean over the ranks, read every " +
                                           std::to_string(kLossEvery) +
-                                          " steps): training diverged; lower --lr (" + rate +
-                                          ") or bound the updates with --clip");
+                                          " steps): training diverged; lower --lr (" + rate + ")" +
+                                          (clip_helps ? " or bound the updates with --clip" : ""));
 }
 
 void PrintChecksum(const char* who, const Mlp& model) { PrintChecksum(who, model.Checksum()); }

@@ -7,6 +7,7 @@
 
 #include "base/status.hpp"
 #include "examples/train/mlp.hpp"
+#include "examples/train/options.hpp"
 
 namespace ddprun::train {
 
@@ -17,7 +18,7 @@ void PrintLoss(long step, float loss);
 // The loss read at `step` (a loss step, the mean over the ranks: the same on
 // every rank): an error once it is nan or infinite, which training never
 // recovers from (the grad scaler skips non-finite gradients, not this).
-Status CheckLoss(long step, float loss, double lr);
+Status CheckLoss(long step, float loss, const TrainOptions& options);
 // `who` is "rank 3" or "reference".
 void PrintChecksum(const char* who, const Mlp& model);
 void PrintChecksum(const char* who, double checksum);

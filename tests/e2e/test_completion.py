@@ -173,6 +173,13 @@ def test_a_program_name_without_a_slash_completes_from_path_too(bash_script, wor
 
 
 def test_a_module_completes_as_dotted_names_of_this_directory(bash_script, workdir):
+    # A namespace package (no __init__.py) too; no name Python cannot import (attack 100).
+    (workdir / "tools").mkdir()
+    (workdir / "tools" / "tune.py").write_text("")
+    (workdir / "to do.py").write_text("")
+    (workdir / "it's.py").write_text("")
+    assert complete(bash_script, "ddprun -m t", workdir) == {"train", "trainpkg", "tools"}
+    assert complete(bash_script, "ddprun -m tools.", workdir) == {"tools.tune"}
     assert complete(bash_script, "ddprun -m tr", workdir) == {"train", "trainpkg"}
     assert complete(bash_script, "ddprun --module trainpkg.", workdir) == {"trainpkg.data"}
     assert complete(bash_script, "ddprun -mt3 trainpkg.d", workdir) == {"trainpkg.data"}
@@ -252,5 +259,6 @@ def test_zsh_completion_offers_options_values_subcommands_and_files(tmp_path, wo
     assert complete_zsh("ddprun --nproc_per_node=2 ./tr") == {"train", "train.py", "trainpkg"}
     assert complete_zsh("ddprun doctor --js") == {"--json"}
     assert complete_zsh("ddprun -m trainpkg.") == {"trainpkg.data"}
+    assert complete_zsh("ddprun -m trai") == {"train", "trainpkg"}
     assert "trainer" in complete_zsh("ddprun trai")
     assert complete_zsh("ddprun ./train --npr") == set()

@@ -6,12 +6,14 @@
 namespace ddprun {
 namespace {
 
-TEST_CASE("FormatSeconds gives tenths, and a time under 0.05 s its first digit, never 0") {
+TEST_CASE("FormatSeconds gives tenths, and a time under 0.05 s two digits, never 0") {
   CHECK(FormatSeconds(600) == "600");
   CHECK(FormatSeconds(2.54) == "2.5");
   CHECK(FormatSeconds(0.05) == "0.1");
   CHECK(FormatSeconds(0.04) == "0.04");  // "0 s" read as no limit (attack 98)
   CHECK(FormatSeconds(0.001) == "0.001");
+  CHECK(FormatSeconds(0.012) == "0.012");  // not 0.01 (attack 100)
+  CHECK(FormatSeconds(0.049) == "0.049");
   CHECK(FormatSeconds(0) == "0");
 }
 

@@ -49,7 +49,7 @@ TEST_CASE("explain: a collective timeout names the rank the PyTorch hook saw lag
   CHECK(named->cause ==
         "the worker waited 4 s (the process group's timeout) in a Gloo receive for a peer: rank 1 "
         "did not enter gloo:all_reduce #4 (rank 0 waits in it), as ddprun's PyTorch hook "
-        "recorded: that rank is the cause, the ranks that timed out its victims");
+        "recorded: that rank is the cause and the ranks that timed out are its victims");
   CHECK(named->fix.rfind("look at what it was doing", 0) == 0);
   c.torch_laggards = "ranks 1,2 did not enter nccl:all_reduce #21 (rank 3 waits in it)";
   auto nccl = Explain(Failed("",
@@ -61,7 +61,7 @@ TEST_CASE("explain: a collective timeout names the rank the PyTorch hook saw lag
   CHECK(nccl->cause ==
         "rank 3 waited 600000 ms (the process group's timeout) in collective number 21, a "
         "ALLREDUCE: ranks 1,2 did not enter nccl:all_reduce #21 (rank 3 waits in it), as ddprun's "
-        "PyTorch hook recorded: those ranks are the cause, the ranks that timed out their "
+        "PyTorch hook recorded: those ranks are the cause and the ranks that timed out are their "
         "victims");
   // A stopped rank says more than the record (it stopped inside or before the collective).
   c.stopped = "rank 1 was stopped by a signal (SIGSTOP)";
