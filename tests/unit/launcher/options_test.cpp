@@ -261,14 +261,6 @@ TEST_CASE("--hang_detect=torch without --startup_timeout says what goes unwatche
             ->notices.empty());
 }
 
-TEST_CASE("master_addr and master_port under c10d are said to have no effect") {
-  auto p = Parse({"--rdzv_backend=c10d", "--rdzv_endpoint=h:1", "--master_port=7", "t"});
-  REQUIRE(p.ok());
-  REQUIRE(p->notices.size() == 1);
-  CHECK(Contains(p->notices[0], "--master_port=7 has no effect with --rdzv_backend=c10d"));
-  CHECK(Parse({"--master_port=7", "t"})->notices.empty());
-}
-
 TEST_CASE("help and version") {
   CHECK(Parse({"--help"})->action == Action::kHelp);
   CHECK(Parse({"-h"})->action == Action::kHelp);
@@ -319,38 +311,6 @@ TEST_CASE("--signals_to_handle needs at least one signal") {
   CHECK(
       Contains(Error({"--signals_to_handle=", "t"}), "invalid --signals_to_handle=: at least one"));
   CHECK(Contains(Error({"--signals_to_handle= , ", "t"}), "invalid --signals_to_handle"));
-}
-
-TEST_CASE("an unknown --rdzv_conf key is warned of, with the known key nearest a typo") {
-  // Found by an attacking helper (attack 99): a typo (join_timout) was an info line, easy to miss,
-  // and the job then waited the default 600 s.
-  auto typo = Parse({"--rdzv_conf=join_timout=60", "t"});
-  REQUIRE(typo.ok());
-  REQUIRE(typo->warnings.size() == 1);
-  CHECK(Contains(typo->warnings[0],
-                 "--rdzv_conf join_timout=60 is not a key ddprun knows, so "
-                 "nothing reads it: did you mean join_timeout?"));
-  auto far = Parse({"--rdzv_conf=colour=blue", "t"});
-  REQUIRE(far.ok());
-  REQUIRE(far->warnings.size() == 1);
-  CHECK_FALSE(Contains(far->warnings[0], "did you mean"));
-  CHECK(Parse({"--rdzv_conf=join_timeout=60,read_timeout=5", "t"})->warnings.empty());
-}
-
-TEST_CASE("every rdzv_conf duration refuses nan; keep_alive_max_attempt is a whole number") {
-  for (const char* key : {"join_timeout", "timeout", "last_call_timeout", "keep_alive_interval",
-                          "read_timeout", "close_timeout", "heartbeat_timeout"}) {
-    const std::string conf = std::string(key) + "=nan";
-    CAPTURE(conf);
-    CHECK(Contains(Error({"--rdzv_conf=" + conf, "t"}),
-                   "invalid --rdzv_conf " + conf + ": a number of seconds > 0"));
-  }
-  CHECK(Contains(Error({"--rdzv_conf=keep_alive_max_attempt=2.5", "t"}),
-                 "invalid --rdzv_conf keep_alive_max_attempt=2.5: a whole number >= 1"));
-  CHECK(Contains(Error({"--rdzv_conf=keep_alive_max_attempt=0", "t"}), "a whole number >= 1"));
-  CHECK(Contains(Error({"--rdzv_conf=is_host=maybe", "t"}), "invalid --rdzv_conf is_host=maybe"));
-  CHECK(Contains(Error({"--rdzv_conf=use_libuv=2", "t"}), "invalid --rdzv_conf use_libuv=2"));
-  CHECK(Parse({"--rdzv_conf=join_timeout=5,keep_alive_max_attempt=3,is_host=0", "t"}).ok());
 }
 
 TEST_CASE("numeric environment variables are checked like options") {
@@ -416,53 +376,6 @@ TEST_CASE("run ids and roles are restricted to characters safe in paths and pref
   REQUIRE(p.ok());
   CHECK(p->config.role == "trainer-1.a_B");
   CHECK(p->config.rdzv_id == "job_42.x-Y");
-}
-
-TEST_CASE("standalone, implicit or given, replaces --rdzv_id with a random one, as torchrun") {
-  for (const auto& args : {std::vector<std::string>{"--rdzv_id=mine", "t"},
-                           std::vector<std::string>{"--standalone", "--rdzv_id=mine", "t"}}) {
-    auto p = Parse(args);
-    REQUIRE(p.ok());
-    CHECK(p->config.rdzv_backend == "c10d");
-    CHECK(p->config.rdzv_id != "mine");
-    CHECK(p->config.rdzv_id.size() == 36);
-  }
-}
-
-TEST_CASE("a rendezvous endpoint that names no host is a usage error") {
-  for (const char* endpoint :
-       {":::", ":29400", "a b:1", "host:abc", "host:70000", "[::1", "[::1]x", "host\n:1"}) {
-    CAPTURE(endpoint);
-    auto p = Parse({"--rdzv_backend=c10d", std::string("--rdzv_endpoint=") + endpoint, "t"});
-    REQUIRE_FALSE(p.ok());
-    CHECK(p.status().code() == StatusCode::kInvalidArgument);
-    CHECK(Contains(p.status().message(), "invalid --rdzv_endpoint="));
-    CHECK(Contains(p.status().message(), "HOST[:PORT]"));
-  }
-  for (const char* endpoint : {"node1", "node1:29400", "10.0.0.1:1", "[::1]:29400", "::1",
-                               "fe80::1%eth0", "my_host.example.com"}) {
-    CAPTURE(endpoint);
-    CHECK(Parse({"--rdzv_backend=c10d", std::string("--rdzv_endpoint=") + endpoint, "t"}).ok());
-  }
-}
-
-TEST_CASE("an IPv6 endpoint without brackets takes its port after the last colon, as torchrun") {
-  struct Case {
-    const char* endpoint;
-    const char* host;
-    int port;
-  };
-  for (const Case& c :
-       {Case{"::1:29561", "::1", 29561}, Case{"fe80::2:80", "fe80::2", 80},
-        Case{"::1", "::1", 29400}, Case{"fe80::1", "fe80::1", 29400},
-        Case{"fe80::1%eth0", "fe80::1%eth0", 29400}, Case{"[::1]:29561", "::1", 29561}}) {
-    CAPTURE(c.endpoint);
-    std::string host;
-    int port = 0;
-    REQUIRE(rendezvous::SplitHostPort(c.endpoint, 29400, &host, &port).ok());
-    CHECK(host == c.host);
-    CHECK(port == c.port);
-  }
 }
 
 TEST_CASE("LOGLEVEL is one of the logging levels, in any case") {
@@ -561,36 +474,6 @@ TEST_CASE("an empty value reaches the option's own check") {
   CHECK(Contains(Error({"--nproc_per_node=", "t"}),
                  "invalid --nproc_per_node=: a number from 1 to 65536"));
   CHECK(Contains(Error({"--shutdown_timeout", "", "t"}), "invalid --shutdown_timeout=: a number"));
-}
-
-TEST_CASE("rdzv_conf: quotes around the value and blanks go, as PyTorch's own tests pass it") {
-  auto p = Parse({"--rdzv-conf='join_timeout=5, last_call_timeout = 1,timeout=5'", "./train"});
-  REQUIRE(p.ok());
-  CHECK(p->config.rdzv_conf.at("join_timeout") == "5");
-  CHECK(p->config.rdzv_conf.at("last_call_timeout") == "1");
-  CHECK(p->config.rdzv_conf.at("timeout") == "5");
-  CHECK(Contains(Error({"--rdzv_conf=a=1,,b=2", "./train"}), "has no KEY=VALUE form"));
-  CHECK(Contains(Error({"--rdzv_conf=a= ", "./train"}), "has no KEY=VALUE form"));
-}
-
-TEST_CASE("rdzv_conf: each backend reads its own keys, as torchrun") {
-  LaunchConfig c;
-  c.rdzv_backend = "c10d";
-  c.rdzv_conf = {{"join_timeout", "5"}, {"timeout", "7"}};
-  std::vector<std::string> notices;
-  auto s = SettingsFromConfig(c, {}, &notices);
-  REQUIRE(s.ok());
-  CHECK(s->join_timeout == std::chrono::seconds(5));
-  REQUIRE(notices.size() == 1);
-  CHECK(Contains(notices[0], "timeout=7 has no effect with --rdzv_backend=c10d"));
-  c.rdzv_backend = "static";
-  c.rdzv_conf = {{"timeout", "7"}, {"last_call_timeout", "1"}};
-  notices.clear();
-  s = SettingsFromConfig(c, {}, &notices);
-  REQUIRE(s.ok());
-  CHECK(s->join_timeout == std::chrono::seconds(7));
-  REQUIRE(notices.size() == 1);
-  CHECK(Contains(notices[0], "last_call_timeout=1 has no effect with the static backend"));
 }
 
 TEST_CASE("--run_path takes a relative script, as torchrun") {
