@@ -5,9 +5,7 @@
 #include <csignal>
 
 #include "env/slurm.hpp"
-#include "launcher/job_stores.hpp"
 #include "launcher/option_table.hpp"
-#include "rendezvous/sockets.hpp"
 #include "tests/unit/launcher/options_test_util.hpp"
 
 namespace ddprun::launcher {
