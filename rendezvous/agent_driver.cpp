@@ -242,17 +242,21 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
   // One that still beats is alive: a member, or one of an earlier round,
   // most likely stopping its workers (a failure recorded from it as their
   // grace began): it is waited for `grace` longer, as long as it beats (a
-  // killed or stopped one does not hold the job's end; attack 82).
+  // killed or stopped one does not hold the job's end; attack 82). One whose
+  // keep-alive stays still for the keep-alive limit is dead by contract,
+  // member or not (attack 101: a node killed after its workers succeeded
+  // held the host 30 s).
   const auto now = Clock::now();
   const auto& s = machine_.settings().rdzv;
   const auto beating = now + timeout + grace;
   struct Waited {
     Clock::time_point until;
     std::optional<int64_t> beats;
+    Clock::time_point beat_seen;  // when its keep-alive last moved (or the wait began)
   };
   std::map<std::string, Waited> waiting;
   for (const auto& [agent, other] : Others(kv, self, now + timeout, now + s.KeepAliveLimit())) {
-    if (other.in_job || !signalled) waiting[agent] = Waited{other.until, std::nullopt};
+    if (other.in_job || !signalled) waiting[agent] = Waited{other.until, std::nullopt, now};
   }
   while (!waiting.empty()) {
     if (int sig = pending_signal().first; sig != 0) return sig;
@@ -261,13 +265,20 @@ int AgentDriver::Leave(bool hosts_store, std::chrono::milliseconds timeout,
       auto left = kv.TryGet(keys_.Left(it->first));
       if (!left.ok()) return 0;
       Waited& w = it->second;
-      if (grace.count() > 0 && !*left && w.until < beating) {  // else no read extends it
+      bool dead = false;
+      if (!*left) {
         auto beat = kv.Add(keys_.KeepAlive(it->first), 0);
         if (!beat.ok()) return 0;
-        if (w.beats && *w.beats != *beat) w.until = std::max(w.until, std::min(beating, t + grace));
+        if (w.beats && *w.beats != *beat) {
+          w.beat_seen = t;
+          if (grace.count() > 0 && w.until < beating) {
+            w.until = std::max(w.until, std::min(beating, t + grace));
+          }
+        }
         w.beats = *beat;
+        dead = t - w.beat_seen >= s.KeepAliveLimit();
       }
-      it = (*left || t >= w.until) ? waiting.erase(it) : std::next(it);
+      it = (*left || dead || t >= w.until) ? waiting.erase(it) : std::next(it);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -287,6 +287,28 @@ def test_node_killed_after_its_workers_finished_completes_the_job(launch, tmp_pa
     assert all(len(starts(out, n, lr)) == 1 for n in range(2) for lr in range(2)), outputs(agents)
 
 
+def test_a_node_killed_after_its_workers_succeeded_holds_the_host_no_longer_than_the_limit(
+        launch, tmp_path):
+    """Found by an attacking helper (attack 101): node 1's workers finished first, then its agent
+    was SIGKILLed (a node crash) while node 0 still trained; node 0, the store host, waited 30 s
+    after its own workers finished for node 1 to read the outcome. Silent past the keep-alive
+    limit, an agent is dead by contract: the host leaves within a few seconds."""
+    out = tmp_path / "out"
+    out.mkdir()
+    port = free_port()
+    script = ('if [ "$NODE" = 1 ]; then sleep 1; else sleep 4; fi; '
+              'echo done >> "$OUTDIR/finished_${NODE}_${LOCAL_RANK}"')
+    agents = [launch(static_args(2, r, port, conf=FAST, extra=sh(script)), env=node_env(out, r))
+              for r in (0, 1)]
+    wait_for(lambda: finished(out, [1]), 15, what="node 1's workers finished")
+    time.sleep(0.5)
+    agents[1].signal(signal.SIGKILL)
+    wait_for(lambda: finished(out, [0]), 15, what="node 0's workers finished")
+    done = time.monotonic()
+    assert agents[0].wait(AGENT_TIMEOUT) == 0, outputs(agents)
+    assert time.monotonic() - done < 10, outputs(agents)  # was 30 s
+
+
 # Node 1's workers run until stopped (local rank 1 is the victim the test SIGKILLs). Every
 # worker of the other nodes dies as soon as $OUTDIR/pipe exists, as a broken connection to a
 # peer kills it: of SIGPIPE, or exit 1 after Gloo's message (no error file).
