@@ -251,6 +251,15 @@ int main(int argc, char** argv) {
       if (!done) supervisor::FlushConsole(kConsoleFlushWait, /*wait_for_unkept=*/true);
     }
   } flush_at_return;
+  rendezvous::StoreClient::set_not_up_notice(
+      [](const std::string& address, double waited_s, double left_s) {
+        spdlog::warn(
+            "the rendezvous store at {} is not up yet (nothing listens there) after {:.0f} s: "
+            "its host (node rank 0, or the c10d endpoint's agent) has not started, or the "
+            "address is wrong; waiting {:.0f} s more (the join timeout: --rdzv_conf "
+            "timeout=SECONDS for the static backend, read_timeout for c10d)",
+            address, waited_s, left_s);
+      });
   rendezvous::StoreClient::set_slow_handshake_notice(
       [](const std::string& address, double waited_s, double limit_s) {
         spdlog::warn(

@@ -37,7 +37,10 @@ StatusOr<std::unique_ptr<AgentDriver>> AgentDriver::Connect(const std::string& h
   auto client = StoreClient::Connect(host, port, settings.rdzv.read_timeout, settings.rdzv.token,
                                      StoreRole::kAgent, interrupted, within);
   if (client.status().code() == StatusCode::kAborted) return client.status();
-  if (client.status().code() == StatusCode::kDeadlineExceeded) {
+  // Not up within the connect timeout; one that took the connection and did
+  // not answer says its own bound (the read timeout).
+  if (client.status().code() == StatusCode::kDeadlineExceeded &&
+      client.status().message().find("took the connection") == std::string::npos) {
     return Status(StatusCode::kDeadlineExceeded,
                   "rendezvous: " + client.status().message() + " after " +
                       FormatSeconds(std::chrono::duration<double>(within).count()) +

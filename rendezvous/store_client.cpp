@@ -16,6 +16,7 @@ namespace ddprun::rendezvous {
 namespace {
 
 StoreClient::SlowHandshakeNotice slow_handshake_notice;  // set_slow_handshake_notice
+StoreClient::NotUpNotice not_up_notice;                  // set_not_up_notice
 
 std::string UserKey(const std::string& key) { return "/" + key; }
 
@@ -51,7 +52,22 @@ StatusOr<StoreClient> StoreClient::ConnectOnce(const std::string& host, int port
                                                StoreRole role, const Interrupted& interrupted,
                                                bool* closed) {
   const std::string address = HostPort(host, port);
-  auto fd = ConnectWithRetry(host, port, deadline, interrupted);
+  // A store not up yet (its host's agent late, or a wrong address) is waited
+  // for up to `deadline` (the static backend's is its join timeout, 900 s):
+  // said after kNotUpNotice, then every kNotUpEvery, or it looks like a hang
+  // (attack 101).
+  const auto began = Clock::now();
+  auto next_notice = began + kNotUpNotice;
+  const Interrupted watch = [&] {
+    const auto now = Clock::now();
+    if (not_up_notice && now >= next_notice) {
+      next_notice = now + kNotUpEvery;
+      not_up_notice(address, std::chrono::duration<double>(now - began).count(),
+                    std::chrono::duration<double>(deadline - now).count());
+    }
+    return interrupted && interrupted();
+  };
+  auto fd = ConnectWithRetry(host, port, deadline, watch);
   if (fd.status().code() == StatusCode::kAborted) {
     return Status(StatusCode::kAborted,
                   "interrupted while connecting to the store at " + address + " (not up yet)");
@@ -69,6 +85,11 @@ StatusOr<StoreClient> StoreClient::ConnectOnce(const std::string& host, int port
     };
   }
   const uint32_t nonce = static_cast<uint32_t>(getpid());
+  // It took the connection: up (or its kernel is). Its answer is waited for
+  // the read timeout, as the notice says, not the rest of the connect
+  // deadline (attack 101: a static node waited its 900 s join timeout on a
+  // listener that never answered).
+  deadline = std::min(deadline, Clock::now() + timeout);
   // A store that takes the connection and never answers: a stopped or hung
   // agent, or another program on the port.
   auto silent = [&](const Status& s) {
@@ -157,6 +178,8 @@ std::atomic<int64_t> waited_ns{0};  // StoreClient::Waited
 std::chrono::nanoseconds StoreClient::Waited() {
   return std::chrono::nanoseconds(waited_ns.load());
 }
+
+void StoreClient::set_not_up_notice(NotUpNotice notice) { not_up_notice = std::move(notice); }
 
 void StoreClient::set_slow_handshake_notice(SlowHandshakeNotice notice) {
   slow_handshake_notice = std::move(notice);

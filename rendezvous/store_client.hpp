@@ -94,6 +94,15 @@ class StoreClient {
       std::function<void(const std::string& address, double waited_s, double limit_s)>;
   static void set_slow_handshake_notice(SlowHandshakeNotice notice);
   static constexpr std::chrono::seconds kSlowHandshake{5};
+  // Called while Connect waits for a store that is not up yet (nothing
+  // listens at its address), after kNotUpNotice and then every kNotUpEvery,
+  // with the address, the seconds waited and the seconds left. Set once,
+  // before any client connects (the launcher logs it).
+  using NotUpNotice =
+      std::function<void(const std::string& address, double waited_s, double left_s)>;
+  static void set_not_up_notice(NotUpNotice notice);
+  static constexpr std::chrono::seconds kNotUpNotice{5};
+  static constexpr std::chrono::seconds kNotUpEvery{30};
 
  private:
   StoreClient(UniqueFd fd, std::string address, Duration timeout)
