@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <iterator>
 #include <random>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -67,6 +70,18 @@ constexpr IneffectiveKey kIneffective[] = {
     {"heartbeat_timeout", "", ": ddprun's store writes never wait on a lock"},
     {"use_libuv", "", ": ddprun's store writes never wait on a lock"},
 };
+
+// Every key ApplyConfKey reads (kIneffective's besides): any other is
+// warned of as unknown (UnknownConfKey).
+constexpr const char* kReadKeys[] = {"join_timeout",
+                                     "last_call_timeout",
+                                     "keep_alive_interval",
+                                     "keep_alive_max_attempt",
+                                     "read_timeout",
+                                     "timeout",
+                                     "is_host",
+                                     "token",
+                                     "store_type"};
 
 Status ApplyConfKey(const std::string& key, const std::string& v, const std::string& backend,
                     rendezvous::RendezvousSettings& s, std::vector<std::string>* notices) {
@@ -236,30 +251,27 @@ StatusOr<rendezvous::RendezvousSettings> SettingsFromConfig(const LaunchConfig& 
 }
 
 std::optional<std::string> UnknownConfKey(const std::string& key, const std::string& value) {
-  static const char* const kKnown[] = {"join_timeout",
-                                       "timeout",
-                                       "last_call_timeout",
-                                       "keep_alive_interval",
-                                       "keep_alive_max_attempt",
-                                       "read_timeout",
-                                       "token",
-                                       "is_host",
-                                       "store_type",
-                                       "close_timeout",
-                                       "heartbeat_timeout",
-                                       "use_libuv"};
+  std::vector<const char*> known(std::begin(kReadKeys), std::end(kReadKeys));
+  std::string read, ineffective;
+  for (const char* k : kReadKeys) read += std::string(read.empty() ? "" : ", ") + k;
+  for (const auto& k : kIneffective) {
+    if (std::find_if(known.begin(), known.end(),
+                     [&](const char* n) { return std::string_view(n) == k.key; }) != known.end()) {
+      continue;  // read by one backend, no effect with the other
+    }
+    known.push_back(k.key);
+    ineffective += std::string(ineffective.empty() ? "" : ", ") + k.key;
+  }
   const char* closest = nullptr;
   size_t distance = 0;
-  for (const char* known : kKnown) {
-    if (key == known) return std::nullopt;
-    const size_t d = EditDistance(key, known);
-    if (closest == nullptr || d < distance) closest = known, distance = d;
+  for (const char* k : known) {
+    if (key == k) return std::nullopt;
+    const size_t d = EditDistance(key, k);
+    if (closest == nullptr || d < distance) closest = k, distance = d;
   }
   return "--rdzv_conf " + key + "=" + value + " is not a key ddprun knows, so nothing reads it" +
          (distance <= 3 ? std::string(": did you mean ") + closest + "?" : std::string()) +
-         " (the keys: join_timeout, last_call_timeout, keep_alive_interval, "
-         "keep_alive_max_attempt, read_timeout, timeout, is_host, token, store_type; "
-         "close_timeout, heartbeat_timeout and use_libuv change nothing here)";
+         " (the keys: " + read + "; " + ineffective + " change nothing here)";
 }
 
 bool NodesMaySpanHosts(const LaunchConfig& c) {

@@ -37,6 +37,17 @@ TEST_CASE("an unknown --rdzv_conf key is warned of, with the known key nearest a
   REQUIRE(far->warnings.size() == 1);
   CHECK_FALSE(Contains(far->warnings[0], "did you mean"));
   CHECK(Parse({"--rdzv_conf=join_timeout=60,read_timeout=5", "t"})->warnings.empty());
+  // Every key some code reads is known: none warned of.
+  CHECK(Parse({"--rdzv_conf=join_timeout=5,last_call_timeout=1,keep_alive_interval=1,"
+               "keep_alive_max_attempt=2,read_timeout=5,timeout=5,is_host=1,token=x,"
+               "store_type=tcp,close_timeout=1,heartbeat_timeout=1,use_libuv=1",
+               "t"})
+            ->warnings.empty());
+  CHECK(Contains(far->warnings[0],
+                 "(the keys: join_timeout, last_call_timeout, "
+                 "keep_alive_interval, keep_alive_max_attempt, read_timeout, "
+                 "timeout, is_host, token, store_type; close_timeout, "
+                 "heartbeat_timeout, use_libuv change nothing here)"));
 }
 
 TEST_CASE("every rdzv_conf duration refuses nan; keep_alive_max_attempt is a whole number") {
