@@ -20,6 +20,15 @@ def ddprun(nproc, *args, timeout=120, **extra_env):
                           text=True, timeout=timeout)
 
 
+def rank_1_first(shell, *args):
+    """Two ranks of train under ddprun, rank 1 running `shell` before it (a late start, options of
+    its own in $x)."""
+    return subprocess.run([DDPRUN, "--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
+                           f'if [ "$RANK" = 1 ]; then {shell}; fi; '
+                           f'exec {TRAIN} --device cpu {" ".join(args)} $x'],
+                          env=env(), capture_output=True, text=True, timeout=60)
+
+
 @pytest.mark.parametrize("world", [2, 4])
 @pytest.mark.parametrize("extra, rel", [([], 1e-6), (["--optimizer", "adam"], 1e-6),
                                         (["--amp", "fp16"], 1e-4),
@@ -245,11 +254,8 @@ def test_a_rank_stopped_past_the_collective_timeout_is_named_as_the_cause(tmp_pa
     ("--nan-at-step 1", "rank 0 has --nan-at-step=off, rank 1 has --nan-at-step=1"),
 ])
 def test_a_setting_that_shapes_the_collectives_differing_between_ranks_is_refused(differs, says):
-    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
-                        f'if [ "$RANK" = 1 ]; then x="{differs}"; fi; '
-                        f'exec {TRAIN} --device cpu --steps 3 --width 1024 --depth 2 '
-                        f'--collective-timeout 20 $x'],
-                       env=env(), capture_output=True, text=True, timeout=60)
+    r = rank_1_first(f'x="{differs}"', "--steps", "3", "--width", "1024", "--depth", "2",
+                     "--collective-timeout", "20")
     assert r.returncode == 1, r.stderr
     assert "ddp: the ranks' settings differ: " + says in r.stderr, r.stderr
     assert "SIGABRT" not in r.stderr
@@ -258,10 +264,7 @@ def test_a_setting_that_shapes_the_collectives_differing_between_ranks_is_refuse
 def test_a_rank_that_never_comes_to_the_set_up_is_named_by_the_one_that_waited():
     # The waiting rank said "waited 3000 ms for keys ddp/attempt_0/gloo/1", wrote no error file,
     # and was the root cause with "no traceback" (attack 91).
-    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
-                        f'if [ "$RANK" = 1 ]; then sleep 30; fi; '
-                        f'exec {TRAIN} --device cpu {" ".join(SMALL)} --collective-timeout 2'],
-                       env=env(), capture_output=True, text=True, timeout=60)
+    r = rank_1_first("sleep 30", *SMALL, "--collective-timeout", "2")
     assert r.returncode == 1, r.stderr
     assert re.search(r"traceback : train: rank 0: ddp: gloo set-up \(rank 0 of 2, [^)]*\): rank\(s\) "
                      r"1 did not arrive within 2 s: they failed, hang or started late",
@@ -296,10 +299,7 @@ def test_a_collective_timeout_under_a_tenth_of_a_second_is_said_as_given():
     assert r.returncode == 1, r.stderr
     assert "timed out after 0.04 s (collective timeout 0.04 s" in r.stderr, r.stderr
     # Rank 1 comes 2 s late to a set-up bounded by a 0.3 s limit: the limit is named.
-    r = subprocess.run([DDPRUN, "--nproc_per_node=2", "--no_python", "/bin/sh", "-c",
-                        f'if [ "$RANK" = 1 ]; then sleep 2; fi; '
-                        f'exec {TRAIN} --device cpu {" ".join(SMALL)} --collective-timeout 0.3'],
-                       env=env(), capture_output=True, text=True, timeout=60)
+    r = rank_1_first("sleep 2", *SMALL, "--collective-timeout", "0.3")
     assert r.returncode == 1, r.stderr
     assert re.search(r"traceback : train: rank 0: .*did not arrive within 0\.3 s.*; "
                      r"--collective-timeout 0\.3 s bounds the set-up and each of its store "
