@@ -94,7 +94,11 @@ report = {"addr": os.environ["MASTER_ADDR"], "port": int(os.environ["MASTER_PORT
           "seen": seen, "total": total}
 with open(os.path.join(out, f"r{rank}_a{attempt}.json"), "w") as f:
     json.dump(report, f)
+store.set(f"attempt{attempt}/written{rank}", "yes")
 if attempt == 0 and rank == world - 1:
+    # Fail only once every rank has written its report: exiting as soon as the keys were all
+    # there raced rank 2 still writing it, which the failure's SIGTERM then stopped (once in CI).
+    store.wait([f"attempt0/written{r}" for r in range(world)])
     os._exit(1)  # every rank of attempt 0 has written its key: the restart must drop them
 """
 
