@@ -119,6 +119,7 @@ AgentMachine::AgentMachine(AgentSettings settings)
     : s_(std::move(settings)), keys_(s_.rdzv.run_id) {}
 
 Action AgentMachine::Step(Kv& kv, Time now) {
+  gone_in_step_.reset();
   if (phase_ == Phase::kDone) return done_;
   if (phase_ == Phase::kStoreGone) return AfterStoreGone(now);
   // A gap far longer than the poll interval means this process did not run

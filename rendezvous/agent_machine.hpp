@@ -138,7 +138,9 @@ class AgentMachine {
   // found gone at the end of a step this agent was stopped inside of (SIGSTOP
   // during a request) is told as a pause of that length, as one between steps
   // is; one that did not answer for long before it went, as that. Returns the
-  // step's action, amended so.
+  // step's action, amended so: only its message (the same decision, taken
+  // again from the phase the store was found gone in; attack 101: an exit 0
+  // for workers that had all succeeded became an exit 1).
   Action StepTook(std::chrono::milliseconds took, std::chrono::milliseconds waited, Action action);
 
   Phase phase() const { return phase_; }
@@ -228,8 +230,11 @@ class AgentMachine {
   std::string signal_name_;
   Time next_beat_{};
   std::optional<Time> last_step_;
-  std::chrono::milliseconds away_{0};    // the longest time it did not run, since its round began
-  std::optional<Status> gone_;           // the store failure the agent exited for
+  std::chrono::milliseconds away_{0};  // the longest time it did not run, since its round began
+  std::optional<Status> gone_;         // the store failure the agent exited for
+  // StoreGone ran in the Step now ending, from this phase: what StepTook
+  // amends is decided again from there, never an exit decided otherwise.
+  std::optional<Phase> gone_in_step_;
   std::string gone_message_;             // kStoreGone: what to say of it
   bool outcome_known_ = false;           // kStoreGone: WorkersExited came
   std::string previous_end_;             // why the last round this node ran in ended

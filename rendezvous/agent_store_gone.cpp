@@ -12,7 +12,8 @@ namespace ddprun::rendezvous {
 
 Action AgentMachine::StepTook(std::chrono::milliseconds took, std::chrono::milliseconds waited,
                               Action action) {
-  if (!gone_ || away_.count() > 0 || silent_.count() > 0 || took <= s_.rdzv.keep_alive_interval) {
+  if (!gone_in_step_ || away_.count() > 0 || silent_.count() > 0 ||
+      took <= s_.rdzv.keep_alive_interval) {
     return action;
   }
   const auto self = took - std::min(took, waited);
@@ -21,11 +22,13 @@ Action AgentMachine::StepTook(std::chrono::milliseconds took, std::chrono::milli
   } else {
     silent_ = took;
   }
+  phase_ = *gone_in_step_;  // kDone, if it exited: the same decision, told with the above
   return StoreGone(*gone_);
 }
 
 Action AgentMachine::StoreGone(const Status& s) {
   gone_ = s;
+  gone_in_step_ = phase_;
   std::string message = s.Annotate("rendezvous").message();
   if (s.code() == StatusCode::kDeadlineExceeded) {
     // The store took that long, not this agent: the gap between its steps

@@ -230,6 +230,57 @@ TEST_CASE("machines: a store gone after this node's workers all exited 0: the ag
   CHECK(exit1.exit_code == 1);
 }
 
+TEST_CASE("machines: a store that did not answer after the workers all exited 0: still exit 0") {
+  // Attack 101: the store host stopped (SIGSTOP, a partition) as the job ended. The request that
+  // recorded the workers' success waited read_timeout (past the keep-alive interval); the driver's
+  // account of that long step (StepTook) decided again from the exit, and the agent exited 1 though
+  // every worker had succeeded. The account amends what is said, not what was decided.
+  using std::chrono::milliseconds;
+  TwoAgents t(0);
+  auto [s0, s1] = t.Until();
+  REQUIRE(s1.kind == ActionKind::kStartWorkers);
+  t.a1->WorkersExited(WorkersOutcome{}, t.now);
+  t.store.SetDown(true);
+  Action exit = t.a1->Step(t.kv1, t.now);
+  REQUIRE(exit.kind == ActionKind::kExit);
+  Action told = t.a1->StepTook(milliseconds(6000), milliseconds(6000), exit);
+  CHECK(told.kind == ActionKind::kExit);
+  CHECK(told.exit_code == 0);
+  CHECK(told.message.find("it had not answered this agent's request for 6 s") != std::string::npos);
+  CHECK(told.message.find("this node's workers had all exited 0 by then") != std::string::npos);
+  // Its workers failed: the same account, the same exit 1.
+  TwoAgents f(0);
+  std::tie(s0, s1) = f.Until();
+  REQUIRE(s1.kind == ActionKind::kStartWorkers);
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause.exit_code = 3;
+  f.a1->WorkersExited(failed, f.now);
+  f.store.SetDown(true);
+  Action exit1 = f.a1->Step(f.kv1, f.now);
+  REQUIRE(exit1.kind == ActionKind::kExit);
+  CHECK(f.a1->StepTook(milliseconds(6000), milliseconds(6000), exit1).exit_code == 1);
+}
+
+TEST_CASE("machines: an exit decided steps after the store went is not decided again") {
+  // The workers ran when the store went; they all exited 0 later, and the step that read that
+  // was long (this agent starved): its exit 0 stands, told as it was.
+  using std::chrono::milliseconds;
+  TwoAgents t(0);
+  auto [s0, s1] = t.Until();
+  REQUIRE(s1.kind == ActionKind::kStartWorkers);
+  t.store.SetDown(true);
+  REQUIRE(t.a1->Step(t.kv1, t.now).kind == ActionKind::kWait);
+  t.now += milliseconds(300);
+  t.a1->WorkersExited(WorkersOutcome{}, t.now);
+  Action exit = t.a1->Step(t.kv1, t.now);
+  REQUIRE(exit.kind == ActionKind::kExit);
+  REQUIRE(exit.exit_code == 0);
+  Action told = t.a1->StepTook(milliseconds(6000), milliseconds(0), exit);
+  CHECK(told.exit_code == 0);
+  CHECK(told.message == exit.message);
+}
+
 TEST_CASE(
     "machines: workers failing by themselves after the store went: its loss stays the cause") {
   // The chaos suite's host killed mid-training: the other nodes' workers fail of the peers gone
