@@ -240,7 +240,11 @@ namespace {
 
 void Record(const OptionDef& def, const std::optional<std::string>& value, SplitArgs& out) {
   out.launcher.push_back("--" + std::string(def.name) + (value ? "=" + *value : ""));
-  out.values[def.name] = value.value_or("1");
+  const std::string now = value.value_or("1");
+  if (auto it = out.values.find(def.name); it != out.values.end() && it->second != now) {
+    out.replaced.emplace_back(def.name, it->second);
+  }
+  out.values[def.name] = now;
 }
 
 // Rewrites one option token (and maybe takes the next one as its value).
@@ -326,6 +330,17 @@ StatusOr<SplitArgs> SplitCommandLine(const std::vector<std::string>& args) {
     out.program_args.assign(args.begin() + static_cast<long>(first), args.end());
   }
   return out;
+}
+
+std::string RepeatedOptionWarning(const std::string& name, const std::string& first,
+                                  const std::string& last) {
+  std::string text = "--" + name + " was given twice: its last value (" + last +
+                     ") replaces the first (" + first + "), as under torchrun";
+  if (name == "rdzv_conf") {
+    text += "; to set several keys, give them in one --rdzv_conf, comma-separated (" + first + "," +
+            last + ")";
+  }
+  return text;
 }
 
 std::string HelpText() {

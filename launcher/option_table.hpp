@@ -44,14 +44,20 @@ const OptionDef* FindShortOption(char c);
 // then the program and its arguments, untouched. Every spelling torchrun
 // accepts is read: --name=V, --name V, -tV, -t V, -t=V, dashes or
 // underscores, unique prefixes. A flag given on the command line has the
-// value "1"; an option given twice keeps the last value.
+// value "1"; an option given twice keeps the last value (as argparse), and
+// that it replaced another is told (RepeatedOptionWarning).
 struct SplitArgs {
   std::vector<std::string> launcher;          // each "--<canonical>[=value]", in order
   std::map<std::string, std::string> values;  // canonical name -> value
+  // Options given again with another value: name, the value replaced.
+  std::vector<std::pair<std::string, std::string>> replaced;
   std::optional<std::string> program;
   std::vector<std::string> program_args;
 };
 StatusOr<SplitArgs> SplitCommandLine(const std::vector<std::string>& args);
+// What to say of an option given twice whose last value replaced `first`.
+std::string RepeatedOptionWarning(const std::string& name, const std::string& first,
+                                  const std::string& last);
 
 // Levenshtein distance, for "did you mean".
 size_t EditDistance(const std::string& a, const std::string& b);

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <csignal>
+#include <set>
 #include <string_view>
 
 #include "base/parse.hpp"
@@ -443,6 +444,12 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
   if (Status s = ApplySlurm(raw, environ, parsed); !s.ok()) return s;
   if (Status s = ApplyOptions(raw, environ, host, parsed); !s.ok()) {
     return raw.NameEnvironmentSource(s);
+  }
+  std::set<std::string> told;  // the first value replaced, once per option
+  for (const auto& [name, first] : split->replaced) {
+    if (told.insert(name).second) {
+      parsed.warnings.push_back(RepeatedOptionWarning(name, first, split->values.at(name)));
+    }
   }
   // The agent reads --rdzv_conf when it starts; a bad key is a usage error
   // before any directory, store or worker is made.

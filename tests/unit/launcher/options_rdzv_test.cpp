@@ -23,6 +23,28 @@ TEST_CASE("master_addr and master_port under c10d are said to have no effect") {
   CHECK(Parse({"--master_port=7", "t"})->notices.empty());
 }
 
+TEST_CASE("an option given twice keeps its last value, and says it replaced the first") {
+  // As argparse: the second --rdzv_conf replaces the first whole, so a user who split its keys
+  // lost the first ones silently (a test of this project did; its keep-alive was 5 s, not 0.5 s).
+  auto p = Parse({"--rdzv_conf", "keep_alive_interval=0.5", "--rdzv_conf=read_timeout=3",
+                  "--nproc_per_node=2", "--nproc-per-node", "3", "--nproc_per_node=3", "t"});
+  REQUIRE(p.ok());
+  CHECK(p->config.rdzv_conf.count("keep_alive_interval") == 0);
+  CHECK(p->config.rdzv_conf.at("read_timeout") == "3");
+  CHECK(p->config.nproc_per_node == 3);
+  REQUIRE(p->warnings.size() == 2);
+  CHECK(p->warnings[1] ==
+        "--nproc_per_node was given twice: its last value (3) replaces the first (2), as under "
+        "torchrun");
+  CHECK(p->warnings[0] ==
+        "--rdzv_conf was given twice: its last value (read_timeout=3) replaces the first "
+        "(keep_alive_interval=0.5), as under torchrun; to set several keys, give them in one "
+        "--rdzv_conf, comma-separated (keep_alive_interval=0.5,read_timeout=3)");
+  // The same value again, a flag given twice: nothing replaced.
+  CHECK(Parse({"--standalone", "--standalone", "--max_restarts=1", "--max-restarts", "1", "t"})
+            ->warnings.empty());
+}
+
 TEST_CASE("an unknown --rdzv_conf key is warned of, with the known key nearest a typo") {
   // Found by an attacking helper (attack 99): a typo (join_timout) was an info line, easy to miss,
   // and the job then waited the default 600 s.
