@@ -43,16 +43,18 @@ from test_multinode import (AGENT_TIMEOUT, FAST, KEEP_ALIVE_LIMIT, LOOP, c10d_ar
 PAUSE = KEEP_ALIVE_LIMIT * 2  # well past the keep-alive limit
 
 
-def c10d_agents(launch, tmp_path, nnodes, count, script, extra=(), env=None):
-    """`count` c10d agents (the store host first) running `script`; returns (out, agents)."""
+def c10d_agents(launch, tmp_path, nnodes, count, script, extra=(), env=None, conf=FAST):
+    """`count` c10d agents (the store host first) running `script`, with `conf` as their one
+    --rdzv_conf; returns (out, agents)."""
     out = tmp_path / "out"
     out.mkdir()
     port = free_port()
     args = [*extra, *sh(script)]
-    agents = [launch(c10d_args(nnodes, 0, port, extra=args), env=node_env(out, 0, **(env or {})))]
+    agents = [launch(c10d_args(nnodes, 0, port, conf=conf, extra=args),
+                     env=node_env(out, 0, **(env or {})))]
     wait_listening(port)
     for n in range(1, count):
-        agents.append(launch(c10d_args(nnodes, n, port, extra=args),
+        agents.append(launch(c10d_args(nnodes, n, port, conf=conf, extra=args),
                              env=node_env(out, n, **(env or {}))))
     return out, agents
 
@@ -376,9 +378,8 @@ exit 0
 def test_sigterm_in_a_restarts_rendezvous_leaves_that_round(launch, tmp_path):
     # The last call outlasts node 0's grace: nodes 1 and 2 alone do not form round 1.
     conf = "join_timeout=20,last_call_timeout=4,keep_alive_interval=0.5,keep_alive_max_attempt=3"
-    out, agents = c10d_agents(launch, tmp_path, "2:3", 3, LEAVER,
-                              extra=["--max_restarts=1", "--shutdown_timeout=3",
-                                     f"--rdzv_conf={conf}"])
+    out, agents = c10d_agents(launch, tmp_path, "2:3", 3, LEAVER, conf=conf,
+                              extra=["--max_restarts=1", "--shutdown_timeout=3"])
     wait_for(lambda: "worker group failed" in agents[2].stderr(), 20,
              what="node 2's workers failing")
     time.sleep(1)  # node 2 has joined round 1; node 0 still stops its workers (the fault's moment)

@@ -58,8 +58,7 @@ def test_store_host_killed_while_workers_run_lets_them_end_by_themselves(launch,
     it exit 0; workers still running after the grace are stopped, and it exits 1. The host
     SIGSTOPped: the request that finds the store gone waits read_timeout first, and the grace
     counted from its start was over the moment it was said (found by an attacking helper)."""
-    out, agents = c10d_agents(launch, tmp_path, "2:2", 2, FINISH,
-                              extra=["--rdzv_conf", "read_timeout=5"])
+    out, agents = c10d_agents(launch, tmp_path, "2:2", 2, FINISH, conf="read_timeout=5")
     wait_for(lambda: all(starts(out, n, lr) for n in range(2) for lr in range(2)), 15,
              what="every worker started")
     agents[0].signal(signal.SIGKILL if how == "kill" else signal.SIGSTOP)
@@ -92,8 +91,7 @@ def test_store_host_stopped_as_the_workers_finish_exits_zero_where_they_did(laun
     is found gone while they run."""
     # A keep-alive interval shorter than read_timeout: the request's wait was then also taken
     # for the store's silence before it went, which decided the exit again.
-    out, agents = c10d_agents(launch, tmp_path, "2:2", 2, FINISH,
-                              extra=["--rdzv_conf", FAST + ",read_timeout=3"])
+    out, agents = c10d_agents(launch, tmp_path, "2:2", 2, FINISH, conf=FAST + ",read_timeout=3")
     wait_for(lambda: all(starts(out, n, lr) for n in range(2) for lr in range(2)), 15,
              what="every worker started")
     agents[0].signal(signal.SIGSTOP)
@@ -137,8 +135,7 @@ def test_store_gone_after_a_pause_says_who_did_not_run(launch, tmp_path, paused)
 
 def test_sigterm_while_the_store_host_is_paused_exits_at_once(launch, tmp_path):
     conf = "join_timeout=60,read_timeout=30,keep_alive_interval=1,keep_alive_max_attempt=3"
-    out, agents = c10d_agents(launch, tmp_path, "3:3", 2, FINISH,
-                              extra=[f"--rdzv_conf={conf}"])
+    out, agents = c10d_agents(launch, tmp_path, "3:3", 2, FINISH, conf=conf)
     wait_for(lambda: "waiting for" in agents[1].stderr() or "joined" in agents[1].stderr(), 20,
              what="node 1 waiting in round 0")
     agents[0].signal(signal.SIGSTOP)
