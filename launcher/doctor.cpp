@@ -467,7 +467,9 @@ StatusOr<DoctorReport> RunDoctor(const std::vector<std::string>& options,
   const env::JobShape job{c.nproc_per_node, c.threads_per_worker, gpus};
   const env::LimitFacts facts = env::ReadLimitFacts(environ);
   DoctorReport report;
-  report.checks = env::PlanLimits(facts, job).checks;
+  // The GPUs' own warnings are the GPU checks' to say.
+  report.checks.push_back(OptionsCheck(parsed->warnings, c.visible_gpus.warnings));
+  for (auto& check : env::PlanLimits(facts, job).checks) report.checks.push_back(std::move(check));
   for (auto& check : GpuChecks(host.gpus, c.visible_gpus))
     report.checks.push_back(std::move(check));
   report.checks.push_back(NcclCheck());

@@ -2,6 +2,7 @@
 
 #include <sys/statvfs.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <system_error>
@@ -106,6 +107,19 @@ LimitCheck LogDirectoryCheck(const std::string& log_dir) {
   }
   return WithSpace(
       base, (log_dir.empty() ? "a temporary directory in " : "--log_dir ") + base + " is writable");
+}
+
+LimitCheck OptionsCheck(const std::vector<std::string>& warnings,
+                        const std::vector<std::string>& said_elsewhere) {
+  std::string said;  // each warning names its option
+  for (const auto& warning : warnings) {
+    if (std::find(said_elsewhere.begin(), said_elsewhere.end(), warning) != said_elsewhere.end()) {
+      continue;
+    }
+    said += (said.empty() ? "" : "; ") + warning;
+  }
+  if (said.empty()) return LimitCheck{"options", CheckStatus::kOk, "nothing to warn of", ""};
+  return LimitCheck{"options", CheckStatus::kWarn, said, ""};
 }
 
 std::optional<env::LimitCheck> BindingCheck(const LaunchConfig& c) {

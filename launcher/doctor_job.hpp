@@ -1,10 +1,11 @@
-// The doctor's checks of the job itself, as its launch would meet them: the
-// program each worker runs, the directory its logs go to, and the CPUs each
-// local rank is bound to.
+// The doctor's checks of the job itself, as its launch would meet them: its
+// options, the program each worker runs, the directory its logs go to, and
+// the CPUs each local rank is bound to.
 #pragma once
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "env/environ.hpp"
 #include "env/limits.hpp"
@@ -21,6 +22,12 @@ env::LimitCheck ProgramCheck(const LaunchConfig& config, const env::Environ& env
 // directory there, warn where its filesystem has little space left. A
 // --log_dir not made yet is made to try; anything made is removed.
 env::LimitCheck LogDirectoryCheck(const std::string& log_dir);
+
+// What the launch would warn of in the options themselves (an option given
+// twice, an unknown --rdzv_conf key, more workers than GPUs, ...), minus
+// what another check says (`said_elsewhere`): warn, else ok.
+env::LimitCheck OptionsCheck(const std::vector<std::string>& warnings,
+                             const std::vector<std::string>& said_elsewhere);
 
 // --numa_binding / --cpu_binding, planned as the launch plans them: fail
 // where the launch would refuse the plan, warn where ranks share CPUs;

@@ -134,6 +134,24 @@ def test_doctor_option_form_sizes_the_checks_by_the_options():
     assert "3 workers x 10 threads" in r.stdout, r
 
 
+def test_doctor_says_what_the_launch_would_warn_of_in_the_options():
+    # It said nothing of them: a --rdzv_conf key mistyped, or given in a second --rdzv_conf
+    # that replaced the first, was "27 ok" there and a warning only once the job ran.
+    r = run_ddprun(["doctor", "--rdzv_conf=join_timout=30", "--rdzv_conf=read_timeout=5",
+                    "--rdzv_conf=read_timeout=5", "--nproc_per_node=2"])
+    assert r.rc == 0, r
+    row = re.search(r"^  warn  options +(.*)$", r.stdout, re.M)
+    assert row, r
+    assert row[1] == ("--rdzv_conf was given twice: its last value (read_timeout=5) replaces the "
+                      "first (join_timout=30), as under torchrun; to set several keys, give them "
+                      "in one --rdzv_conf, comma-separated (join_timout=30,read_timeout=5)"), r
+    clean = run_ddprun(["doctor", "--rdzv_conf=join_timout=30"])
+    assert re.search(r"^  warn  options +--rdzv_conf join_timout=30 is not a key ddprun knows, "
+                     r".*did you mean join_timeout\?", clean.stdout, re.M), clean
+    assert re.search(r"^  ok    options +nothing to warn of$",
+                     run_ddprun(["doctor"]).stdout, re.M)
+
+
 def test_doctor_rejects_a_bad_option_with_usage_exit():
     r = run_ddprun(["doctor", "--threads_per_worker=none"])
     assert r.rc == 2, r
