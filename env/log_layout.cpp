@@ -102,7 +102,8 @@ StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::str
                               "--log_dir");
     }
     fs::create_directories(log_dir, ec);
-    if (ec && ec.value() == EEXIST && !fs::is_directory(log_dir)) {
+    std::error_code not_dir;
+    if (ec && ec.value() == EEXIST && !fs::is_directory(log_dir, not_dir)) {
       return PermissionDenied("--log_dir " + log_dir +
                               " is not a directory (a file or a device is there, or in its path): "
                               "choose a directory");
@@ -111,7 +112,8 @@ StatusOr<LogLayout> LogLayout::Create(const std::string& log_dir, const std::str
       return PermissionDenied("--log_dir " + log_dir + ": " + ec.message() + ": " +
                               Advice(ec.value(), log_dir, "--log_dir"));
     }
-    layout.base_ = fs::absolute(log_dir).string();
+    layout.base_ = fs::absolute(log_dir, ec).string();
+    if (ec) return PermissionDenied("--log_dir " + log_dir + ": " + ec.message());
   }
   std::string tag = node;
   for (char& ch : tag) {

@@ -250,7 +250,8 @@ int Agent::Finish(const rendezvous::Action& exit) {
     code = exit_code::kLogLost;
   }
   if (exit.exit_code == 0 && layout_->base_is_temporary() && !WritesLogFiles(c_)) {
-    std::filesystem::remove_all(layout_->base_dir());  // nothing in it worth keeping
+    std::error_code ignored;  // removed meanwhile, or never to be: nothing to say
+    std::filesystem::remove_all(layout_->base_dir(), ignored);  // nothing in it worth keeping
   } else if (layout_->base_is_temporary()) {
     spdlog::info("logs of this run are kept in {}", layout_->run_dir());
   }

@@ -24,6 +24,9 @@ const char* WhyFormat(const Beat& b) {
                   : "hung: no first heartbeat %.1f s after start (--startup_timeout=%g)";
 }
 
+// Its silence is its own: it could have beat (a finishing one is awaited regardless).
+bool Silenced(const Beat& b) { return b.finishing || b.cannot_beat.empty(); }
+
 }  // namespace
 
 HangVerdict FindHung(const std::vector<Beat>& beats, const HangLimits& limits, SteadyTime now) {
@@ -31,7 +34,7 @@ HangVerdict FindHung(const std::vector<Beat>& beats, const HangLimits& limits, S
   bool any = false;  // some worker is past its limit
   for (const Beat& b : beats) {
     const double limit = LimitOf(b, limits);
-    any = any || (b.running && limit > 0 && Seconds(now - b.last) >= limit);
+    any = any || (b.running && Silenced(b) && limit > 0 && Seconds(now - b.last) >= limit);
   }
   for (size_t i = 0; i < beats.size(); ++i) {
     const Beat& b = beats[i];
@@ -42,7 +45,7 @@ HangVerdict FindHung(const std::vector<Beat>& beats, const HangLimits& limits, S
     v.report.running.push_back(w);
     const double limit = LimitOf(b, limits);
     const double slack = any ? std::min(0.5, 0.1 * limit) : 0.0;
-    if (limit <= 0 || silent < limit - slack) {
+    if (limit <= 0 || silent < limit - slack || !Silenced(b)) {
       // A finishing worker makes no progress to speak of: it is awaited.
       if (b.beaten && !b.finishing) v.report.beating_ranks.push_back(b.rank);
       continue;

@@ -29,6 +29,10 @@ struct Beat {
   SteadyTime seen;         // ... and when that was: `last` is moved later by pauses
   bool beaten = false;     // beat at least once
   bool finishing = false;  // removed its heartbeat file: no beat is due, only its exit
+  // Why its heartbeat file cannot be written ("" when it can): then it cannot
+  // beat (a log directory made read-only or immutable), and is never found
+  // hung for its silence (HeartbeatWatch says so).
+  std::string cannot_beat;
 };
 
 struct HangLimits {

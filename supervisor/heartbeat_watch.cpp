@@ -1,10 +1,18 @@
 #include "supervisor/heartbeat_watch.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+
+#include "base/unique_fd.hpp"
 
 namespace ddprun::supervisor {
 
@@ -12,6 +20,61 @@ int64_t HeartbeatWatch::FileTime(const std::string& path) {
   struct stat st {};
   if (path.empty() || ::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
+
+namespace {
+
+bool DirectoryGone(const std::string& file) {
+  struct stat st {};
+  const std::string dir = std::filesystem::path(file).parent_path().string();
+  return ::stat(dir.c_str(), &st) != 0 && errno == ENOENT;
+}
+
+}  // namespace
+
+void HeartbeatWatch::Restore(Progress& p, int rank) {
+  const std::filesystem::path file(p.file);
+  std::error_code ec;
+  std::filesystem::create_directories(file.parent_path(), ec);
+  UniqueFd fd(ec ? -1 : ::open(p.file.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644));
+  const int error = ec ? ec.value() : fd.get() < 0 ? errno : 0;
+  if (fd.get() >= 0) {
+    // Not a beat: the time of the last one.
+    const struct timespec times[2] = {{p.mtime_ns / 1000000000, p.mtime_ns % 1000000000},
+                                      {p.mtime_ns / 1000000000, p.mtime_ns % 1000000000}};
+    (void)::futimens(fd.get(), times);
+  }
+  const std::string dir = file.parent_path().string();
+  if (!restored_.insert(dir).second) return;
+  if (error == 0) {
+    spdlog::warn(
+        "the directory of rank {}'s heartbeat file, {}, was removed while the job ran (a "
+        "cleaner of /tmp? give --log_dir a directory it leaves alone): ddprun made it again, "
+        "and the rank's hang detection goes on; what the run had written there is lost",
+        rank, dir);
+  } else {
+    spdlog::warn(
+        "the directory of rank {}'s heartbeat file, {}, was removed while the job ran, and "
+        "ddprun could not make it again ({}): the rank cannot beat, and may be taken for hung",
+        rank, dir, std::strerror(error));
+  }
+}
+
+void HeartbeatWatch::WatchWritable(Progress& p, int rank, SteadyTime now) {
+  const std::string cannot =
+      ::access(p.file.c_str(), W_OK) == 0 || errno == ENOENT ? "" : std::strerror(errno);
+  if (cannot == p.cannot_beat) return;
+  if (!cannot.empty()) {
+    spdlog::warn(
+        "rank {}'s heartbeat file {} cannot be written ({}): the rank cannot beat, so ddprun "
+        "cannot tell a hang of it from its silence; that hang detection is off until the file "
+        "can be written (make its directory writable again)",
+        rank, p.file, cannot);
+  } else {
+    spdlog::info("rank {}'s heartbeat file can be written again: its hang detection is back", rank);
+    p.last = p.seen = now;  // its silence counts from now
+  }
+  p.cannot_beat = cannot;
 }
 
 void HeartbeatWatch::Add(const std::string& file, SteadyTime now, int64_t file_time) {
@@ -33,6 +96,10 @@ void HeartbeatWatch::Look(SteadyTime now, int64_t wall_now_ns,
   for (size_t i = 0; i < workers_.size() && i < workers.size(); ++i) {
     Progress& p = workers_[i];
     const int64_t m = FileTime(p.file);
+    if (m == 0 && p.mtime_ns > 0 && !p.finishing && DirectoryGone(p.file)) {
+      Restore(p, workers[i].rank);
+      continue;
+    }
     if (m == 0 && p.mtime_ns > 0 && !p.finishing) {
       // ddprun created the file; the worker removed it: it is finishing (its
       // interpreter exiting, say), no beat is due any more, only its exit.
@@ -42,6 +109,7 @@ void HeartbeatWatch::Look(SteadyTime now, int64_t wall_now_ns,
                     workers[i].rank);
       continue;
     }
+    if (m != 0 && !p.finishing) WatchWritable(p, workers[i].rank, now);
     if (m <= p.mtime_ns) continue;
     if (p.finishing) {
       // Created again (a new process group after a destroyed one): running again.
@@ -65,7 +133,7 @@ std::vector<Beat> HeartbeatWatch::Beats(const std::vector<WorkerRecord>& workers
     const WorkerRecord& w = workers[i];
     const Progress& p = workers_[i];
     beats.push_back({w.state == WorkerState::kRunning, w.rank, w.local_rank, w.pid, p.last, p.seen,
-                     p.beaten, p.finishing});
+                     p.beaten, p.finishing, p.cannot_beat});
   }
   return beats;
 }

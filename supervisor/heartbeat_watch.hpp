@@ -2,7 +2,13 @@
 // its heartbeat file (DDPRUN_HEARTBEAT_FILE, created by ddprun: a newer one is
 // a beat), progress noted otherwise (an output line, a PyTorch collective),
 // and the file's removal (the worker is finishing: only its exit is due) or
-// creation again (running again). Looked at only when the supervisor asks, so
+// creation again (running again). A file gone with its directory was not
+// removed by the worker (a cleaner of /tmp took the run's directory): both
+// are made again, and the worker runs on (attack 102: it was taken for
+// finishing, then killed as hung at exit). A file that cannot be written (the
+// directory made read-only) stops the worker's beats: it is not found hung for
+// that silence, which is said once, until the file can be written again.
+// Looked at only when the supervisor asks, so
 // a beat costs the worker one touch and ddprun nothing; hang_check.hpp turns
 // what it saw into a verdict.
 //
@@ -10,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -44,14 +51,22 @@ class HeartbeatWatch {
 
  private:
   struct Progress {
-    SteadyTime last;         // last beat, or the start, or when seen finishing, less pauses ...
-    SteadyTime seen;         // ... and when that was
-    bool beaten = false;     // beat at least once
-    int64_t mtime_ns = 0;    // heartbeat file mtime last seen (0: none yet)
-    bool finishing = false;  // removed its heartbeat file: only its exit is due
+    SteadyTime last;          // last beat, or the start, or when seen finishing, less pauses ...
+    SteadyTime seen;          // ... and when that was
+    bool beaten = false;      // beat at least once
+    int64_t mtime_ns = 0;     // heartbeat file mtime last seen (0: none yet)
+    bool finishing = false;   // removed its heartbeat file: only its exit is due
+    std::string cannot_beat;  // why the file cannot be written, "" when it can
     std::string file;
   };
+  // Makes the heartbeat file of `p`, gone with its directory, again, with
+  // the time of its last beat; says so once per directory.
+  void Restore(Progress& p, int rank);
+  // Notes whether `p`'s file can be written (it exists), saying so when that changes.
+  void WatchWritable(Progress& p, int rank, SteadyTime now);
+
   std::vector<Progress> workers_;
+  std::set<std::string> restored_;  // directories said to be made again
 };
 
 }  // namespace ddprun::supervisor

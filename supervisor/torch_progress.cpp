@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include "base/format.hpp"
@@ -17,6 +18,13 @@
 
 namespace ddprun::supervisor {
 namespace {
+
+// Never throws: a path too long, or a directory removed meanwhile, is just not there (attack
+// 102: std::filesystem::exists threw on a --log_dir of 4044 characters, and ddprun died).
+bool PathExists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
+}
 
 constexpr char kFrPrefix[] = "nccl_trace_rank_";
 constexpr size_t kAnalysisLines = 30;
@@ -32,9 +40,8 @@ bool WritePipe(const std::string& path) {
 }
 
 bool AllDumped(const std::string& dir, const std::vector<int>& ranks) {
-  return std::all_of(ranks.begin(), ranks.end(), [&](int r) {
-    return std::filesystem::exists(dir + "/" + kFrPrefix + Rank(r));
-  });
+  return std::all_of(ranks.begin(), ranks.end(),
+                     [&](int r) { return PathExists(dir + "/" + kFrPrefix + Rank(r)); });
 }
 
 std::string LastLines(const std::string& text, size_t n) {
@@ -87,7 +94,7 @@ std::string RequestDumps(const std::string& dir, const std::string& out,
   std::string how;
   for (size_t i = 0; i < ranks.size(); ++i) {
     const int r = ranks[i];
-    const bool came = std::filesystem::exists(DumpPath(dir, r));
+    const bool came = PathExists(DumpPath(dir, r));
     if (came && !out.empty() && out != dir) {
       std::filesystem::rename(DumpPath(dir, r), DumpPath(out, r), ec);
     }
@@ -178,7 +185,7 @@ TorchSide CollectTorchSide(const TorchQuery& q) {
     return side;
   }
   const bool any = std::any_of(q.ranks.begin(), q.ranks.end(),
-                               [&](int r) { return std::filesystem::exists(DumpPath(out, r)); });
+                               [&](int r) { return PathExists(DumpPath(out, r)); });
   if (!any) {
     side.text += "  no analysis: no rank's flight recorder came\n";
     return side;

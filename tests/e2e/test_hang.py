@@ -149,6 +149,44 @@ def test_a_worker_that_removed_its_heartbeat_file_is_finishing_not_hung(removes)
         assert "no heartbeat for" in r.stderr
 
 
+@pytest.mark.parametrize("fault", ["removed", "immutable"])
+def test_a_log_directory_removed_or_made_unwritable_does_not_kill_workers_that_beat(tmp_path,
+                                                                                      fault):
+    """Attack 102: the run's directory removed while the job ran (a cleaner of /tmp) made every
+    rank "finishing", then "hung at exit" (exit 124); one made immutable (as a read-only remount)
+    stopped their beats, and they were killed as hung. Now the first is made again, and the
+    second is said: neither kills a worker that beats whenever it can."""
+    logs = tmp_path / "logs"
+    beats = ('i=0; while [ $i -lt 25 ]; do touch "$DDPRUN_HEARTBEAT_FILE" 2>/dev/null; '
+             'i=$((i+1)); sleep 0.2; done')
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", "--hang_timeout=2", f"--log_dir={logs}",
+                          "--no_python", "/bin/sh", "-c", beats], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(list(logs.glob("*/attempt_0/*/heartbeat"))) < 2:
+            assert time.monotonic() < deadline and p.poll() is None, "no heartbeat files"
+            time.sleep(0.05)
+        time.sleep(1)
+        if fault == "removed":
+            subprocess.run(["rm", "-rf", str(logs)], check=True)
+        elif subprocess.run(["chattr", "-R", "+i", str(logs)], capture_output=True).returncode:
+            p.kill()
+            pytest.skip(f"chattr +i does not work on {logs} here (root, and ext4 or the like)")
+        out, err = p.communicate(timeout=60)
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(tmp_path)], capture_output=True)
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 0, err
+    if fault == "removed":
+        assert re.search(r"the directory of rank \d's heartbeat file, \S+, was removed while the "
+                         r"job ran .*: ddprun made it again", err), err
+    else:
+        assert re.search(r"rank \d's heartbeat file \S+ cannot be written \(Operation not "
+                         r"permitted\): the rank cannot beat", err), err
+
+
 @pytest.mark.parametrize("exit_timeout", ["", "--exit_timeout=3"])
 def test_a_finishing_worker_that_never_exits_is_hung_at_exit_and_not_restarted(tmp_path,
                                                                                 exit_timeout):

@@ -9,7 +9,7 @@ using std::chrono::milliseconds;
 const SteadyTime kT0{};  // a made-up clock: every time is kT0 + something
 
 Beat Running(int rank, milliseconds last, bool beaten = true) {
-  return Beat{true, rank, rank, 100 + rank, kT0 + last, kT0 + last, beaten};
+  return Beat{true, rank, rank, 100 + rank, kT0 + last, kT0 + last, beaten, false, ""};
 }
 
 TEST_CASE("a hung worker's report tells the silence its limit counted and the clock's") {
@@ -34,6 +34,21 @@ TEST_CASE("a worker silent past --hang_timeout is hung; one that beat since is n
   CHECK(v.hung[0].why == "hung: no heartbeat for 10.0 s (--hang_timeout=10)");
   CHECK(v.report.beating_ranks == std::vector<int>{1});
   CHECK(v.report.running.size() == 2);
+}
+
+TEST_CASE("a rank whose heartbeat file cannot be written is not hung for its silence") {
+  // Attack 102: a log directory made read-only (immutable) while the job ran: the hook's touches
+  // failed, and ranks that trained on were killed as "hung: no heartbeat".
+  HangLimits limits{Duration(10), Duration(0)};
+  Beat stuck = Running(0, milliseconds(0));
+  stuck.cannot_beat = "Operation not permitted";
+  auto v = FindHung({stuck, Running(1, milliseconds(0))}, limits, kT0 + milliseconds(10000));
+  REQUIRE(v.hung.size() == 1);
+  CHECK(v.hung[0].index == 1);
+  // A finishing one is held to its exit, which it needs no file for.
+  stuck.finishing = true;
+  limits.exit_timeout = Duration(5);
+  CHECK(FindHung({stuck}, limits, kT0 + milliseconds(10000)).hung.size() == 1);
 }
 
 TEST_CASE("once one rank is hung, a rank silent for nine tenths of the limit is hung too") {

@@ -102,6 +102,31 @@ TEST_CASE("a heartbeat file created again after its removal is running again") {
   CHECK(watch.Beats(workers).empty());
 }
 
+TEST_CASE("a heartbeat file gone with its directory is made again, not taken for finishing") {
+  // Attack 102: a cleaner of /tmp removed the run's directory while the job ran; every rank was
+  // taken for finishing, then killed as "hung at exit" though it trained on.
+  Files files;
+  const SteadyTime t0{};
+  HeartbeatWatch watch;
+  std::filesystem::create_directories(files.dir / "attempt_0" / "0");
+  const std::string path = files.Make("attempt_0/0/heartbeat", 1000);
+  watch.Add(path, t0, HeartbeatWatch::FileTime(path));
+  const auto workers = Running(1);
+  Files::SetTime(path, 1003);
+  watch.Look(t0 + seconds(4), 1004 * kNs, workers);  // a beat at t0 + 3 s
+  std::filesystem::remove_all(files.dir / "attempt_0");
+  watch.Look(t0 + seconds(5), 1005 * kNs, workers);
+  Beat b = watch.Beats(workers)[0];
+  CHECK_FALSE(b.finishing);
+  CHECK(b.last == t0 + seconds(3));  // not a beat: its hang limit still counts from the last
+  CHECK(HeartbeatWatch::FileTime(path) == 1003 * kNs);
+  Files::SetTime(path, 1006);  // the worker's next touch lands
+  watch.Look(t0 + seconds(7), 1007 * kNs, workers);
+  b = watch.Beats(workers)[0];
+  CHECK(b.last == t0 + seconds(6));
+  CHECK(b.cannot_beat.empty());
+}
+
 TEST_CASE("a file removed before the worker was added is finishing, by its time read before") {
   Files files;
   const SteadyTime t0{};
