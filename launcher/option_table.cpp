@@ -1,8 +1,13 @@
 #include "launcher/option_table.hpp"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
 #include <iterator>
 #include <sstream>
+
+#include "launcher/option_values.hpp"
 
 namespace ddprun::launcher {
 
@@ -332,13 +337,72 @@ StatusOr<SplitArgs> SplitCommandLine(const std::vector<std::string>& args) {
   return out;
 }
 
-std::string RepeatedOptionWarning(const std::string& name, const std::string& first,
-                                  const std::string& last) {
+namespace {
+
+// `text` read as a number, where the whole of it is one (blanks around it allowed).
+std::optional<double> AsNumber(const std::string& text) {
+  const char* begin = text.c_str();
+  char* end = nullptr;
+  errno = 0;
+  const double v = std::strtod(begin, &end);
+  if (end == begin || errno != 0) return std::nullopt;
+  while (*end == ' ' || *end == '\t') ++end;
+  return *end == '\0' ? std::optional<double>(v) : std::nullopt;
+}
+
+// The same value spelled otherwise: 30 and 30.0, 2 and 02, D and D/, 1 and 1:1 (--nnodes),
+// --rdzv_conf's keys in another order (attack 102: each was said to replace the other).
+bool SameValue(const std::string& name, const std::string& a, const std::string& b) {
+  if (a == b) return true;
+  if (name == "rdzv_conf") {
+    auto x = ParseRdzvConf(a);
+    auto y = ParseRdzvConf(b);
+    return x.ok() && y.ok() && *x == *y;
+  }
+  if (name == "nnodes") {
+    const auto range = [](const std::string& v) {
+      return v.find(':') == std::string::npos ? v + ":" + v : v;
+    };
+    return range(a) == range(b);
+  }
+  const auto x = AsNumber(a);
+  const auto y = AsNumber(b);
+  if (x && y) return *x == *y;
+  if (name == "log_dir" || name == "run_path") {
+    const auto normal = [](const std::string& v) {
+      std::string p = std::filesystem::path(v).lexically_normal().string();
+      while (p.size() > 1 && p.back() == '/') p.pop_back();
+      return p;
+    };
+    return normal(a) == normal(b);
+  }
+  return false;
+}
+
+// The --rdzv_conf that keeps the first's keys the last leaves out: "" when it leaves none.
+std::string Joined(const std::string& first, const std::string& last) {
+  auto a = ParseRdzvConf(first);
+  auto b = ParseRdzvConf(last);
+  if (!a.ok() || !b.ok()) return "";
+  std::string kept;
+  for (const auto& [key, value] : *a) {
+    if (b->count(key) == 0) kept += key + "=" + value + ",";
+  }
+  return kept.empty() ? "" : kept + last;
+}
+
+}  // namespace
+
+std::optional<std::string> RepeatedOptionWarning(const std::string& name, const std::string& first,
+                                                 const std::string& last) {
+  if (SameValue(name, first, last)) return std::nullopt;
   std::string text = "--" + name + " was given twice: its last value (" + last +
                      ") replaces the first (" + first + "), as under torchrun";
   if (name == "rdzv_conf") {
-    text += "; to set several keys, give them in one --rdzv_conf, comma-separated (" + first + "," +
-            last + ")";
+    if (const std::string joined = Joined(first, last); !joined.empty()) {
+      text +=
+          "; to set several keys, give them in one --rdzv_conf, comma-separated (" + joined + ")";
+    }
   }
   return text;
 }

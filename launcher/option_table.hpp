@@ -55,9 +55,10 @@ struct SplitArgs {
   std::vector<std::string> program_args;
 };
 StatusOr<SplitArgs> SplitCommandLine(const std::vector<std::string>& args);
-// What to say of an option given twice whose last value replaced `first`.
-std::string RepeatedOptionWarning(const std::string& name, const std::string& first,
-                                  const std::string& last);
+// What to say of an option given twice whose last value replaced `first`;
+// nothing when both mean the same (30 and 30.0, --rdzv_conf keys reordered).
+std::optional<std::string> RepeatedOptionWarning(const std::string& name, const std::string& first,
+                                                 const std::string& last);
 
 // Levenshtein distance, for "did you mean".
 size_t EditDistance(const std::string& a, const std::string& b);

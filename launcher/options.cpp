@@ -447,8 +447,9 @@ StatusOr<ParsedCommandLine> ParseCommandLine(const std::vector<std::string>& arg
   }
   std::set<std::string> told;  // the first value replaced, once per option
   for (const auto& [name, first] : split->replaced) {
-    if (told.insert(name).second) {
-      parsed.warnings.push_back(RepeatedOptionWarning(name, first, split->values.at(name)));
+    if (!told.insert(name).second) continue;
+    if (auto warning = RepeatedOptionWarning(name, first, split->values.at(name))) {
+      parsed.warnings.push_back(std::move(*warning));
     }
   }
   // The agent reads --rdzv_conf when it starts; a bad key is a usage error

@@ -43,6 +43,26 @@ TEST_CASE("an option given twice keeps its last value, and says it replaced the 
   // The same value again, a flag given twice: nothing replaced.
   CHECK(Parse({"--standalone", "--standalone", "--max_restarts=1", "--max-restarts", "1", "t"})
             ->warnings.empty());
+  // The same value spelled otherwise (attack 102: each was said to replace the other).
+  for (const auto& [first, last] : std::vector<std::pair<std::string, std::string>>{
+           {"--shutdown_timeout=30", "--shutdown_timeout=30.0"},
+           {"--max_restarts=0", "--max_restarts=+0"},
+           {"--nproc_per_node=2", "--nproc_per_node=02"},
+           {"--log_dir=/tmp/d", "--log_dir=/tmp/d/"},
+           {"--nnodes=1", "--nnodes=1:1"},
+           {"--rdzv_conf=join_timeout=60,read_timeout=5",
+            "--rdzv_conf=read_timeout=5,join_timeout=60"}}) {
+    auto same = Parse({first, last, "t"});
+    REQUIRE(same.ok());
+    CHECK_MESSAGE(same->warnings.empty(), first, " ", last);
+  }
+  // One key given a new value: nothing to join.
+  auto one = Parse({"--rdzv_conf=join_timeout=60", "--rdzv_conf=join_timeout=30", "t"});
+  REQUIRE(one.ok());
+  REQUIRE(one->warnings.size() == 1);
+  CHECK(one->warnings[0] ==
+        "--rdzv_conf was given twice: its last value (join_timeout=30) replaces the first "
+        "(join_timeout=60), as under torchrun");
 }
 
 TEST_CASE("an unknown --rdzv_conf key is warned of, with the known key nearest a typo") {
