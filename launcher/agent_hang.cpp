@@ -101,6 +101,20 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     const supervisor::TorchSide side = supervisor::NameLaggards(
         supervisor::ReadTorchProgress(request.torch_dir, ranks), report.beating_ranks);
     verdict = side.verdict;
+    // The hook beats when collectives move: a rank that beat and left no progress file made
+    // some, and its hook could not write them (a full disk; it said so in its output).
+    std::string beat_unrecorded;
+    for (const auto& w : report.hung) {
+      if (w.ever_beat && !w.finishing && !supervisor::ProgressRecorded(request.torch_dir, w.rank)) {
+        beat_unrecorded += (beat_unrecorded.empty() ? "" : ",") + std::to_string(w.rank);
+      }
+    }
+    if (!beat_unrecorded.empty() && verdict.rfind("no rank recorded a collective yet", 0) == 0) {
+      verdict = "rank(s) " + beat_unrecorded +
+                " made collectives, but the hook could not record them (its lines in the "
+                "workers' output say why: a full or removed log directory): where the hang is "
+                "is not known";
+    }
     if (report.hung.empty()) {  // a dump on request: nothing is said to hang
       spdlog::info(
           "dump on request: PyTorch's collectives now: {}; dumping stacks and flight "

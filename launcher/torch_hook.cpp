@@ -10,17 +10,37 @@
 
 namespace ddprun::launcher {
 
+namespace {
+
+// What to do where the hook cannot be written (attack 102: a full disk was said without it).
+std::string Advice(int err, const std::string& dir) {
+  if (err == ENOSPC || err == EDQUOT) {
+    return ": free space there (df -h " + dir + "), or give --log_dir a filesystem with room";
+  }
+  return ": give --log_dir a writable directory";
+}
+
+}  // namespace
+
 StatusOr<std::string> WriteTorchHook(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return Internal("torch hook: create " + dir + ": " + ec.message());
+  if (ec) {
+    return Internal("torch hook (--hang_detect=torch): create " + dir + ": " + ec.message() +
+                    Advice(ec.value(), dir));
+  }
   for (const auto& [name, source] : {std::pair{"/_ddprun_torch_p2p.py", kTorchHookP2pSource},
                                      {"/sitecustomize.py", kTorchHookSource}}) {
     const std::string path = dir + name;
+    errno = 0;
     std::ofstream out(path, std::ios::trunc);
     out << source;
     out.close();
-    if (!out) return Internal("torch hook: write " + path + ": " + std::strerror(errno));
+    if (!out) {
+      const int err = errno;
+      return Internal("torch hook (--hang_detect=torch): write " + path + ": " +
+                      std::strerror(err) + Advice(err, dir));
+    }
   }
   return dir;
 }

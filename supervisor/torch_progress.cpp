@@ -124,6 +124,10 @@ std::optional<TorchPython> ReadTorchPython(const std::string& dir, int rank) {
   return p;
 }
 
+bool ProgressRecorded(const std::string& dir, int rank) {
+  return PathExists(dir + "/progress_" + Rank(rank));
+}
+
 std::vector<TorchProgress> ReadTorchProgress(const std::string& dir,
                                              const std::vector<int>& ranks) {
   std::vector<TorchProgress> out;

@@ -77,6 +77,9 @@ std::vector<TorchProgress> ReadTorchProgress(const std::string& dir, const std::
 TorchSide NameLaggards(const std::vector<TorchProgress>& progress,
                        const std::vector<int>& beating = {});
 
+// Whether the hook wrote rank `rank`'s progress file in `dir`.
+bool ProgressRecorded(const std::string& dir, int rank);
+
 struct TorchQuery {
   std::string dir;  // the hook's directory (DDPRUN_TORCH_DIR)
   std::string out;  // where this dump's files go ("" or `dir`: they stay in `dir`)

@@ -475,8 +475,14 @@ def _claim(torch_dir, rank):
             _rank_pid = os.getpid()
             return True
         return False
-    except OSError:
-        return False  # the directory is gone or full: unwatched, never disturbed
+    except OSError as e:
+        # No claim can be written (the directory full or gone, no hard links there). This Python
+        # made a process group: it speaks for the rank unclaimed, once said, rather than leave it
+        # unwatched, its hang never found, without a word (attack 102: a full disk).
+        sys.stderr.write("ddprun torch hook: cannot claim rank %s in %s (%s): this process "
+                         "speaks for it unclaimed\n" % (rank, torch_dir, e))
+        _rank_pid = os.getpid()
+        return True
     finally:
         try:
             os.unlink(mine)

@@ -3,6 +3,7 @@ all_reduce is named within --hang_timeout of its last collective, with both rank
 and PyTorch's flight recorder; a slow but progressing job is not hung. A rank's life as the hook
 sees it (finishing, hung at exit, wrappers, helpers, DataLoader workers): test_pytorch_exit.py."""
 import importlib.util
+import os
 import pickle
 import re
 import shutil
@@ -489,3 +490,56 @@ def test_a_rank_that_exits_during_the_hang_dump_does_not_replace_the_hang_as_the
     assert "rank      : 1 (local_rank: 1)" in root, r.stderr
     failures = r.stderr[r.stderr.index("Failures:"):r.stderr.index("Root Cause")]
     assert "exitcode  : 3" in failures, r.stderr  # listed, after it
+
+
+WAITS_FOR_A_FULL_DISK = r"""
+import os, sys, time, torch, torch.distributed as dist
+go = sys.argv[1]
+while not os.path.exists(go):  # the log directory is filled up meanwhile
+    time.sleep(0.05)
+dist.init_process_group("gloo")
+t = torch.ones(4)
+for step in range(200):
+    if dist.get_rank() == 1 and step == 5:
+        time.sleep(30)  # the hang
+    dist.all_reduce(t)
+    time.sleep(0.05)
+"""
+
+
+def test_a_hang_is_found_when_the_log_directory_is_full(tmp_path):
+    """Attack 102: on a full log filesystem the hook could not write its claim of the rank, and
+    left the rank unwatched without a word: the hang was never found. It now says so, watches
+    the rank unclaimed, and the verdict says the hook could not record the collectives."""
+    from test_logs import small_tmpfs
+    job = tmp_path / "job.py"
+    job.write_text(WAITS_FOR_A_FULL_DISK)
+    go = tmp_path / "go"
+    with small_tmpfs(tmp_path / "logs", "size=1m") as logs:
+        p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=2",
+                              "--hang_detect=torch", f"--hang_timeout={HANG_TIMEOUT}",
+                              f"--log_dir={logs}", str(job), str(go)], env=env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 30
+            while not list(logs.glob("*/torch_hook/sitecustomize.py")):
+                assert time.monotonic() < deadline and p.poll() is None, "no hook written"
+                time.sleep(0.05)
+            fill = os.open(logs / "fill", os.O_WRONLY | os.O_CREAT)  # every byte left
+            try:
+                while os.write(fill, b"\0" * 4096):
+                    pass
+            except OSError:
+                pass
+            os.close(fill)
+            go.touch()
+            out, err = p.communicate(timeout=60)
+        finally:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert p.returncode == 124, err
+    assert re.search(r"ddprun torch hook: cannot claim rank \d in \S+ \(\[Errno 28\] No space "
+                     r"left on device\): this process speaks for it unclaimed", err), err
+    assert re.search(r"hang, by PyTorch's collectives: rank\(s\) [0-9,]+ made collectives, but "
+                     r"the hook could not record them", err), err
