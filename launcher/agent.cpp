@@ -242,11 +242,14 @@ int Agent::Finish(const rendezvous::Action& exit) {
     spdlog::error("{}", exit.message);
   }
   int code = exit.exit_code;
+  rendezvous::Action told = exit;  // as the incident report says it
   if (code == 0 && !lost_logs_.empty()) {
     const std::string more =
         lost_logs_.size() > 1 ? fmt::format("; {} more above", lost_logs_.size() - 1) : "";
-    spdlog::error("the workers succeeded but {} log file(s) are incomplete ({}{}); exit code {}",
-                  lost_logs_.size(), lost_logs_.front(), more, exit_code::kLogLost);
+    told.message =
+        fmt::format("the workers succeeded but {} log file(s) are incomplete ({}{}); exit code {}",
+                    lost_logs_.size(), lost_logs_.front(), more, exit_code::kLogLost);
+    spdlog::error("{}", told.message);
     code = exit_code::kLogLost;
   }
   if (exit.exit_code == 0 && layout_->base_is_temporary() && !WritesLogFiles(c_)) {
@@ -302,7 +305,7 @@ int Agent::Finish(const rendezvous::Action& exit) {
     if (local_failures_.front().hung) unrecorded->cls = rendezvous::FailureClass::kHang;
   }
   const std::string incident = record_.Finish(
-      exit, code, round_ ? round_->restart_count : 0, layout_->disabled() ? "" : layout_->run_dir(),
+      told, code, round_ ? round_->restart_count : 0, layout_->disabled() ? "" : layout_->run_dir(),
       local_failures_, why ? why->cause : "", why ? why->fix : "", unrecorded);
   if (!incident.empty()) spdlog::info("incident report (JSON): {}", incident);
   return code;

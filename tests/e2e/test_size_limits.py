@@ -5,6 +5,7 @@ ddprun raises their soft values to the hard ones before it spawns, warns about f
 values, survives its own log files reaching the file size limit without losing a line of
 the workers' output, and explains a worker that failed on one of them.
 """
+import json
 import re
 import resource
 import subprocess
@@ -45,6 +46,10 @@ def test_log_files_past_the_file_size_limit_lose_no_output_on_the_console(tmp_pa
                      r"\(the file size limit, ulimit -f\); its later output is only on the "
                      r"console", r.stderr), r.stderr
     assert "the workers succeeded but 2 log file(s) are incomplete" in r.stderr, r.stderr
+    # The incident report's message is that line (attack 102: it was "").
+    incident = json.loads(next(tmp_path.glob("*/incident.json")).read_text())
+    assert incident["message"].startswith("the workers succeeded but 2 log file(s) are "
+                                          "incomplete"), incident
     assert re.search(r"warning\] RLIMIT_FSIZE \(ulimit -f\): soft 64\.0 KiB, hard 64\.0 KiB: no "
                      r"worker can write a file larger than the hard limit", r.stderr), r.stderr
 
