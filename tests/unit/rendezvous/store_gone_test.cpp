@@ -203,31 +203,34 @@ TEST_CASE("machines: the grace after the store went counts from when it was foun
   CHECK(t.a1->Step(t.kv1, t.now).kind == ActionKind::kStopWorkers);
 }
 
+// Node 1's agent, its workers exited with `outcome`, finds the store down at its next step.
+Action ExitWithTheStoreDown(TwoAgents& t, const WorkersOutcome& outcome) {
+  auto [s0, s1] = t.Until();
+  REQUIRE(s1.kind == ActionKind::kStartWorkers);
+  t.a1->WorkersExited(outcome, t.now);
+  t.store.SetDown(true);
+  Action exit = t.a1->Step(t.kv1, t.now);
+  REQUIRE(exit.kind == ActionKind::kExit);
+  return exit;
+}
+
+WorkersOutcome Failed() {
+  WorkersOutcome failed;
+  failed.kind = WorkersOutcome::Kind::kFailed;
+  failed.cause.exit_code = 3;
+  return failed;
+}
+
 TEST_CASE("machines: a store gone after this node's workers all exited 0: the agent exits 0") {
   // Its workers' success was being recorded, or was, and the job's end not yet read: as torchrun's
   // agent, and as an agent whose workers were still running at the time (above).
   TwoAgents t(0);
-  auto [s0, s1] = t.Until();
-  REQUIRE(s1.kind == ActionKind::kStartWorkers);
-  WorkersOutcome ok;
-  t.a1->WorkersExited(ok, t.now);
-  t.store.SetDown(true);
-  Action exit = t.a1->Step(t.kv1, t.now);
-  REQUIRE(exit.kind == ActionKind::kExit);
+  Action exit = ExitWithTheStoreDown(t, WorkersOutcome{});
   CHECK(exit.exit_code == 0);
   CHECK(exit.message.find("this node's workers had all exited 0 by then") != std::string::npos);
   // Failed workers: 1, as before.
   TwoAgents f(0);
-  std::tie(s0, s1) = f.Until();
-  REQUIRE(s1.kind == ActionKind::kStartWorkers);
-  WorkersOutcome failed;
-  failed.kind = WorkersOutcome::Kind::kFailed;
-  failed.cause.exit_code = 3;
-  f.a1->WorkersExited(failed, f.now);
-  f.store.SetDown(true);
-  Action exit1 = f.a1->Step(f.kv1, f.now);
-  REQUIRE(exit1.kind == ActionKind::kExit);
-  CHECK(exit1.exit_code == 1);
+  CHECK(ExitWithTheStoreDown(f, Failed()).exit_code == 1);
 }
 
 TEST_CASE("machines: a store that did not answer after the workers all exited 0: still exit 0") {
@@ -237,12 +240,7 @@ TEST_CASE("machines: a store that did not answer after the workers all exited 0:
   // every worker had succeeded. The account amends what is said, not what was decided.
   using std::chrono::milliseconds;
   TwoAgents t(0);
-  auto [s0, s1] = t.Until();
-  REQUIRE(s1.kind == ActionKind::kStartWorkers);
-  t.a1->WorkersExited(WorkersOutcome{}, t.now);
-  t.store.SetDown(true);
-  Action exit = t.a1->Step(t.kv1, t.now);
-  REQUIRE(exit.kind == ActionKind::kExit);
+  Action exit = ExitWithTheStoreDown(t, WorkersOutcome{});
   Action told = t.a1->StepTook(milliseconds(6000), milliseconds(6000), exit);
   CHECK(told.kind == ActionKind::kExit);
   CHECK(told.exit_code == 0);
@@ -250,15 +248,7 @@ TEST_CASE("machines: a store that did not answer after the workers all exited 0:
   CHECK(told.message.find("this node's workers had all exited 0 by then") != std::string::npos);
   // Its workers failed: the same account, the same exit 1.
   TwoAgents f(0);
-  std::tie(s0, s1) = f.Until();
-  REQUIRE(s1.kind == ActionKind::kStartWorkers);
-  WorkersOutcome failed;
-  failed.kind = WorkersOutcome::Kind::kFailed;
-  failed.cause.exit_code = 3;
-  f.a1->WorkersExited(failed, f.now);
-  f.store.SetDown(true);
-  Action exit1 = f.a1->Step(f.kv1, f.now);
-  REQUIRE(exit1.kind == ActionKind::kExit);
+  Action exit1 = ExitWithTheStoreDown(f, Failed());
   CHECK(f.a1->StepTook(milliseconds(6000), milliseconds(6000), exit1).exit_code == 1);
 }
 
