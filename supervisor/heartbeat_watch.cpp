@@ -77,8 +77,10 @@ void HeartbeatWatch::WatchWritable(Progress& p, int rank, SteadyTime now) {
   p.cannot_beat = cannot;
 }
 
-void HeartbeatWatch::Add(const std::string& file, SteadyTime now, int64_t file_time) {
+void HeartbeatWatch::Add(const std::string& file, SteadyTime now, int64_t file_time,
+                         bool output_is_progress) {
   Progress p;
+  p.output_is_progress = output_is_progress;
   p.last = p.seen = now;
   p.file = file;
   p.mtime_ns = file.empty() ? 0 : file_time;
@@ -109,7 +111,7 @@ void HeartbeatWatch::Look(SteadyTime now, int64_t wall_now_ns,
                     workers[i].rank);
       continue;
     }
-    if (m != 0 && !p.finishing) WatchWritable(p, workers[i].rank, now);
+    if (m != 0 && !p.finishing && !p.output_is_progress) WatchWritable(p, workers[i].rank, now);
     if (m <= p.mtime_ns) continue;
     if (p.finishing) {
       // Created again (a new process group after a destroyed one): running again.

@@ -32,8 +32,10 @@ class HeartbeatWatch {
   // The next worker, started at `now`; `file` is "" when it has none (or
   // could not be started). `file_time` is FileTime(file) read before the
   // worker started: one quick to remove its file may have done so already.
-  // Indices follow the group's workers.
-  void Add(const std::string& file, SteadyTime now, int64_t file_time);
+  // Indices follow the group's workers. `output_is_progress`: its output lines
+  // count as beats (--hang_detect=output), so a file it cannot write stops none.
+  void Add(const std::string& file, SteadyTime now, int64_t file_time,
+           bool output_is_progress = false);
   // A file's modification time in ns since the epoch; 0 when it is gone (or "").
   static int64_t FileTime(const std::string& path);
   // Worker `index` made progress at `now` (a line of output, a collective);
@@ -57,6 +59,7 @@ class HeartbeatWatch {
     int64_t mtime_ns = 0;     // heartbeat file mtime last seen (0: none yet)
     bool finishing = false;   // removed its heartbeat file: only its exit is due
     std::string cannot_beat;  // why the file cannot be written, "" when it can
+    bool output_is_progress = false;
     std::string file;
   };
   // Makes the heartbeat file of `p`, gone with its directory, again, with

@@ -352,7 +352,8 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
                                    &workers_ignore_});
   }
   // One entry per worker of the group, started or not: indices follow its workers.
-  heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now(), beat_time);
+  heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now(), beat_time,
+                  spec.out.track_progress);
   // Its stdout read too: through its own pipe, or the one it shares with
   // stderr (a stdout line is not "its last stderr line": attack 85).
   WorkerOutput& output = outputs_.emplace_back();

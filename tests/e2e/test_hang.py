@@ -179,12 +179,39 @@ def test_a_log_directory_removed_or_made_unwritable_does_not_kill_workers_that_b
         if p.poll() is None:
             p.kill()
     assert p.returncode == 0, err
+    assert "hung" not in err, err
     if fault == "removed":
         assert re.search(r"the directory of rank \d's heartbeat file, \S+, was removed while the "
                          r"job ran .*: ddprun made it again", err), err
     else:
         assert re.search(r"rank \d's heartbeat file \S+ cannot be written \(Operation not "
                          r"permitted\): the rank cannot beat", err), err
+
+
+def test_output_as_progress_still_finds_a_hang_in_an_unwritable_log_directory(tmp_path):
+    """A heartbeat file that cannot be written stops no rank's beats under --hang_detect=output:
+    its lines are its beats, and a rank that stops printing is still hung."""
+    logs = tmp_path / "logs"
+    script = 'i=0; while [ $i -lt 15 ]; do echo "line $i"; i=$((i+1)); sleep 0.2; done; sleep 30'
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=1", "--hang_timeout=2", "--hang_detect=output",
+                          f"--log_dir={logs}", "--no_python", "/bin/sh", "-c", script], env=env(),
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not list(logs.glob("*/attempt_0/*/heartbeat")):
+            assert time.monotonic() < deadline and p.poll() is None, "no heartbeat file"
+            time.sleep(0.05)
+        if subprocess.run(["chattr", "-R", "+i", str(logs)], capture_output=True).returncode:
+            p.kill()
+            pytest.skip(f"chattr +i does not work on {logs} here (root, and ext4 or the like)")
+        out, err = p.communicate(timeout=60)
+    finally:
+        subprocess.run(["chattr", "-R", "-i", str(tmp_path)], capture_output=True)
+        if p.poll() is None:
+            p.kill()
+    assert p.returncode == 124, err
+    assert "line 14" in out, out
+    assert "cannot be written" not in err, err
 
 
 @pytest.mark.parametrize("exit_timeout", ["", "--exit_timeout=3"])
