@@ -350,10 +350,10 @@ class _Exit(SystemExit):
 def _wrap_exit():
     real = sys.exit
 
-    def exit(status=None):
+    def exit(status=None, /):  # as sys.exit: one positional argument at most
         raise _Exit(status)
 
-    exit.__doc__ = real.__doc__
+    exit.__doc__, exit.__module__, exit.__qualname__ = real.__doc__, "sys", "exit"
     sys.exit = exit
 
 
