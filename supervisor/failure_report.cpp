@@ -433,11 +433,6 @@ std::string WhatAHungRankSaid(const WorkerRecord& w, const std::vector<std::stri
   if (w.output_tail.find("Traceback (most recent call last):") != std::string::npos) {
     return WithLastLine(w.hang + "; it had printed a traceback before", f);
   }
-  // The PyTorch hook's line for a program that ended by a failing sys.exit (no traceback).
-  if (w.output_tail.find("ddprun torch hook: the program ended with sys.exit(") !=
-      std::string::npos) {
-    return WithLastLine(w.hang + "; its program had ended with a failing sys.exit before", f);
-  }
   return w.hang;
 }
 

@@ -1,7 +1,6 @@
 """ddprun's PyTorch progress hook (--hang_detect=torch), loaded by the workers' Python through
 PYTHONPATH. It changes nothing the user's program does (it only wraps five functions, in
-_ddprun_torch_p2p.py beside it, which still return what they did and raise what they did, and
-sys.exit, whose SystemExit tells whether it ended the program: _Exit): a
+_ddprun_torch_p2p.py beside it, which still return what they did and raise what they did): a
 daemon thread reads PyTorch's own flight recorders (the generic one, Gloo's, and NCCL's own;
 TORCH_FR_BUFFER_SIZE, set by ddprun) a few times a second and, when a collective has been entered
 or finished since the last look,
@@ -307,7 +306,7 @@ def _finishing(heartbeat, through=None):
         if not heartbeat or os.getpid() != _rank_pid:
             return  # a forked child's exit (a DataLoader worker's) is not the rank's
         if _failed:
-            return  # its program failed: not finishing (the watcher may see a destroy late)
+            return  # its program raised: not finishing (the watcher may see a destroy late)
         _finished_through = through
         try:
             os.unlink(heartbeat)
@@ -325,51 +324,7 @@ def _at_exit(heartbeat):
         _release(torch_dir, os.environ.get("RANK", "0"))  # another Python of the rank may go on
 
 
-_exit_status = None  # the status a sys.exit() that ended the main module gave the process
-_failed = False  # the main module failed (raised, or a failing sys.exit): never finishing
-
-
-class _Exit(SystemExit):
-    """The SystemExit sys.exit raises (the hook's sys.exit: _wrap_exit), which says whether it
-    ended the program. One that ended it is freed by the interpreter once the main module is
-    over, with no Python frame left; one the program caught is freed in the frames that caught
-    it (attack 94: a wrapper that only recorded the call could not tell the two apart). One
-    the program kept (a global, a cycle) is freed later: not known, as without the hook."""
-
-    def __del__(self):
-        global _exit_status
-        try:
-            sys._getframe(1)
-        except ValueError:  # no caller: the interpreter's own handling, at the program's end
-            code = self.code
-            _exit_status = 0 if code is None else code if isinstance(code, int) else 1
-        except Exception:  # never disturb the exit
-            pass
-
-
-def _wrap_exit():
-    real = sys.exit
-
-    def exit(status=None, /):  # as sys.exit: one positional argument at most
-        raise _Exit(status)
-
-    exit.__doc__, exit.__module__, exit.__qualname__ = real.__doc__, "sys", "exit"
-    sys.exit = exit
-
-
-def _say_exit_waits(status):
-    """A failing sys.exit prints nothing: should threads keep the rank from exiting, ddprun's
-    hang report names this line (the failure it had), as the traceback of one that raised."""
-    try:
-        waits = [t.name for t in threading.enumerate()
-                 if not t.daemon and t is not threading.main_thread()]
-        if waits:
-            sys.stderr.write("ddprun torch hook: the program ended with sys.exit(%s), and its exit "
-                             "waits for threads that are not daemons: %s\n"
-                             % (status, ", ".join(waits)))
-            sys.stderr.flush()
-    except Exception:  # never disturb the exit
-        pass
+_failed = False  # the main module raised: never finishing
 
 
 def _wrap_thread_shutdown(heartbeat):
@@ -377,25 +332,26 @@ def _wrap_thread_shutdown(heartbeat):
     runs the exit handlers: the main module has finished then, and a thread never joined is a
     hang at exit, not a hang to restart the program for. A thread still training there makes
     collectives, and its beats create the file again. A main module that raised (the
-    interpreter printed it: sys.last_value) or ended by sys.exit with a failing status has not
-    finished: it failed, and a thread that keeps it from exiting makes an ordinary hang,
-    restarted as a failure is, also where it destroyed its process group before (that said it
-    was finishing: the heartbeat file is made again). So has a multiprocessing trainer whose
-    target failed (taken for finished, not restarted: attack 92)."""
+    interpreter printed it: sys.last_value) has not finished: it failed, and a thread that
+    keeps it from exiting makes an ordinary hang, restarted as a failure is, also where it
+    destroyed its process group before (that said it was finishing: the heartbeat file is made
+    again). So has a multiprocessing trainer whose target failed (taken for finished, not
+    restarted: attack 92). A SystemExit leaves no trace the hook can read: sys.exit(3) there is
+    taken for finished. (A sys.exit wrapper could not tell one that was caught, attack 94; one
+    raising a subclass of SystemExit, told by when it was freed, changed what programs see:
+    type(e) is SystemExit, the silence of a thread's SystemExit, pickling; and a caught one kept
+    in a thread's locals was freed as one that ended the program: attack 103.)"""
     joins = getattr(threading, "_shutdown", None)
     if joins is None:
         return
 
     def _shutdown():
         global _failed
-        if (getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None)
-                or _exit_status not in (None, 0)):
+        if getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None):
             if os.getpid() == _rank_pid:
                 with _lock:
                     _failed = True
                 _beat(heartbeat)  # not finishing: it failed
-                if _exit_status not in (None, 0):
-                    _say_exit_waits(_exit_status)
             return joins()
         if _failed_process_target():
             return joins()
@@ -569,7 +525,6 @@ def _start():
     heartbeat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
     if heartbeat:
         atexit.register(_at_exit, heartbeat)  # registered first: runs after the program's own
-        _wrap_exit()
         _wrap_thread_shutdown(heartbeat)
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _watch_args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
