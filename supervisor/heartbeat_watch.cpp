@@ -24,15 +24,17 @@ int64_t HeartbeatWatch::FileTime(const std::string& path) {
 
 namespace {
 
+// Its directory is gone, or something else is in its place (attack 103: a file).
 bool DirectoryGone(const std::string& file) {
   struct stat st {};
   const std::string dir = std::filesystem::path(file).parent_path().string();
-  return ::stat(dir.c_str(), &st) != 0 && errno == ENOENT;
+  if (::stat(dir.c_str(), &st) != 0) return errno == ENOENT || errno == ENOTDIR;
+  return !S_ISDIR(st.st_mode);
 }
 
 }  // namespace
 
-void HeartbeatWatch::Restore(Progress& p, int rank) {
+void HeartbeatWatch::Restore(Progress& p, int rank, SteadyTime now) {
   const std::filesystem::path file(p.file);
   std::error_code ec;
   std::filesystem::create_directories(file.parent_path(), ec);
@@ -45,6 +47,11 @@ void HeartbeatWatch::Restore(Progress& p, int rank) {
     (void)::futimens(fd.get(), times);
   }
   const std::string dir = file.parent_path().string();
+  // Not made again: the rank cannot beat, and its silence is not counted (as a file that
+  // cannot be written) until it is; then it counts from now.
+  const std::string cannot = error == 0 || p.output_is_progress ? "" : std::strerror(error);
+  if (cannot.empty() && !p.cannot_beat.empty()) p.last = p.seen = now;
+  p.cannot_beat = cannot;
   if (!restored_.insert(dir).second) return;
   if (error == 0) {
     spdlog::warn(
@@ -54,8 +61,10 @@ void HeartbeatWatch::Restore(Progress& p, int rank) {
         rank, dir);
   } else {
     spdlog::warn(
-        "the directory of rank {}'s heartbeat file, {}, was removed while the job ran, and "
-        "ddprun could not make it again ({}): the rank cannot beat, and may be taken for hung",
+        "the directory of rank {}'s heartbeat file, {}, was removed (or replaced) while the job "
+        "ran, and ddprun could not make it again ({}): the rank cannot beat, so ddprun cannot "
+        "tell a hang of it from its silence; that hang detection is off until the directory "
+        "can be made again",
         rank, dir, std::strerror(error));
   }
 }
@@ -99,7 +108,7 @@ void HeartbeatWatch::Look(SteadyTime now, int64_t wall_now_ns,
     Progress& p = workers_[i];
     const int64_t m = FileTime(p.file);
     if (m == 0 && p.mtime_ns > 0 && !p.finishing && DirectoryGone(p.file)) {
-      Restore(p, workers[i].rank);
+      Restore(p, workers[i].rank, now);
       continue;
     }
     if (m == 0 && p.mtime_ns > 0 && !p.finishing) {

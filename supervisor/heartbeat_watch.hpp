@@ -63,8 +63,10 @@ class HeartbeatWatch {
     std::string file;
   };
   // Makes the heartbeat file of `p`, gone with its directory, again, with
-  // the time of its last beat; says so once per directory.
-  void Restore(Progress& p, int rank);
+  // the time of its last beat; says so once per directory. One it cannot
+  // make again (a file in the directory's place) is as one that cannot be
+  // written.
+  void Restore(Progress& p, int rank, SteadyTime now);
   // Notes whether `p`'s file can be written (it exists), saying so when that changes.
   void WatchWritable(Progress& p, int rank, SteadyTime now);
 

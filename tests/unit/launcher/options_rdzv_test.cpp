@@ -51,7 +51,8 @@ TEST_CASE("an option given twice keeps its last value, and says it replaced the 
            {"--log_dir=/tmp/d", "--log_dir=/tmp/d/"},
            {"--nnodes=1", "--nnodes=1:1"},
            {"--rdzv_conf=join_timeout=60,read_timeout=5",
-            "--rdzv_conf=read_timeout=5,join_timeout=60"}}) {
+            "--rdzv_conf=read_timeout=5,join_timeout=60"},
+           {"--rdzv_conf=read_timeout=60", "--rdzv_conf=read_timeout=60.0"}}) {
     auto same = Parse({first, last, "t"});
     REQUIRE(same.ok());
     CHECK_MESSAGE(same->warnings.empty(), first, " ", last);

@@ -125,6 +125,20 @@ TEST_CASE("a heartbeat file gone with its directory is made again, not taken for
   b = watch.Beats(workers)[0];
   CHECK(b.last == t0 + seconds(6));
   CHECK(b.cannot_beat.empty());
+  // A file in the directory's place (attack 103): not made again, and not finishing either; it
+  // cannot beat, until the directory can be made again.
+  std::filesystem::remove_all(files.dir / "attempt_0");
+  std::ofstream(files.dir / "attempt_0").flush();
+  watch.Look(t0 + seconds(8), 1008 * kNs, workers);
+  b = watch.Beats(workers)[0];
+  CHECK_FALSE(b.finishing);
+  CHECK(b.cannot_beat == "Not a directory");
+  std::filesystem::remove(files.dir / "attempt_0");
+  watch.Look(t0 + seconds(10), 1010 * kNs, workers);
+  b = watch.Beats(workers)[0];
+  CHECK(b.cannot_beat.empty());
+  CHECK(b.last == t0 + seconds(10));
+  CHECK(HeartbeatWatch::FileTime(path) == 1006 * kNs);
 }
 
 TEST_CASE("a file removed before the worker was added is finishing, by its time read before") {
