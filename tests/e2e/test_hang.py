@@ -149,25 +149,20 @@ def test_a_worker_that_removed_its_heartbeat_file_is_finishing_not_hung(removes)
         assert "no heartbeat for" in r.stderr
 
 
-@pytest.mark.parametrize("fault", ["removed", "immutable"])
-def test_a_log_directory_removed_or_made_unwritable_does_not_kill_workers_that_beat(tmp_path,
-                                                                                      fault):
-    """Attack 102: the run's directory removed while the job ran (a cleaner of /tmp) made every
-    rank "finishing", then "hung at exit" (exit 124); one made immutable (as a read-only remount)
-    stopped their beats, and they were killed as hung. Now the first is made again, and the
-    second is said: neither kills a worker that beats whenever it can."""
+def with_log_dir_fault(tmp_path, args, nproc, fault, after=0.0):
+    """ddprun with `args` (the workers' program last) and --log_dir=tmp_path/logs; `after` s past
+    the moment every worker's heartbeat file exists, the log directory is removed ("removed") or
+    made immutable ("immutable": chattr -R +i; skipped where that does not work). Returns
+    (rc, stdout, stderr)."""
     logs = tmp_path / "logs"
-    beats = ('i=0; while [ $i -lt 25 ]; do touch "$DDPRUN_HEARTBEAT_FILE" 2>/dev/null; '
-             'i=$((i+1)); sleep 0.2; done')
-    p = subprocess.Popen([DDPRUN, "--nproc_per_node=2", "--hang_timeout=2", f"--log_dir={logs}",
-                          "--no_python", "/bin/sh", "-c", beats], env=env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([DDPRUN, f"--nproc_per_node={nproc}", f"--log_dir={logs}", *args],
+                         env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 20
-        while len(list(logs.glob("*/attempt_0/*/heartbeat"))) < 2:
+        while len(list(logs.glob("*/attempt_0/*/heartbeat"))) < nproc:
             assert time.monotonic() < deadline and p.poll() is None, "no heartbeat files"
             time.sleep(0.05)
-        time.sleep(1)
+        time.sleep(after)
         if fault == "removed":
             subprocess.run(["rm", "-rf", str(logs)], check=True)
         elif subprocess.run(["chattr", "-R", "+i", str(logs)], capture_output=True).returncode:
@@ -178,7 +173,22 @@ def test_a_log_directory_removed_or_made_unwritable_does_not_kill_workers_that_b
         subprocess.run(["chattr", "-R", "-i", str(tmp_path)], capture_output=True)
         if p.poll() is None:
             p.kill()
-    assert p.returncode == 0, err
+            p.wait()
+    return p.returncode, out, err
+
+
+@pytest.mark.parametrize("fault", ["removed", "immutable"])
+def test_a_log_directory_removed_or_made_unwritable_does_not_kill_workers_that_beat(tmp_path,
+                                                                                      fault):
+    """Attack 102: the run's directory removed while the job ran (a cleaner of /tmp) made every
+    rank "finishing", then "hung at exit" (exit 124); one made immutable (as a read-only remount)
+    stopped their beats, and they were killed as hung. Now the first is made again, and the
+    second is said: neither kills a worker that beats whenever it can."""
+    beats = ('i=0; while [ $i -lt 25 ]; do touch "$DDPRUN_HEARTBEAT_FILE" 2>/dev/null; '
+             'i=$((i+1)); sleep 0.2; done')
+    rc, _, err = with_log_dir_fault(tmp_path, ["--hang_timeout=2", "--no_python", "/bin/sh", "-c",
+                                               beats], 2, fault, after=1.0)
+    assert rc == 0, err
     assert "hung" not in err, err
     if fault == "removed":
         assert re.search(r"the directory of rank \d's heartbeat file, \S+, was removed while the "
@@ -191,25 +201,11 @@ def test_a_log_directory_removed_or_made_unwritable_does_not_kill_workers_that_b
 def test_output_as_progress_still_finds_a_hang_in_an_unwritable_log_directory(tmp_path):
     """A heartbeat file that cannot be written stops no rank's beats under --hang_detect=output:
     its lines are its beats, and a rank that stops printing is still hung."""
-    logs = tmp_path / "logs"
     script = 'i=0; while [ $i -lt 15 ]; do echo "line $i"; i=$((i+1)); sleep 0.2; done; sleep 30'
-    p = subprocess.Popen([DDPRUN, "--nproc_per_node=1", "--hang_timeout=2", "--hang_detect=output",
-                          f"--log_dir={logs}", "--no_python", "/bin/sh", "-c", script], env=env(),
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not list(logs.glob("*/attempt_0/*/heartbeat")):
-            assert time.monotonic() < deadline and p.poll() is None, "no heartbeat file"
-            time.sleep(0.05)
-        if subprocess.run(["chattr", "-R", "+i", str(logs)], capture_output=True).returncode:
-            p.kill()
-            pytest.skip(f"chattr +i does not work on {logs} here (root, and ext4 or the like)")
-        out, err = p.communicate(timeout=60)
-    finally:
-        subprocess.run(["chattr", "-R", "-i", str(tmp_path)], capture_output=True)
-        if p.poll() is None:
-            p.kill()
-    assert p.returncode == 124, err
+    rc, out, err = with_log_dir_fault(tmp_path, ["--hang_timeout=2", "--hang_detect=output",
+                                                 "--no_python", "/bin/sh", "-c", script],
+                                      1, "immutable")
+    assert rc == 124, err
     assert "line 14" in out, out
     assert "cannot be written" not in err, err
 
