@@ -44,7 +44,7 @@ TEST_CASE("an option given twice keeps its last value, and says it replaced the 
   CHECK(Parse({"--standalone", "--standalone", "--max_restarts=1", "--max-restarts", "1", "t"})
             ->warnings.empty());
   // The same value spelled otherwise (attack 102: each was said to replace the other).
-  for (const auto& [first, last] : std::vector<std::pair<std::string, std::string>>{
+  for (const auto& pair : std::vector<std::pair<std::string, std::string>>{
            {"--shutdown_timeout=30", "--shutdown_timeout=30.0"},
            {"--max_restarts=0", "--max_restarts=+0"},
            {"--nproc_per_node=2", "--nproc_per_node=02"},
@@ -53,9 +53,9 @@ TEST_CASE("an option given twice keeps its last value, and says it replaced the 
            {"--rdzv_conf=join_timeout=60,read_timeout=5",
             "--rdzv_conf=read_timeout=5,join_timeout=60"},
            {"--rdzv_conf=read_timeout=60", "--rdzv_conf=read_timeout=60.0"}}) {
-    auto same = Parse({first, last, "t"});
+    auto same = Parse({pair.first, pair.second, "t"});
     REQUIRE(same.ok());
-    CHECK_MESSAGE(same->warnings.empty(), first, " ", last);
+    CHECK_MESSAGE(same->warnings.empty(), pair.first, " ", pair.second);
   }
   // One key given a new value: nothing to join.
   auto one = Parse({"--rdzv_conf=join_timeout=60", "--rdzv_conf=join_timeout=30", "t"});
