@@ -109,7 +109,7 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
         beat_unrecorded += (beat_unrecorded.empty() ? "" : ",") + std::to_string(w.rank);
       }
     }
-    if (!beat_unrecorded.empty() && verdict.rfind("no rank recorded a collective yet", 0) == 0) {
+    if (!beat_unrecorded.empty() && side.none_recorded) {
       verdict = "rank(s) " + beat_unrecorded +
                 " made collectives, but the hook could not record them (its lines in the "
                 "workers' output say why: a full or removed log directory): where the hang is "

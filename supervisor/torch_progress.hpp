@@ -39,10 +39,11 @@ struct TorchProgress {
 };
 
 struct TorchSide {
-  std::string text;           // for the summary; ends with a newline
-  std::string verdict;        // one line, to print the moment the hang is found
-  std::string state;          // the same without what it means for a hang (a dump on request)
-  std::vector<int> laggards;  // ranks that did not enter the latest collective
+  std::string text;            // for the summary; ends with a newline
+  std::string verdict;         // one line, to print the moment the hang is found
+  std::string state;           // the same without what it means for a hang (a dump on request)
+  std::vector<int> laggards;   // ranks that did not enter the latest collective
+  bool none_recorded = false;  // no rank's hook recorded a collective (or could not write it)
   // A deadlock: the ranks that wait for each other. None alone is behind, but
   // the root cause is among them, not among the ranks that merely wait with them.
   std::vector<int> deadlocked;

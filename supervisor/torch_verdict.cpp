@@ -419,6 +419,7 @@ TorchSide NameLaggards(const std::vector<TorchProgress>& progress,
   const Survey s = Gather(progress, beating);
   Describe(s, side);
   if (s.newest.empty() && s.p2p.empty()) {
+    side.none_recorded = true;
     side.verdict = side.state =
         "no rank recorded a collective yet: the hang is before the first one";
     return side;

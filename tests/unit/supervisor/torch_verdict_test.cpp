@@ -62,6 +62,7 @@ TEST_CASE("A rank blocked in a subgroup is not blamed for falling behind in the 
       In(2, "0", {}, 21, true)};                                // waits for ranks 0,1
   const TorchSide side = NameLaggards(progress);
   CHECK(side.laggards == std::vector<int>{1});
+  CHECK_FALSE(side.none_recorded);
   CHECK(side.verdict ==
         "rank 1 did not enter gloo:all_reduce #21 (rank 2 waits in it), nor gloo:all_reduce #7 "
         "of process group 1 (ranks 0,1) (rank 0 waits in it)");
@@ -69,6 +70,15 @@ TEST_CASE("A rank blocked in a subgroup is not blamed for falling behind in the 
   CHECK(Has(side.text,
             "rank 0 did not enter gloo:all_reduce #21: its last is gloo:all_reduce "
             "#20 (finished)"));
+}
+
+TEST_CASE("Ranks with no collective recorded: the verdict says so, and the side is marked") {
+  // The agent reads the mark, not the text, to tell a hook that could not write its files.
+  TorchProgress none;
+  none.rank = 0;
+  const TorchSide side = NameLaggards({none});
+  CHECK(side.none_recorded);
+  CHECK(side.verdict == "no rank recorded a collective yet: the hang is before the first one");
 }
 
 TEST_CASE("Numbers of different groups are never compared") {
