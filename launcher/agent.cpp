@@ -208,11 +208,11 @@ int Agent::Finish(const rendezvous::Action& exit) {
       }
     }
     spdlog::error("{}", exit.message);
-    if (cause.cls == rendezvous::FailureClass::kExitHang) {
+    if (rendezvous::FinishedProgram(cause.cls)) {
       spdlog::error(
-          "not restarted: the hung worker's program had finished (it removed its heartbeat "
+          "not restarted: the {} worker's program had finished (it removed its heartbeat "
           "file); exit code {}",
-          exit.exit_code);
+          cause.cls == rendezvous::FailureClass::kExitHang ? "hung" : "crashed", exit.exit_code);
     } else if (cause.cls != rendezvous::FailureClass::kRendezvous &&
                cause.cls != rendezvous::FailureClass::kSignal) {
       spdlog::error("no restarts left (--max_restarts={}): exit code {} (the root cause's)",
@@ -347,9 +347,13 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   // A peer's failure to wait for is another node's: in a round of this
   // node's workers alone, any that failed first is among them already.
   const bool other_nodes = round.world_size > static_cast<int>(result.workers.size());
+  // Or it crashed on its way out, its program finished: not restarted either, unless a
+  // peer's going away (another node's failure, recorded there) made it crash.
+  const bool crashed_at_exit = root.crashed_at_exit_after >= 0 && !root.after_stop;
   o.cause.cls = at_exit                                       ? rendezvous::FailureClass::kExitHang
                 : root.hung                                   ? rendezvous::FailureClass::kHang
                 : other_nodes && supervisor::DiedOfPeer(root) ? rendezvous::FailureClass::kPeer
+                : crashed_at_exit                             ? rendezvous::FailureClass::kExitCrash
                                                               : rendezvous::FailureClass::kWorker;
   // Every rank here hung inside a collective: a rank on another node that
   // never entered it is the likelier cause, which its agent records first.

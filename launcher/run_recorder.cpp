@@ -129,6 +129,8 @@ ExitClass RunRecorder::Classify(const rendezvous::Action& exit, int exit_code) c
       case rendezvous::FailureClass::kHang:
       case rendezvous::FailureClass::kExitHang:
         return ExitClass::kHang;
+      case rendezvous::FailureClass::kExitCrash:
+        return ExitClass::kWorkerFailure;
       case rendezvous::FailureClass::kRendezvous:
         return ExitClass::kRendezvous;
       case rendezvous::FailureClass::kSignal:

@@ -22,9 +22,9 @@ std::string WhyEnded(const JobRecord& rec, int r) {
   if (rec.end == RoundEnd::kFailure) {
     // "failure on" reads for a worker's ("node 1 (h): rank 3 ..."); a loss or
     // a signal says what happened itself ("lost h (...)", "... was stopped").
-    const bool worker =
-        rec.cause.cls == FailureClass::kWorker || rec.cause.cls == FailureClass::kPeer ||
-        rec.cause.cls == FailureClass::kHang || rec.cause.cls == FailureClass::kExitHang;
+    const bool worker = rec.cause.cls == FailureClass::kWorker ||
+                        rec.cause.cls == FailureClass::kPeer ||
+                        rec.cause.cls == FailureClass::kHang || FinishedProgram(rec.cause.cls);
     return round + " ended: " + (worker ? "failure on " : "") + rec.cause.Describe();
   }
   if (rec.end == RoundEnd::kMembership || rec.end == RoundEnd::kNewNodes) {

@@ -61,7 +61,7 @@ void WriteCause(FieldWriter& w, const Cause& c) {
 
 bool ReadCause(FieldReader& r, Cause* c) {
   int cls = 0;
-  if (!r.Int(&cls) || cls < 0 || cls > static_cast<int>(FailureClass::kExitHang)) return false;
+  if (!r.Int(&cls) || cls < 0 || cls > static_cast<int>(FailureClass::kExitCrash)) return false;
   c->cls = static_cast<FailureClass>(cls);
   return r.Int(&c->exit_code) && r.Int(&c->node_rank) && r.Str(&c->node) && r.Int(&c->rank) &&
          r.Int(&c->local_rank) && r.Int(&c->pid) && r.Str(&c->what);
@@ -172,8 +172,14 @@ const char* FailureClassName(FailureClass c) {
       return "signal";
     case FailureClass::kExitHang:
       return "exit-hang";
+    case FailureClass::kExitCrash:
+      return "exit-crash";
   }
   return "?";
+}
+
+bool FinishedProgram(FailureClass c) {
+  return c == FailureClass::kExitHang || c == FailureClass::kExitCrash;
 }
 
 std::string Cause::Describe() const {
@@ -287,7 +293,7 @@ StatusOr<JobRecord> EndRoundByFailure(const JobRecord& rec, int r, const Cause& 
   next.end = RoundEnd::kFailure;
   next.cause = cause;
   // A restart would run again a program that had finished.
-  if (++next.restarts > max_restarts || cause.cls == FailureClass::kExitHang) {
+  if (++next.restarts > max_restarts || FinishedProgram(cause.cls)) {
     return Fail(std::move(next), cause);
   }
   next.restart_cause = cause.Describe();

@@ -36,8 +36,11 @@ enum class FailureClass {
   kRendezvous,  // a round could not form (timeout, fewer than MIN nodes)
   kSignal,      // the agent hosting the store was stopped by a signal
   kExitHang,    // a worker whose program had finished did not exit (exit 124, never restarted)
+  kExitCrash,   // a worker whose program had finished crashed on its way out (never restarted)
 };
 const char* FailureClassName(FailureClass c);
+// A worker whose program had finished (kExitHang, kExitCrash): a restart would run it again.
+bool FinishedProgram(FailureClass c);
 
 struct Cause {
   FailureClass cls = FailureClass::kWorker;

@@ -44,6 +44,11 @@ std::string ExitStatus::Describe() const {
   return "exit code " + std::to_string(code);
 }
 
+bool ExitStatus::Crashed() const {
+  return signal == SIGSEGV || signal == SIGBUS || signal == SIGILL || signal == SIGFPE ||
+         signal == SIGABRT || signal == SIGSYS || signal == SIGTRAP;
+}
+
 std::string SignalName(int sig) {
   for (const auto& [num, name] : kSignals) {
     if (num == sig) return name;

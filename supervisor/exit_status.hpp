@@ -27,6 +27,9 @@ struct ExitStatus {
   int TorchCode() const { return signal != 0 ? -signal : code; }
   // "exit code 3" or "signal 9 (SIGKILL)".
   std::string Describe() const;
+  // Died of a signal that a program's own fault raises (SIGSEGV, SIGBUS,
+  // SIGILL, SIGFPE, SIGABRT, SIGSYS, SIGTRAP): a crash, not a stop.
+  bool Crashed() const;
 };
 
 // "SIGTERM" for 15; "SIG<n>" for numbers without a name.

@@ -353,7 +353,8 @@ const std::vector<Entry>& Catalogue() {
       {"no space left", NoSpace},
       {"file too large", FileTooLarge},
       {"too many open files", TooManyOpenFiles},
-      {"native crash", NativeCrash},                   // what the text names says more
+      {"crashed at exit", CrashedAtExit},              // what the text names says more
+      {"native crash", NativeCrash},                   // (both)
       {"signal through a shell", SignalThroughShell},  // last: only what the exit code says
   };
   return kEntries;
@@ -366,6 +367,7 @@ std::optional<Explanation> Explain(const FailureRecord& failure, const ExplainCo
   ExplainContext c = context;
   c.core_dump = failure.core;
   c.hung = failure.hung;
+  c.crashed_at_exit_after = failure.crashed_at_exit_after;
   c.output_tail = failure.output_tail;
   for (const auto& entry : Catalogue()) {
     if (auto e = entry.match(text, c)) {

@@ -68,6 +68,10 @@ struct ExplainContext {
   // The failed worker was declared hung (FailureRecord::hung; set by
   // Explain()): it did not end by raising what its output shows.
   bool hung = false;
+  // Seconds between the failed worker's removing its heartbeat file and its
+  // crash on its way out (FailureRecord::crashed_at_exit_after; set by
+  // Explain()); -1 when it did not so crash.
+  double crashed_at_exit_after = -1;
   // The failed worker's last output lines, beyond its last traceback
   // (FailureRecord::output_tail; set by Explain()): what its children said.
   std::string output_tail;

@@ -39,6 +39,7 @@ Match NcclSharedMemory(const std::string& text, const ExplainContext& c);
 // explain_host.cpp
 Match OomKilled(const std::string& text, const ExplainContext& c);
 Match NativeCrash(const std::string& text, const ExplainContext& c);
+Match CrashedAtExit(const std::string& text, const ExplainContext& c);
 Match AddressInUse(const std::string& text, const ExplainContext& c);
 Match DataLoaderBusError(const std::string& text, const ExplainContext& c);
 Match ThreadLimit(const std::string& text, const ExplainContext& c);

@@ -182,6 +182,35 @@ Match NativeCrash(const std::string& text, const ExplainContext& c) {
 }
 
 // torch/csrc/distributed/c10d/socket.cpp (TCPStore's listen); Python's OSError.
+// A worker whose program had finished (it removed its heartbeat file) and
+// that then crashed on its way out: native teardown (a destructor, a thread
+// still running as the interpreter ended: PyTorch 2.12's "terminate called
+// without an active exception"). What the crash itself says comes after.
+Match CrashedAtExit(const std::string& text, const ExplainContext& c) {
+  if (c.crashed_at_exit_after < 0 || c.unasked_signal == 0) return {};
+  const std::string when = c.crashed_at_exit_after < 0.05
+                               ? "just before"
+                               : FormatSeconds(c.crashed_at_exit_after) + " s before";
+  std::string cause = "the worker's program had finished (it removed its heartbeat file " + when +
+                      ") and its process died of " + SignalName(c.unasked_signal) +
+                      " on its way out, in native teardown (a destructor, or a thread still "
+                      "running as the process ended)";
+  std::string fix = "the job is not restarted (that would run the finished program again); ";
+  const Match native = NativeCrash(text, c);
+  if (Has(text, "terminate called without an active exception")) {
+    cause += ": \"terminate called without an active exception\"";
+  } else if (native && native->cause != "the worker crashed in native code (" +
+                                            SignalName(c.unasked_signal) + ")") {
+    cause += "; " + native->cause;
+  }
+  fix += native && !native->fix.empty()
+             ? native->fix
+             : "its last output lines show where (PYTHONFAULTHANDLER=1 prints the stacks)";
+  return Lines(cause, fix +
+                          "; torch.distributed.destroy_process_group() on every rank and threads "
+                          "joined before the end leave less to tear down");
+}
+
 Match AddressInUse(const std::string& text, const ExplainContext& c) {
   auto m =
       Find(text, R"(failed to listen on any local network address\. port: (\d+)[^\n]*EADDRINUSE)");

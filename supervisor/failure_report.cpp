@@ -454,6 +454,7 @@ std::vector<FailureRecord> CollectFailures(const GroupResult& result,
     f.lost_logs = w.lost_logs;
     f.hung = !w.hang.empty();
     f.hung_at_exit = f.hung && w.hang_at_exit;
+    if (!f.hung && w.timer.empty()) f.crashed_at_exit_after = w.crashed_finished_for;
     f.timer = !w.timer.empty();
     f.output_tail = w.output_tail;
     f.tail_has_stdout = w.tail_has_stdout;

@@ -26,7 +26,10 @@ struct FailureRecord {
   std::string error_file;            // "<N/A>" when the worker wrote none
   std::string message;               // traceback, error message, or what happened
   bool hung = false;                 // declared hung by the launcher
-  bool hung_at_exit = false;     // hung after removing its heartbeat file: its program had finished
+  bool hung_at_exit = false;  // hung after removing its heartbeat file: its program had finished
+  // Seconds between its removing its heartbeat file (its program finished) and
+  // its crash (ExitStatus::Crashed) on its way out; -1 when it did not so crash.
+  double crashed_at_exit_after = -1;
   bool timer = false;            // its file timer expired (message says which and how long)
   std::string output_tail;       // the worker's last output lines
   bool tail_has_stdout = false;  // of stdout and stderr; else of stderr alone

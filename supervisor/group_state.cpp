@@ -61,6 +61,10 @@ void GroupState::OnExits(const std::vector<std::pair<pid_t, ExitStatus>>& exits,
   FinishIfAllExited();
 }
 
+void GroupState::NoteCrashedFinishing(size_t index, Duration finished_for) {
+  if (index < workers_.size()) workers_[index].crashed_finished_for = finished_for.count();
+}
+
 void GroupState::OnStartFailure(int local_rank, int rank, ExitStatus as_exit, WallTime now,
                                 std::string why) {
   WorkerRecord w;

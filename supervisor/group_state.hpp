@@ -60,9 +60,12 @@ struct WorkerRecord {
   WorkerState state = WorkerState::kRunning;
   ExitStatus exit;
   WallTime exit_time;
-  std::string start_error;       // why it could not be started, if it could not
-  std::string hang;              // why it was declared hung ("" when it was not)
-  bool hang_at_exit = false;     // hung after removing its heartbeat file: its program had finished
+  std::string start_error;    // why it could not be started, if it could not
+  std::string hang;           // why it was declared hung ("" when it was not)
+  bool hang_at_exit = false;  // hung after removing its heartbeat file: its program had finished
+  // Seconds since it removed its heartbeat file (finishing) when it crashed
+  // (ExitStatus::Crashed); -1 when it had not, or did not crash.
+  double crashed_finished_for = -1;
   std::string timer;             // why its file timer expired and it was signalled ("" when not)
   std::string output_tail;       // its last output lines (at most ~4 KiB)
   bool tail_has_stdout = false;  // output_tail has its stdout lines too, not stderr's alone
@@ -107,6 +110,10 @@ class GroupState {
   // before the teardown they cause. Unknown pids are ignored.
   void OnExits(const std::vector<std::pair<pid_t, ExitStatus>>& exits, WallTime now);
   // A worker that could not be started: counts as a failure of that rank.
+  // Worker `index` crashed `finished_for` after it had removed its heartbeat
+  // file (HeartbeatWatch::Finished): its program had finished. Kept for the
+  // failure's report; the failure itself is OnExits'.
+  void NoteCrashedFinishing(size_t index, Duration finished_for);
   void OnStartFailure(int local_rank, int rank, ExitStatus as_exit, WallTime now, std::string why);
   // A signal the launcher received and handles: the first terminating one
   // stops the group (SIGTERM/SIGINT/... to every worker, the grace, SIGKILL);

@@ -138,6 +138,16 @@ void HeartbeatWatch::Postpone(SteadyTime::duration by, SteadyTime now) {
   for (Progress& p : workers_) p.last = std::min(p.last + by, std::max(p.last, now));
 }
 
+std::optional<SteadyTime::duration> HeartbeatWatch::Finished(size_t index, SteadyTime now) const {
+  if (index >= workers_.size()) return std::nullopt;
+  const Progress& p = workers_[index];
+  if (p.finishing) return now - p.seen;
+  if (p.mtime_ns > 0 && FileTime(p.file) == 0 && !DirectoryGone(p.file)) {
+    return SteadyTime::duration::zero();  // removed since the last look
+  }
+  return std::nullopt;
+}
+
 std::vector<Beat> HeartbeatWatch::Beats(const std::vector<WorkerRecord>& workers) const {
   std::vector<Beat> beats;
   for (size_t i = 0; i < workers_.size() && i < workers.size(); ++i) {

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,6 +51,12 @@ class HeartbeatWatch {
   void Postpone(SteadyTime::duration by, SteadyTime now);
   // hang_check.hpp's view: one Beat per worker of `workers`.
   std::vector<Beat> Beats(const std::vector<WorkerRecord>& workers) const;
+  // How long ago worker `index` removed its heartbeat file (finishing: the
+  // PyTorch hook does at destroy_process_group and at exit), read afresh for
+  // one that ended before a look saw it; nullopt when it has not removed it
+  // (or never had one, or the file went with its directory). Asked as the
+  // worker's exit is read: a crash then came after its program had finished.
+  std::optional<SteadyTime::duration> Finished(size_t index, SteadyTime now) const;
 
  private:
   struct Progress {

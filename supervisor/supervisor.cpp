@@ -298,7 +298,18 @@ void Supervisor::ReapChildren() {
   }
   if (exits.empty()) return;
   const bool was_running = running_->phase() == Phase::kRunning;
+  // A crash after the worker removed its heartbeat file came in its exit, its program
+  // finished: read now, before a look that no exited worker gets any more.
+  std::vector<std::pair<size_t, Duration>> crashed_finishing;
+  const SteadyTime now = std::chrono::steady_clock::now();
+  for (const auto& [pid, status] : exits) {
+    for (size_t i = 0; status.Crashed() && i < running_->workers().size(); ++i) {
+      if (running_->workers()[i].pid != pid) continue;
+      if (auto since = heartbeats_.Finished(i, now)) crashed_finishing.emplace_back(i, *since);
+    }
+  }
   running_->OnExits(exits, std::chrono::system_clock::now());
+  for (const auto& [index, since] : crashed_finishing) running_->NoteCrashedFinishing(index, since);
   if (was_running && running_->phase() == Phase::kStopping && !running_->failures().empty()) {
     // Said at once, not after the others' grace: the first failure stops all.
     const WorkerRecord& w = running_->workers()[running_->failures().front()];

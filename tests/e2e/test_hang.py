@@ -233,6 +233,37 @@ def test_a_finishing_worker_that_never_exits_is_hung_at_exit_and_not_restarted(t
     assert report["root_cause"]["class"] == "exit-hang", report
 
 
+@pytest.mark.parametrize("finished", [True, False])
+def test_a_worker_that_crashes_after_finishing_is_not_restarted(tmp_path, finished):
+    # Rank 1 said it is finishing (removed its heartbeat file, as the PyTorch hook and the DDP
+    # core do at exit), then died of SIGSEGV: a crash in its teardown, its program finished. A
+    # restart would run the finished program again. The same crash before it finished is a
+    # failure to restart as any.
+    script = ('touch "$DDPRUN_HEARTBEAT_FILE"; ' + ('rm "$DDPRUN_HEARTBEAT_FILE"; ' if finished
+                                                   else '') +
+              '[ "$RANK" = 1 ] && kill -SEGV $$$$; sleep 3; exit 0')  # $$: torchrun's ${local_rank} macros
+    r, _ = run(["--nproc_per_node=2", "--hang_timeout=20", "--shutdown_timeout=1",
+                "--max_restarts=2", f"--log_dir={tmp_path}", "--no_python", "/bin/sh", "-c",
+                script])
+    assert r.returncode == 139, r.stderr
+    report = json.loads(next(Path(tmp_path).glob("*/incident.json")).read_text())
+    if not finished:
+        assert len(attempt_dirs(tmp_path)) == 3, r.stderr
+        assert report["root_cause"]["class"] == "worker", report
+        assert "on its way out" not in r.stderr, r.stderr
+        return
+    assert len(attempt_dirs(tmp_path)) == 1, r.stderr  # --max_restarts=2 left unused
+    assert "restarting" not in r.stderr, r.stderr
+    assert "not restarted: the crashed worker's program had finished (it removed its heartbeat " \
+           "file); exit code 139" in r.stderr, r.stderr
+    assert re.search(r"cause     : the worker's program had finished \(it removed its heartbeat "
+                     r"file (just|[\d.]+ s) before\) and its process died of SIGSEGV on its way out",
+                     r.stderr), r.stderr
+    assert "fix       : the job is not restarted (that would run the finished program again)" \
+        in r.stderr, r.stderr
+    assert report["root_cause"]["class"] == "exit-crash", report
+
+
 def test_a_worker_that_beats_again_after_finishing_is_held_to_the_hang_limit_again(tmp_path):
     # A process group destroyed (file removed) and made again (file created), then silent: ddprun
     # looked at a finishing worker only at its --exit_timeout, so the hang after the new group

@@ -33,10 +33,11 @@ void Sim::Check() {
            " was recorded as a failure: " + rec.cause.Describe());
     }
   }
-  // (e): a worker hung at exit ends the job: a restart would run its finished program again.
-  if (rec.round >= 0 && rec.end == RoundEnd::kFailure && rec.cause.cls == FailureClass::kExitHang &&
+  // (e): a worker hung or crashed at exit ends the job: a restart would run its finished
+  // program again.
+  if (rec.round >= 0 && rec.end == RoundEnd::kFailure && FinishedProgram(rec.cause.cls) &&
       !rec.final()) {
-    Fail("(e) a hang at exit was restarted: " + rec.cause.Describe());
+    Fail("(e) a hang or crash at exit was restarted: " + rec.cause.Describe());
   }
   // (e): restarts are used by failures only.
   if (rec.restarts != static_cast<int>(failed_rounds_.size())) {

@@ -242,9 +242,11 @@ void Sim::StartWorkers(int i, const RoundResult& r) {
       o.kind = WorkersOutcome::Kind::kFailed;
       o.cause.cls = rng_.Chance(20)  ? FailureClass::kHang
                     : rng_.Chance(5) ? FailureClass::kExitHang
+                    : rng_.Chance(5) ? FailureClass::kExitCrash
                                      : FailureClass::kWorker;
-      o.cause.exit_code =
-          o.cause.cls == FailureClass::kWorker ? static_cast<int>(rng_.In(1, 9)) : 124;
+      o.cause.exit_code = o.cause.cls == FailureClass::kWorker ? static_cast<int>(rng_.In(1, 9))
+                          : o.cause.cls == FailureClass::kExitCrash ? 134
+                                                                    : 124;
       o.cause.rank = 2 * victim;
       o.cause.local_rank = 0;
       o.cause.pid = 1000 * (round + 1) + victim;

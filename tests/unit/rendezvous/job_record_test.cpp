@@ -25,6 +25,17 @@ TEST_CASE("a worker hung at exit fails the job with restarts left: its program h
   REQUIRE(back.ok());
   CHECK(back->final_cause.cls == FailureClass::kExitHang);
   CHECK(std::string(FailureClassName(back->final_cause.cls)) == "exit-hang");
+  // So with a crash at exit: its program had finished too.
+  c = WorkerCause(134);
+  c.cls = FailureClass::kExitCrash;
+  auto crashed = EndRoundByFailure(rec, 0, c, 3);
+  REQUIRE(crashed.ok());
+  CHECK(crashed->final());
+  CHECK(crashed->exit_code() == 134);
+  auto crashed_back = JobRecord::Decode(crashed->Encode());
+  REQUIRE(crashed_back.ok());
+  CHECK(crashed_back->final_cause.cls == FailureClass::kExitCrash);
+  CHECK(std::string(FailureClassName(FailureClass::kExitCrash)) == "exit-crash");
   // A hang while training is restarted as any failure.
   c.cls = FailureClass::kHang;
   auto restarted = EndRoundByFailure(rec, 0, c, 3);

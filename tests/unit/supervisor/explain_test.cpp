@@ -219,6 +219,39 @@ TEST_CASE("explain: a SIGSEGV under a stack limit below 8 MiB names the limit") 
 }
 
 // CPython 3.11's faulthandler and libstdc++'s terminate handler, as they print.
+TEST_CASE("explain: a crash after the worker removed its heartbeat file is a crash at exit") {
+  ExplainContext c;
+  c.unasked_signal = SIGABRT;
+  auto failed = Failed("Signal 6 (SIGABRT) received by PID 9",
+                       "rank 1 done\nterminate called without an active exception\n");
+  failed.crashed_at_exit_after = 0.4;
+  auto e = Explain(failed, c);
+  REQUIRE(e.has_value());
+  CHECK(e->signature == "crashed at exit");
+  CHECK(e->cause ==
+        "the worker's program had finished (it removed its heartbeat file 0.4 s before) and its "
+        "process died of SIGABRT on its way out, in native teardown (a destructor, or a thread "
+        "still running as the process ended): \"terminate called without an active exception\"");
+  CHECK(e->fix.rfind("the job is not restarted (that would run the finished program again); ", 0) ==
+        0);
+  // What the crash says comes after: an uncaught C++ exception.
+  failed = Failed("",
+                  "terminate called after throwing an instance of 'std::runtime_error'\n"
+                  "  what():  teardown failed\n");
+  failed.crashed_at_exit_after = 0.01;
+  e = Explain(failed, c);
+  REQUIRE(e.has_value());
+  CHECK(e->cause.find("heartbeat file just before)") != std::string::npos);
+  CHECK(e->cause.find("; the worker aborted (SIGABRT) on a C++ exception nothing caught: "
+                      "std::runtime_error: teardown failed") != std::string::npos);
+  // Before it finished, or stopped by ddprun: not at exit.
+  failed.crashed_at_exit_after = -1;
+  CHECK(Explain(failed, c)->signature == "native crash");
+  failed.crashed_at_exit_after = 2;
+  c.unasked_signal = 0;
+  CHECK_FALSE(Explain(failed, c).has_value());
+}
+
 TEST_CASE("explain: a native crash names the Python call under it, or the C++ exception") {
   const std::string faulthandler =
       "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f27aeaa0b80 (most recent "

@@ -157,6 +157,34 @@ TEST_CASE("a file removed before the worker was added is finishing, by its time 
   CHECK(HeartbeatWatch::FileTime("") == 0);
 }
 
+TEST_CASE("how long ago a worker finished is read afresh at its exit, a look or none before") {
+  // A crash after the worker removed its heartbeat file came in its teardown (exit-crash).
+  Files files;
+  const SteadyTime t0{};
+  HeartbeatWatch watch;
+  std::filesystem::create_directories(files.dir / "d");
+  std::vector<std::string> paths;
+  for (const char* name : {"0", "1", "2", "d/3"}) {
+    paths.push_back(files.Make(name, 1000));
+    watch.Add(paths.back(), t0, HeartbeatWatch::FileTime(paths.back()));
+  }
+  watch.Add("", t0, 0);  // none
+  const auto workers = Running(5);
+  std::filesystem::remove(paths[0]);
+  watch.Look(t0 + seconds(2), 1002 * kNs, workers);  // 0 seen finishing
+  std::filesystem::remove(paths[1]);                 // 1 removed since the look
+  std::filesystem::remove_all(files.dir / "d");      // 3's went with its directory
+  const SteadyTime exit = t0 + seconds(5);
+  REQUIRE(watch.Finished(0, exit).has_value());
+  CHECK(*watch.Finished(0, exit) == seconds(3));
+  REQUIRE(watch.Finished(1, exit).has_value());
+  CHECK(*watch.Finished(1, exit) == SteadyTime::duration::zero());
+  CHECK_FALSE(watch.Finished(2, exit).has_value());  // still there: running
+  CHECK_FALSE(watch.Finished(3, exit).has_value());  // not removed by the worker
+  CHECK_FALSE(watch.Finished(4, exit).has_value());
+  CHECK_FALSE(watch.Finished(5, exit).has_value());  // no such worker
+}
+
 TEST_CASE("a pause places the beats from before it first, then leaves itself out") {
   Files files;
   const SteadyTime t0{};
