@@ -4,7 +4,8 @@ before step N's all_reduce, so the other ranks wait in it. --step-sleep slows ev
 --exit-sleep the finish after destroy_process_group; --again N trains N more steps in a process group
 made again after that. With --hang-after-destroy rank --hang-rank sleeps forever after its last
 destroy_process_group; with --hang-at-exit it hangs in its interpreter's teardown (a finalizer that
-never returns, as a stuck destructor would); with --forgotten-thread it starts a thread that never
+never returns, as a stuck destructor would), with --abort-at-exit it aborts there (a destructor that
+crashes), and --raise-at-end raises after the last destroy_process_group; with --forgotten-thread it starts a thread that never
 ends and is not a daemon (the interpreter joins it at exit). --no-destroy leaves the process group
 undestroyed, as many scripts do. With --subgroup ranks 0 and 1 also all_reduce in a process group of
 their own after each step (and once in a group destroyed at once), and the hang rank stops before
@@ -34,6 +35,13 @@ class StuckAtExit:
         sleep(100000)
 
 
+class AbortAtExit:
+    """Its finalizer aborts the process as the interpreter tears __main__ down."""
+
+    def __del__(self, abort=os.abort):
+        abort()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=1000000)
@@ -44,6 +52,8 @@ def main():
     p.add_argument("--exit-sleep", type=float, default=0.0,
                    help="seconds to sleep after destroy_process_group (a slow finish)")
     p.add_argument("--hang-at-exit", action="store_true")
+    p.add_argument("--abort-at-exit", action="store_true")
+    p.add_argument("--raise-at-end", action="store_true")
     p.add_argument("--hang-after-destroy", action="store_true",
                    help="rank --hang-rank sleeps forever after destroy_process_group")
     p.add_argument("--forgotten-thread", action="store_true",
@@ -64,6 +74,11 @@ def main():
     if a.hang_at_exit and rank == a.hang_rank:
         print(f"rank {rank} will hang at exit", flush=True)
         globals()["_stuck"] = StuckAtExit()
+    if a.abort_at_exit and rank == a.hang_rank:
+        print(f"rank {rank} will abort at exit", flush=True)
+        globals()["_crash"] = AbortAtExit()
+    if a.raise_at_end and rank == a.hang_rank:
+        raise RuntimeError(f"rank {rank} failed after its last destroy_process_group")
     if a.forgotten_thread and rank == a.hang_rank:
         print(f"rank {rank} leaves a thread running", flush=True)
         threading.Thread(target=time.sleep, args=(100000,), name="forgotten").start()
