@@ -252,6 +252,11 @@ def _watch(torch_dir, heartbeat, rank):
     request = os.path.join(torch_dir, "dump_request")
     while True:
         time.sleep(_PERIOD)
+        if _exiting:
+            # The exit handlers have run; the interpreter ends next. A thread inside a PyTorch
+            # call that gives the GIL up as that happens aborts the whole process on its return
+            # ("terminate called without an active exception"): none is begun any more.
+            return
         if not _initialized(sys.modules.get("torch.distributed")):
             # After destroy_process_group no collective is due: the rank is finishing (saving,
             # tearing down). It says so once; ddprun then awaits its exit (--exit_timeout).
