@@ -181,7 +181,6 @@ Match NativeCrash(const std::string& text, const ExplainContext& c) {
                                           : "open its core dump (above) in gdb, then bt"));
 }
 
-// torch/csrc/distributed/c10d/socket.cpp (TCPStore's listen); Python's OSError.
 // A worker whose program had finished (it removed its heartbeat file) and
 // that then crashed on its way out: native teardown (a destructor, a thread
 // still running as the interpreter ended: PyTorch 2.12's "terminate called
@@ -206,11 +205,14 @@ Match CrashedAtExit(const std::string& text, const ExplainContext& c) {
   fix += native && !native->fix.empty()
              ? native->fix
              : "its last output lines show where (PYTHONFAULTHANDLER=1 prints the stacks)";
-  return Lines(cause, fix +
-                          "; torch.distributed.destroy_process_group() on every rank and threads "
-                          "joined before the end leave less to tear down");
+  return Lines(cause, fix + "; " +
+                          (c.interpreter.empty() ? "a process group destroyed"
+                                                 : "torch.distributed.destroy_process_group()") +
+                          " on every rank and threads joined before the end leave less to tear "
+                          "down");
 }
 
+// torch/csrc/distributed/c10d/socket.cpp (TCPStore's listen); Python's OSError.
 Match AddressInUse(const std::string& text, const ExplainContext& c) {
   auto m =
       Find(text, R"(failed to listen on any local network address\. port: (\d+)[^\n]*EADDRINUSE)");
