@@ -472,7 +472,7 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   }
   if (!lost_logs.empty()) spdlog::warn("{}", lost_logs);
   if (c_.hang_detect_torch && !layout_->disabled()) {
-    auto hook = WriteTorchHook(layout_->run_dir() + "/torch_hook");
+    auto hook = torch_hook_.Write(layout_->run_dir(), env::Lookup(environ_, "TMPDIR").value_or(""));
     if (!hook.ok()) return FinishLocally(1, hook.status().message());
     group.torch_hook_dir = *hook;
     group.nccl_ras_addr = NcclRasAddr();

@@ -18,6 +18,7 @@
 #include "launcher/launch_config.hpp"
 #include "launcher/program.hpp"
 #include "launcher/run_recorder.hpp"
+#include "launcher/torch_hook.hpp"
 #include "rendezvous/agent_driver.hpp"
 #include "rendezvous/coordinator.hpp"
 #include "supervisor/failure_report.hpp"
@@ -95,6 +96,7 @@ class Agent {
   // Log files a failed write left incomplete, over all rounds.
   std::vector<std::string> lost_logs_;
   std::string timer_file_;     // the file timer's pipe, "" when not served
+  TorchHookDir torch_hook_;    // --hang_detect=torch: where the hook is written
   std::string nccl_ras_addr_;  // --hang_detect=torch: the job's NCCL_RAS_ADDR, "" for none
   // The round's hang dump found every local rank waiting inside one collective.
   bool hang_all_waiting_ = false;

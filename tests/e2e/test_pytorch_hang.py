@@ -52,6 +52,26 @@ def test_rank_that_stopped_calling_all_reduce_is_named(tmp_path):
         assert re.search(r"python Thread \d+ .*:\n\s*all_reduce \(", summary), summary
 
 
+@pytest.mark.parametrize("where", ["log_dir", "TMPDIR"])
+def test_a_colon_in_the_log_directory_still_gets_the_hook_loaded(tmp_path, where):
+    # Attack 105: the hook's directory went on PYTHONPATH with the log directory's ':' (a time in
+    # its name), Python split it there, and no hang was ever found. It goes elsewhere now.
+    odd = tmp_path / "run 12:30"
+    odd.mkdir()
+    args = [DDPRUN, "--nproc_per_node=2", "--shutdown_timeout=2", f"--hang_timeout={HANG_TIMEOUT}",
+            "--hang_detect=torch", *([f"--log_dir={odd}"] if where == "log_dir" else []), JOB,
+            "--hang-step", "3"]
+    r = subprocess.run(args, env={**env(), **({"TMPDIR": str(odd)} if where == "TMPDIR" else {})},
+                       capture_output=True, text=True, timeout=90)
+    assert r.returncode == 124, r.stderr
+    m = re.search(r"the PyTorch hook goes in (/[^:]*/ddprun-torch-hook\.\w+) \(removed at the "
+                  r"end\), not in the log directory .*run 12:30.*: its path has a ':'", r.stderr)
+    assert m, r.stderr
+    assert re.search(r"hang, by PyTorch's collectives: rank 1 did not enter gloo:all_reduce",
+                     r.stderr), r.stderr
+    assert not Path(m[1]).exists()  # removed at the end
+
+
 def test_slow_but_progressing_job_is_not_hung(tmp_path):
     # Slow steps are the point; PyTorch's teardown at exit took over 3 s under a loaded CI (both
     # ranks then "hung at exit"), so the exit gets the bound the next test gives it.
