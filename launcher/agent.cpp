@@ -337,6 +337,11 @@ rendezvous::WorkersOutcome Agent::Outcome(const rendezvous::RoundResult& round,
   local_failures_ = supervisor::CollectFailures(result, ErrorFiles(round.restart_count),
                                                 /*python=*/!program_.interpreter.empty());
   NoteHiddenOutput(local_failures_);
+  for (auto& f : local_failures_) {
+    // An exit code of 128 + a crash signal is a shell's word for a crash of what it ran; a
+    // program's own exit code is its own (the supervisor took either for a crash).
+    if (f.exit.signal == 0 && !RunsAShell(program_)) f.crashed_at_exit_after = -1;
+  }
   const auto& root = local_failures_.front();
   facts_.GroupFailed(round.world_size, result, root);
   o.kind = Kind::kFailed;

@@ -140,6 +140,9 @@ StatusOr<std::vector<supervisor::WorkerSpec>> BuildWorkerSpecs(const LaunchConfi
     w.out.filter_file = layout.FilteredPath(attempt, "stdout");
     w.err.duplicate_filters = c.duplicate_stderr_filters;
     w.heartbeat_file = layout.HeartbeatPath(attempt, r);
+    if (!group.torch_hook_dir.empty()) {
+      w.finished_file = files.torch_dir + "/finished_" + std::to_string(w.rank);
+    }
     if (r < static_cast<int>(c.worker_cpus.size())) w.cpus = c.worker_cpus[static_cast<size_t>(r)];
     w.out.track_progress = w.err.track_progress = c.hang_detect_output;
     w.stdin_inherited = c.stdin_ranks.count(r) != 0;

@@ -87,9 +87,10 @@ void HeartbeatWatch::WatchWritable(Progress& p, int rank, SteadyTime now) {
 }
 
 void HeartbeatWatch::Add(const std::string& file, SteadyTime now, int64_t file_time,
-                         bool output_is_progress) {
+                         bool output_is_progress, const std::string& finished_file) {
   Progress p;
   p.output_is_progress = output_is_progress;
+  p.finished_file = finished_file;
   p.last = p.seen = now;
   p.file = file;
   p.mtime_ns = file.empty() ? 0 : file_time;
@@ -129,7 +130,7 @@ void HeartbeatWatch::Look(SteadyTime now, int64_t wall_now_ns,
                     workers[i].rank);
     }
     p.mtime_ns = m;
-    p.beaten = true;
+    p.beaten = p.touched = true;
     p.last = p.seen = now - std::chrono::nanoseconds(std::max<int64_t>(0, wall_now_ns - m));
   }
 }
@@ -138,14 +139,21 @@ void HeartbeatWatch::Postpone(SteadyTime::duration by, SteadyTime now) {
   for (Progress& p : workers_) p.last = std::min(p.last + by, std::max(p.last, now));
 }
 
-std::optional<SteadyTime::duration> HeartbeatWatch::Finished(size_t index, SteadyTime now) const {
+std::optional<SteadyTime::duration> HeartbeatWatch::Finished(size_t index, SteadyTime now,
+                                                             int64_t wall_now_ns) const {
   if (index >= workers_.size()) return std::nullopt;
   const Progress& p = workers_[index];
-  if (p.finishing) return now - p.seen;
-  if (p.mtime_ns > 0 && FileTime(p.file) == 0 && !DirectoryGone(p.file)) {
-    return SteadyTime::duration::zero();  // removed since the last look
+  const bool removed =
+      p.finishing || (p.mtime_ns > 0 && FileTime(p.file) == 0 && !DirectoryGone(p.file));
+  if (!removed) return std::nullopt;
+  if (p.finished_file.empty() ? !p.touched : FileTime(p.finished_file) == 0) return std::nullopt;
+  // Its directory changed as the file went (the files beside it are made at the start).
+  const int64_t dir_time = FileTime(std::filesystem::path(p.file).parent_path().string());
+  if (dir_time >= p.mtime_ns && dir_time <= wall_now_ns) {
+    return std::chrono::duration_cast<SteadyTime::duration>(
+        std::chrono::nanoseconds(wall_now_ns - dir_time));
   }
-  return std::nullopt;
+  return p.finishing ? now - p.seen : SteadyTime::duration::zero();
 }
 
 std::vector<Beat> HeartbeatWatch::Beats(const std::vector<WorkerRecord>& workers) const {

@@ -35,8 +35,10 @@ class HeartbeatWatch {
   // worker started: one quick to remove its file may have done so already.
   // Indices follow the group's workers. `output_is_progress`: its output lines
   // count as beats (--hang_detect=output), so a file it cannot write stops none.
+  // `finished_file`: where the PyTorch hook says the worker's main module
+  // finished (WorkerSpec::finished_file), "" for none.
   void Add(const std::string& file, SteadyTime now, int64_t file_time,
-           bool output_is_progress = false);
+           bool output_is_progress = false, const std::string& finished_file = "");
   // A file's modification time in ns since the epoch; 0 when it is gone (or "").
   static int64_t FileTime(const std::string& path);
   // Worker `index` made progress at `now` (a line of output, a collective);
@@ -51,12 +53,17 @@ class HeartbeatWatch {
   void Postpone(SteadyTime::duration by, SteadyTime now);
   // hang_check.hpp's view: one Beat per worker of `workers`.
   std::vector<Beat> Beats(const std::vector<WorkerRecord>& workers) const;
-  // How long ago worker `index` removed its heartbeat file (finishing: the
-  // PyTorch hook does at destroy_process_group and at exit), read afresh for
-  // one that ended before a look saw it; nullopt when it has not removed it
-  // (or never had one, or the file went with its directory). Asked as the
-  // worker's exit is read: a crash then came after its program had finished.
-  std::optional<SteadyTime::duration> Finished(size_t index, SteadyTime now) const;
+  // How long before `wall_now_ns` worker `index` removed its heartbeat file
+  // (finishing), read afresh for one that ended before a look saw it, and
+  // dated by its directory's change where that is later than its last beat;
+  // nullopt when its program cannot be taken for finished: the file is there
+  // (or there was none, or it went with its directory), the worker never
+  // touched it (a cleaner of /tmp that removes old files took it), or, with
+  // a finished file (the PyTorch hook's), that file is not there (it only
+  // destroyed its process group: more may come). Asked as the worker's exit
+  // is read: a crash then came in its teardown.
+  std::optional<SteadyTime::duration> Finished(size_t index, SteadyTime now,
+                                               int64_t wall_now_ns) const;
 
  private:
   struct Progress {
@@ -67,7 +74,9 @@ class HeartbeatWatch {
     bool finishing = false;   // removed its heartbeat file: only its exit is due
     std::string cannot_beat;  // why the file cannot be written, "" when it can
     bool output_is_progress = false;
+    bool touched = false;  // a look saw the worker's own touch of the file
     std::string file;
+    std::string finished_file;  // the PyTorch hook's word that the main module finished
   };
   // Makes the heartbeat file of `p`, gone with its directory, again, with
   // the time of its last beat; says so once per directory. One it cannot

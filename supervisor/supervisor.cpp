@@ -302,10 +302,17 @@ void Supervisor::ReapChildren() {
   // finished: read now, before a look that no exited worker gets any more.
   std::vector<std::pair<size_t, Duration>> crashed_finishing;
   const SteadyTime now = std::chrono::steady_clock::now();
+  const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
   for (const auto& [pid, status] : exits) {
-    for (size_t i = 0; status.Crashed() && i < running_->workers().size(); ++i) {
+    // A shell's 128+N is a crash of what it ran (the launcher tells a shell: launcher/agent.cpp).
+    const bool crashed = status.Crashed() || ExitStatus::Signaled(status.code - 128).Crashed();
+    for (size_t i = 0; crashed && i < running_->workers().size(); ++i) {
       if (running_->workers()[i].pid != pid) continue;
-      if (auto since = heartbeats_.Finished(i, now)) crashed_finishing.emplace_back(i, *since);
+      if (auto since = heartbeats_.Finished(i, now, wall_now_ns)) {
+        crashed_finishing.emplace_back(i, *since);
+      }
     }
   }
   running_->OnExits(exits, std::chrono::system_clock::now());
@@ -364,7 +371,7 @@ void Supervisor::StartWorker(const WorkerSpec& spec, GroupState& state) {
   }
   // One entry per worker of the group, started or not: indices follow its workers.
   heartbeats_.Add(pid.ok() ? spec.heartbeat_file : "", std::chrono::steady_clock::now(), beat_time,
-                  spec.out.track_progress);
+                  spec.out.track_progress, spec.finished_file);
   // Its stdout read too: through its own pipe, or the one it shares with
   // stderr (a stdout line is not "its last stderr line": attack 85).
   WorkerOutput& output = outputs_.emplace_back();

@@ -33,7 +33,10 @@ struct WorkerSpec {
   std::vector<std::string> envp;  // "NAME=value", the whole environment
   StreamSpec out;
   StreamSpec err;
-  std::string heartbeat_file;    // its mtime is the last beat ("" = none)
+  std::string heartbeat_file;  // its mtime is the last beat ("" = none)
+  // Where the PyTorch hook says the rank's main module finished (finished_<RANK>
+  // in DDPRUN_TORCH_DIR); "" without the hook: a removed heartbeat file says it.
+  std::string finished_file;
   std::vector<int> cpus;         // CPUs it is bound to before exec (empty = the launcher's)
   bool stdin_inherited = false;  // reads the launcher's stdin (else /dev/null)
 };

@@ -11,6 +11,9 @@ import time
 # Called once a process group is made (init_process_group): sitecustomize.py starts its watcher
 # there, in a forked child that has none.
 on_init = None
+# Called as init_process_group begins, before PyTorch's own (sitecustomize.py: a process group made
+# again makes the rank run again at once).
+on_init_begin = None
 # Called once torch.distributed.distributed_c10d is imported: sitecustomize.py starts its watcher
 # then, not before (a program that never imports it has no thread of ddprun's: attack 92).
 on_import = None
@@ -212,6 +215,8 @@ def wrap(c10d_py):
 
     def init(fn):
         def wrapper(*args, **kwargs):
+            if on_init_begin is not None:
+                on_init_begin()
             result = fn(*args, **kwargs)
             if on_init is not None:
                 on_init()  # a forked child (multiprocessing's fork, forkserver): no watcher yet

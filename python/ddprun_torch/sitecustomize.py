@@ -18,8 +18,9 @@ claimed in owner_<RANK>: under a Python wrapper that starts the trainer as a chi
 After destroy_process_group, once the main module has finished (before the interpreter joins the
 program's threads), and when the interpreter exits (after the program's own exit handlers), it
 removes the heartbeat file: the rank is finishing, no beat is due any more, only its exit
-(ddprun's --exit_timeout); a process group made again, or a collective made after that, creates
-the file again.
+(ddprun's --exit_timeout); a process group made again (as its init begins), or a collective made
+after that, creates the file again. A main module that ended without raising is said in
+finished_<RANK> ("<pid>"): a crash of the rank after that was in its teardown, not restarted.
 On each of ddprun's requests (a new token in $DDPRUN_TORCH_DIR/dump_request) it writes the flight
 recorder to TORCH_FR_DUMP_TEMP_FILE<RANK> where PyTorch has no dump pipe of its own (Gloo). Then it
 imports the user's own sitecustomize."""
@@ -208,6 +209,9 @@ _exiting = False
 # or an earlier one (seen late) is the main module's own and does not make the rank run again.
 _finished_through = None
 _rank_pid = None  # the rank's process: the one that claimed it (_claim)
+# The process that claimed the rank last, kept past _release (destroy_process_group): its exit,
+# its failure and a process group it makes again are the rank's (attack 104).
+_spoke_pid = None
 
 
 def _beat(heartbeat, record_ids=None):
@@ -319,11 +323,27 @@ def _finishing(heartbeat, through=None):
             pass  # gone already: nothing to say
 
 
+def _note_main_finished():
+    """Writes finished_<RANK> in DDPRUN_TORCH_DIR: the rank's main module ended without raising
+    (the interpreter exits next). ddprun takes a crash of the rank after this for one in its
+    teardown, its program finished, and does not restart it; a crash after destroy_process_group
+    alone (a second process group to come, a save) is restarted as any (attack 104)."""
+    torch_dir = os.environ.get("DDPRUN_TORCH_DIR", "")
+    if not torch_dir or _failed or os.getpid() not in (_rank_pid, _spoke_pid):
+        return
+    try:
+        _write(os.path.join(torch_dir, "finished_" + os.environ.get("RANK", "0")),
+               "%d\n" % os.getpid())
+    except OSError:
+        pass  # unwritten: a crash at its exit is then restarted, as without the hook
+
+
 def _at_exit(heartbeat):
     global _exiting
     with _lock:
         _exiting = True
     _finishing(heartbeat)
+    _note_main_finished()  # where threading._shutdown could not be wrapped
     torch_dir = os.environ.get("DDPRUN_TORCH_DIR", "")
     if torch_dir:
         _release(torch_dir, os.environ.get("RANK", "0"))  # another Python of the rank may go on
@@ -353,7 +373,7 @@ def _wrap_thread_shutdown(heartbeat):
     def _shutdown():
         global _failed
         if getattr(sys, "last_exc", None) is not None or getattr(sys, "last_value", None):
-            if os.getpid() == _rank_pid:
+            if os.getpid() in (_rank_pid, _spoke_pid):  # after destroy_process_group too
                 with _lock:
                     _failed = True
                 _beat(heartbeat)  # not finishing: it failed
@@ -373,6 +393,7 @@ def _wrap_thread_shutdown(heartbeat):
         except Exception:  # never disturb the exit: then any later progress counts
             pass
         _finishing(heartbeat, through)
+        _note_main_finished()
         return joins()
 
     threading._shutdown = _shutdown
@@ -409,7 +430,7 @@ def _claim(torch_dir, rank):
     group (the rank's own process, or the trainer that a Python wrapper started) claims it in
     owner_<RANK>, with its pid; the others (the wrapper, DataLoader workers, any child) neither beat
     nor, exiting, say the rank is finishing. A claim of a process that is gone is taken over."""
-    global _rank_pid
+    global _rank_pid, _spoke_pid
     if _rank_pid == os.getpid():
         return True
     path = os.path.join(torch_dir, "owner_" + rank)
@@ -433,7 +454,7 @@ def _claim(torch_dir, rank):
                     except OSError:
                         pass
                     continue
-            _rank_pid = os.getpid()
+            _rank_pid = _spoke_pid = os.getpid()
             return True
         return False
     except OSError as e:
@@ -442,7 +463,7 @@ def _claim(torch_dir, rank):
         # unwatched, its hang never found, without a word (attack 102: a full disk).
         sys.stderr.write("ddprun torch hook: cannot claim rank %s in %s (%s): this process "
                          "speaks for it unclaimed\n" % (rank, torch_dir, e))
-        _rank_pid = os.getpid()
+        _rank_pid = _spoke_pid = os.getpid()
         return True
     finally:
         try:
@@ -474,6 +495,20 @@ def _on_init():
             _speak_for(_watch_args[0], _watch_args[2])
     except Exception as e:  # never out of the user's init_process_group
         sys.stderr.write("ddprun torch hook: %s: this rank is not claimed at its init\n" % e)
+
+
+def _init_begins():
+    """A process group is being made (the wrapped init_process_group, before PyTorch's own): in
+    the process that spoke for the rank before, one made again after destroy_process_group, the
+    rank runs again from now. The heartbeat file is made again at once, not at the watcher's
+    next look after the init returned: a hang or a crash inside the init is then the running
+    program's, restarted, not one of a finished program at its exit (attack 104). The first
+    group's init is left to --startup_timeout, as before."""
+    try:
+        if _watch_args is not None and _spoke_pid == os.getpid() and _rank_pid is None:
+            _beat(_watch_args[1])
+    except Exception:
+        pass  # never out of the user's init_process_group
 
 
 def _release(torch_dir, rank):
@@ -534,6 +569,7 @@ def _start():
     os.register_at_fork(after_in_child=_after_fork_in_child)
     _watch_args = (torch_dir, heartbeat, os.environ.get("RANK", "0"))
     _p2p.on_init = _on_init
+    _p2p.on_init_begin = _init_begins
     # The watcher starts with torch.distributed: a program that never imports it is left as
     # under torchrun (its own threads counted alone: attack 92).
     if "torch.distributed.distributed_c10d" in sys.modules:

@@ -5,7 +5,8 @@ before step N's all_reduce, so the other ranks wait in it. --step-sleep slows ev
 made again after that. With --hang-after-destroy rank --hang-rank sleeps forever after its last
 destroy_process_group; with --hang-at-exit it hangs in its interpreter's teardown (a finalizer that
 never returns, as a stuck destructor would), with --abort-at-exit it aborts there (a destructor that
-crashes), and --raise-at-end raises after the last destroy_process_group; with --forgotten-thread it starts a thread that never
+crashes), and --raise-at-end raises after the last destroy_process_group, --abort-in-again aborts as
+the process group made again (--again) is made; with --forgotten-thread it starts a thread that never
 ends and is not a daemon (the interpreter joins it at exit). --no-destroy leaves the process group
 undestroyed, as many scripts do. With --subgroup ranks 0 and 1 also all_reduce in a process group of
 their own after each step (and once in a group destroyed at once), and the hang rank stops before
@@ -54,6 +55,7 @@ def main():
     p.add_argument("--hang-at-exit", action="store_true")
     p.add_argument("--abort-at-exit", action="store_true")
     p.add_argument("--raise-at-end", action="store_true")
+    p.add_argument("--abort-in-again", action="store_true")
     p.add_argument("--hang-after-destroy", action="store_true",
                    help="rank --hang-rank sleeps forever after destroy_process_group")
     p.add_argument("--forgotten-thread", action="store_true",
@@ -96,6 +98,9 @@ def init_again(backend):
 def train(a, steps, init):
     init(a.backend)
     rank = dist.get_rank()
+    if init is init_again and a.abort_in_again and rank == a.hang_rank:
+        print(f"rank {rank} aborts in its second process group", flush=True)
+        os.abort()
     dev = torch.device("cuda", rank % torch.cuda.device_count()) if a.backend == "nccl" else "cpu"
     torch.manual_seed(0)
     model = DistributedDataParallel(torch.nn.Linear(8, 2).to(dev))

@@ -235,14 +235,14 @@ def test_a_finishing_worker_that_never_exits_is_hung_at_exit_and_not_restarted(t
 
 @pytest.mark.parametrize("finished", [True, False])
 def test_a_worker_that_crashes_after_finishing_is_not_restarted(tmp_path, finished):
-    # Rank 1 said it is finishing (removed its heartbeat file, as the PyTorch hook and the DDP
-    # core do at exit), then died of SIGSEGV: a crash in its teardown, its program finished. A
-    # restart would run the finished program again. The same crash before it finished is a
-    # failure to restart as any.
-    script = ('touch "$DDPRUN_HEARTBEAT_FILE"; ' + ('rm "$DDPRUN_HEARTBEAT_FILE"; ' if finished
-                                                   else '') +
-              '[ "$RANK" = 1 ] && kill -SEGV $$$$; sleep 3; exit 0')  # $$: torchrun's ${local_rank} macros
-    r, _ = run(["--nproc_per_node=2", "--hang_timeout=20", "--shutdown_timeout=1",
+    # Rank 1 beat, said it is finishing (removed its heartbeat file, as the DDP core does at exit),
+    # then died of SIGSEGV: a crash in its teardown, its program finished. A restart would run
+    # the finished program again. The same crash before it finished is a failure to restart as
+    # any. ($$$$: torchrun's ${local_rank} macros make it $$.)
+    script = ('touch "$DDPRUN_HEARTBEAT_FILE"; sleep 1; ' +
+              ('rm "$DDPRUN_HEARTBEAT_FILE"; ' if finished else '') +
+              '[ "$RANK" = 1 ] && kill -SEGV $$$$; sleep 3; exit 0')
+    r, _ = run(["--nproc_per_node=2", "--hang_timeout=2", "--shutdown_timeout=1",
                 "--max_restarts=2", f"--log_dir={tmp_path}", "--no_python", "/bin/sh", "-c",
                 script])
     assert r.returncode == 139, r.stderr

@@ -72,11 +72,15 @@ def test_a_rank_that_crashes_in_its_exit_after_finishing_is_not_restarted(tmp_pa
     assert report["root_cause"]["class"] == "exit-crash", report
 
 
-def test_a_rank_that_raised_and_then_crashed_in_its_exit_is_restarted(tmp_path):
+@pytest.mark.parametrize("after_destroy", ["0", "1"])
+def test_a_rank_that_raised_and_then_crashed_in_its_exit_is_restarted(tmp_path, after_destroy):
     # The same crash after the program raised (even after destroy_process_group, which said it
     # was finishing): it failed, and is restarted as any failure; the exception is the cause.
+    # Attack 104: raised a second after the destroy (the hook had given the rank's claim up), it
+    # was taken for finished.
     r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--max_restarts=1",
-               "--hang_detect=torch", JOB, "--steps", "3", "--abort-at-exit", "--raise-at-end")
+               "--hang_detect=torch", JOB, "--steps", "3", "--abort-at-exit", "--raise-at-end",
+               "--exit-sleep", after_destroy)
     assert r.returncode == 134, r.stderr
     assert len(list(Path(tmp_path).glob("*/attempt_*"))) == 2, r.stderr
     assert "program had finished" not in r.stderr, r.stderr
@@ -85,6 +89,30 @@ def test_a_rank_that_raised_and_then_crashed_in_its_exit_is_restarted(tmp_path):
         r.stderr
     report = json.loads(next(Path(tmp_path).glob("*/incident.json")).read_text())
     assert report["root_cause"]["class"] == "worker", report
+
+
+def test_a_crash_in_a_process_group_made_again_is_restarted(tmp_path):
+    # Attack 104: destroy_process_group said the rank was finishing, and the hook made its
+    # heartbeat file again only after the next init returned: a crash inside or just after it
+    # was taken for one of a finished program, not restarted.
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--max_restarts=1",
+               "--hang_detect=torch", JOB, "--steps", "3", "--exit-sleep", "1", "--again", "3",
+               "--abort-in-again")
+    assert r.returncode == 134, r.stderr
+    assert "rank 1 aborts in its second process group" in r.stdout, r.stdout
+    assert len(list(Path(tmp_path).glob("*/attempt_*"))) == 2, r.stderr
+    assert "program had finished" not in r.stderr, r.stderr
+
+
+def test_a_finished_program_under_a_wrapper_script_that_crashes_at_exit_is_not_restarted(tmp_path):
+    # Attack 104: the shell's 128+6 was taken for the program's own exit code: restarted.
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--max_restarts=1",
+               "--hang_detect=torch", "--no_python", "/bin/sh", "-c",
+               f'"{sys.executable}" {JOB} --steps 3 --abort-at-exit; exit $?')
+    assert r.returncode == 134, r.stderr
+    assert "not restarted: the crashed worker's program had finished" in r.stderr, r.stderr
+    assert [p.name for p in Path(tmp_path).glob("*/attempt_*")] == ["attempt_0"], r.stderr
+    assert "a command it ran died of that signal" in r.stderr, r.stderr
 
 
 def test_a_rank_stuck_after_destroy_process_group_is_hung_at_exit(tmp_path):

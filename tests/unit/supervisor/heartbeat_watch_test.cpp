@@ -157,32 +157,69 @@ TEST_CASE("a file removed before the worker was added is finishing, by its time 
   CHECK(HeartbeatWatch::FileTime("") == 0);
 }
 
-TEST_CASE("how long ago a worker finished is read afresh at its exit, a look or none before") {
-  // A crash after the worker removed its heartbeat file came in its teardown (exit-crash).
+TEST_CASE("a crash after the worker removed its heartbeat file is one of a finished program") {
+  // Read afresh as the exit is read (a look may not have seen the removal), dated by the
+  // directory's change; not for a file the worker never touched (a cleaner of /tmp took it),
+  // nor, with the PyTorch hook's finished file, without that file (destroy_process_group alone).
   Files files;
   const SteadyTime t0{};
   HeartbeatWatch watch;
-  std::filesystem::create_directories(files.dir / "d");
   std::vector<std::string> paths;
-  for (const char* name : {"0", "1", "2", "d/3"}) {
-    paths.push_back(files.Make(name, 1000));
-    watch.Add(paths.back(), t0, HeartbeatWatch::FileTime(paths.back()));
+  for (const char* name : {"0", "1", "2", "3", "4", "5"}) {
+    std::filesystem::create_directories(files.dir / name);
+    paths.push_back(files.Make(std::string(name) + "/heartbeat", 1000));
+    const std::string finished = (files.dir / name / "finished").string();
+    watch.Add(paths.back(), t0, HeartbeatWatch::FileTime(paths.back()), false,
+              std::string(name) >= "4" ? finished : "");
   }
   watch.Add("", t0, 0);  // none
-  const auto workers = Running(5);
-  std::filesystem::remove(paths[0]);
-  watch.Look(t0 + seconds(2), 1002 * kNs, workers);  // 0 seen finishing
-  std::filesystem::remove(paths[1]);                 // 1 removed since the look
-  std::filesystem::remove_all(files.dir / "d");      // 3's went with its directory
-  const SteadyTime exit = t0 + seconds(5);
-  REQUIRE(watch.Finished(0, exit).has_value());
-  CHECK(*watch.Finished(0, exit) == seconds(3));
-  REQUIRE(watch.Finished(1, exit).has_value());
-  CHECK(*watch.Finished(1, exit) == SteadyTime::duration::zero());
-  CHECK_FALSE(watch.Finished(2, exit).has_value());  // still there: running
-  CHECK_FALSE(watch.Finished(3, exit).has_value());  // not removed by the worker
-  CHECK_FALSE(watch.Finished(4, exit).has_value());
-  CHECK_FALSE(watch.Finished(5, exit).has_value());  // no such worker
+  const auto workers = Running(7);
+  for (const std::string& path : paths) Files::SetTime(path, 1001);  // each touched once
+  watch.Look(t0 + seconds(2), 1002 * kNs, workers);
+  auto remove_at = [&](size_t i, int64_t when_s) {
+    std::filesystem::remove(paths[i]);
+    Files::SetTime((files.dir / std::to_string(i)).string(), when_s);
+  };
+  remove_at(0, 1003);
+  watch.Look(t0 + seconds(4), 1004 * kNs, workers);  // 0 seen finishing
+  remove_at(1, 1006);                                // 1 removed since the last look
+  std::filesystem::remove_all(files.dir / "2");      // 2's went with its directory
+  remove_at(4, 1005);                                // 4: destroy_process_group alone
+  remove_at(5, 1005);                                // 5: its main module finished
+  std::ofstream(files.dir / "5" / "finished").flush();
+  Files::SetTime((files.dir / "5").string(), 1005);
+  const SteadyTime exit = t0 + seconds(10);
+  const int64_t wall = 1010 * kNs;
+  REQUIRE(watch.Finished(0, exit, wall).has_value());
+  CHECK(*watch.Finished(0, exit, wall) == seconds(7));  // by its directory, not the look
+  REQUIRE(watch.Finished(1, exit, wall).has_value());
+  CHECK(*watch.Finished(1, exit, wall) == seconds(4));
+  CHECK_FALSE(watch.Finished(2, exit, wall).has_value());  // not removed by the worker
+  CHECK_FALSE(watch.Finished(3, exit, wall).has_value());  // still there: running
+  CHECK_FALSE(watch.Finished(4, exit, wall).has_value());
+  REQUIRE(watch.Finished(5, exit, wall).has_value());
+  CHECK(*watch.Finished(5, exit, wall) == seconds(5));
+  CHECK_FALSE(watch.Finished(6, exit, wall).has_value());
+  CHECK_FALSE(watch.Finished(7, exit, wall).has_value());  // no such worker
+  // A directory dated before the last beat (a clock step) or in the future: the look's time.
+  Files::SetTime((files.dir / "0").string(), 1000);
+  CHECK(*watch.Finished(0, exit, wall) == seconds(6));
+  Files::SetTime((files.dir / "1").string(), 2000);
+  CHECK(*watch.Finished(1, exit, wall) == SteadyTime::duration::zero());
+}
+
+TEST_CASE("a heartbeat file the worker never touched, gone, is no word that it finished") {
+  Files files;
+  const SteadyTime t0{};
+  HeartbeatWatch watch;
+  const std::string path = files.Make("0", 1000);
+  watch.Add(path, t0, HeartbeatWatch::FileTime(path));
+  const auto workers = Running(1);
+  watch.Look(t0 + seconds(1), 1001 * kNs, workers);
+  std::filesystem::remove(path);
+  watch.Look(t0 + seconds(2), 1002 * kNs, workers);
+  CHECK(watch.Beats(workers)[0].finishing);  // held to --exit_timeout, as before
+  CHECK_FALSE(watch.Finished(0, t0 + seconds(3), 1003 * kNs).has_value());
 }
 
 TEST_CASE("a pause places the beats from before it first, then leaves itself out") {
