@@ -32,6 +32,11 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)  # dpkg-shlibdeps computes Depends from t
 
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_NAME ddprun)
 set(CPACK_DEBIAN_RUNTIME_PACKAGE_SECTION science)
+# What ddprun runs besides its libraries (attack 105: none was declared): a hang dump's native
+# stacks (eu-stack, else gdb), .py workers (python3), a Slurm step's own addresses (scontrol).
+# py-spy, for Python stacks, is not a Debian package: pip install py-spy.
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_RECOMMENDS "elfutils | gdb, python3")
+set(CPACK_DEBIAN_RUNTIME_PACKAGE_SUGGESTS "slurm-client")
 set(CPACK_DEBIAN_RUNTIME_DESCRIPTION "launcher and supervisor for distributed PyTorch training
 ddprun is a drop-in replacement for PyTorch's torchrun, written in C++: the
 same options, worker environment and log layout, with exit codes of the root

@@ -67,6 +67,9 @@ def test_fields_are_what_debian_expects(debs):
     for library in ("libc6", "libstdc++6", "libuv1", "libgloo0"):  # from dpkg-shlibdeps
         assert re.search(rf"\b{re.escape(library)}\b", depends), depends
     assert field(ddprun, "Section") == "science"
+    # What it runs besides its libraries (attack 105: none was declared).
+    assert field(ddprun, "Recommends") == "elfutils | gdb, python3"
+    assert field(ddprun, "Suggests") == "slurm-client"
     assert field(dev, "Section") == "libdevel"
     assert "libgloo-dev" in field(dev, "Depends")
     assert field(dev, "Source") == "ddprun"
