@@ -69,22 +69,40 @@ std::optional<std::string> FirstLine(const std::string& path) {
   return line;
 }
 
-// The cpu.max, of this cgroup and those above it, that allows the fewest CPUs.
-std::optional<std::string> TightestCpuMax(const std::string& proc_root) {
-  auto cgroup = OwnCgroupV2(proc_root);
-  if (!cgroup) return std::nullopt;
+// The tightest line of `quota` (a "QUOTA PERIOD" line of directory `dir`, or
+// nullopt) of `dir` and the directories above it, up to `top`.
+template <typename Quota>
+std::optional<std::string> Tightest(std::string dir, const std::string& top, Quota quota) {
   std::optional<std::string> tightest;
-  std::string dir = cgroup->path;
   while (true) {
-    auto line = FirstLine(cgroup->mount + dir + "/cpu.max");
+    auto line = quota(dir);
     if (line && QuotaCpus(*line) && (!tightest || *QuotaCpus(*line) < *QuotaCpus(*tightest))) {
       tightest = line;
     }
     const size_t slash = dir.rfind('/');
-    if (dir.empty() || slash == std::string::npos) break;
+    if (dir.size() <= top.size() || slash == std::string::npos) break;
     dir.resize(slash);
   }
   return tightest;
+}
+
+// The cpu.max, of this cgroup and those above it, that allows the fewest CPUs;
+// under cgroup v1's cpu controller (a hybrid host: Docker's --cpus, a
+// Kubernetes CPU limit there), cpu.cfs_quota_us over cpu.cfs_period_us, as
+// such a line (attack 105: ignored, every CPU of the host counted).
+std::optional<std::string> TightestCpuMax(const std::string& proc_root) {
+  if (auto v1 = OwnControllerCgroup("cpu", "cpu.max", proc_root); v1 && v1->version == 1) {
+    return Tightest(v1->dir, v1->mount, [](const std::string& dir) -> std::optional<std::string> {
+      auto quota = FirstLine(dir + "/cpu.cfs_quota_us");  // -1: none
+      auto period = FirstLine(dir + "/cpu.cfs_period_us");
+      if (!quota || !period) return std::nullopt;
+      return *quota + " " + *period;
+    });
+  }
+  auto cgroup = OwnCgroupV2(proc_root);
+  if (!cgroup) return std::nullopt;
+  return Tightest(cgroup->dir(), cgroup->mount,
+                  [](const std::string& dir) { return FirstLine(dir + "/cpu.max"); });
 }
 
 }  // namespace

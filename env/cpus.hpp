@@ -15,9 +15,10 @@ namespace ddprun::env {
 
 // What the count is made of; each unset part limits nothing.
 struct CpuFacts {
-  int online = 1;                         // sysconf(_SC_NPROCESSORS_ONLN)
-  std::optional<int> affinity;            // CPUs in sched_getaffinity(0) (taskset, cpuset)
-  std::optional<std::string> cpu_max;     // the tightest cgroup v2 cpu.max: "QUOTA PERIOD"
+  int online = 1;               // sysconf(_SC_NPROCESSORS_ONLN)
+  std::optional<int> affinity;  // CPUs in sched_getaffinity(0) (taskset, cpuset)
+  // The tightest cgroup v2 cpu.max, or v1 cpu.cfs_quota_us and cpu.cfs_period_us: "QUOTA PERIOD".
+  std::optional<std::string> cpu_max;
   std::optional<std::string> slurm_cpus;  // SLURM_CPUS_ON_NODE
 };
 

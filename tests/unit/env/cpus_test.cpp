@@ -101,5 +101,29 @@ TEST_CASE("the tightest cpu.max of this cgroup and those above it is read") {
   std::filesystem::remove_all(root);
 }
 
+TEST_CASE("cgroup v1's cpu quota counts as cpu.max does (a hybrid host)") {
+  // Attack 105: Docker's --cpus on a cgroup v1 host was ignored; every CPU counted.
+  auto root = std::filesystem::temp_directory_path() / "ddprun_cpus_v1_test";
+  std::filesystem::remove_all(root);
+  const std::string cpu = (root / "cg/cpu,cpuacct").string();
+  Write(root / "proc/self/cgroup", "4:cpu,cpuacct:/docker/c1\n0::/\n");
+  Write(root / "proc/self/mountinfo",
+        "35 24 0:30 / " + cpu + " rw,nosuid - cgroup cgroup rw,cpu,cpuacct\n");
+  Write(root / "cg/cpu,cpuacct/cpu.cfs_quota_us", "-1\n");
+  Write(root / "cg/cpu,cpuacct/cpu.cfs_period_us", "100000\n");
+  Write(root / "cg/cpu,cpuacct/docker/cpu.cfs_quota_us", "300000\n");
+  Write(root / "cg/cpu,cpuacct/docker/cpu.cfs_period_us", "100000\n");
+  Write(root / "cg/cpu,cpuacct/docker/c1/cpu.cfs_quota_us", "150000\n");
+  Write(root / "cg/cpu,cpuacct/docker/c1/cpu.cfs_period_us", "100000\n");
+  auto f = ReadCpuFacts({}, (root / "proc").string());
+  REQUIRE(f.cpu_max);
+  CHECK(*f.cpu_max == "150000 100000");  // 1.5 CPUs: 2
+  f.affinity = 8;
+  CHECK(AllowedCpus(f) == 2);
+  Write(root / "cg/cpu,cpuacct/docker/c1/cpu.cfs_quota_us", "-1\n");  // none of its own
+  CHECK(*ReadCpuFacts({}, (root / "proc").string()).cpu_max == "300000 100000");
+  std::filesystem::remove_all(root);
+}
+
 }  // namespace
 }  // namespace ddprun::env
