@@ -146,7 +146,11 @@ std::optional<SteadyTime::duration> HeartbeatWatch::Finished(size_t index, Stead
   const bool removed =
       p.finishing || (p.mtime_ns > 0 && FileTime(p.file) == 0 && !DirectoryGone(p.file));
   if (!removed) return std::nullopt;
-  if (p.finished_file.empty() ? !p.touched : FileTime(p.finished_file) == 0) return std::nullopt;
+  // A file untouched this long and gone was a cleaner's (systemd-tmpfiles ages /tmp by days);
+  // one the worker touched between two looks is not seen touched: its age tells.
+  constexpr int64_t kCleanerAgeNs = int64_t{24} * 3600 * 1000000000;
+  const bool own_removal = p.touched || wall_now_ns - p.mtime_ns < kCleanerAgeNs;
+  if (p.finished_file.empty() ? !own_removal : FileTime(p.finished_file) == 0) return std::nullopt;
   // Its directory changed as the file went (the files beside it are made at the start).
   const int64_t dir_time = FileTime(std::filesystem::path(p.file).parent_path().string());
   if (dir_time >= p.mtime_ns && dir_time <= wall_now_ns) {

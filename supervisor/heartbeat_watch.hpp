@@ -57,8 +57,8 @@ class HeartbeatWatch {
   // (finishing), read afresh for one that ended before a look saw it, and
   // dated by its directory's change where that is later than its last beat;
   // nullopt when its program cannot be taken for finished: the file is there
-  // (or there was none, or it went with its directory), the worker never
-  // touched it (a cleaner of /tmp that removes old files took it), or, with
+  // (or there was none, or it went with its directory), it was untouched for
+  // a day (a cleaner of /tmp that removes old files took it), or, with
   // a finished file (the PyTorch hook's), that file is not there (it only
   // destroyed its process group: more may come). Asked as the worker's exit
   // is read: a crash then came in its teardown.

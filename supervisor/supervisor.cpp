@@ -299,13 +299,26 @@ void Supervisor::ReapChildren() {
   if (exits.empty()) return;
   const bool was_running = running_->phase() == Phase::kRunning;
   // A crash after the worker removed its heartbeat file came in its exit, its program
-  // finished: read now, before a look that no exited worker gets any more.
+  // finished: read now, before a look that no exited worker gets any more. Only while every
+  // other worker still running has finished too: one still at work (a last save after its
+  // destroy_process_group) would be stopped by the failure, its program unfinished, and a
+  // restart is then due (attack 106).
   std::vector<std::pair<size_t, Duration>> crashed_finishing;
   const SteadyTime now = std::chrono::steady_clock::now();
   const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                                   std::chrono::system_clock::now().time_since_epoch())
                                   .count();
+  bool others_finished = true;
+  for (size_t i = 0; i < running_->workers().size(); ++i) {
+    const WorkerRecord& w = running_->workers()[i];
+    const bool exiting =
+        std::any_of(exits.begin(), exits.end(), [&w](const auto& e) { return e.first == w.pid; });
+    if (w.state == WorkerState::kRunning && !exiting) {
+      others_finished = others_finished && heartbeats_.Finished(i, now, wall_now_ns).has_value();
+    }
+  }
   for (const auto& [pid, status] : exits) {
+    if (!others_finished) break;
     // A shell's 128+N is a crash of what it ran (the launcher tells a shell: launcher/agent.cpp).
     const bool crashed = status.Crashed() || ExitStatus::Signaled(status.code - 128).Crashed();
     for (size_t i = 0; crashed && i < running_->workers().size(); ++i) {

@@ -338,6 +338,24 @@ def _note_main_finished():
         pass  # unwritten: a crash at its exit is then restarted, as without the hook
 
 
+def _forget_finished(torch_dir, rank):
+    """At a Python's start: a finished_<RANK> of a Python of the rank that is gone (the first
+    stage of a wrapper script that runs two) says nothing of this one, which may crash before
+    it makes a process group (attack 106). One of a Python still alive (the rank's, finished,
+    that started this helper) stays."""
+    path = os.path.join(torch_dir, "finished_" + rank)
+    try:
+        pid = int((_read(path) or "0").split()[0])
+    except (ValueError, IndexError):
+        pid = 0
+    if pid > 0 and _alive(pid):
+        return
+    try:
+        os.unlink(path)
+    except OSError:
+        pass  # none (the usual), or not ours to remove
+
+
 def _at_exit(heartbeat):
     global _exiting
     with _lock:
@@ -562,6 +580,7 @@ def _start():
     # claims the rank (_claim); a forked child has no watcher thread until it makes one
     # (_watch_here), and its inherited claim is its parent's pid, not its own.
     os.makedirs(torch_dir, exist_ok=True)
+    _forget_finished(torch_dir, os.environ.get("RANK", "0"))
     heartbeat = os.environ.get("DDPRUN_HEARTBEAT_FILE", "")
     if heartbeat:
         atexit.register(_at_exit, heartbeat)  # registered first: runs after the program's own

@@ -37,9 +37,11 @@ class StuckAtExit:
 
 
 class AbortAtExit:
-    """Its finalizer aborts the process as the interpreter tears __main__ down."""
+    """Its finalizer aborts the process as the interpreter tears __main__ down, a second in: the
+    other ranks have finished by then (a crash at exit while one still works is restarted)."""
 
-    def __del__(self, abort=os.abort):
+    def __del__(self, abort=os.abort, sleep=time.sleep):
+        sleep(1)
         abort()
 
 

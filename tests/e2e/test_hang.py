@@ -233,21 +233,24 @@ def test_a_finishing_worker_that_never_exits_is_hung_at_exit_and_not_restarted(t
     assert report["root_cause"]["class"] == "exit-hang", report
 
 
-@pytest.mark.parametrize("finished", [True, False])
+@pytest.mark.parametrize("finished", ["all", "none", "the crashed one alone"])
 def test_a_worker_that_crashes_after_finishing_is_not_restarted(tmp_path, finished):
     # Rank 1 beat, said it is finishing (removed its heartbeat file, as the DDP core does at exit),
     # then died of SIGSEGV: a crash in its teardown, its program finished. A restart would run
     # the finished program again. The same crash before it finished is a failure to restart as
-    # any. ($$$$: torchrun's ${local_rank} macros make it $$.)
-    script = ('touch "$DDPRUN_HEARTBEAT_FILE"; sleep 1; ' +
-              ('rm "$DDPRUN_HEARTBEAT_FILE"; ' if finished else '') +
+    # any, and so is one while another worker still works (attack 106: a last save after its
+    # destroy_process_group was cut short, and nothing restarted). ($$$$: torchrun's
+    # ${local_rank} macros make it $$.)
+    removes = {"all": 'rm "$DDPRUN_HEARTBEAT_FILE"; ', "none": "",
+               "the crashed one alone": '[ "$RANK" = 1 ] && rm "$DDPRUN_HEARTBEAT_FILE"; '}[finished]
+    script = ('touch "$DDPRUN_HEARTBEAT_FILE"; sleep 1; ' + removes +
               '[ "$RANK" = 1 ] && kill -SEGV $$$$; sleep 3; exit 0')
     r, _ = run(["--nproc_per_node=2", "--hang_timeout=2", "--shutdown_timeout=1",
                 "--max_restarts=2", f"--log_dir={tmp_path}", "--no_python", "/bin/sh", "-c",
                 script])
     assert r.returncode == 139, r.stderr
     report = json.loads(next(Path(tmp_path).glob("*/incident.json")).read_text())
-    if not finished:
+    if finished != "all":
         assert len(attempt_dirs(tmp_path)) == 3, r.stderr
         assert report["root_cause"]["class"] == "worker", report
         assert "on its way out" not in r.stderr, r.stderr

@@ -115,6 +115,18 @@ def test_a_finished_program_under_a_wrapper_script_that_crashes_at_exit_is_not_r
     assert "a command it ran died of that signal" in r.stderr, r.stderr
 
 
+def test_a_crash_in_a_second_python_of_the_rank_after_the_first_finished_is_restarted(tmp_path):
+    # Attack 106: a wrapper script ran a first Python, which finished (finished_1), then a
+    # second one, which crashed before its process group: taken for a crash at exit.
+    second = "import os, signal; os.environ['RANK'] == '1' and os.kill(os.getpid(), signal.SIGSEGV)"
+    r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=30",
+               "--max_restarts=1", "--hang_detect=torch", "--no_python", "/bin/sh", "-c",
+               f'"{sys.executable}" {JOB} --steps 3 && "{sys.executable}" -c "{second}"')
+    assert r.returncode == 139, r.stderr
+    assert len(list(Path(tmp_path).glob("*/attempt_*"))) == 2, r.stderr
+    assert "program had finished" not in r.stderr, r.stderr
+
+
 def test_a_rank_stuck_after_destroy_process_group_is_hung_at_exit(tmp_path):
     # Before, the hook beat at every look once the group was destroyed: this was never caught.
     r = ddprun(tmp_path, f"--hang_timeout={HANG_TIMEOUT}", "--exit_timeout=3",

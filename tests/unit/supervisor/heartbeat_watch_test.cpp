@@ -208,18 +208,25 @@ TEST_CASE("a crash after the worker removed its heartbeat file is one of a finis
   CHECK(*watch.Finished(1, exit, wall) == SteadyTime::duration::zero());
 }
 
-TEST_CASE("a heartbeat file the worker never touched, gone, is no word that it finished") {
+TEST_CASE("a heartbeat file untouched for a day, gone, is no word that the worker finished") {
+  // A cleaner of /tmp that removes old files took it. One touched between two looks (never
+  // seen touched), gone soon after its start, was the worker's own removal (attack 106).
   Files files;
   const SteadyTime t0{};
   HeartbeatWatch watch;
-  const std::string path = files.Make("0", 1000);
-  watch.Add(path, t0, HeartbeatWatch::FileTime(path));
-  const auto workers = Running(1);
+  for (const char* name : {"0", "1"}) {
+    const std::string path = files.Make(name, 1000);
+    watch.Add(path, t0, HeartbeatWatch::FileTime(path));
+  }
+  const auto workers = Running(2);
+  constexpr int64_t kDay = 24 * 3600;
   watch.Look(t0 + seconds(1), 1001 * kNs, workers);
-  std::filesystem::remove(path);
+  std::filesystem::remove(files.dir / "0");
+  std::filesystem::remove(files.dir / "1");
   watch.Look(t0 + seconds(2), 1002 * kNs, workers);
   CHECK(watch.Beats(workers)[0].finishing);  // held to --exit_timeout, as before
-  CHECK_FALSE(watch.Finished(0, t0 + seconds(3), 1003 * kNs).has_value());
+  CHECK(watch.Finished(0, t0 + seconds(3), 1003 * kNs).has_value());
+  CHECK_FALSE(watch.Finished(1, t0 + seconds(2 * kDay), (1000 + 2 * kDay) * kNs).has_value());
 }
 
 TEST_CASE("a pause places the beats from before it first, then leaves itself out") {
