@@ -297,7 +297,9 @@ def test_a_collective_timeout_under_a_tenth_of_a_second_is_said_as_given():
     not arrive", when the user's limit bounds the set-up too."""
     r = ddprun(2, *SMALL, "--hang-at-step", "3", "--collective-timeout", "0.04")
     assert r.returncode == 1, r.stderr
-    assert "timed out after 0.04 s (collective timeout 0.04 s" in r.stderr, r.stderr
+    # The wait as measured (0.041 s under load, in CI), the limit as given.
+    m = re.search(r"timed out after ([\d.]+) s \(collective timeout 0\.04 s", r.stderr)
+    assert m and float(m[1]) >= 0.04, r.stderr
     # Rank 1 comes 2 s late to a set-up bounded by a 0.3 s limit: the limit is named.
     r = rank_1_first("sleep 2", *SMALL, "--collective-timeout", "0.3")
     assert r.returncode == 1, r.stderr
