@@ -298,36 +298,9 @@ void Supervisor::ReapChildren() {
   }
   if (exits.empty()) return;
   const bool was_running = running_->phase() == Phase::kRunning;
-  // A crash after the worker removed its heartbeat file came in its exit, its program
-  // finished: read now, before a look that no exited worker gets any more. Only while every
-  // other worker still running has finished too: one still at work (a last save after its
-  // destroy_process_group) would be stopped by the failure, its program unfinished, and a
-  // restart is then due (attack 106).
-  std::vector<std::pair<size_t, Duration>> crashed_finishing;
-  const SteadyTime now = std::chrono::steady_clock::now();
-  const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::system_clock::now().time_since_epoch())
-                                  .count();
-  bool others_finished = true;
-  for (size_t i = 0; i < running_->workers().size(); ++i) {
-    const WorkerRecord& w = running_->workers()[i];
-    const bool exiting =
-        std::any_of(exits.begin(), exits.end(), [&w](const auto& e) { return e.first == w.pid; });
-    if (w.state == WorkerState::kRunning && !exiting) {
-      others_finished = others_finished && heartbeats_.Finished(i, now, wall_now_ns).has_value();
-    }
-  }
-  for (const auto& [pid, status] : exits) {
-    if (!others_finished) break;
-    // A shell's 128+N is a crash of what it ran (the launcher tells a shell: launcher/agent.cpp).
-    const bool crashed = status.Crashed() || ExitStatus::Signaled(status.code - 128).Crashed();
-    for (size_t i = 0; crashed && i < running_->workers().size(); ++i) {
-      if (running_->workers()[i].pid != pid) continue;
-      if (auto since = heartbeats_.Finished(i, now, wall_now_ns)) {
-        crashed_finishing.emplace_back(i, *since);
-      }
-    }
-  }
+  // Read before OnExits, before a look that no exited worker gets any more.
+  const auto crashed_finishing =
+      was_running ? CrashedFinishing(exits) : std::vector<std::pair<size_t, Duration>>{};
   running_->OnExits(exits, std::chrono::system_clock::now());
   for (const auto& [index, since] : crashed_finishing) running_->NoteCrashedFinishing(index, since);
   if (was_running && running_->phase() == Phase::kStopping && !running_->failures().empty()) {
@@ -340,6 +313,36 @@ void Supervisor::ReapChildren() {
         std::chrono::duration<double>(options_.shutdown_timeout).count());
     NotifyFailure(*running_);
   }
+}
+
+// A crash after the worker removed its heartbeat file came in its exit, its program
+// finished. Only while every other worker still running has finished too: one still at work (a
+// last save after its destroy_process_group) would be stopped by the failure, its program
+// unfinished, and a restart is then due (attack 106). A shell's 128+N is a crash of what it ran
+// (the launcher tells a shell: launcher/agent.cpp).
+std::vector<std::pair<size_t, Duration>> Supervisor::CrashedFinishing(
+    const std::vector<std::pair<pid_t, ExitStatus>>& exits) const {
+  std::vector<std::pair<size_t, Duration>> out;
+  const auto crashed = [](const ExitStatus& s) {
+    return s.Crashed() || ExitStatus::Signaled(s.code - 128).Crashed();
+  };
+  if (std::none_of(exits.begin(), exits.end(), [&](const auto& e) { return crashed(e.second); })) {
+    return out;  // the usual exits: no file read
+  }
+  const SteadyTime now = std::chrono::steady_clock::now();
+  const int64_t wall_now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  const auto& workers = running_->workers();
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const auto exit = std::find_if(exits.begin(), exits.end(),
+                                   [&](const auto& e) { return e.first == workers[i].pid; });
+    if (workers[i].state != WorkerState::kRunning) continue;
+    const auto finished = heartbeats_.Finished(i, now, wall_now_ns);
+    if (exit == exits.end() && !finished) return {};  // another still at work
+    if (exit != exits.end() && crashed(exit->second) && finished) out.emplace_back(i, *finished);
+  }
+  return out;
 }
 
 void Supervisor::NotifyFailure(const GroupState& state) {

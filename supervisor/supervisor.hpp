@@ -143,6 +143,10 @@ class Supervisor {
   std::optional<StreamSpec> OneStream(const StreamSpec& out, const StreamSpec& err);
   StatusOr<int> FilterFd(const std::string& path);
   void ReapChildren();
+  // Of `exits`, read while the group ran, the workers that crashed at exit
+  // (HeartbeatWatch::Finished), by index, with how long before they finished.
+  std::vector<std::pair<size_t, Duration>> CrashedFinishing(
+      const std::vector<std::pair<pid_t, ExitStatus>>& exits) const;
   void OnSignal(int sig, pid_t sender = 0);
   void Drain(GroupState& state);
   // What a worker's output left for its failure report.
