@@ -244,7 +244,10 @@ def test_scancel_leaves_no_process_of_the_job_on_any_node(cluster, tmp_path):
     msg = report(f"srun rc={rc}", cluster, log.read_text())
     leftovers = lambda: [p for p in pids + children + job_tasks if pid_alive(p)]  # noqa: E731
     wait_for(lambda: not leftovers(), 5, what=f"every process of job {job} to be gone")
-    assert time.monotonic() - started < KILL_WAIT + 10, msg
+    # Gone by Slurm's KillWait, not after ddprun's 30 s grace (--shutdown_timeout's default):
+    # KillWait, then srun's own wait of up to 7 s for the step, on a loaded 2-core host (CI
+    # once took longer than KILL_WAIT + 10, every process gone).
+    assert time.monotonic() - started < KILL_WAIT + 20, msg
     assert not [p for p in cluster.task_pids() if cluster_job_of(p) == str(job)], msg
 
 
