@@ -113,7 +113,8 @@ std::vector<std::string> ParseFilters(const std::string& v) {
 // As torchrun reads it (keys and values trimmed), and with one pair of quotes
 // around the whole value dropped: "--rdzv-conf='join_timeout=5,timeout=5'"
 // passed without a shell (as PyTorch's own launcher tests do) means the pairs.
-StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::string& given) {
+StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::string& given,
+                                                           std::vector<std::string>* repeated) {
   std::string v = Trimmed(given);
   if (v.size() >= 2 && (v.front() == '\'' || v.front() == '"') && v.back() == v.front()) {
     v = Trimmed(v.substr(1, v.size() - 2));
@@ -128,7 +129,12 @@ StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::string& gi
       return Bad("rdzv_conf", given,
                  "KEY=VALUE pairs separated by commas; \"" + item + "\" has no KEY=VALUE form");
     }
-    conf[key] = value;
+    auto [it, added] = conf.emplace(key, value);
+    if (!added && it->second != value && repeated != nullptr) {
+      repeated->push_back("--rdzv_conf gives " + key + " twice: its last value (" + value +
+                          ") replaces the first (" + it->second + "), as under torchrun");
+    }
+    it->second = value;
   }
   return conf;
 }

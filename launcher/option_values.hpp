@@ -27,8 +27,10 @@ StatusOr<int> ParseNproc(const std::string& v, const HostCounts& host,
 StatusOr<StreamSelection> ParseStreams(const std::string& option, const std::string& v, int nproc);
 // Comma list where ",," stands for a literal comma.
 std::vector<std::string> ParseFilters(const std::string& v);
-// --rdzv_conf's key=value pairs, trimmed as torchrun trims them.
-StatusOr<std::map<std::string, std::string>> ParseRdzvConf(const std::string& given);
+// --rdzv_conf's key=value pairs, trimmed as torchrun trims them; `repeated`, when given, gets
+// a warning for each key given twice with two values (the last is used, as torchrun does).
+StatusOr<std::map<std::string, std::string>> ParseRdzvConf(
+    const std::string& given, std::vector<std::string>* repeated = nullptr);
 // --signals_to_handle into c.handled_signals (names trimmed, as torchrun's).
 Status ParseSignals(const std::string& v, LaunchConfig& c);
 // The syntax of --gpus; env::ResolveVisibleGpus checks it against the host.

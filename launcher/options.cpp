@@ -90,7 +90,7 @@ Status ApplyRendezvous(const RawOptions& raw, ParsedCommandLine& parsed) {
     c.rdzv_id = *v;
   }
   if (auto v = raw.Get("rdzv_conf")) {
-    auto conf = ParseRdzvConf(*v);
+    auto conf = ParseRdzvConf(*v, &parsed.warnings);
     if (!conf.ok()) return conf.status();
     c.rdzv_conf = *conf;
   }

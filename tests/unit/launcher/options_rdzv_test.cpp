@@ -66,6 +66,20 @@ TEST_CASE("an option given twice keeps its last value, and says it replaced the 
         "(join_timeout=60), as under torchrun");
 }
 
+TEST_CASE("a key given twice inside one --rdzv_conf keeps its last value, and says so") {
+  // torchrun's dict keeps the last value without a word; the first was lost silently.
+  auto p = Parse({"--rdzv_conf=join_timeout=5,read_timeout=3,join_timeout=7", "t"});
+  REQUIRE(p.ok());
+  CHECK(p->config.rdzv_conf.at("join_timeout") == "7");
+  CHECK(p->config.rdzv_conf.at("read_timeout") == "3");
+  REQUIRE(p->warnings.size() == 1);
+  CHECK(p->warnings[0] ==
+        "--rdzv_conf gives join_timeout twice: its last value (7) replaces the first (5), as "
+        "under torchrun");
+  // The same value twice replaces nothing.
+  CHECK(Parse({"--rdzv_conf=join_timeout=5, join_timeout=5", "t"})->warnings.empty());
+}
+
 TEST_CASE("an unknown --rdzv_conf key is warned of, with the known key nearest a typo") {
   // Found by an attacking helper (attack 99): a typo (join_timout) was an info line, easy to miss,
   // and the job then waited the default 600 s.
