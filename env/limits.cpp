@@ -280,11 +280,23 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
       if (!level || *level == 0) threads.reset();
     }
   }
+  // At one thread each, only more CPUs or fewer workers help.
+  const auto more_cpus_or_fewer_workers = [&](uint64_t threads_each) {
+    return "more CPUs for the job (under Slurm: srun -c " + std::to_string(n * threads_each) +
+           "; taskset/cpuset: a wider mask) or fewer workers (--nproc_per_node)";
+  };
+  const bool workers_above_cpus = n > static_cast<uint64_t>(f.cpus);
   if (!f.omp_num_threads) {
     const int each = DefaultOmpThreads(f.cpus, job.nproc_per_node);
     c.measured = n > 1 ? "unset: each of the " + std::to_string(n) + " workers gets " +
                              std::to_string(each) + " of " + std::to_string(f.cpus) + " CPUs"
                        : "unset: the worker uses every core";
+    if (workers_above_cpus) {
+      // ddprun's 1 thread each still leaves more workers than CPUs to run them.
+      c.status = CheckStatus::kWarn;
+      c.measured += ": oversubscribed, more workers than CPUs";
+      c.fix = more_cpus_or_fewer_workers(1);
+    }
   } else if (!threads) {
     c.measured = "\"" + *f.omp_num_threads + "\" is not a thread count";
     c.status = CheckStatus::kWarn;
@@ -304,12 +316,13 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
       c.status = CheckStatus::kWarn;
       c.measured += ": oversubscribed";
       const uint64_t fits = std::max<uint64_t>(1, f.cpus / n);
-      // At one thread each, only more CPUs or fewer workers help.
-      c.fix = fits < *threads
-                  ? "OMP_NUM_THREADS=" + std::to_string(fits)
-                  : "more CPUs for the job (under Slurm: srun -c " + std::to_string(n * *threads) +
-                        "; taskset/cpuset: a wider mask) or fewer workers "
-                        "(--nproc_per_node)";
+      if (fits >= *threads) {
+        c.fix = more_cpus_or_fewer_workers(*threads);
+      } else if (workers_above_cpus) {  // one thread each still oversubscribes
+        c.fix = "OMP_NUM_THREADS=1, and " + more_cpus_or_fewer_workers(1);
+      } else {
+        c.fix = "OMP_NUM_THREADS=" + std::to_string(fits);
+      }
     }
   }
   plan.checks.push_back(std::move(c));

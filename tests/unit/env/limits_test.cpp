@@ -146,8 +146,19 @@ TEST_CASE("OMP_NUM_THREADS times the workers above the allowed CPUs warns with a
   f.omp_num_threads = "4";
 
   CHECK(Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS").status == CheckStatus::kOk);
+  // More workers than CPUs: OMP_NUM_THREADS=1 alone still oversubscribes (it was the fix).
+  auto above = Find(PlanLimits(f, {32, 64}), "OMP_NUM_THREADS");
+  CHECK(above.status == CheckStatus::kWarn);
+  CHECK(above.fix.find("OMP_NUM_THREADS=1, and more CPUs for the job (under Slurm: srun -c 32") ==
+        0);
   f.omp_num_threads.reset();
   CHECK(Find(PlanLimits(f, {8, 64}), "OMP_NUM_THREADS").status == CheckStatus::kOk);
+  // Unset, more workers than CPUs: ddprun's 1 thread each still oversubscribes.
+  auto unset = Find(PlanLimits(f, {32, 64}), "OMP_NUM_THREADS");
+  CHECK(unset.status == CheckStatus::kWarn);
+  CHECK(unset.measured ==
+        "unset: each of the 32 workers gets 1 of 16 CPUs: oversubscribed, more workers than CPUs");
+  CHECK(unset.fix.find("srun -c 32") != std::string::npos);
   f.omp_num_threads = "many";
   CHECK(Find(PlanLimits(f, {8, 64}), "OMP_NUM_THREADS").status == CheckStatus::kWarn);
 }
