@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "base/status.hpp"
-#include "base/unique_fd.hpp"
 #include "env/limits.hpp"
 #include "rendezvous/job_record.hpp"
 #include "supervisor/failure_report.hpp"
@@ -26,34 +25,6 @@ inline constexpr char kDoctorSchema[] = "ddprun.doctor/1";
 
 // "2026-12-01T02:33:20.123456Z".
 std::string UtcTimestamp();
-
-// The agent's event stream: one JSON object per line, each written with one
-// write(2) (whole lines even when several agents append to one file), so a
-// reader sees every event as it happens. Not thread-safe.
-class EventLog {
- public:
-  EventLog() = default;  // writes nothing
-  // `handler` is --event_log_handler: "null" writes nothing unless `path` (DDPRUN_EVENT_LOG) is
-  // set, "json" and "console" write to `path` (appended, created 0644) or else to stderr. Fails
-  // naming the path when it cannot be opened, and on another handler.
-  static StatusOr<EventLog> Open(const std::string& handler, const std::string& path);
-
-  bool enabled() const { return fd_ >= 0; }
-  // Fields every later event carries (run_id, host, node_rank).
-  void SetCommon(const std::string& key, nlohmann::ordered_json value) {
-    common_[key] = std::move(value);
-  }
-  // {"schema", "time", "event", the common fields, then `fields`}. A failed
-  // write is said once on the log and the stream stops.
-  void Emit(const std::string& event,
-            const nlohmann::ordered_json& fields = nlohmann::ordered_json::object());
-
- private:
-  UniqueFd owned_;
-  int fd_ = -1;
-  std::string where_;
-  nlohmann::ordered_json common_ = nlohmann::ordered_json::object();
-};
 
 // How a run ended, for incident.json's "class" and the exit event.
 enum class ExitClass {

@@ -1,5 +1,7 @@
 #include "launcher/run_recorder.hpp"
 
+#include <chrono>
+
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -189,6 +191,8 @@ std::string RunRecorder::Finish(const rendezvous::Action& exit, int exit_code, i
                         {"class", ExitClassName(cls)},
                         {"message", exit.message},
                         {"incident", path.empty() ? json(nullptr) : json(path)}});
+  // A reader that is behind gets a moment to take the rest, the exit event among it.
+  events_.Flush(std::chrono::seconds(2), std::chrono::seconds(10));
   return path;
 }
 

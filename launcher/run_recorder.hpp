@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/event_log.hpp"
 #include "launcher/launch_config.hpp"
 #include "launcher/machine_reports.hpp"
 #include "rendezvous/agent_machine.hpp"

@@ -263,3 +263,48 @@ def test_a_signal_while_a_failed_group_stops_keeps_the_root_cause_in_the_inciden
     assert root is not None, doc
     assert (root["class"], root["rank"], root["exit_code"], root["on_this_node"]) == \
         ("worker", 1, 5, True), root
+
+
+@pytest.mark.parametrize("where", ["stderr", "fifo"])
+def test_an_event_log_reader_that_stops_reading_never_stops_ddprun(tmp_path, where):
+    """Found by an attacking helper (attack 108): events to a stderr pipe nobody read, or to a
+    named pipe whose reader stopped, blocked the agent in write(2) once the pipe was full (about
+    60 restarts): no more restarts, SIGTERM unheard. 300 quick failures must run their course."""
+    fifo = tmp_path / "events"
+    os.mkfifo(fifo)
+    runs = tmp_path / "runs"
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # held open, read only at the end
+    env = base_env(**({"DDPRUN_EVENT_LOG": str(fifo)} if where == "fifo" else {}))
+    cmd = [DDPRUN, "--event_log_handler=json", "--max_restarts=300", "--log_dir=/dev/null",
+           "--no_python", "/bin/sh", "-c", f"echo run >> {runs}; exit 1"]
+    stderr = os.open(fifo, os.O_WRONLY) if where == "stderr" else subprocess.DEVNULL
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        if where == "stderr":
+            os.close(stderr)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (
+                not runs.exists() or len(runs.read_text().splitlines()) < 301):
+            time.sleep(0.2)
+        assert runs.exists() and len(runs.read_text().splitlines()) == 301, \
+            "ddprun stopped restarting: blocked writing its event log to a pipe nobody read"
+        if where == "stderr":
+            # At its end ddprun waits for its own stderr (its lines are kept nowhere else), as
+            # any program writing to a pipe: SIGTERM gives them up.
+            time.sleep(1)
+            p.send_signal(signal.SIGTERM)
+        assert p.wait(timeout=30) == 1 if where == "fifo" else p.wait(timeout=10) is not None
+        data = b""
+        while chunk := os.read(reader, 1 << 16):
+            data += chunk
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(reader)
+    lines = data.decode(errors="replace").splitlines()
+    assert len(lines) > 20, lines
+    if where == "fifo":  # whole lines only: every one is an event of the schema
+        check = validator("event")
+        for line in lines:
+            check.validate(json.loads(line))

@@ -25,54 +25,6 @@ std::string TempDir(const std::string& name) {
   return dir.string();
 }
 
-std::vector<json> Lines(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<json> out;
-  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
-  return out;
-}
-
-TEST_CASE("EventLog: handlers, paths, and one object per line with the common fields") {
-  auto unknown = EventLog::Open("syslog", "");
-  REQUIRE_FALSE(unknown.ok());
-  CHECK(unknown.status().message().find("--event_log_handler") != std::string::npos);
-  CHECK(unknown.status().message().find("console") != std::string::npos);  // names the choices
-  CHECK_FALSE(EventLog().enabled());
-  auto none = EventLog::Open("null", "");
-  REQUIRE(none.ok());
-  // torchrun's dynamic_rendezvous handler is a null one: nothing written.
-  auto torchrun_null = EventLog::Open("dynamic_rendezvous", "");
-  REQUIRE(torchrun_null.ok());
-  CHECK_FALSE(torchrun_null->enabled());
-  CHECK_FALSE(none->enabled());
-  auto to_stderr = EventLog::Open("json", "");
-  REQUIRE(to_stderr.ok());
-  CHECK(to_stderr->enabled());
-  auto bad = EventLog::Open("json", "/proc/no/such/dir/events");
-  REQUIRE_FALSE(bad.ok());
-  CHECK(bad.status().message().find("DDPRUN_EVENT_LOG=/proc/no/such/dir/events") !=
-        std::string::npos);
-
-  const std::string dir = TempDir("events");
-  const std::string path = dir + "/events.jsonl";
-  auto log = EventLog::Open("null", path);  // the variable alone turns it on
-  REQUIRE(log.ok());
-  log->SetCommon("run_id", "job7");
-  log->Emit("restart", {{"restart_count", 1}});
-  log->SetCommon("node_rank", 2);
-  log->Emit("exit", {{"exit_code", 0}});
-  const auto lines = Lines(path);
-  REQUIRE(lines.size() == 2);
-  CHECK(lines[0]["schema"] == kEventSchema);
-  CHECK(lines[0]["event"] == "restart");
-  CHECK(lines[0]["run_id"] == "job7");
-  CHECK(lines[0]["restart_count"] == 1);
-  CHECK_FALSE(lines[0].contains("node_rank"));
-  CHECK(lines[1]["node_rank"] == 2);
-  CHECK(lines[0]["time"].get<std::string>().back() == 'Z');
-  std::filesystem::remove_all(dir);
-}
-
 TEST_CASE("RunRecorder classifies the end and writes incident.json only when it went wrong") {
   LaunchConfig c;
   c.rdzv_id = "job9";
