@@ -122,19 +122,26 @@ Action AgentMachine::Step(Kv& kv, Time now) {
   gone_in_step_.reset();
   if (phase_ == Phase::kDone) return done_;
   if (phase_ == Phase::kStoreGone) return AfterStoreGone(now);
-  // A gap far longer than the poll interval means this process did not run
-  // (SIGSTOP, a starved host): time it was away does not count against its
-  // own waits. What happened meanwhile is read from the record below.
-  if (last_step_ && now - *last_step_ > s_.rdzv.keep_alive_interval) {
-    deadline_ += now - *last_step_;
-    // Not the time its requests waited for the store's replies (a store host
-    // stopped): this agent ran then.
+  if (last_step_) {
+    // Time between two steps that this agent spent neither waiting for the
+    // store's replies (its wait for the next record among them) nor working:
+    // its process did not run (SIGSTOP, a starved host). That does not count
+    // against its own waits; what happened meanwhile is read from the record
+    // below. Time it waited for a stopped store host does: it ran then (the
+    // whole gap counted stretched join_timeout by the host's pause, attack 107).
     const auto gap = std::chrono::duration_cast<std::chrono::milliseconds>(now - *last_step_);
     const auto self = gap - std::min(gap, waited_);
-    if (self > s_.rdzv.keep_alive_interval) away_ = std::max(away_, self);
-    // Nor does it count as the holder's silence: this agent could not watch
-    // it (and when the store host was stopped, no one could beat).
-    if (contest_) contest_->since = now;
+    if (self > s_.rdzv.keep_alive_interval) {
+      deadline_ += self;
+      away_ = std::max(away_, self);
+    }
+    // Nor does time past the wake it asked for count as the holder's silence:
+    // this agent could not watch it (and when the store host was stopped, no
+    // one could beat).
+    const Time::duration late = now - std::max(*last_step_, next_wake_);
+    if (contest_ && late > Time::duration::zero()) {
+      contest_->since = std::min(now, contest_->since + late);
+    }
   }
   last_step_ = now;
   waited_ = {};

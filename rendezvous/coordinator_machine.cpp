@@ -26,17 +26,26 @@ CoordinatorMachine::CoordinatorMachine(RendezvousSettings settings, std::string 
       keys_(s_.run_id) {}
 
 StatusOr<bool> CoordinatorMachine::Step(Kv& kv, Time now) {
-  if (last_step_ && now - *last_step_ > s_.keep_alive_interval) {
-    // This process did not run for a while (SIGSTOP, a starved host): it saw
-    // no keep-alive meanwhile, so it cannot tell anyone was silent; and no
-    // agent could join while its store was stopped, so the time does not
-    // count against the round's join timeout and last call either.
-    for (auto& [agent, seen] : seen_) seen.second = now;
-    for (auto& [agent, heard] : heard_) heard.second = now;
-    for (auto& [arrival, since] : unwritten_) since = now;
-    resumed_at_ = now;
-    gather_start_ += now - *last_step_;
-    if (last_call_until_) *last_call_until_ += now - *last_step_;
+  if (last_step_) {
+    // How much later than the wake it asked for this step comes: this process
+    // did not run (SIGSTOP, a starved host), or its own store did not answer.
+    // It saw no keep-alive meanwhile (none reaches a stopped store), so that
+    // time is no member's silence; and no agent could join then, so it does
+    // not count against the round's join timeout and last call either.
+    // Measured from the wake it asked for, not from its last step: against a
+    // keep_alive_interval shorter than its poll, every step was a pause that
+    // reset every clock, so no node was ever lost and no last call ended; and
+    // a host starved in turns never found a killed node (attack 107).
+    const Clock::duration late = now - std::max(*last_step_, next_wake_);
+    if (late > Clock::duration::zero()) {
+      const auto later = [&](Time& t) { t = std::min(now, t + late); };
+      for (auto& [agent, seen] : seen_) later(seen.second);
+      for (auto& [agent, heard] : heard_) later(heard.second);
+      for (auto& [arrival, since] : unwritten_) later(since);
+      gather_start_ += late;
+      if (last_call_until_) *last_call_until_ += late;
+      if (late > s_.keep_alive_interval) resumed_at_ = now;
+    }
   }
   last_step_ = now;
   next_wake_ = now + kPoll;

@@ -449,3 +449,28 @@ def test_the_store_host_waits_for_a_node_still_stopping_its_failed_workers(launc
         assert "is gone" not in a.stderr(), outputs(agents)
         assert re.search(r"the job failed: node [01] \(.*\): rank \d \(local_rank 0, pid \d+\) "
                          r"exit code 5", a.stderr()), outputs(agents)
+
+
+# A keep_alive_interval below the coordinator's 0.2 s poll (limit 0.3 s).
+SHORT_KEEP_ALIVE = "join_timeout=20,last_call_timeout=0.5,keep_alive_interval=0.1"
+
+
+def test_a_keep_alive_shorter_than_the_poll_still_closes_a_round(launch, tmp_path):
+    """Found by an attacking helper (attack 107): each coordinator step came more than
+    keep_alive_interval after the last and was taken for a pause of the store host, which moved
+    the last call on: a round with MIN nodes never closed, and join_timeout failed the job."""
+    out, agents = c10d_agents(launch, tmp_path, "1:2", 1, LOOP, conf=SHORT_KEEP_ALIVE)
+    wait_world(out, [0], 1, 2, timeout=10)
+    assert stop_and_wait(out, agents) == [0], outputs(agents)
+
+
+def test_a_keep_alive_shorter_than_the_poll_still_finds_a_killed_node(launch, tmp_path):
+    """Attack 107: each step reset every member's silence clock too, so a SIGKILLed node was never
+    lost and the other agent waited for it for ever."""
+    out, agents = c10d_agents(launch, tmp_path, "1:2", 2, LOOP, conf=SHORT_KEEP_ALIVE)
+    wait_world(out, [0, 1], 2, 4)
+    agents[1].signal(signal.SIGKILL)
+    wait_for(lambda: re.search(r"lost \S+ \(127\.0\.0\.2, node rank 1\): no keep-alive for 0\.3 s",
+                               agents[0].stderr()), 10, what="node 1 found lost")
+    wait_world(out, [0], 1, 2, timeout=AGENT_TIMEOUT)  # re-formed without it
+    assert stop_and_wait(out, [agents[0]]) == [0], outputs(agents)

@@ -62,8 +62,20 @@ void Sim::Check() {
     const auto limit = rdzv_.keep_alive_interval * rdzv_.keep_alive_max_attempt;
     const SimAgent& x = agents_[lost];
     bool silent = x.crashed || x.exit || x.signalled;  // (a signalled agent leaves)
+    // Time the store host was stopped is nobody's silence (no keep-alive reaches it), so its
+    // own pause may have ended that much longer ago.
+    const auto host_stopped = [this](Time from) {
+      Time::duration sum{};
+      for (const auto& [start, end] : agents_[0].pauses) {
+        const Time a = std::max(start, from);
+        const Time b = std::min(end, now_);
+        if (b > a) sum += b - a;
+      }
+      return sum;
+    };
     for (const auto& [start, end] : x.pauses) {
-      silent |= start <= now_ && end >= now_ - limit - rdzv_.keep_alive_interval;
+      silent |=
+          start <= now_ && end >= now_ - limit - rdzv_.keep_alive_interval - host_stopped(end);
     }
     if (!silent || (!x.signalled && now_ - x.last_beat < limit)) {
       Fail("(c) " + lost_agent + " declared lost " +
