@@ -467,6 +467,12 @@ def test_doctor_fails_a_store_address_this_node_cannot_host_or_resolve():
     assert r.rc == 1, r
     assert re.search(rf"^  fail\s+rendezvous no-such-host\.invalid:{port}\s+cannot reach: resolve "
                      r"no-such-host\.invalid", r.stdout, re.M), r
+    # Without --master_port a single node's store is on localhost at a free port, as under
+    # torchrun: the address is not used, and said so (attack 108: OK without a word).
+    r = run_ddprun(["doctor", "--master_addr", "no-such-host.invalid"])
+    assert r.rc == 0, r
+    assert re.search(r"^  warn\s+options\s+--master_addr=no-such-host\.invalid has no effect in a "
+                     r"single-node job without --master_port", r.stdout, re.M), r
     r = run_ddprun(["doctor", "--master_addr", "localhost", "--master_port", str(port)])
     assert r.rc == 0, r
     assert re.search(rf"^  ok\s+rendezvous localhost:{port}\s+an address of this host, free",

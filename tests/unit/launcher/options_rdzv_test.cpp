@@ -66,6 +66,25 @@ TEST_CASE("an option given twice keeps its last value, and says it replaced the 
         "(join_timeout=60), as under torchrun");
 }
 
+TEST_CASE("a single-node job without --master_port says a --master_addr it does not use") {
+  // As torchrun 2.12, the job's store is on localhost at a free port; torchrun says nothing of
+  // the address dropped (attack 108: doctor passed an address no job would use).
+  auto p = Parse({"--master_addr=node7.example", "t"});
+  REQUIRE(p.ok());
+  CHECK(p->config.rdzv_endpoint == "localhost:0");
+  REQUIRE(p->warnings.size() == 1);
+  CHECK(p->warnings[0] ==
+        "--master_addr=node7.example has no effect in a single-node job without --master_port, "
+        "as under torchrun: its store is on localhost at a free port (give --master_port too to "
+        "host it at node7.example)");
+  // Loopback names are what the free port's store uses anyway; with a port, it is used.
+  for (const char* addr : {"--master_addr=127.0.0.1", "--master_addr=localhost",
+                           "--master_addr=127.0.1.1", "--master_addr=::1"}) {
+    CHECK_MESSAGE(Parse({addr, "t"})->warnings.empty(), addr);
+  }
+  CHECK(Parse({"--master_addr=node7.example", "--master_port=29511", "t"})->warnings.empty());
+}
+
 TEST_CASE("a key given twice inside one --rdzv_conf keeps its last value, and says so") {
   // torchrun's dict keeps the last value without a word; the first was lost silently.
   auto p = Parse({"--rdzv_conf=join_timeout=5,read_timeout=3,join_timeout=7", "t"});
