@@ -68,9 +68,9 @@ class StoreServer::Impl {
   explicit Impl(StoreServerOptions options)
       : options_(std::move(options)),
         agents_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); },
-                options_.limits.max_reply),
+                options_.limits.max_reply, options_.limits.max_value),
         workers_([this](ClientId c, std::string bytes) { Send(c, std::move(bytes)); },
-                 options_.limits.max_reply),
+                 options_.limits.max_reply, options_.limits.max_value),
         guard_(options_.guard),
         replies_(options_.replies) {}
   ~Impl();

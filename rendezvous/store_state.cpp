@@ -181,10 +181,21 @@ bool StoreState::Handle(ClientId client, const Request& r) {
     case Op::kDeleteKey:
       Reply(client, e.I64(static_cast<int64_t>(kv_.erase(r.keys[0]))));
       return true;
-    case Op::kAppend:
-      kv_[r.keys[0]].append(r.values[0]);
+    case Op::kAppend: {
+      // Each piece is held to max_value by the parser; the value they make is
+      // too (attack 108: APPENDs of 48 MiB made one of 288 MiB, its GET's reply
+      // as large).
+      std::string& value = kv_[r.keys[0]];
+      if (r.values[0].size() > max_value_ - std::min(max_value_, value.size())) {
+        refusal_ = "APPEND of " + std::to_string(r.values[0].size()) + " bytes to a value of " +
+                   std::to_string(value.size()) + " bytes: the value would pass " +
+                   std::to_string(max_value_) + " bytes (the limit of a value)";
+        return false;
+      }
+      value.append(r.values[0]);
       Wake(r.keys[0]);
       return true;
+    }
     case Op::kMultiGet: {
       // Sized before it is made: one small request naming a large value many
       // times asked for gigabytes, and the launcher ran out of memory (attack 93).

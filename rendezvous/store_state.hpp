@@ -26,14 +26,17 @@ class StoreState {
  public:
   using Send = std::function<void(ClientId, std::string bytes)>;
 
-  // `max_reply`: the largest reply it makes (Limits::max_reply).
-  explicit StoreState(Send send, size_t max_reply = SIZE_MAX)
-      : send_(std::move(send)), max_reply_(max_reply) {}
+  // `max_reply`: the largest reply it makes (Limits::max_reply); `max_value`: the
+  // largest value APPEND may make (Limits::max_value, which the parser holds each
+  // request's value to).
+  explicit StoreState(Send send, size_t max_reply = SIZE_MAX, size_t max_value = SIZE_MAX)
+      : send_(std::move(send)), max_reply_(max_reply), max_value_(max_value) {}
 
   // Applies one request (not VALIDATE, AUTH, AGENT or CLEAR_WORKERS, which
   // the server handles).
   // Returns false when the request is invalid in this state (ADD to a value
-  // that is not a number, a MULTI_GET whose reply would pass max_reply): the
+  // that is not a number, a MULTI_GET whose reply would pass max_reply, an
+  // APPEND that would make a value over max_value): the
   // server then closes the connection, as PyTorch's does, saying refusal().
   bool Handle(ClientId client, const Request& request);
   // Why the last Handle returned false.
@@ -66,6 +69,7 @@ class StoreState {
 
   Send send_;
   size_t max_reply_;
+  size_t max_value_;
   std::string refusal_;
   std::unordered_map<std::string, std::string> kv_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;

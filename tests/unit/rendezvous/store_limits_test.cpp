@@ -64,6 +64,29 @@ TEST_CASE("a MULTI_GET whose reply would pass the limit is refused before it is 
   CHECK(sent.size() == 1);
 }
 
+TEST_CASE("APPENDs that would make a value over the value limit are refused") {
+  // Attack 108: each piece was held to max_value, their sum was not (288 MiB from 48 MiB ones).
+  std::vector<std::string> sent;
+  StoreState state([&](ClientId, std::string b) { sent.push_back(std::move(b)); }, 100000, 1000);
+  Request append;
+  append.op = Op::kAppend;
+  append.keys = {"log"};
+  append.values = {std::string(600, 'x')};
+  REQUIRE(state.Handle(1, append));
+  append.values = {std::string(400, 'y')};
+  REQUIRE(state.Handle(1, append));  // 1000: at the limit
+  append.values = {"z"};
+  CHECK_FALSE(state.Handle(1, append));
+  CHECK(state.refusal() ==
+        "APPEND of 1 bytes to a value of 1000 bytes: the value would pass 1000 bytes (the limit "
+        "of a value)");
+  Request get;
+  get.op = Op::kGet;
+  get.keys = {"log"};
+  REQUIRE(state.Handle(1, get));
+  CHECK(sent.back().size() == 8 + 1000);  // the value as it was
+}
+
 // A server with small limits, whose log lines are kept.
 struct LimitedStore {
   explicit LimitedStore(Limits limits) {
