@@ -275,8 +275,7 @@ void StoreServer::Impl::Dispatch(Conn& c, const Request& req) {
       return;
     }
     Close(c, OpName(static_cast<uint8_t>(req.op)) + " is invalid here" +
-                 (req.op == Op::kAdd ? " (ADD to a value that is not a number)"
-                  : req.op == Op::kValidate || req.op == Op::kAuth
+                 (req.op == Op::kValidate || req.op == Op::kAuth
                       ? " (only a connection's first requests)"
                       : ""));
   }

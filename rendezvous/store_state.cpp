@@ -97,7 +97,16 @@ void StoreState::Wait(ClientId client, const std::vector<std::string>& keys) {
 bool StoreState::Add(ClientId client, const Request& r) {
   int64_t value = 0;
   auto it = kv_.find(r.keys[0]);
-  if (it != kv_.end() && !ParseLikeStoll(it->second, &value)) return false;
+  if (it != kv_.end() && !ParseLikeStoll(it->second, &value)) {
+    // The value's start, to tell a word from a number out of a counter's range.
+    const std::string start = it->second.substr(0, 40) + (it->second.size() > 40 ? "..." : "");
+    const bool digits = !it->second.empty() && it->second.find_first_not_of(
+                                                   "+-0123456789 \t\n\v\f\r") == std::string::npos;
+    refusal_ = "ADD to a value that is " +
+               std::string(digits ? "a number out of a 64-bit counter's range" : "not a number") +
+               " (\"" + start + "\")";
+    return false;
+  }
   value = WrappingAdd(value, r.number);
   kv_[r.keys[0]] = std::to_string(value);
   Encoder e;

@@ -212,6 +212,14 @@ TEST_CASE("ADD on a value that is not a number fails and replies nothing") {
   CHECK_FALSE(f.Do(1, Op::kAdd, {"/e"}, {}, 1));
   CHECK(f.Take().empty());
   CHECK(Get(f, "/c") == "abc");
+  // The refusal tells a word from a number out of range (attack 108: both "not a number").
+  CHECK_FALSE(f.Do(1, Op::kAdd, {"/c"}, {}, 1));
+  CHECK(f.state().refusal() == "ADD to a value that is not a number (\"abc\")");
+  f.Set(2, "/big", "99999999999999999999");
+  CHECK_FALSE(f.Do(1, Op::kAdd, {"/big"}, {}, 1));
+  CHECK(f.state().refusal() ==
+        "ADD to a value that is a number out of a 64-bit counter's range "
+        "(\"99999999999999999999\")");
 }
 
 TEST_CASE("ADD reads a stored value as PyTorch's std::stoll does: space, a sign, trailing text") {
