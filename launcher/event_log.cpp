@@ -104,21 +104,21 @@ void EventLog::Emit(const std::string& event, const json& fields) {
 void EventLog::Hold(const std::string& line, bool last) {
   WriteHeld();
   if (fd_ < 0) return;
-  if (dropped_ > 0 && (held_.empty() || last)) {
+  if (dropped_ > 0 && (sent_ == held_.size() || last)) {
     // The reader took what was held (or this is the last event): say the gap where it is.
-    if (held_.empty()) {
+    if (sent_ == held_.size()) {
       spdlog::info("event log {}: its reader takes events again; {} were dropped meanwhile", where_,
                    dropped_);
     }
     held_ += Line("events_dropped", {{"count", dropped_}});
     dropped_ = 0;
-  } else if (dropped_ > 0 || held_.size() + line.size() > kEventBacklogBytes) {
+  } else if (!last && (dropped_ > 0 || held_.size() - sent_ + line.size() > kEventBacklogBytes)) {
     if (dropped_++ == 0) {
       spdlog::warn(
           "event log {}: its reader has not taken the last {} bytes of events: later events are "
           "dropped (and counted in an events_dropped event) until it has read them, so that "
           "supervision goes on",
-          where_, held_.size());
+          where_, held_.size() - sent_);
     }
     return;
   }
@@ -127,28 +127,34 @@ void EventLog::Hold(const std::string& line, bool last) {
 }
 
 void EventLog::WriteHeld() {
-  while (fd_ >= 0 && !held_.empty()) {
+  while (fd_ >= 0 && sent_ < held_.size()) {
     // A line at a time: on a pipe, a line of PIPE_BUF bytes or less is then taken whole or not
     // at all, so a reader that is left behind at the end never reads half a line.
-    const size_t line_end = held_.find('\n');
-    const ssize_t n =
-        write(fd_, held_.data(), line_end == std::string::npos ? held_.size() : line_end + 1);
+    const size_t line_end = held_.find('\n', sent_);
+    const size_t len = (line_end == std::string::npos ? held_.size() : line_end + 1) - sent_;
+    const ssize_t n = write(fd_, held_.data() + sent_, len);
     if (n > 0) {
-      held_.erase(0, static_cast<size_t>(n));
+      sent_ += static_cast<size_t>(n);
     } else if (n < 0 && errno == EINTR) {
       continue;
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      return;
+      break;
     } else {
       Fail(n < 0 ? std::strerror(errno) : "no byte written");
     }
+  }
+  // What was written goes once it is half the buffer (erasing it line by line moved the
+  // whole backlog for each line).
+  if (sent_ == held_.size() || sent_ > held_.size() / 2) {
+    held_.erase(0, sent_);
+    sent_ = 0;
   }
 }
 
 void EventLog::Flush(std::chrono::milliseconds idle_limit, std::chrono::milliseconds limit) {
   const auto end = std::chrono::steady_clock::now() + limit;
   WriteHeld();
-  while (fd_ >= 0 && !held_.empty()) {
+  while (fd_ >= 0 && sent_ < held_.size()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         end - std::chrono::steady_clock::now());
     const auto wait = std::min(idle_limit, left);
@@ -159,7 +165,7 @@ void EventLog::Flush(std::chrono::milliseconds idle_limit, std::chrono::millisec
       spdlog::warn(
           "event log {}: its reader did not take the last {} bytes of events in time: "
           "they are not written",
-          where_, held_.size());
+          where_, held_.size() - sent_);
       return;
     }
     WriteHeld();
@@ -170,6 +176,7 @@ void EventLog::Fail(const std::string& why) {
   spdlog::warn("event log {}: write failed ({}): no more events are written", where_, why);
   fd_ = -1;
   held_.clear();
+  sent_ = 0;
 }
 
 }  // namespace ddprun::launcher

@@ -48,7 +48,7 @@ class EventLog {
   void Flush(std::chrono::milliseconds idle_limit, std::chrono::milliseconds limit);
 
   // Bytes held for the reader, and events dropped since it last caught up (tests).
-  size_t held_bytes() const { return held_.size(); }
+  size_t held_bytes() const { return held_.size() - sent_; }
   uint64_t dropped() const { return dropped_; }
 
  private:
@@ -62,7 +62,8 @@ class EventLog {
   bool console_ = false;      // ddprun's own stderr or stdout: the console's writer
   bool nonblocking_ = false;  // a pipe, socket or terminal of its own
   std::string where_;
-  std::string held_;      // bytes the reader has not taken yet (nonblocking_)
+  std::string held_;      // events for the reader (nonblocking_), from sent_ on
+  size_t sent_ = 0;       // bytes of held_ written already
   uint64_t dropped_ = 0;  // events dropped since the reader last caught up
   nlohmann::ordered_json common_ = nlohmann::ordered_json::object();
 };

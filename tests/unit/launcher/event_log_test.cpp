@@ -140,6 +140,16 @@ TEST_CASE("EventLog: the exit event is held past the bound, after the count of t
   auto log = EventLog::Open("json", path);
   REQUIRE(log.ok());
   const json big = {{"message", std::string(4000, 'x')}};
+  // Held to just under the bound, none dropped yet: the exit event still goes in.
+  while (log->held_bytes() + 4500 <= kEventBacklogBytes) log->Emit("restart", big);
+  log->Emit("restart",
+            {{"message", std::string(kEventBacklogBytes - log->held_bytes() - 300, 'y')}});
+  REQUIRE(log->dropped() == 0);
+  const size_t before_exit = log->held_bytes();
+  log->Emit("exit", {{"exit_code", 0}, {"message", std::string(400, 'z')}});
+  CHECK(log->dropped() == 0);
+  CHECK(log->held_bytes() > before_exit);
+  CHECK(log->held_bytes() > kEventBacklogBytes);
   while (log->dropped() < 3) log->Emit("restart", big);
   log->Emit("exit", {{"exit_code", 1}});
   CHECK(log->held_bytes() > kEventBacklogBytes);
