@@ -1,6 +1,7 @@
 #include "base/read_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +28,12 @@ StatusOr<UniqueFd> OpenForWriting(const std::string& path, int flags, mode_t mod
   UniqueFd fd(open(path.c_str(), flags | O_WRONLY | O_NONBLOCK | O_CLOEXEC, mode));
   if (!fd.valid()) {
     const int err = errno;
+    struct stat st {};
+    if (err == ENXIO && stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
+      // /dev/stderr or /proc/self/fd/N of a socket (a journal, a supervisor's socketpair).
+      return Unavailable(path + " is a socket, which cannot be opened by its path: point it at "
+                                "a file or a named pipe");
+    }
     if (err == ENXIO) {
       return Unavailable(path +
                          " is a named pipe that nobody reads: start its reader first, "

@@ -1,15 +1,19 @@
 #include "launcher/event_log.hpp"
 
 #include <fcntl.h>
-#include <poll.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
+#include <system_error>
+#include <thread>
 
 #include "base/read_file.hpp"
+#include "base/unique_fd.hpp"
 #include "launcher/machine_reports.hpp"
 #include "launcher/raw_options.hpp"
 #include "supervisor/console.hpp"
@@ -18,17 +22,69 @@ namespace ddprun::launcher {
 
 using json = nlohmann::ordered_json;
 
+// The events for a file, pipe or terminal of the log's own, and the thread
+// that writes them: the agent only queues. Shared with the thread, which may
+// be blocked in write(2) for good (a reader that never reads again) and then
+// outlives the EventLog; it ends with the process.
+struct EventLog::Writer {
+  std::mutex mu;
+  std::condition_variable work, idle;
+  UniqueFd fd;
+  std::string held;      // lines not written yet, the one being written first
+  size_t in_flight = 0;  // bytes of held's first line the thread is writing
+  uint64_t dropped = 0;  // events dropped since the reader last caught up
+  uint64_t written = 0;  // lines written: the reader's progress
+  std::string error;     // the failed write's, said once by the agent's thread
+  bool failed = false, told = false, closing = false;
+
+  void Run() {
+    std::unique_lock lock(mu);
+    for (;;) {
+      work.wait(lock, [this] { return !held.empty() || closing || failed; });
+      if (held.empty() || failed) return;
+      // A line at a time: one write(2) each, so lines of several agents appending to one file
+      // stay whole, and a pipe's reader left behind at the end never reads half a line.
+      const size_t end = held.find('\n');
+      in_flight = end == std::string::npos ? held.size() : end + 1;
+      const std::string line = held.substr(0, in_flight);
+      lock.unlock();
+      size_t done = 0;
+      int err = 0;
+      while (done < line.size()) {
+        const ssize_t n = write(fd.get(), line.data() + done, line.size() - done);
+        if (n > 0) {
+          done += static_cast<size_t>(n);
+        } else if (n < 0 && errno == EINTR) {
+          continue;
+        } else {
+          err = n < 0 ? errno : EIO;
+          break;
+        }
+      }
+      lock.lock();
+      held.erase(0, in_flight);
+      in_flight = 0;
+      ++written;
+      if (err != 0) {
+        failed = true;
+        error = std::strerror(err);
+        held.clear();
+      }
+      idle.notify_all();
+    }
+  }
+};
+
 namespace {
 
-// ddprun's stderr or stdout when `fd` is the same file (DDPRUN_EVENT_LOG=/dev/stderr,
-// or the path of the file stderr goes to); else -1. Events then go through the
-// console's writer of that stream: on a regular file, written through a second
-// open, they landed at that open's own offset and ddprun's other lines wrote over
-// them; on a pipe or terminal they came out of order with those lines, and a
-// reader that stopped blocked the agent.
-int StandardStreamOf(int fd) {
+// ddprun's stderr or stdout when `path` names the same file (/dev/stderr, or the path of the
+// file stderr goes to); else -1. Events then go through the console's writer of that stream:
+// on a regular file, written through a second open, they landed at that open's own offset and
+// ddprun's other lines wrote over them; on a pipe or terminal they came out of order with
+// those lines; a socket cannot be opened by its path at all.
+int StandardStreamOf(const std::string& path) {
   struct stat log {};
-  if (fstat(fd, &log) != 0) return -1;
+  if (stat(path.c_str(), &log) != 0) return -1;
   for (const int standard : {STDERR_FILENO, STDOUT_FILENO}) {
     struct stat st {};
     if (fstat(standard, &st) == 0 && st.st_dev == log.st_dev && st.st_ino == log.st_ino) {
@@ -40,6 +96,17 @@ int StandardStreamOf(int fd) {
 
 }  // namespace
 
+EventLog::EventLog() = default;
+EventLog::EventLog(EventLog&&) noexcept = default;
+EventLog& EventLog::operator=(EventLog&&) noexcept = default;
+
+EventLog::~EventLog() {
+  if (!writer_) return;
+  std::lock_guard lock(writer_->mu);
+  writer_->closing = true;  // the thread ends once what is held is written
+  writer_->work.notify_all();
+}
+
 StatusOr<EventLog> EventLog::Open(const std::string& handler, const std::string& path) {
   EventLog log;
   // The handlers are the option table's words for --event_log_handler.
@@ -47,30 +114,36 @@ StatusOr<EventLog> EventLog::Open(const std::string& handler, const std::string&
   // torchrun's dynamic_rendezvous handler is a null one too.
   if ((handler == "null" || handler == "dynamic_rendezvous") && path.empty()) return log;
   if (path.empty()) {
-    log.fd_ = STDERR_FILENO;
-    log.console_ = true;
+    log.console_fd_ = STDERR_FILENO;
     log.where_ = "stderr";
+    return log;
+  }
+  log.where_ = path;
+  if (const int standard = StandardStreamOf(path); standard >= 0) {
+    log.console_fd_ = standard;
     return log;
   }
   auto fd = OpenForWriting(path, O_CREAT | O_APPEND);
   if (!fd.ok()) {
     return InvalidArgument("DDPRUN_EVENT_LOG=" + fd.status().message());
   }
-  log.where_ = path;
-  if (const int standard = StandardStreamOf(fd->get()); standard >= 0) {
-    log.fd_ = standard;
-    log.console_ = true;
-    return log;
+  auto writer = std::make_shared<Writer>();
+  writer->fd = std::move(*fd);
+  try {
+    std::thread([writer] { writer->Run(); }).detach();
+  } catch (const std::system_error& e) {
+    return Unavailable("DDPRUN_EVENT_LOG=" + path +
+                       ": cannot start its writer thread: " + e.what());
   }
-  struct stat st {};
-  if (fstat(fd->get(), &st) == 0 && !S_ISREG(st.st_mode)) {
-    // This open's own description: nobody else's writes turn non-blocking.
-    const int flags = fcntl(fd->get(), F_GETFL);
-    log.nonblocking_ = flags >= 0 && fcntl(fd->get(), F_SETFL, flags | O_NONBLOCK) == 0;
-  }
-  log.owned_ = std::move(*fd);
-  log.fd_ = log.owned_.get();
+  log.writer_ = std::move(writer);
   return log;
+}
+
+bool EventLog::enabled() const {
+  if (console_fd_ >= 0) return true;
+  if (!writer_) return false;
+  std::lock_guard lock(writer_->mu);
+  return !writer_->failed;
 }
 
 std::string EventLog::Line(const std::string& event, const json& fields) const {
@@ -81,102 +154,83 @@ std::string EventLog::Line(const std::string& event, const json& fields) const {
 }
 
 void EventLog::Emit(const std::string& event, const json& fields) {
-  if (fd_ < 0) return;
+  if (console_fd_ >= 0) {
+    supervisor::ConsoleWriter::For(console_fd_).WriteOwnLine(Line(event, fields));
+    return;
+  }
+  if (!writer_) return;
   const std::string line = Line(event, fields);
-  if (console_) {
-    supervisor::ConsoleWriter::For(fd_).WriteOwnLine(line);
-    return;
-  }
-  if (nonblocking_) {
-    Hold(line, event == "exit");
-    return;
-  }
-  // One write: lines from several agents appending to one file stay whole.
-  ssize_t n;
-  do {
-    n = write(fd_, line.data(), line.size());
-  } while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(line.size())) {
-    Fail(n < 0 ? std::strerror(errno) : "short write");
-  }
-}
-
-void EventLog::Hold(const std::string& line, bool last) {
-  WriteHeld();
-  if (fd_ < 0) return;
-  if (dropped_ > 0 && (sent_ == held_.size() || last)) {
-    // The reader took what was held (or this is the last event): say the gap where it is.
-    if (sent_ == held_.size()) {
-      spdlog::info("event log {}: its reader takes events again; {} were dropped meanwhile", where_,
-                   dropped_);
+  const bool last = event == "exit";
+  Writer& w = *writer_;
+  std::unique_lock lock(w.mu);
+  if (w.failed) {
+    if (!std::exchange(w.told, true)) {
+      lock.unlock();
+      spdlog::warn("event log {}: write failed ({}): no more events are written", where_, w.error);
     }
-    held_ += Line("events_dropped", {{"count", dropped_}});
-    dropped_ = 0;
-  } else if (!last && (dropped_ > 0 || held_.size() - sent_ + line.size() > kEventBacklogBytes)) {
-    if (dropped_++ == 0) {
+    return;
+  }
+  if (w.dropped > 0 && (w.held.empty() || last)) {
+    // The reader took what was held (or this is the last event): the gap is said where it is.
+    const uint64_t dropped = std::exchange(w.dropped, 0);
+    w.held += Line("events_dropped", {{"count", dropped}});
+    if (!last) {
+      lock.unlock();
+      spdlog::info("event log {}: its reader takes events again; {} were dropped meanwhile", where_,
+                   dropped);
+      lock.lock();
+    }
+  } else if (!last && (w.dropped > 0 || w.held.size() + line.size() > kEventBacklogBytes)) {
+    if (w.dropped++ == 0) {
+      const size_t held = w.held.size();
+      lock.unlock();
       spdlog::warn(
           "event log {}: its reader has not taken the last {} bytes of events: later events are "
           "dropped (and counted in an events_dropped event) until it has read them, so that "
           "supervision goes on",
-          where_, held_.size() - sent_);
+          where_, held);
     }
     return;
   }
-  held_ += line;
-  WriteHeld();
-}
-
-void EventLog::WriteHeld() {
-  while (fd_ >= 0 && sent_ < held_.size()) {
-    // A line at a time: on a pipe, a line of PIPE_BUF bytes or less is then taken whole or not
-    // at all, so a reader that is left behind at the end never reads half a line.
-    const size_t line_end = held_.find('\n', sent_);
-    const size_t len = (line_end == std::string::npos ? held_.size() : line_end + 1) - sent_;
-    const ssize_t n = write(fd_, held_.data() + sent_, len);
-    if (n > 0) {
-      sent_ += static_cast<size_t>(n);
-    } else if (n < 0 && errno == EINTR) {
-      continue;
-    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      break;
-    } else {
-      Fail(n < 0 ? std::strerror(errno) : "no byte written");
-    }
-  }
-  // What was written goes once it is half the buffer (erasing it line by line moved the
-  // whole backlog for each line).
-  if (sent_ == held_.size() || sent_ > held_.size() / 2) {
-    held_.erase(0, sent_);
-    sent_ = 0;
-  }
+  w.held += line;
+  w.work.notify_one();
 }
 
 void EventLog::Flush(std::chrono::milliseconds idle_limit, std::chrono::milliseconds limit) {
+  if (!writer_) return;  // the console's writer is flushed at exit
+  Writer& w = *writer_;
   const auto end = std::chrono::steady_clock::now() + limit;
-  WriteHeld();
-  while (fd_ >= 0 && sent_ < held_.size()) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        end - std::chrono::steady_clock::now());
-    const auto wait = std::min(idle_limit, left);
-    pollfd p{fd_, POLLOUT, 0};
-    const int ready = wait.count() > 0 ? poll(&p, 1, static_cast<int>(wait.count())) : 0;
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) {
+  std::unique_lock lock(w.mu);
+  while (!w.held.empty() && !w.failed) {
+    const uint64_t seen = w.written;
+    const auto wait = std::min(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   end - std::chrono::steady_clock::now()),
+                               idle_limit);
+    const bool moved = wait.count() > 0 && w.idle.wait_for(lock, wait, [&w, seen] {
+      return w.held.empty() || w.failed || w.written != seen;
+    });
+    if (!moved) {
+      const size_t left = w.held.size();
+      lock.unlock();
       spdlog::warn(
-          "event log {}: its reader did not take the last {} bytes of events in time: "
-          "they are not written",
-          where_, held_.size() - sent_);
+          "event log {}: its reader did not take the last {} bytes of events in time: they are "
+          "not written",
+          where_, left);
       return;
     }
-    WriteHeld();
   }
 }
 
-void EventLog::Fail(const std::string& why) {
-  spdlog::warn("event log {}: write failed ({}): no more events are written", where_, why);
-  fd_ = -1;
-  held_.clear();
-  sent_ = 0;
+size_t EventLog::held_bytes() const {
+  if (!writer_) return 0;
+  std::lock_guard lock(writer_->mu);
+  return writer_->held.size();
+}
+
+uint64_t EventLog::dropped() const {
+  if (!writer_) return 0;
+  std::lock_guard lock(writer_->mu);
+  return writer_->dropped;
 }
 
 }  // namespace ddprun::launcher

@@ -308,3 +308,23 @@ def test_an_event_log_reader_that_stops_reading_never_stops_ddprun(tmp_path, whe
         check = validator("event")
         for line in lines:
             check.validate(json.loads(line))
+
+
+def test_events_to_a_stderr_that_is_a_socket_go_with_ddprun_s_lines(tmp_path):
+    """Attack 110: DDPRUN_EVENT_LOG=/dev/stderr on a socket (a journal, a supervisor's
+    socketpair) was refused as "a named pipe that nobody reads" (a socket cannot be opened by
+    its path); it is ddprun's own stderr, written through its console."""
+    import socket
+    a, b = socket.socketpair()
+    p = subprocess.Popen([DDPRUN, "--nproc_per_node=1", "--no_python", "/bin/true"],
+                         env=base_env(DDPRUN_EVENT_LOG="/dev/stderr"), stdout=subprocess.DEVNULL,
+                         stderr=b.fileno())
+    b.close()
+    data = b""
+    a.settimeout(60)
+    while chunk := a.recv(65536):
+        data += chunk
+    a.close()
+    assert p.wait(timeout=60) == 0, data
+    lines = [json.loads(ln) for ln in data.decode().splitlines() if ln.startswith("{")]
+    assert names(lines)[0] == "agent_started" and names(lines)[-1] == "exit", data
