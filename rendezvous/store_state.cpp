@@ -1,5 +1,7 @@
 #include "rendezvous/store_state.hpp"
 
+#include "base/format.hpp"
+
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -98,13 +100,14 @@ bool StoreState::Add(ClientId client, const Request& r) {
   int64_t value = 0;
   auto it = kv_.find(r.keys[0]);
   if (it != kv_.end() && !ParseLikeStoll(it->second, &value)) {
-    // The value's start, to tell a word from a number out of a counter's range.
-    const std::string start = it->second.substr(0, 40) + (it->second.size() > 40 ? "..." : "");
-    const bool digits = !it->second.empty() && it->second.find_first_not_of(
-                                                   "+-0123456789 \t\n\v\f\r") == std::string::npos;
+    // std::stoll's reading failed at its first digit (none: not a number) or past its range.
+    const std::string& v = it->second;
+    size_t at = v.find_first_not_of(" \t\n\v\f\r");
+    if (at != std::string::npos && (v[at] == '+' || v[at] == '-')) ++at;
+    const bool digit = at < v.size() && v[at] >= '0' && v[at] <= '9';
     refusal_ = "ADD to a value that is " +
-               std::string(digits ? "a number out of a 64-bit counter's range" : "not a number") +
-               " (\"" + start + "\")";
+               std::string(digit ? "a number out of a 64-bit counter's range" : "not a number") +
+               " (\"" + Printable(v, 40) + "\")";
     return false;
   }
   value = WrappingAdd(value, r.number);

@@ -220,6 +220,19 @@ TEST_CASE("ADD on a value that is not a number fails and replies nothing") {
   CHECK(f.state().refusal() ==
         "ADD to a value that is a number out of a 64-bit counter's range "
         "(\"99999999999999999999\")");
+  // Attack 110: a sign alone was "out of range", digits past the range with text after them
+  // "not a number", and a newline in the value forged a log line.
+  for (auto [value, what] :
+       {std::pair{"-", "not a number (\"-\")"}, std::pair{" ", "not a number (\" \")"},
+        std::pair{"--5", "not a number (\"--5\")"},
+        std::pair{"99999999999999999999abc",
+                  "a number out of a 64-bit counter's range "
+                  "(\"99999999999999999999abc\")"},
+        std::pair{"x\nFAKE", "not a number (\"x\\x0aFAKE\")"}}) {
+    f.Set(2, "/v", value);
+    CHECK_FALSE(f.Do(1, Op::kAdd, {"/v"}, {}, 1));
+    CHECK(f.state().refusal() == std::string("ADD to a value that is ") + what);
+  }
 }
 
 TEST_CASE("ADD reads a stored value as PyTorch's std::stoll does: space, a sign, trailing text") {
