@@ -297,16 +297,15 @@ void CheckOmp(const LimitFacts& f, const JobShape& job, LimitPlan& plan) {
       c.measured += ": oversubscribed, more workers than CPUs";
       c.fix = more_cpus_or_fewer_workers(1);
     }
-  } else if (!threads) {
-    c.measured = "\"" + *f.omp_num_threads + "\" is not a thread count";
+  } else if (!threads || *threads == 0) {
+    c.measured = !threads ? "\"" + *f.omp_num_threads + "\" is not a thread count"
+                          : "0 is no thread count: OpenMP rejects it (libgomp: \"Invalid "
+                            "value\") and each worker then uses every CPU";
     c.status = CheckStatus::kWarn;
-    c.fix = "set OMP_NUM_THREADS to a number";
-  } else if (*threads == 0) {
-    c.measured =
-        "0 is no thread count: OpenMP rejects it (libgomp: \"Invalid value\") and each "
-        "worker then uses every CPU";
-    c.status = CheckStatus::kWarn;
-    c.fix = "OMP_NUM_THREADS=" + std::to_string(std::max<uint64_t>(1, f.cpus / n));
+    // A count that fits; with more workers than CPUs, one each still oversubscribes.
+    c.fix = workers_above_cpus
+                ? "OMP_NUM_THREADS=1, and " + more_cpus_or_fewer_workers(1)
+                : "OMP_NUM_THREADS=" + std::to_string(std::max<uint64_t>(1, f.cpus / n));
   } else {
     const uint64_t total = *threads * n;
     c.measured = *f.omp_num_threads + " x " + std::to_string(n) +

@@ -226,6 +226,14 @@ TEST_CASE("OMP_NUM_THREADS=0 warns; a list of nesting levels counts its outer le
   CHECK(zero.status == CheckStatus::kWarn);
   CHECK(zero.measured.find("OpenMP rejects it") != std::string::npos);
   CHECK(zero.fix == "OMP_NUM_THREADS=4");
+  // More workers than CPUs: the count alone does not fit them (attack 110).
+  for (const char* bad : {"0", "abc"}) {
+    f.omp_num_threads = bad;
+    auto above = Find(PlanLimits(f, {32, 64}), "OMP_NUM_THREADS");
+    CHECK(above.status == CheckStatus::kWarn);
+    CHECK_MESSAGE(above.fix.find("OMP_NUM_THREADS=1, and more CPUs for the job") == 0, bad);
+  }
+  f.omp_num_threads = "0";
   f.omp_num_threads = "4,2";
   auto list = Find(PlanLimits(f, {4, 64}), "OMP_NUM_THREADS");
   CHECK(list.status == CheckStatus::kOk);
