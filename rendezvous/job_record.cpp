@@ -400,9 +400,13 @@ StatusOr<JobRecord> EndRoundForNewNodes(const JobRecord& rec, int r, const std::
 }
 
 StatusOr<JobRecord> MarkDone(const JobRecord& rec, int r, int node_rank) {
+  // A round that ended because a member was lost (by a membership change, or as a failure
+  // when too few remained), said a moment before this node's workers said they succeeded.
+  const bool lost_end = rec.round == r && !rec.final() && !rec.lost_agent.empty() &&
+                        (rec.end == RoundEnd::kMembership || rec.end == RoundEnd::kFailure);
   // A round ended by a membership change is over for training, but workers
   // that had already succeeded did; a failure is final for the round.
-  if (rec.end == RoundEnd::kFailure || rec.round != r || rec.final()) {
+  if ((rec.end == RoundEnd::kFailure && !lost_end) || rec.round != r || rec.final()) {
     if (Status s = CheckRunning(rec, r); !s.ok()) return s;
   }
   if (node_rank < 0 || node_rank >= static_cast<int>(rec.members.size())) {
@@ -411,6 +415,20 @@ StatusOr<JobRecord> MarkDone(const JobRecord& rec, int r, int node_rank) {
   JobRecord next = Next(rec);
   next.done[node_rank] = true;
   next.gone[node_rank] = false;  // it came back
+  // Every member but the lost one had succeeded: the training ran to its end
+  // without it, as when it is lost after the others finished (ExcuseLost);
+  // running it again trained twice (attack 110, simulation).
+  const int lost = lost_end ? rec.MemberRank(rec.lost_agent) : -1;
+  if (!AllFinished(next) && lost >= 0 && !next.done[lost]) {
+    JobRecord without = next;
+    without.gone[lost] = true;
+    if (AllFinished(without)) {
+      without.gone_reason += (without.gone_reason.empty() ? "" : "; ") + rec.end_reason;
+      next = std::move(without);
+    }
+  }
+  // Otherwise, after a loss that left too few, the restart stands; the next round cannot
+  // close before more nodes come, so the others still say theirs.
   if (AllFinished(next)) next.outcome = JobOutcome::kSucceeded;
   return next;
 }

@@ -243,6 +243,34 @@ TEST_CASE("membership changes end a round softly: workers that had finished stil
   CHECK_FALSE(MarkDone(*failed, 0, 0).ok());
 }
 
+TEST_CASE("every member but the one lost a moment before succeeding is the job's success") {
+  // The simulation (attack 110): the loss was recorded just before the others' workers said
+  // they had succeeded, and the job ran again, training twice.
+  JobRecord two = Closed(2);
+  auto lost = EndRoundByMembership(two, 0, "lost host-1", "1", 1);
+  REQUIRE(lost.ok());
+  auto done = MarkDone(*lost, 0, 0);
+  REQUIRE(done.ok());
+  CHECK(done->outcome == JobOutcome::kSucceeded);
+  CHECK(done->gone == std::vector<bool>{false, true});
+  CHECK(done->gone_reason == "lost host-1");
+  // Too few left (MIN 3 of 3): a restart was used; the others' successes still end the job.
+  JobRecord three = Closed(3);
+  auto restarted = EndRoundByMembership(three, 0, "lost host-2", "2", 3, {}, 1);
+  REQUIRE(restarted.ok());
+  REQUIRE(restarted->end == RoundEnd::kFailure);
+  auto one = MarkDone(*restarted, 0, 1);
+  REQUIRE(one.ok());
+  CHECK_FALSE(one->final());  // member 0's may still have failed: the restart stands
+  auto both = MarkDone(*one, 0, 0);
+  REQUIRE(both.ok());
+  CHECK(both->outcome == JobOutcome::kSucceeded);
+  // A worker's failure is no loss: a success after it is not taken.
+  auto failed = EndRoundByFailure(three, 0, WorkerCause(3), 1);
+  REQUIRE(failed.ok());
+  CHECK_FALSE(MarkDone(*failed, 0, 0).ok());
+}
+
 TEST_CASE("a member lost after others finished is not awaited; the rest still are") {
   JobRecord rec = Closed(3);
   CHECK_FALSE(ExcuseLost(rec, 0, "lost", "2").ok());  // nobody finished: a membership change
