@@ -392,7 +392,7 @@ void RecordGlooAborts() {
 StatusOr<std::unique_ptr<ProcessGroup>> CreateGlooProcessGroup(const LaunchEnv& env) {
   RecordGlooAborts();
   auto client = rendezvous::StoreClient::Connect(env.master_addr, env.master_port,
-                                                 std::chrono::seconds(60), env.store_token);
+                                                 StoreConnectWithin(env), env.store_token);
   if (!client.ok()) return client.status().Annotate("ddp: agent store (MASTER_ADDR:MASTER_PORT)");
   client->set_timeout(env.timeout);
   auto store = std::make_shared<GlooStore>(std::move(*client));

@@ -15,6 +15,7 @@
 // from any thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
@@ -106,6 +107,14 @@ struct LaunchEnv {
   std::string trace_file;      // DDPRUN_TRACE_FILE ("" = no flight recorder)
   std::string heartbeat_file;  // DDPRUN_HEARTBEAT_FILE ("" = none)
 };
+
+// How long a worker tries to reach the agent's store: the collective timeout, as
+// PyTorch's TCPStore client connects within its process group's, and at most 60 s
+// (ddprun's store is up before any worker starts). A fixed 60 s made
+// --collective-timeout 2 wait a minute for a store that was not there (attack 109).
+inline std::chrono::milliseconds StoreConnectWithin(const LaunchEnv& env) {
+  return std::min<std::chrono::milliseconds>(env.timeout, std::chrono::seconds(60));
+}
 
 // Fails, naming every missing variable and how to launch, when the process
 // was not started by ddprun (or torchrun).

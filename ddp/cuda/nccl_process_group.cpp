@@ -470,7 +470,7 @@ StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroup(const LaunchEnv& 
 
 StatusOr<std::unique_ptr<ProcessGroup>> CreateNcclProcessGroupFromEnv(const LaunchEnv& env) {
   auto store = rendezvous::StoreClient::Connect(env.master_addr, env.master_port,
-                                                std::chrono::seconds(60), env.store_token);
+                                                StoreConnectWithin(env), env.store_token);
   if (!store.ok()) return store.status().Annotate("ddp: agent store (MASTER_ADDR:MASTER_PORT)");
   store->set_timeout(env.timeout);
   return CreateNcclProcessGroup(env, std::move(*store));

@@ -453,3 +453,19 @@ def test_device_cuda_on_a_host_without_a_gpu_fails_naming_the_cause():
     # The plugin loaded (the CUDA libraries are here) and CUDA found no device.
     assert "load the CUDA plugin" not in r.stderr, r.stderr
     assert "CUDA_VISIBLE_DEVICES" in r.stderr, r.stderr
+
+
+def test_a_store_not_there_fails_the_set_up_within_the_collective_timeout():
+    """Attack 109: the worker tried to reach MASTER_ADDR:MASTER_PORT for a fixed 60 s, though
+    its message said --collective-timeout bounded the set-up."""
+    from conftest import free_port
+    env = dict(os.environ, RANK="0", LOCAL_RANK="0", WORLD_SIZE="2", LOCAL_WORLD_SIZE="2",
+               MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    start = time.monotonic()
+    r = subprocess.run([str(TRAIN), "--device", "cpu", *SMALL, "--collective-timeout", "2"],
+                       env=env, capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - start
+    assert r.returncode == 1, r
+    assert "cannot be reached" in r.stderr and "--collective-timeout 2 s bounds the set-up" in \
+        r.stderr, r
+    assert took < 20, (took, r.stderr)
