@@ -332,6 +332,7 @@ const std::vector<Entry>& Catalogue() {
       {"collective timeout", CollectiveTimeout},
       {"Gloo timeout", GlooTimeout},
       {"DDP collective timeout", DdpCollectiveTimeout},
+      {"DDP core set-up timeout", DdpSetUpTimeout},
       {"collectives diverged", CollectivesDiverged},
       {"monitored barrier", MonitoredBarrier},
       {"CUDA out of memory", CudaOutOfMemory},

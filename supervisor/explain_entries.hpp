@@ -27,6 +27,7 @@ Explanation Lines(std::string cause, std::string fix);
 Match CollectiveTimeout(const std::string& text, const ExplainContext& c);
 Match GlooTimeout(const std::string& text, const ExplainContext& c);
 Match DdpCollectiveTimeout(const std::string& text, const ExplainContext& c);
+Match DdpSetUpTimeout(const std::string& text, const ExplainContext& c);
 Match CollectivesDiverged(const std::string& text, const ExplainContext& c);
 Match MonitoredBarrier(const std::string& text, const ExplainContext&);
 Match CudaOutOfMemory(const std::string& text, const ExplainContext& c);

@@ -11,9 +11,10 @@ namespace {
 
 // `waited` ("rank 1 waited 3 s in allreduce #9 (the collective timeout)")
 // while a rank was stopped (ExplainContext::stopped): that rank held it.
-Match WhileStopped(const std::string& waited, const ExplainContext& c) {
-  return Lines(waited + " while " + c.stopped +
-                   ": the stopped rank held the collective, the rank that timed out is its victim",
+Match WhileStopped(const std::string& waited, const ExplainContext& c,
+                   const std::string& held = "the collective") {
+  return Lines(waited + " while " + c.stopped + ": the stopped rank held " + held +
+                   ", the rank that timed out is its victim",
                "continue a stopped rank (kill -CONT) within the collective timeout; if ranks are "
                "stopped on purpose (a debugger), raise the collective timeout meanwhile (ddprun's "
                "hang limits already leave the time a rank is stopped out)");
@@ -137,6 +138,28 @@ Match DdpCollectiveTimeout(const std::string& text, const ExplainContext& c) {
   return Lines(who + " waited " + (*m)[3].str() + " s in " + (*m)[2].str() +
                    " (the collective timeout) for a rank that stopped taking part",
                "look for the rank that never entered " + (*m)[2].str() + ": it" + fix);
+}
+
+// ddp/store_exchange.cpp, ddp/gloo_process_group.cpp: the DDP core's set-up (its Gloo
+// group, the reducer's exchange of the model's shape) waited for ranks that never came. A
+// rank stopped then was not named (attack 109: no cause line at all).
+Match DdpSetUpTimeout(const std::string& text, const ExplainContext& c) {
+  auto m = Find(text, R"(rank\(s\) ([\d,]+)(?:,\.\.\. \((\d+) in all\))? did not arrive )"
+                      R"(within ([\d.]+) s)");
+  if (!m) return {};
+  const std::string ranks = (*m)[1].str() + ((*m)[2].matched ? ",..." : "");
+  const bool several = ranks.find(',') != std::string::npos;
+  const std::string them = several ? "ranks " + ranks : "rank " + ranks;
+  const std::string waited = "the worker waited " + (*m)[3].str() +
+                             " s (the collective timeout) in the DDP core's set-up for " + them;
+  if (!c.stopped.empty()) return WhileStopped(waited, c, "the set-up");
+  return Lines(waited + ", which never arrived: " + (several ? "they are" : "it is") +
+                   " the cause, the ranks that timed out " + (several ? "their" : "its") +
+                   " victims",
+               "look at what " + them + (several ? " were" : " was") +
+                   " doing (its log): it failed, hung or ran other code before the set-up; raise "
+                   "--collective-timeout (DDPRUN_COLLECTIVE_TIMEOUT) if the ranks legitimately "
+                   "start that far apart");
 }
 
 // torch/csrc/distributed/c10d/ProcessGroupGloo.cpp, monitoredBarrier: the

@@ -160,6 +160,35 @@ TEST_CASE("explain: the DDP core's collective timeout names the rank that never 
   CHECK(diverged->fix.rfind("make every rank call the same collectives in the same order", 0) == 0);
 }
 
+TEST_CASE("explain: the DDP core's set-up names the ranks that never came, or the stopped one") {
+  // Attack 109: a rank stopped (SIGSTOP) during the set-up left the report without a cause.
+  const std::string text =
+      "train: rank 0: create the reducer: rank(s) 1 did not arrive within 3 s (no record under "
+      "ddp/attempt_0/reducer/): they failed, hang or run other code before this point; their "
+      "logs say which\n";
+  ExplainContext c;
+  auto bare = Explain(Failed("", text), c);
+  REQUIRE(bare.has_value());
+  CHECK(bare->signature == "DDP core set-up timeout");
+  CHECK(bare->cause ==
+        "the worker waited 3 s (the collective timeout) in the DDP core's set-up for rank 1, "
+        "which never arrived: it is the cause, the ranks that timed out its victims");
+  c.stopped = "rank 1 was stopped by a signal (SIGSTOP)";
+  auto held = Explain(Failed("", text), c);
+  REQUIRE(held.has_value());
+  CHECK(held->cause ==
+        "the worker waited 3 s (the collective timeout) in the DDP core's set-up for rank 1 "
+        "while rank 1 was stopped by a signal (SIGSTOP): the stopped rank held the set-up, the "
+        "rank that timed out is its victim");
+  auto gloo = Explain(Failed("",
+                             "ddp: gloo: rank(s) 2,3 did not arrive within 1.5 s: they "
+                             "failed, hang or started late; their logs say which\n"),
+                      ExplainContext{});
+  REQUIRE(gloo.has_value());
+  CHECK(gloo->cause.find("for ranks 2,3, which never arrived: they are the cause") !=
+        std::string::npos);
+}
+
 TEST_CASE("explain: ranks whose collectives diverged, however the failed one then ended") {
   // Gloo refuses a message of another size with an exception from its I/O thread: the rank
   // aborts, and the cause line named the C++ exception (found by an attacking helper).
