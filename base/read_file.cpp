@@ -31,8 +31,9 @@ StatusOr<UniqueFd> OpenForWriting(const std::string& path, int flags, mode_t mod
     struct stat st {};
     if (err == ENXIO && stat(path.c_str(), &st) == 0 && S_ISSOCK(st.st_mode)) {
       // /dev/stderr or /proc/self/fd/N of a socket (a journal, a supervisor's socketpair).
-      return Unavailable(path + " is a socket, which cannot be opened by its path: point it at "
-                                "a file or a named pipe");
+      return Unavailable(path +
+                         " is a socket, which cannot be opened by its path: point it at "
+                         "a file or a named pipe");
     }
     if (err == ENXIO) {
       return Unavailable(path +

@@ -49,6 +49,23 @@ std::string ReadAll(int fd) {
   return out;
 }
 
+// A named pipe in a directory of its own, its read end open (non-blocking) and never read
+// unless the test does; SIGPIPE ignored, as ddprun ignores it.
+struct Fifo {
+  explicit Fifo(const std::string& name) : dir(TempDir(name)), path(dir + "/events.fifo") {
+    signal(SIGPIPE, SIG_IGN);
+    REQUIRE(mkfifo(path.c_str(), 0600) == 0);
+    reader = open(path.c_str(), O_RDONLY | O_NONBLOCK);
+    REQUIRE(reader >= 0);
+  }
+  ~Fifo() {
+    close(reader);
+    std::filesystem::remove_all(dir);
+  }
+  std::string dir, path;
+  int reader = -1;
+};
+
 TEST_CASE("EventLog: handlers, paths, and one object per line with the common fields") {
   auto unknown = EventLog::Open("syslog", "");
   REQUIRE_FALSE(unknown.ok());
@@ -92,15 +109,11 @@ TEST_CASE("EventLog: handlers, paths, and one object per line with the common fi
 }
 
 TEST_CASE("EventLog: a pipe whose reader stops reading holds, then drops, and never blocks") {
-  signal(SIGPIPE, SIG_IGN);  // as ddprun: a reader gone is EPIPE
   // Found by an attacking helper (attack 108): with the reader of DDPRUN_EVENT_LOG's FIFO
   // stalled, the agent blocked in write(2) after 64 KiB of events: no restart, no SIGTERM.
-  const std::string dir = TempDir("fifo");
-  const std::string path = dir + "/events.fifo";
-  REQUIRE(mkfifo(path.c_str(), 0600) == 0);
-  const int reader = open(path.c_str(), O_RDONLY | O_NONBLOCK);
-  REQUIRE(reader >= 0);
-  auto log = EventLog::Open("json", path);
+  Fifo fifo("fifo");
+  const int reader = fifo.reader;
+  auto log = EventLog::Open("json", fifo.path);
   REQUIRE(log.ok());
   log->SetCommon("run_id", "job3");
   const json big = {{"message", std::string(4000, 'x')}};
@@ -133,18 +146,12 @@ TEST_CASE("EventLog: a pipe whose reader stops reading holds, then drops, and ne
   CHECK(lines[lines.size() - 2]["run_id"] == "job3");
   CHECK(lines.back()["event"] == "membership_change");
   CHECK(log->dropped() == 0);
-  close(reader);
-  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("EventLog: the exit event is held past the bound, after the count of those dropped") {
-  signal(SIGPIPE, SIG_IGN);  // as ddprun: a reader gone is EPIPE
-  const std::string dir = TempDir("exit");
-  const std::string path = dir + "/events.fifo";
-  REQUIRE(mkfifo(path.c_str(), 0600) == 0);
-  const int reader = open(path.c_str(), O_RDONLY | O_NONBLOCK);
-  REQUIRE(reader >= 0);
-  auto log = EventLog::Open("json", path);
+  Fifo fifo("exit");
+  const int reader = fifo.reader;
+  auto log = EventLog::Open("json", fifo.path);
   REQUIRE(log.ok());
   const json big = {{"message", std::string(4000, 'x')}};
   // Held to just under the bound, none dropped yet: the exit event still goes in.
@@ -180,8 +187,6 @@ TEST_CASE("EventLog: the exit event is held past the bound, after the count of t
   log->Flush(std::chrono::milliseconds(50), std::chrono::seconds(5));
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(4));
   CHECK(log->held_bytes() > 0);
-  close(reader);
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
