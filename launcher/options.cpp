@@ -138,7 +138,7 @@ Status ApplyRendezvous(const RawOptions& raw, ParsedCommandLine& parsed) {
     // store is said to be unused (attack 108: doctor passed an address the job never used).
     if (auto v = raw.Said("master_addr");
         v && implicit_standalone && !c.standalone && !LoopbackName(*v)) {
-      parsed.warnings.push_back("--master_addr=" + *v +
+      parsed.warnings.push_back(raw.SaidAs("master_addr", *v) +
                                 " has no effect in a single-node job without --master_port, as "
                                 "under torchrun: its store is on localhost at a free port (give "
                                 "--master_port too to host it at " +

@@ -35,6 +35,12 @@ class RawOptions {
     return env::Lookup(env_, PetName(def.name));
   }
   std::optional<std::string> Said(const std::string& name) const { return Said(*Find(name)); }
+  // How the user said it: "--name=VALUE" on the command line, else "PET_NAME=VALUE".
+  std::string SaidAs(const std::string& name, const std::string& value) const {
+    const OptionDef& def = *Find(name);
+    return (given_.count(def.name) != 0 ? "--" + std::string(def.name) : PetName(def.name)) + "=" +
+           value;
+  }
   // A value for an option the user did not give (from the Slurm step).
   void SetDefault(const std::string& name, std::string value) {
     defaults_[Find(name)->name] = std::move(value);

@@ -83,6 +83,11 @@ TEST_CASE("a single-node job without --master_port says a --master_addr it does 
     CHECK_MESSAGE(Parse({addr, "t"})->warnings.empty(), addr);
   }
   CHECK(Parse({"--master_addr=node7.example", "--master_port=29511", "t"})->warnings.empty());
+  // From the environment, named as it was given (attack 110: called --master_addr).
+  auto pet = Parse({"t"}, {{"PET_MASTER_ADDR", "node7.example"}});
+  REQUIRE(pet.ok());
+  REQUIRE(pet->warnings.size() == 1);
+  CHECK(pet->warnings[0].rfind("PET_MASTER_ADDR=node7.example has no effect", 0) == 0);
 }
 
 TEST_CASE("a key given twice inside one --rdzv_conf keeps its last value, and says so") {
