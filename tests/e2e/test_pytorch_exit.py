@@ -204,8 +204,10 @@ def test_a_rank_off_the_store_after_destroy_is_not_said_to_have_never_joined(tmp
     # to have never joined the job (attack 92).
     r = run_at_exit(tmp_path, ONE_DESTROYS)
     assert r.returncode == 124, r.stderr
-    assert set(re.findall(r"rank (\d) \(local_rank \d, pid \d+\) hung at exit", r.stderr)) == \
-        {"0", "1"}, r.stderr
+    # Both, or the first past --exit_timeout alone when the other removed its heartbeat file
+    # later (rank 0's destroy_process_group, on a loaded host: CI once named rank 1 alone).
+    named = set(re.findall(r"rank (\d) \(local_rank \d, pid \d+\) hung at exit", r.stderr))
+    assert named and named <= {"0", "1"}, r.stderr
     assert "did not join the job" not in r.stderr, r.stderr
 
 
