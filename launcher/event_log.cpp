@@ -11,6 +11,7 @@
 #include <mutex>
 #include <system_error>
 #include <thread>
+#include <utility>
 
 #include "base/read_file.hpp"
 #include "base/unique_fd.hpp"
@@ -94,6 +95,11 @@ int StandardStreamOf(const std::string& path) {
   return -1;
 }
 
+// Said once: at the event after the failed write, or at the end.
+void SayWriteFailed(const std::string& where, const std::string& error) {
+  spdlog::warn("event log {}: write failed ({}): no more events are written", where, error);
+}
+
 }  // namespace
 
 EventLog::EventLog() = default;
@@ -165,8 +171,9 @@ void EventLog::Emit(const std::string& event, const json& fields) {
   std::unique_lock lock(w.mu);
   if (w.failed) {
     if (!std::exchange(w.told, true)) {
+      const std::string error = w.error;
       lock.unlock();
-      spdlog::warn("event log {}: write failed ({}): no more events are written", where_, w.error);
+      SayWriteFailed(where_, error);
     }
     return;
   }
@@ -218,6 +225,12 @@ void EventLog::Flush(std::chrono::milliseconds idle_limit, std::chrono::millisec
           where_, left);
       return;
     }
+  }
+  // A write that failed with the last events is said here, as at the next event.
+  if (w.failed && !std::exchange(w.told, true)) {
+    const std::string error = w.error;
+    lock.unlock();
+    SayWriteFailed(where_, error);
   }
 }
 

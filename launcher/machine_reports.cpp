@@ -1,10 +1,5 @@
 #include "launcher/machine_reports.hpp"
 
-#include <fcntl.h>
-#include <spdlog/spdlog.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -14,7 +9,6 @@
 #include <fstream>
 
 #include "base/read_file.hpp"
-#include "launcher/raw_options.hpp"
 #include "supervisor/exit_status.hpp"
 
 namespace ddprun::launcher {
