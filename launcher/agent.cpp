@@ -447,6 +447,30 @@ void Agent::FailedEarly(const supervisor::GroupResult& so_far) {
   driver_->FailedEarly(o);
 }
 
+// The ranks of every node wait in their collectives for a rank stopped on any
+// one (rendezvous/pause_board.hpp): each node's hang limits wait with it.
+std::unique_ptr<rendezvous::PauseBoard> Agent::PausesAcrossNodes(
+    const rendezvous::RoundResult& round) {
+  if (round.nodes.size() < 2) return nullptr;
+  auto board = rendezvous::PauseBoard::Start(stores_.rdzv_host, stores_.rdzv_port, stores_.settings,
+                                             round.round, stores_.self.agent_id);
+  if (!board.ok()) {
+    spdlog::warn(
+        "{}: a worker stopped on another node (SIGSTOP, a debugger) is not known here, and its "
+        "peers here that wait for it count toward the hang limits",
+        board.status().message());
+    return nullptr;
+  }
+  rendezvous::PauseBoard* b = board->get();
+  sup_->SetPeerPauses({[b, node = round.node_rank, host = stores_.self.name](HeldWorker here) {
+                         here.node_rank = node;
+                         here.host = host;
+                         b->Tell(here);
+                       },
+                       [b] { return b->Elsewhere(); }});
+  return std::move(*board);
+}
+
 std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   if (round_ && round.restart_count > round_->restart_count) {
     spdlog::warn(
@@ -493,9 +517,12 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
       },
       [](const std::string& note) { spdlog::warn("{}", note); });
   if (!watching.ok()) return FinishLocally(1, watching.message());
+  std::unique_ptr<rendezvous::PauseBoard> board = PausesAcrossNodes(round);
   facts_.GroupStarting(*specs);
   supervisor::GroupResult result = sup_->RunGroup(*specs, options_);
   driver_->StopWatching();
+  sup_->SetPeerPauses({});
+  board.reset();  // tells the other nodes that no worker here holds the job any more
   supervisor::CountOwnFailures(result, ErrorFiles(round.restart_count));
   record_.WorkersExited(result.workers);
   std::vector<std::string> stderr_logs;

@@ -21,6 +21,7 @@
 #include "launcher/torch_hook.hpp"
 #include "rendezvous/agent_driver.hpp"
 #include "rendezvous/coordinator.hpp"
+#include "rendezvous/pause_board.hpp"
 #include "supervisor/failure_report.hpp"
 #include "supervisor/supervisor.hpp"
 
@@ -46,6 +47,9 @@ class Agent {
   // Runs one round's workers and tells the machine what they did; an exit
   // code when the agent must stop at once (a usage error, no log directory).
   std::optional<int> RunRound(const rendezvous::RoundResult& round);
+  // Several nodes: the board on which this node tells its stopped workers and
+  // reads the others' (wired into the supervisor); nullptr for one node.
+  std::unique_ptr<rendezvous::PauseBoard> PausesAcrossNodes(const rendezvous::RoundResult& round);
   rendezvous::WorkersOutcome Outcome(const rendezvous::RoundResult& round,
                                      const supervisor::GroupResult& result);
   // A worker's own exit failed the group (Supervisor::SetFailureHandler): with

@@ -95,6 +95,11 @@ void FailureFacts::GroupFailed(int world_size, const supervisor::GroupResult& re
     stopped_ += (stopped_.empty() ? "" : ", and ") + RanksNoun(ranks) +
                 (ranks.size() == 1 ? " was " : " were ") + env::WhyStopped(state);
   }
+  // And on other nodes, as they last told (the pause board).
+  for (const HeldWorker& w : result.held_elsewhere) {
+    if (w.stopped())
+      stopped_ += (stopped_.empty() ? "" : ", and ") + supervisor::DescribeHeld(w, true);
+  }
 }
 
 bool FailureFacts::AnyWritesOwnLogs() const {

@@ -95,6 +95,9 @@ class RendezvousKeys {
   // the keep-alive limit: their agent ids, one per line (what the waiting
   // agents tell).
   std::string Silent(int r) const { return R(r) + "silent"; }
+  // The n-th change (from 1) of what holds the workers of round `r`'s nodes
+  // (rendezvous/pause_board.hpp).
+  std::string Pause(int r, int64_t n) const { return R(r) + "pause/" + std::to_string(n); }
   // Static backend: the agent that holds node rank `rank` (its NodeInfo).
   std::string Claim(int rank) const { return p_ + "claim/" + std::to_string(rank); }
   // The settings every agent must share ("--nnodes=1:2 --max_restarts=3"),

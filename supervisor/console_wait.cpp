@@ -90,6 +90,7 @@ bool Supervisor::LookForConsoleWait(SteadyTime now) {
                    Seconds(now - console_wait_since_));
     }
     console_waiting_ = console_told_ = false;
+    console_held_ = HeldWorker{};
     return false;
   }
   if (!console_waiting_) {
@@ -99,6 +100,7 @@ bool Supervisor::LookForConsoleWait(SteadyTime now) {
   if (!console_told_ && now - console_wait_since_ >= kTellAfter) {
     console_told_ = true;
     const WorkerRecord& w = workers[*waiting];
+    console_held_ = HeldWorker::Local('C', w.rank, w.local_rank, w.pid);
     spdlog::warn(
         "the console has not read for {:.1f} s (a pager, Ctrl-S, a stuck log shipper): rank {} "
         "(local_rank {}, pid {}) waits {}, and the job waits with it, so the hang limits "

@@ -25,12 +25,17 @@ double Seconds(SteadyTime::duration d) { return std::chrono::duration<double>(d)
 
 void Supervisor::StartPauseWatch() {
   const HangLimits l = Limits();
+  // Across nodes, this node's stops are told to the others even without a limit of its own.
   const bool armed = l.hang_timeout.count() > 0 || l.startup_timeout.count() > 0 ||
-                     l.exit_timeout.count() > 0 || file_timer_ != nullptr;
+                     l.exit_timeout.count() > 0 || file_timer_ != nullptr || peers_.held_here ||
+                     peers_.held_elsewhere;
   stopped_pid_ = 0;
   told_pid_ = 0;
   console_waiting_ = false;
   console_told_ = false;
+  console_held_ = HeldWorker{};
+  held_told_ = HeldWorker{};
+  held_elsewhere_.clear();
   pauses_.Start(std::chrono::steady_clock::now());
   pause_watch_armed_ = armed;
   if (!armed) return;
@@ -63,7 +68,10 @@ void Supervisor::CatchUpPauses() {
     }
   }
   const bool console_wait = LookForConsoleWait(now);
-  const PauseLook look = pauses_.Look(now, stopped != nullptr || console_wait);
+  std::vector<HeldWorker> elsewhere;
+  if (peers_.held_elsewhere) elsewhere = peers_.held_elsewhere();
+  const PauseLook look =
+      pauses_.Look(now, stopped != nullptr || console_wait || !elsewhere.empty());
   // Told when seen stopped at two looks in a row: a whole job continued
   // (SIGCONT to each process in turn) may show a worker stopped for a moment.
   const pid_t was = stopped_pid_;
@@ -86,6 +94,11 @@ void Supervisor::CatchUpPauses() {
                  Seconds(now - paused_since_));
     told_pid_ = 0;
   }
+  HeldWorker here = console_held_;
+  if (told_pid_ != 0 && stopped != nullptr) {
+    here = HeldWorker::Local(state, stopped->rank, stopped->local_rank, told_pid_);
+  }
+  LookAcrossNodes(here, elsewhere, now);
   if (look.self_gap) {
     spdlog::info(
         "ddprun itself did not run for {:.1f} s (stopped, frozen or starved of CPU): the hang "
@@ -93,6 +106,42 @@ void Supervisor::CatchUpPauses() {
         Seconds(look.discounted));
   }
   LeaveOut(look.discounted, now);
+}
+
+std::string DescribeHeld(const HeldWorker& w, bool past) {
+  const std::string node = w.node_rank < 0 ? ""
+                                           : " on node " + std::to_string(w.node_rank) +
+                                                 (w.host.empty() ? "" : " (" + w.host + ")");
+  const std::string what =
+      w.state == 'C' ? "waiting for the console to read its output" : env::WhyStopped(w.state);
+  if (past) return "rank " + std::to_string(w.rank) + node + " was " + what;
+  return "rank " + std::to_string(w.rank) + " (local_rank " + std::to_string(w.local_rank) +
+         ", pid " + std::to_string(w.pid) + ")" + node + " is " + what;
+}
+
+void Supervisor::LookAcrossNodes(const HeldWorker& here, const std::vector<HeldWorker>& elsewhere,
+                                 SteadyTime now) {
+  if (peers_.held_here && here != held_told_) peers_.held_here(here);
+  held_told_ = here;
+  if (elsewhere == held_elsewhere_) return;
+  if (elsewhere.empty()) {
+    spdlog::info(
+        "the other nodes' workers that held the job run again after {:.1f} s; the hang limits "
+        "count again",
+        Seconds(now - held_elsewhere_since_));
+  } else {
+    std::string held;
+    for (const HeldWorker& w : elsewhere) {
+      held += (held.empty() ? "" : "; ") + DescribeHeld(w);
+      if (w.state == 'T') held += " (kill -CONT " + std::to_string(w.pid) + " there continues it)";
+    }
+    spdlog::info(
+        "{}: the job waits for it, so the hang limits and file timers here do not count the "
+        "time until it runs again",
+        held);
+    if (held_elsewhere_.empty()) held_elsewhere_since_ = now;
+  }
+  held_elsewhere_ = elsewhere;
 }
 
 void Supervisor::LeaveOut(SteadyTime::duration paused, SteadyTime now) {

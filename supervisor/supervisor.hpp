@@ -18,6 +18,7 @@
 #include <set>
 #include <vector>
 
+#include "base/held_worker.hpp"
 #include "base/pause_clock.hpp"
 #include "base/status.hpp"
 #include "base/unique_fd.hpp"
@@ -41,7 +42,15 @@ struct GroupResult {
   std::vector<WorkerRecord> workers;
   std::vector<size_t> failures;  // indices into workers, in observed order
   std::set<int> signals_sent;    // what ddprun sent the workers (GroupState::signals_sent)
+  // The other nodes' workers that held the job (Supervisor::PeerPauses) at
+  // the last look while the group ran.
+  std::vector<HeldWorker> held_elsewhere;
 };
+
+// A worker that holds the job, for the log: "rank 3 (local_rank 1, pid 4242)
+// on node 1 (host-b) is stopped by a signal (SIGSTOP)"; `past`: "rank 3 on
+// node 1 (host-b) was stopped by a signal (SIGSTOP)".
+std::string DescribeHeld(const HeldWorker& w, bool past = false);
 
 // Terminating signals that any Supervisor of this process received and acted
 // on (not SIGUSR1/2): the launcher was told to stop.
@@ -102,6 +111,17 @@ class Supervisor {
   // Handles `dump_signal` (ddprun dump): the handler gets every running
   // worker; nothing is stopped.
   void SetDumpHandler(int dump_signal, HangHandler handler);
+  // A job of several nodes (rendezvous/pause_board.hpp): `held_here` is told
+  // when this node's worker that holds the job changes (stopped, seen at two
+  // looks; or waiting for the console, told to the user), state 0 once none
+  // does; `held_elsewhere` gives the other nodes' ones, whose time is left out
+  // of the hang limits and file timers as this node's own is. Both on the
+  // loop thread, neither may block. Set before RunGroup; {} for none.
+  struct PeerPauses {
+    std::function<void(const HeldWorker&)> held_here;
+    std::function<std::vector<HeldWorker>()> held_elsewhere;
+  };
+  void SetPeerPauses(PeerPauses peers) { peers_ = std::move(peers); }
 
   // Serves torch's file timer (TORCHELASTIC_ENABLE_FILE_TIMER) on a named
   // pipe made at `path`, removed when the supervisor goes. An expired timer's
@@ -240,6 +260,14 @@ class Supervisor {
   bool console_waiting_ = false;     // a worker waited for the console at the last look ...
   SteadyTime console_wait_since_{};  // ... since then
   bool console_told_ = false;        // ... and the user was told
+  HeldWorker console_held_;          // ... which worker, once told
+  PeerPauses peers_;
+  HeldWorker held_told_;                    // as last given to peers_.held_here
+  std::vector<HeldWorker> held_elsewhere_;  // as peers_.held_elsewhere last gave it ...
+  SteadyTime held_elsewhere_since_{};       // ... since then
+  // Tells peers_ of this node's held worker, and the user of the others'.
+  void LookAcrossNodes(const HeldWorker& here, const std::vector<HeldWorker>& elsewhere,
+                       SteadyTime now);
   struct FileId {
     dev_t dev = 0;
     ino_t ino = 0;

@@ -3,6 +3,7 @@ across a restart, the store's keys of an earlier round, and a hang whose cause i
 node. test_multinode.py has the rendezvous itself."""
 import json
 import os
+import re
 import signal
 import time
 
@@ -228,3 +229,63 @@ def test_a_worker_that_cannot_start_reaches_the_other_nodes_before_its_nodes_gra
         wait_for(lambda: not (cg / "cgroup.procs").read_text().split(), 10,
                  what="the cgroup's processes gone")
         cg.rmdir()
+
+
+def train_of(agent):
+    """The pid of the agent's one worker, the trainer (its child named train)."""
+    def found():
+        pid = agent.proc.pid
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            for child in f.read().split():
+                try:
+                    with open(f"/proc/{child}/comm") as c:
+                        if c.read().strip() == "train":
+                            return int(child)
+                except FileNotFoundError:
+                    pass
+        return None
+    return wait_for(found, timeout=30, what=f"the trainer of ddprun {agent.proc.pid}")
+
+
+def test_a_rank_stopped_on_one_node_pauses_the_hang_limits_of_every_node(launch, tmp_path):
+    """Node 1's rank is stopped (SIGSTOP: a debugger, a user) for 3 times --hang_timeout; node
+    0's rank waits for it inside the all-reduce. Only node 1's ddprun saw the stop: node 0
+    declared its rank hung and the job ended with 124 (attack 109). Node 1 now tells node 0
+    through the store, which says so and leaves the time out; the job finishes."""
+    port = free_port()
+    args = ["--hang_timeout=2", TRAIN, "--device", "cpu", "--width", "32", "--depth", "1",
+            "--steps", "20000"]
+    agents = [launch(static_args(2, r, port, nproc=1, conf=FAST, extra=args),
+                     env=node_env(tmp_path, r)) for r in (0, 1)]
+    worker = train_of(agents[1])
+    time.sleep(1)
+    os.kill(worker, signal.SIGSTOP)
+    time.sleep(6)
+    os.kill(worker, signal.SIGCONT)
+    rcs = [a.wait(120) for a in agents]
+    assert rcs == [0, 0], outputs(agents)
+    err = agents[0].stderr()
+    assert re.search(rf"rank 1 \(local_rank 0, pid {worker}\) on node 1 \([^)]*\) is stopped by "
+                     rf"a signal \(SIGSTOP\) \(kill -CONT {worker} there continues it\): the job "
+                     r"waits for it", err), outputs(agents)
+    assert "the other nodes' workers that held the job run again after" in err, outputs(agents)
+    assert "hung" not in err, outputs(agents)
+
+
+def test_a_collective_timeout_while_a_rank_of_another_node_is_stopped_names_it(launch, tmp_path):
+    """Node 1's rank is stopped past node 0's collective timeout: node 0's rank fails (that is
+    the collective timeout's contract) and its report blamed no one, or a victim. It now says
+    the stopped rank of node 1 held it."""
+    port = free_port()
+    args = ["--max_restarts=0", TRAIN, "--device", "cpu", "--width", "32", "--depth", "1",
+            "--steps", "200000", "--collective-timeout", "2"]
+    agents = [launch(static_args(2, r, port, nproc=1, conf=FAST, extra=args),
+                     env=node_env(tmp_path, r)) for r in (0, 1)]
+    worker = train_of(agents[1])
+    time.sleep(1)
+    os.kill(worker, signal.SIGSTOP)
+    assert agents[0].wait(60) != 0, outputs(agents)
+    agents[1].wait(60)
+    err = agents[0].stderr()
+    assert re.search(r"while rank 1 on node 1 \([^)]*\) was stopped by a signal \(SIGSTOP\): the "
+                     r"stopped rank held", err), outputs(agents)
