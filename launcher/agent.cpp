@@ -503,7 +503,8 @@ std::optional<int> Agent::RunRound(const rendezvous::RoundResult& round) {
   if (c_.hang_detect_torch && !layout_->disabled()) {
     auto hook = torch_hook_.Write(layout_->run_dir(), env::Lookup(environ_, "TMPDIR").value_or(""));
     if (!hook.ok()) return FinishLocally(1, hook.status().message());
-    group.torch_hook_dir = *hook;
+    group.torch_hook_dir = torch_hook_dir_ = *hook;
+    hook_looked_.clear();
     group.nccl_ras_addr = NcclRasAddr();
   }
   auto specs = BuildWorkerSpecs(c_, program_, group, *layout_, environ_);

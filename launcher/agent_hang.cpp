@@ -34,12 +34,57 @@ void Agent::HandleHangs() {
   });
   sup_->SetStartHandler(
       [this](const std::vector<supervisor::WorkerRecord>& w) { record_.WorkersStarted(w); });
+  if (c_.hang_detect_torch) {
+    sup_->SetLookHandler(
+        [this](const std::vector<supervisor::WorkerRecord>& w) { LookForHooklessPythons(w); });
+  }
   sup_->SetDumpHandler(DumpSignal(), [this](const supervisor::HangReport& report) {
     static int requests = 0;
     DumpWorkers(report, layout_->DumpDir(round_ ? round_->restart_count : 0) + "/request_" +
                             std::to_string(++requests));
     return std::vector<int>{};
   });
+}
+
+// A wrapper that sets PYTHONPATH instead of adding to it, or runs python -E,
+// leaves the rank unwatched: said as soon as its Python is seen (attack 112).
+void Agent::LookForHooklessPythons(const std::vector<supervisor::WorkerRecord>& workers) {
+  const auto now = std::chrono::steady_clock::now();
+  if (torch_hook_dir_.empty() || now < next_hook_look_ || !round_) return;
+  next_hook_look_ = now + kHookLook;
+  const std::string torch_dir = layout_->DumpDir(round_->restart_count) + "/torch";
+  for (const auto& w : workers) {
+    if (w.state != supervisor::WorkerState::kRunning || hook_looked_.count(w.rank) != 0) continue;
+    if (supervisor::ReadTorchPython(torch_dir, w.rank)) {
+      hook_looked_.insert(w.rank);  // its hook made the process group: it is watched
+      continue;
+    }
+    const auto hookless = FindHooklessPython(w.pid, torch_hook_dir_);
+    if (!hookless) continue;
+    hook_looked_.insert(w.rank);
+    spdlog::warn(
+        "rank {} (local_rank {}, pid {}): its Python (pid {}: {}) runs without the hook of "
+        "--hang_detect=torch: {}, without ddprun's hook directory {}; its collectives are not "
+        "watched, no hang of it is found and `ddprun dump` sees none of them: a wrapper should "
+        "add to PYTHONPATH (export PYTHONPATH=/your/dir:$PYTHONPATH) and run python without "
+        "-E, -I or -S; or use --hang_detect=heartbeat",
+        w.rank, w.local_rank, w.pid, hookless->pid, hookless->command, hookless->why,
+        torch_hook_dir_);
+  }
+}
+
+std::string Agent::HooklessRanks(const std::string& torch_dir,
+                                 const std::vector<supervisor::DumpTarget>& targets) const {
+  std::string said;
+  for (const auto& t : targets) {
+    if (torch_hook_dir_.empty() || supervisor::ReadTorchPython(torch_dir, t.rank)) continue;
+    const auto hookless = FindHooklessPython(t.pid, torch_hook_dir_);
+    if (!hookless) continue;
+    said += (said.empty() ? "" : "; ") + std::string("rank ") + std::to_string(t.rank) +
+            "'s Python (pid " + std::to_string(hookless->pid) + ") runs without ddprun's hook (" +
+            hookless->why + ")";
+  }
+  return said;
 }
 
 // NCCL's RAS service listens on localhost:28028 in every NCCL job unless told
@@ -94,6 +139,10 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
     request.torch_dir = layout_->DumpDir(round_ ? round_->restart_count : 0) + "/torch";
     request.python = program_.interpreter;
     supervisor::FindTorchPythons(request);
+    // `ddprun python3 train.py`: the program is the interpreter (no rank's hook may have spoken).
+    if (request.python.empty() && !program_.argv.empty() && IsPythonName(program_.argv[0])) {
+      request.python = program_.argv[0];
+    }
     request.nccl_ras_addr = nccl_ras_addr_;
     // Named now: the stacks and PyTorch's own dumps take seconds more.
     std::vector<int> ranks;
@@ -114,6 +163,13 @@ std::vector<int> Agent::DumpWorkers(const supervisor::HangReport& report, const 
                 " made collectives, but the hook could not record them (its lines in the "
                 "workers' output say why: a full or removed log directory): where the hang is "
                 "is not known";
+    }
+    // A rank whose Python runs without the hook has no record, whatever it did (attack 112).
+    if (const std::string hookless = HooklessRanks(request.torch_dir, request.targets);
+        !hookless.empty()) {
+      verdict = side.none_recorded
+                    ? hookless + ": where the hang is is not known"
+                    : verdict + "; " + hookless + ": it counts as behind, having no record";
     }
     if (report.hung.empty()) {  // a dump on request: nothing is said to hang
       spdlog::info(

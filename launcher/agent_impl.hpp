@@ -5,8 +5,10 @@
 // Not thread-safe: the agent's thread.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "rendezvous/agent_driver.hpp"
 #include "rendezvous/coordinator.hpp"
 #include "rendezvous/pause_board.hpp"
+#include "supervisor/debug_dump.hpp"
 #include "supervisor/failure_report.hpp"
 #include "supervisor/supervisor.hpp"
 
@@ -99,8 +102,19 @@ class Agent {
   FailureFacts facts_;              // for the diagnosis of a failure (supervisor/explain.hpp)
   // Log files a failed write left incomplete, over all rounds.
   std::vector<std::string> lost_logs_;
-  std::string timer_file_;     // the file timer's pipe, "" when not served
-  TorchHookDir torch_hook_;    // --hang_detect=torch: where the hook is written
+  std::string timer_file_;      // the file timer's pipe, "" when not served
+  TorchHookDir torch_hook_;     // --hang_detect=torch: where the hook is written
+  std::string torch_hook_dir_;  // ... for the round running now ("" none)
+  // The ranks of the round looked at for a Python that runs without the hook:
+  // found, or their hook made a process group. Looked at every kHookLook.
+  std::set<int> hook_looked_;
+  std::chrono::steady_clock::time_point next_hook_look_{};
+  static constexpr std::chrono::seconds kHookLook{2};
+  void LookForHooklessPythons(const std::vector<supervisor::WorkerRecord>& workers);
+  // Those of `targets` whose hook made no process group (in `torch_dir`) and
+  // whose Python runs without the hook, said for a verdict ("" when none).
+  std::string HooklessRanks(const std::string& torch_dir,
+                            const std::vector<supervisor::DumpTarget>& targets) const;
   std::string nccl_ras_addr_;  // --hang_detect=torch: the job's NCCL_RAS_ADDR, "" for none
   // The round's hang dump found every local rank waiting inside one collective.
   bool hang_all_waiting_ = false;

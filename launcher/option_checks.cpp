@@ -8,6 +8,7 @@
 #include "env/names.hpp"
 #include "launcher/option_table.hpp"
 #include "launcher/raw_options.hpp"
+#include "launcher/torch_hook.hpp"
 
 namespace ddprun::launcher {
 
@@ -34,39 +35,9 @@ void NoteIneffective(const RawOptions& raw, ParsedCommandLine& parsed) {
   }
 }
 
-namespace {
-
-// The first of Python's -E, -I and -S among `args`, the interpreter's own options
-// before the script ("" when none): each keeps PYTHONPATH's sitecustomize, the
-// hook of --hang_detect=torch, from loading.
-std::string HookBlockingFlag(const std::vector<std::string>& args) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a.size() < 2 || a[0] != '-' || a == "--" || a[1] == '-') return "";  // the script
-    for (size_t k = 1; k < a.size(); ++k) {
-      const char c = a[k];
-      if (c == 'E' || c == 'I' || c == 'S') return std::string("-") + c;
-      if (c == 'm' || c == 'c') return "";  // the rest is the program
-      if (c == 'W' || c == 'X') {           // a value: attached, or the next argument
-        if (k + 1 == a.size()) ++i;
-        break;
-      }
-    }
-  }
-  return "";
-}
-
-bool IsPython(const std::string& program) {
-  const std::string name = program.substr(program.rfind('/') + 1);
-  return name.rfind("python", 0) == 0 &&
-         name.find_first_not_of("0123456789.", 6) == std::string::npos;
-}
-
-}  // namespace
-
 void CheckProgram(ParsedCommandLine& parsed) {
   const LaunchConfig& c = parsed.config;
-  const std::string flag = c.hang_detect_torch && c.no_python && IsPython(c.program)
+  const std::string flag = c.hang_detect_torch && c.no_python && IsPythonName(c.program)
                                ? HookBlockingFlag(c.program_args)
                                : "";
   if (flag.empty()) return;

@@ -4,7 +4,11 @@
 // (env/worker_env.hpp, GroupInfo::torch_hook_dir). See docs/flight-recorder.md.
 #pragma once
 
+#include <sys/types.h>
+
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "base/status.hpp"
 
@@ -32,5 +36,26 @@ class TorchHookDir {
  private:
   std::string own_;  // the directory of its own, "" while none was made
 };
+
+// Whether a program's name is a Python interpreter's (python, python3, python3.12).
+bool IsPythonName(const std::string& program);
+
+// The first of Python's -E, -I and -S among `args`, the interpreter's own
+// options before the script ("" when none): each keeps PYTHONPATH's
+// sitecustomize, the hook, from loading.
+std::string HookBlockingFlag(const std::vector<std::string>& args);
+
+// A Python at or below a worker in which the hook cannot have loaded: its
+// PYTHONPATH as it started leaves out the hook's directory (a wrapper that set
+// PYTHONPATH instead of adding to it), or it runs with -E, -I or -S.
+struct HooklessPython {
+  pid_t pid = 0;
+  std::string command;  // its command line, shortened
+  std::string why;      // "its PYTHONPATH is \"/x\", without ddprun's hook directory"
+};
+// Looks at `root` and the processes below it (at most `limit`, through the
+// children of each one's main thread); nullopt when none is found.
+std::optional<HooklessPython> FindHooklessPython(pid_t root, const std::string& hook_dir,
+                                                 size_t limit = 64);
 
 }  // namespace ddprun::launcher

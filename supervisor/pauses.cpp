@@ -99,6 +99,7 @@ void Supervisor::CatchUpPauses() {
     here = HeldWorker::Local(state, stopped->rank, stopped->local_rank, told_pid_);
   }
   LookAcrossNodes(here, elsewhere, now);
+  if (look_handler_) look_handler_(running_->workers());
   if (look.self_gap) {
     spdlog::info(
         "ddprun itself did not run for {:.1f} s (stopped, frozen or starved of CPU): the hang "

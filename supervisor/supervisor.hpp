@@ -97,6 +97,9 @@ class Supervisor {
   // Called once per group, when every worker was started (or failed to start).
   using StartHandler = std::function<void(const std::vector<WorkerRecord>&)>;
   void SetStartHandler(StartHandler handler) { start_handler_ = std::move(handler); }
+  // Called on the loop thread at each look of the pause watch (twice a second
+  // while a hang limit is armed) with the group's workers. Must not block.
+  void SetLookHandler(StartHandler handler) { look_handler_ = std::move(handler); }
   // Called on the loop thread when a worker's own exit (or its failure to
   // start) fails the group, as the others begin to be stopped (before their
   // grace): the group so far, its failures in observed order. Must not block.
@@ -285,6 +288,7 @@ class Supervisor {
   HangHandler hang_handler_;
   HangHandler dump_handler_;
   StartHandler start_handler_;
+  StartHandler look_handler_;
   FailureHandler failure_handler_;
   uv_signal_t dump_signal_{};
   bool dump_signal_started_ = false;

@@ -185,7 +185,9 @@ TorchSide CollectTorchSide(const TorchQuery& q) {
     }
   }
   if (q.python.empty()) {
-    side.text += "  no analysis: the program does not run under Python\n";
+    side.text +=
+        "  no analysis: no rank's Python made a process group that the hook saw (the "
+        "interpreter to run PyTorch's analyser is not known)\n";
     return side;
   }
   const bool any = std::any_of(q.ranks.begin(), q.ranks.end(),

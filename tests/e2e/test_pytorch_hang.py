@@ -302,6 +302,64 @@ def test_with_a_subgroup_the_rank_that_stopped_is_named_not_the_one_blocked_by_i
     assert re.search(r"the job failed: node 0 \(.*\): rank 1 \(local_rank 1", out), out
 
 
+def test_the_interpreter_given_as_the_program_runs_the_analysis(tmp_path):
+    """`ddprun /path/python script.py` with rank 1 stuck before it joins: no rank's hook made a
+    process group, and the dump said the program does not run under Python (attack 112)."""
+    script = tmp_path / "never_joins.py"
+    script.write_text(NEVER_JOINS)
+    r = ddprun(tmp_path, "--startup_timeout=8", "--hang_detect=torch", sys.executable, str(script),
+               timeout=120)
+    assert r.returncode == 124, r.stderr
+    assert "does not run under Python" not in r.stdout + r.stderr, r.stderr
+    assert "no analysis: no rank's flight recorder came" in r.stdout + r.stderr, r.stderr
+
+
+FIVE_ALL_REDUCES = """
+import os, time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+t = torch.ones(4)
+for _ in range(5):
+    dist.all_reduce(t)
+if dist.get_rank() == 1:
+    time.sleep(100000)
+dist.all_reduce(t)
+"""
+
+
+@pytest.mark.parametrize("wrapper", ["export PYTHONPATH={dir}", "export PYTHONPATH={dir}:$PYTHONPATH",
+                                     "export PYTHONPATH={dir}:$PYTHONPATH; set -- -E"])
+def test_a_wrapper_that_leaves_the_hook_out_is_said_at_once(tmp_path, wrapper):
+    """A wrapper that sets PYTHONPATH instead of adding to it (or runs python -E) leaves the
+    hook out: nothing was said, and the verdict claimed the hang was before the first
+    collective (after five of them) or blamed the waiting rank (attack 112). The hookless
+    Python is said as soon as it runs, and the verdict says what is not known."""
+    script = tmp_path / "job.py"
+    script.write_text(FIVE_ALL_REDUCES)
+    wrap = tmp_path / "wrap.sh"
+    wrap.write_text(f"#!/bin/sh\n{wrapper.format(dir=tmp_path)}\n"
+                    f'exec {sys.executable} "$@" {script}\n')
+    wrap.chmod(0o755)
+    r = ddprun(tmp_path, "--startup_timeout=10", "--hang_timeout=4", "--hang_detect=torch",
+               str(wrap), timeout=120)
+    assert r.returncode == 124, r.stderr
+    hookless = wrapper != "export PYTHONPATH={dir}:$PYTHONPATH"
+    said = re.findall(r"rank (\d) \(local_rank \d, pid \d+\): its Python \(pid \d+: .*\) runs "
+                      r"without the hook of --hang_detect=torch: (.*), without ddprun's hook "
+                      r"directory", r.stderr)
+    if not hookless:
+        assert not said, r.stderr
+        assert re.search(r"rank 1 did not enter gloo:all_reduce #6", r.stderr), r.stderr
+        return
+    assert sorted(rank for rank, _ in said) == ["0", "1"], r.stderr
+    why = said[0][1]
+    assert why == ("it runs with -E, which ignores PYTHONPATH" if "-E" in wrapper
+                   else f'its PYTHONPATH is "{tmp_path}"'), r.stderr
+    assert "the hang is before the first one" not in r.stderr, r.stderr
+    assert re.search(r"hang, by PyTorch's collectives: rank 0's Python \(pid \d+\) runs without "
+                     r"ddprun's hook \(.*\); rank 1's Python .*: where the hang is is not known",
+                     r.stderr), r.stderr
+
+
 BEFORE_FIRST_JOB = """
 import time, torch, torch.distributed as dist
 dist.init_process_group("gloo")
