@@ -130,16 +130,21 @@ int ReapOrphans(const std::vector<pid_t>& keep) {
   const pid_t self = getpid();
   const pid_t own_session = getsid(0);
   int reaped = 0;
-  for (const auto& e : env::ReadProcTable()) {
-    if (e.ppid != self || e.state != 'Z' || e.session == own_session ||
-        std::find(keep.begin(), keep.end(), e.pid) != keep.end()) {
-      continue;
+  // Only this process's children, thread by thread (an orphan goes to one of
+  // its threads): called at each SIGCHLD, a scan of all of /proc could not
+  // keep up with a daemon that forks on and on (attack 111: the loop never
+  // got to the workers' exits, nor to a SIGTERM).
+  for (pid_t tid : env::ThreadsOf(self, 1024)) {
+    for (pid_t child : env::ChildrenOf(self, tid)) {
+      if (std::find(keep.begin(), keep.end(), child) != keep.end()) continue;
+      const auto e = env::ReadProcEntry(child);
+      if (!e || e->state != 'Z' || e->session == own_session) continue;
+      pid_t r;
+      do {
+        r = waitpid(child, nullptr, WNOHANG);
+      } while (r < 0 && errno == EINTR);
+      reaped += r == child;
     }
-    pid_t r;
-    do {
-      r = waitpid(e.pid, nullptr, WNOHANG);
-    } while (r < 0 && errno == EINTR);
-    reaped += r == e.pid;
   }
   return reaped;
 }
@@ -174,18 +179,64 @@ int SweepMarkedProcesses(const std::string& env_entry, std::chrono::milliseconds
       wait);
 }
 
-int KillDescendants(pid_t spare, std::chrono::milliseconds wait) {
+namespace {
+
+// Kills this process's children but `spare` and its helpers (its own
+// session) over and over, reaping those that exited, until none other has
+// been seen for kQuiet or `deadline` passed. A daemon that forks on and on
+// (each generation exits as the next starts) is always one of them: adopted
+// (this process is a subreaper), or the child of one; it lives too short for
+// a scan of /proc to find it alive (attack 111: it outlived the job without a
+// cgroup). Returns how many it signalled.
+int KillChildren(const std::vector<pid_t>& spare, std::chrono::steady_clock::time_point deadline) {
+  constexpr std::chrono::milliseconds kQuiet{20};
   const pid_t self = getpid();
   const pid_t own_session = getsid(0);
-  return Sweep(
-      [=](const std::vector<env::ProcEntry>& table) {
-        std::vector<env::ProcEntry> job;
-        for (const auto& e : env::Descendants(table, self)) {
-          if (e.pid != spare && e.session != own_session) job.push_back(e);
+  std::set<pid_t> signalled;
+  auto seen = std::chrono::steady_clock::now();
+  for (bool first = true;; first = false) {
+    bool any = false;
+    for (pid_t tid : env::ThreadsOf(self, 1024)) {
+      for (pid_t child : env::ChildrenOf(self, tid)) {
+        if (std::find(spare.begin(), spare.end(), child) != spare.end()) continue;
+        UniqueFd pidfd(PidfdOpen(child));
+        const auto e = env::ReadProcEntry(child);
+        if (!pidfd.valid() || !e || e->session == own_session || e->ppid != self) continue;
+        any = true;
+        if (e->state == 'Z' || e->state == 'X') {
+          while (waitpid(child, nullptr, WNOHANG) < 0 && errno == EINTR) {
+          }
+        } else if (PidfdKill(pidfd.get())) {
+          signalled.insert(child);
         }
-        return job;
-      },
-      nullptr, wait);
+      }
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (any) seen = now;
+    if ((first && !any) || now - seen >= kQuiet || now >= deadline) {
+      return static_cast<int>(signalled.size());
+    }
+  }
+}
+
+}  // namespace
+
+int KillDescendants(const std::vector<pid_t>& spare, std::chrono::milliseconds wait) {
+  const pid_t self = getpid();
+  const pid_t own_session = getsid(0);
+  const int signalled = KillChildren(spare, std::chrono::steady_clock::now() + wait);
+  return signalled + Sweep(
+                         [&](const std::vector<env::ProcEntry>& table) {
+                           std::vector<env::ProcEntry> job;
+                           for (const auto& e : env::Descendants(table, self)) {
+                             if (std::find(spare.begin(), spare.end(), e.pid) == spare.end() &&
+                                 e.session != own_session) {
+                               job.push_back(e);
+                             }
+                           }
+                           return job;
+                         },
+                         nullptr, wait);
 }
 
 Containment::Containment(Key) {}
@@ -352,9 +403,10 @@ void Containment::ReplaceDeadGuardian(const std::vector<pid_t>& workers) {
   for (pid_t w : workers) Track(w);
 }
 
-int Containment::KillAll(std::chrono::milliseconds wait) {
+int Containment::KillAll(std::chrono::milliseconds wait, std::vector<pid_t> spare) {
   // The tree below us first: it holds the job's orphans whatever their environment.
-  int killed = KillDescendants(guardian_, wait);
+  spare.push_back(guardian_);
+  int killed = KillDescendants(spare, wait);
   if (!cgroup_dir_.empty()) killed += std::max(0, KillCgroup(cgroup_dir_, wait));
   // Also when the cgroup did it: a process moved out of it still carries the mark.
   return killed + SweepMarkedProcesses(env_entry_, cgroup_dir_.empty() ? wait : kPollStep);

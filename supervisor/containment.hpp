@@ -62,9 +62,10 @@ class Containment {
   std::string Describe() const;
 
   // Kills every process of the job that is still alive and waits up to
-  // `wait` for them to be gone. Returns how many it signalled (the cgroup's
-  // count before the kill, or the sweep's).
-  int KillAll(std::chrono::milliseconds wait);
+  // `wait` for them to be gone; the launcher's children that exited are
+  // reaped, but those in `spare` (the workers, read without reaping). Returns
+  // how many it signalled (the cgroup's count before the kill, or the sweep's).
+  int KillAll(std::chrono::milliseconds wait, std::vector<pid_t> spare = {});
 
   // Tells the guardian about a worker just started (its session is the
   // job's); never blocks: a guardian that stopped reading misses it.
@@ -95,10 +96,11 @@ class Containment {
 int SweepMarkedProcesses(const std::string& env_entry, std::chrono::milliseconds wait);
 
 // Kills every live process below this one (it is a subreaper, so orphans of
-// the job are below it too) except `spare` and those in this process's own
-// session, repeating until none is left or `wait` passed. Returns how many
-// processes were signalled.
-int KillDescendants(pid_t spare, std::chrono::milliseconds wait);
+// the job are below it too) except those in `spare` and in this process's own
+// session, repeating until none is left or `wait` passed; its children that
+// exited meanwhile are reaped, but `spare`. Returns how many processes were
+// signalled.
+int KillDescendants(const std::vector<pid_t>& spare, std::chrono::milliseconds wait);
 
 // Reaps the exited children of this process that are not in its own session
 // (so not its helpers: the job's orphans it adopted as a subreaper), but none

@@ -414,7 +414,8 @@ void Supervisor::Drain(GroupState& state) {
     if (w.pid > 0 && w.state != WorkerState::kAbandoned) control_.SignalGroup(w.pid, SIGKILL);
   }
   containment_->KillAll(std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::duration<double>(options_.kill_timeout.count())));
+                            std::chrono::duration<double>(options_.kill_timeout.count())),
+                        state.pids());
   for (const auto& w : state.workers()) {
     if (w.pid > 0 && w.state != WorkerState::kAbandoned) {
       while (waitpid(w.pid, nullptr, WNOHANG) < 0 && errno == EINTR) {

@@ -16,8 +16,9 @@ import time
 
 import pytest
 
-from conftest import DDPRUN, PYTHON, base_env, run_ddprun
+from conftest import BUILD, DDPRUN, PYTHON, base_env, run_ddprun
 
+FORK_CHAIN = BUILD / "tests" / "fork_chain"
 ROUNDS = int(os.environ.get("DDPRUN_ORPHAN_ROUNDS", "100"))
 
 # Starts four descendants that detach differently, writes "pid starttime" of each to
@@ -256,6 +257,41 @@ def test_job_end_kills_every_descendant(tmp_path, worker, cgroup):
     kill_leftovers(pid_dir)
     assert r.rc == 3, r
     assert not left, f"left alive after ddprun exited: {left}\n{r}"
+
+
+def beats_on(path, within=1.0):
+    """Whether the fork chain still touches `path` (each generation lives only for a fork, too
+    short for /proc to show it alive)."""
+    before = path.stat().st_mtime_ns
+    time.sleep(within)
+    return path.stat().st_mtime_ns != before
+
+
+@pytest.mark.parametrize("cgroup", ["1", "0"])
+def test_a_daemon_that_forks_on_and_on_neither_stalls_the_job_nor_survives_it(tmp_path, cgroup):
+    """Each worker leaves a daemon that ignores SIGTERM and forks a new generation as the old
+    exits, each one an orphan that ddprun adopts and reaps. ddprun read the whole process table
+    at each SIGCHLD, fell behind the storm and never saw its workers' exits: it sat 25 s,
+    deaf to the SIGTERM of `timeout` (attack 111); and without a cgroup the chain outlived
+    the job, found by no scan of /proc. Three runs: the job ends with its workers (about a
+    second) and takes the chain with it."""
+    for run in range(3):
+        beat = tmp_path / f"beat_{run}"
+        beat.touch()
+        os.utime(beat, ns=(0, 0))
+        # The chain ends by itself after 15 s, whatever happens here (one left running fills the
+        # host's process table). ddprun in the caller's session, as under `timeout` in a shell.
+        start = time.monotonic()
+        r = subprocess.run([DDPRUN, "--nproc_per_node=2", "/bin/sh", "-c",
+                            f"{FORK_CHAIN} {int(time.time()) + 15} {beat} & sleep 1; exit 0"],
+                           env=base_env(DDPRUN_CGROUP=cgroup), stdin=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                           timeout=30)
+        took = time.monotonic() - start
+        assert r.returncode == 0, f"run {run}: {r.stderr}"
+        assert took < 10, f"run {run}: the job took {took:.1f} s for a worker of 1 s\n{r.stderr}"
+        assert beat.stat().st_mtime_ns > 0, f"run {run}: the chain never ran\n{r.stderr}"
+        assert not beats_on(beat), f"run {run}: the chain survived the job\n{r.stderr}"
 
 
 def test_containment_is_logged(tmp_path, worker):
