@@ -121,12 +121,15 @@ std::vector<std::string> Fields(const std::string& text) {
   return fields;
 }
 
-// Why the hook cannot load in process `pid` ("" when it can, or it is no Python).
-std::string WhyHookless(pid_t pid, const std::string& hook_dir, std::string* command) {
+// Why the hook cannot load in process `pid` ("" when it can, or it is no
+// Python: `python` says which).
+std::string WhyHookless(pid_t pid, const std::string& hook_dir, std::string* command,
+                        bool* python) {
   const std::string proc = "/proc/" + std::to_string(pid);
   std::error_code ec;
   const std::string exe = std::filesystem::read_symlink(proc + "/exe", ec).string();
-  if (ec || !IsPythonName(exe)) return "";
+  *python = !ec && IsPythonName(exe);
+  if (!*python) return "";
   const std::vector<std::string> argv = Fields(ReadSmallFile(proc + "/cmdline", 1 << 16));
   if (argv.empty()) return "";
   for (const std::string& a : argv) {
@@ -157,17 +160,22 @@ std::string WhyHookless(pid_t pid, const std::string& hook_dir, std::string* com
 std::optional<HooklessPython> FindHooklessPython(pid_t root, const std::string& hook_dir,
                                                  size_t limit) {
   std::vector<pid_t> todo{root};
+  std::optional<HooklessPython> first;
   for (size_t seen = 0; seen < todo.size() && seen < limit; ++seen) {
     const pid_t pid = todo[seen];
     HooklessPython found;
-    found.why = WhyHookless(pid, hook_dir, &found.command);
-    if (!found.why.empty()) {
+    bool python = false;
+    found.why = WhyHookless(pid, hook_dir, &found.command, &python);
+    // One of its Pythons can load the hook: the trainer, most likely, beside a
+    // helper of the wrapper's (attack 113); the hook speaks for the rank.
+    if (python && found.why.empty()) return std::nullopt;
+    if (!found.why.empty() && !first) {
       found.pid = pid;
-      return found;
+      first = found;
     }
     for (pid_t child : env::ChildrenOf(pid)) todo.push_back(child);
   }
-  return std::nullopt;
+  return first;
 }
 
 }  // namespace ddprun::launcher

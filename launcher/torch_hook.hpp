@@ -54,7 +54,8 @@ struct HooklessPython {
   std::string why;      // "its PYTHONPATH is \"/x\", without ddprun's hook directory"
 };
 // Looks at `root` and the processes below it (at most `limit`, through the
-// children of each one's main thread); nullopt when none is found.
+// children of each one's main thread); nullopt when none is found, or when
+// another Python among them can load the hook (the trainer beside a helper).
 std::optional<HooklessPython> FindHooklessPython(pid_t root, const std::string& hook_dir,
                                                  size_t limit = 64);
 

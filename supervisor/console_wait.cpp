@@ -97,10 +97,12 @@ bool Supervisor::LookForConsoleWait(SteadyTime now) {
     console_waiting_ = true;
     console_wait_since_ = now;
   }
+  // The other nodes are told at once: their limits, as this node's, wait from now.
+  const WorkerRecord& held = workers[*waiting];
+  console_held_ = HeldWorker::Local('C', held.rank, held.local_rank, held.pid);
   if (!console_told_ && now - console_wait_since_ >= kTellAfter) {
     console_told_ = true;
     const WorkerRecord& w = workers[*waiting];
-    console_held_ = HeldWorker::Local('C', w.rank, w.local_rank, w.pid);
     spdlog::warn(
         "the console has not read for {:.1f} s (a pager, Ctrl-S, a stuck log shipper): rank {} "
         "(local_rank {}, pid {}) waits {}, and the job waits with it, so the hang limits "

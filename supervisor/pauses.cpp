@@ -6,6 +6,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <string>
 #include <tuple>
@@ -90,13 +91,17 @@ void Supervisor::CatchUpPauses() {
         "file timers do not count the time until it runs again",
         stopped->rank, stopped->local_rank, stopped->pid, which, env::WhyStopped(state), how);
   } else if (stopped == nullptr && told_pid_ != 0) {
-    spdlog::info("pid {} runs again after {:.1f} s stopped; the hang limits count again", told_pid_,
-                 Seconds(now - paused_since_));
+    spdlog::info("pid {} runs again after {:.1f} s stopped{}", told_pid_,
+                 Seconds(now - paused_since_),
+                 console_wait || !elsewhere.empty() ? "; the job still waits (see above)"
+                                                    : "; the hang limits count again");
     told_pid_ = 0;
   }
+  // The other nodes are told at the first look that finds it (their limits,
+  // as this node's, wait from then; the user is told at the second).
   HeldWorker here = console_held_;
-  if (told_pid_ != 0 && stopped != nullptr) {
-    here = HeldWorker::Local(state, stopped->rank, stopped->local_rank, told_pid_);
+  if (stopped != nullptr) {
+    here = HeldWorker::Local(state, stopped->rank, stopped->local_rank, stopped_pid);
   }
   LookAcrossNodes(here, elsewhere, now);
   if (look_handler_) look_handler_(running_->workers());
@@ -109,40 +114,49 @@ void Supervisor::CatchUpPauses() {
   LeaveOut(look.discounted, now);
 }
 
-std::string DescribeHeld(const HeldWorker& w, bool past) {
+std::string DescribeHeld(const HeldWorker& w, bool past, bool who_only) {
   const std::string node = w.node_rank < 0 ? ""
                                            : " on node " + std::to_string(w.node_rank) +
                                                  (w.host.empty() ? "" : " (" + w.host + ")");
   const std::string what =
       w.state == 'C' ? "waiting for the console to read its output" : env::WhyStopped(w.state);
   if (past) return "rank " + std::to_string(w.rank) + node + " was " + what;
-  return "rank " + std::to_string(w.rank) + " (local_rank " + std::to_string(w.local_rank) +
-         ", pid " + std::to_string(w.pid) + ")" + node + " is " + what;
+  const std::string who = "rank " + std::to_string(w.rank) + " (local_rank " +
+                          std::to_string(w.local_rank) + ", pid " + std::to_string(w.pid) + ")" +
+                          node;
+  return who_only ? who : who + " is " + what;
 }
 
 void Supervisor::LookAcrossNodes(const HeldWorker& here, const std::vector<HeldWorker>& elsewhere,
                                  SteadyTime now) {
   if (peers_.held_here && here != held_told_) peers_.held_here(here);
   held_told_ = here;
-  if (elsewhere == held_elsewhere_) return;
-  if (elsewhere.empty()) {
-    spdlog::info(
-        "the other nodes' workers that held the job run again after {:.1f} s; the hang limits "
-        "count again",
-        Seconds(now - held_elsewhere_since_));
-  } else {
-    std::string held;
-    for (const HeldWorker& w : elsewhere) {
-      held += (held.empty() ? "" : "; ") + DescribeHeld(w);
-      if (w.state == 'T') held += " (kill -CONT " + std::to_string(w.pid) + " there continues it)";
+  // Each one that came and went, said once; the limits count again only when
+  // nothing holds the job, here or elsewhere.
+  std::vector<HeldSince> still;
+  for (const HeldSince& h : held_elsewhere_) {
+    if (std::find(elsewhere.begin(), elsewhere.end(), h.worker) != elsewhere.end()) {
+      still.push_back(h);
+      continue;
+    }
+    const bool held = here.held() || !elsewhere.empty();
+    spdlog::info("{} runs again after {:.1f} s{}", DescribeHeld(h.worker, false, true),
+                 Seconds(now - h.since),
+                 held ? "; the job still waits (see above)" : "; the hang limits count again");
+  }
+  for (const HeldWorker& w : elsewhere) {
+    if (std::any_of(still.begin(), still.end(),
+                    [&](const HeldSince& h) { return h.worker == w; })) {
+      continue;
     }
     spdlog::info(
-        "{}: the job waits for it, so the hang limits and file timers here do not count the "
+        "{}{}: the job waits for it, so the hang limits and file timers here do not count the "
         "time until it runs again",
-        held);
-    if (held_elsewhere_.empty()) held_elsewhere_since_ = now;
+        DescribeHeld(w),
+        w.state == 'T' ? " (kill -CONT " + std::to_string(w.pid) + " there continues it)" : "");
+    still.push_back({w, now});
   }
-  held_elsewhere_ = elsewhere;
+  held_elsewhere_ = std::move(still);
 }
 
 void Supervisor::LeaveOut(SteadyTime::duration paused, SteadyTime now) {

@@ -348,7 +348,7 @@ std::vector<std::pair<size_t, Duration>> Supervisor::CrashedFinishing(
 void Supervisor::NotifyFailure(const GroupState& state) {
   if (failure_handler_) {
     failure_handler_(GroupResult{Outcome::kFailed, 0, state.workers(), state.failures(),
-                                 state.signals_sent(), held_elsewhere_});
+                                 state.signals_sent(), HeldElsewhere()});
   }
 }
 
@@ -560,7 +560,7 @@ GroupResult Supervisor::RunGroup(const std::vector<WorkerSpec>& specs,
   if (file_timer_) file_timer_->Clear();
   running_ = nullptr;
   GroupResult result{state.outcome(),  state.received_signal(), state.workers(),
-                     state.failures(), state.signals_sent(),    held_elsewhere_};
+                     state.failures(), state.signals_sent(),    HeldElsewhere()};
   for (size_t i = 0; i < result.workers.size() && i < outputs_.size(); ++i) {
     result.workers[i].output_tail = std::move(outputs_[i].tail);
     result.workers[i].tail_has_stdout = outputs_[i].tail_has_stdout;

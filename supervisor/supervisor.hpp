@@ -49,8 +49,9 @@ struct GroupResult {
 
 // A worker that holds the job, for the log: "rank 3 (local_rank 1, pid 4242)
 // on node 1 (host-b) is stopped by a signal (SIGSTOP)"; `past`: "rank 3 on
-// node 1 (host-b) was stopped by a signal (SIGSTOP)".
-std::string DescribeHeld(const HeldWorker& w, bool past = false);
+// node 1 (host-b) was stopped by a signal (SIGSTOP)"; `who_only`: the first
+// part, to "(host-b)".
+std::string DescribeHeld(const HeldWorker& w, bool past = false, bool who_only = false);
 
 // Terminating signals that any Supervisor of this process received and acted
 // on (not SIGUSR1/2): the launcher was told to stop.
@@ -115,8 +116,8 @@ class Supervisor {
   // worker; nothing is stopped.
   void SetDumpHandler(int dump_signal, HangHandler handler);
   // A job of several nodes (rendezvous/pause_board.hpp): `held_here` is told
-  // when this node's worker that holds the job changes (stopped, seen at two
-  // looks; or waiting for the console, told to the user), state 0 once none
+  // when this node's worker that holds the job changes (stopped, or waiting
+  // for the console, from the first look that finds it), state 0 once none
   // does; `held_elsewhere` gives the other nodes' ones, whose time is left out
   // of the hang limits and file timers as this node's own is. Both on the
   // loop thread, neither may block. Set before RunGroup; {} for none.
@@ -265,9 +266,17 @@ class Supervisor {
   bool console_told_ = false;        // ... and the user was told
   HeldWorker console_held_;          // ... which worker, once told
   PeerPauses peers_;
-  HeldWorker held_told_;                    // as last given to peers_.held_here
-  std::vector<HeldWorker> held_elsewhere_;  // as peers_.held_elsewhere last gave it ...
-  SteadyTime held_elsewhere_since_{};       // ... since then
+  HeldWorker held_told_;  // as last given to peers_.held_here
+  struct HeldSince {
+    HeldWorker worker;
+    SteadyTime since;
+  };
+  std::vector<HeldSince> held_elsewhere_;  // as peers_.held_elsewhere last gave it, each since
+  std::vector<HeldWorker> HeldElsewhere() const {
+    std::vector<HeldWorker> held;
+    for (const HeldSince& h : held_elsewhere_) held.push_back(h.worker);
+    return held;
+  }
   // Tells peers_ of this node's held worker, and the user of the others'.
   void LookAcrossNodes(const HeldWorker& here, const std::vector<HeldWorker>& elsewhere,
                        SteadyTime now);

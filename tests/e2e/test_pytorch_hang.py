@@ -326,7 +326,13 @@ dist.all_reduce(t)
 """
 
 
-@pytest.mark.parametrize("wrapper", ["export PYTHONPATH={dir}", "export PYTHONPATH={dir}:$PYTHONPATH",
+HOOKED = ("export PYTHONPATH={dir}:$PYTHONPATH",
+          # A helper Python of the wrapper's without the hook, beside the hooked trainer (attack
+          # 113: the helper was taken for the rank's Python).
+          "{python} -I -c 'import time; time.sleep(8)' & export PYTHONPATH={dir}:$PYTHONPATH")
+
+
+@pytest.mark.parametrize("wrapper", ["export PYTHONPATH={dir}", *HOOKED,
                                      "export PYTHONPATH={dir}:$PYTHONPATH; set -- -E"])
 def test_a_wrapper_that_leaves_the_hook_out_is_said_at_once(tmp_path, wrapper):
     """A wrapper that sets PYTHONPATH instead of adding to it (or runs python -E) leaves the
@@ -336,13 +342,13 @@ def test_a_wrapper_that_leaves_the_hook_out_is_said_at_once(tmp_path, wrapper):
     script = tmp_path / "job.py"
     script.write_text(FIVE_ALL_REDUCES)
     wrap = tmp_path / "wrap.sh"
-    wrap.write_text(f"#!/bin/sh\n{wrapper.format(dir=tmp_path)}\n"
+    wrap.write_text(f"#!/bin/sh\n{wrapper.format(dir=tmp_path, python=sys.executable)}\n"
                     f'exec {sys.executable} "$@" {script}\n')
     wrap.chmod(0o755)
     r = ddprun(tmp_path, "--startup_timeout=10", "--hang_timeout=4", "--hang_detect=torch",
                str(wrap), timeout=120)
     assert r.returncode == 124, r.stderr
-    hookless = wrapper != "export PYTHONPATH={dir}:$PYTHONPATH"
+    hookless = wrapper not in HOOKED
     said = re.findall(r"rank (\d) \(local_rank \d, pid \d+\): its Python \(pid \d+: .*\) runs "
                       r"without the hook of --hang_detect=torch: (.*), without ddprun's hook "
                       r"directory", r.stderr)
