@@ -196,6 +196,7 @@ int KillChildren(const std::vector<pid_t>& spare, std::chrono::steady_clock::tim
   auto seen = std::chrono::steady_clock::now();
   for (bool first = true;; first = false) {
     bool any = false;
+    bool fresh = false;  // a child not seen before, or one reaped: a chain moves on
     for (pid_t tid : env::ThreadsOf(self, 1024)) {
       for (pid_t child : env::ChildrenOf(self, tid)) {
         if (std::find(spare.begin(), spare.end(), child) != spare.end()) continue;
@@ -206,8 +207,9 @@ int KillChildren(const std::vector<pid_t>& spare, std::chrono::steady_clock::tim
         if (e->state == 'Z' || e->state == 'X') {
           while (waitpid(child, nullptr, WNOHANG) < 0 && errno == EINTR) {
           }
+          fresh = true;
         } else if (PidfdKill(pidfd.get())) {
-          signalled.insert(child);
+          fresh = signalled.insert(child).second || fresh;
         }
       }
     }
@@ -216,6 +218,9 @@ int KillChildren(const std::vector<pid_t>& spare, std::chrono::steady_clock::tim
     if ((first && !any) || now - seen >= kQuiet || now >= deadline) {
       return static_cast<int>(signalled.size());
     }
+    // Only ones already killed that have not died yet (in an uninterruptible
+    // wait): no chain to race, so no spinning on the loop's thread.
+    if (!fresh) std::this_thread::sleep_for(kPollStep);
   }
 }
 
