@@ -157,7 +157,10 @@ std::string Underscored(std::string s) {
   return s;
 }
 
-std::string Closest(const std::string& wanted) {
+// The option `wanted` most likely misspells, or none when every one is far
+// ("--bogus" is no misspelt --gpus): a third of its letters, at least 2
+// (1 for a name of 3 letters or fewer: "--x" is no --nnodes).
+std::optional<std::string> Closest(const std::string& wanted) {
   const OptionDef* best = nullptr;
   size_t best_d = SIZE_MAX;
   for (const auto& def : OptionTable()) {
@@ -167,6 +170,8 @@ std::string Closest(const std::string& wanted) {
                         EditDistance(wanted, name.substr(0, wanted.size())) + 1);
     if (d < best_d) best_d = d, best = &def;
   }
+  const size_t near = wanted.size() < 4 ? 1 : std::max<size_t>(2, wanted.size() / 3);
+  if (best_d > near) return std::nullopt;
   std::string dashed = Underscored(best->name);
   std::replace(dashed.begin(), dashed.end(), '_', '-');
   return "--" + dashed;
@@ -230,8 +235,10 @@ StatusOr<const OptionDef*> FindLongOption(const std::string& name) {
     for (const auto* d : prefixed) names += std::string(names.empty() ? "" : ", ") + "--" + d->name;
     return InvalidArgument("ambiguous option --" + name + ": could be " + names);
   }
-  return InvalidArgument("unknown option --" + name + ": did you mean " + Closest(wanted) +
-                         "? (ddprun --help lists every option)");
+  const auto closest = Closest(wanted);
+  return InvalidArgument("unknown option --" + name +
+                         (closest ? ": did you mean " + *closest + "?" : std::string()) +
+                         " (ddprun --help lists every option)");
 }
 
 const OptionDef* FindShortOption(char c) {

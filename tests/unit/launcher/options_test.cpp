@@ -151,6 +151,9 @@ TEST_CASE("usage errors name the option, the value and what is accepted") {
 
 TEST_CASE("an unknown option gets the closest valid spelling") {
   CHECK(Contains(Error({"--nproc_per_nodes=2", "t"}), "did you mean --nproc-per-node"));
+  CHECK(Contains(Error({"--rdvz_backend=c10d", "t"}), "did you mean --rdzv-backend"));
+  // Nothing near: no guess ("--bogus" was "did you mean --gpus?").
+  CHECK(Contains(Error({"--bogus", "t"}), "unknown option --bogus (ddprun --help lists"));
   CHECK(Contains(Error({"--max_restrats=2", "t"}), "--max-restarts"));
   CHECK(Contains(Error({"--master=x", "t"}), "ambiguous option --master"));
   CHECK(Contains(Error({"-x", "t"}), "unknown option -x"));
