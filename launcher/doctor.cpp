@@ -47,12 +47,25 @@ std::optional<std::vector<std::string>> DoctorArguments(const std::vector<std::s
   std::copy_if(args.begin(), args.end(), std::back_inserter(rest),
                [](const std::string& a) { return a != "--json"; });
   auto split = SplitCommandLine(rest);
-  if (!split.ok()) return std::nullopt;
+  const auto is_doctor = [](const std::string& a) {
+    return a == "--doctor" || a.rfind("--doctor=", 0) == 0;
+  };
+  if (!split.ok()) {
+    // The doctor refuses the options as the launch would, in its own form
+    // (with --json, a document): `ddprun --doctor --json --bogus` said
+    // "unknown option --json".
+    const auto end = std::find(args.begin(), args.end(), "--");
+    if (std::none_of(args.begin(), end, is_doctor)) return std::nullopt;
+    std::vector<std::string> options;
+    std::copy_if(args.begin(), args.end(), std::back_inserter(options),
+                 [&](const std::string& a) { return !is_doctor(a); });
+    return options;
+  }
   std::vector<std::string> options;
   if (json) options.push_back("--json");
   bool doctor = false;
   for (const auto& arg : split->launcher) {
-    if (arg == "--doctor" || arg.rfind("--doctor=", 0) == 0) {
+    if (is_doctor(arg)) {
       doctor = true;
     } else {
       options.push_back(arg);

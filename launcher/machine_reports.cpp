@@ -209,4 +209,9 @@ json DoctorJson(const std::string& host, int nproc_per_node, int threads_per_wor
   return j;
 }
 
+json DoctorUsageErrorJson(const std::string& host, const std::string& message) {
+  return {{"schema", kDoctorSchema}, {"time", UtcTimestamp()}, {"host", host},
+          {"failed", true},          {"usage_error", message}, {"checks", json::array()}};
+}
+
 }  // namespace ddprun::launcher

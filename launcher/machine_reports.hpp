@@ -76,4 +76,9 @@ nlohmann::ordered_json DoctorJson(const std::string& host, int nproc_per_node,
                                   int threads_per_worker,
                                   const std::vector<env::LimitCheck>& checks, bool failed);
 
+// `ddprun doctor --json` given options it cannot take: the same schema, no
+// checks, the refusal in `usage_error` (exit 2), so a script that parses
+// stdout gets a document and the reason, not nothing.
+nlohmann::ordered_json DoctorUsageErrorJson(const std::string& host, const std::string& message);
+
 }  // namespace ddprun::launcher

@@ -184,25 +184,29 @@ int Print(const std::string& text, int code) {
 // 0 when nothing fails, 1 otherwise, 2 on bad options.
 int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ,
            const ddprun::launcher::HostCounts& host) {
-  for (const auto& option : options) {
-    if (option == "--") break;
-    if (option.rfind("--json=", 0) == 0) {
-      std::fprintf(stderr,
-                   "ddprun doctor: %s: --json takes no value: give --json alone to print the "
-                   "checks as JSON\n",
-                   option.c_str());
-      return ddprun::exit_code::kUsage;
+  // Given twice is given, as argparse takes a repeated flag.
+  const auto end = std::find(options.begin(), options.end(), "--");
+  const auto json = std::remove(options.begin(), end, "--json");
+  const bool as_json = json != end;
+  options.erase(json, end);
+  const auto program = std::find(options.begin(), options.end(), "--");
+  // A refusal goes to stderr, and with --json also to stdout as a document
+  // (docs/schemas/doctor.schema.json), for a script that reads only stdout.
+  const auto refuse = [&](const std::string& message) {
+    std::fprintf(stderr, "ddprun doctor: %s\n", message.c_str());
+    if (!as_json) return ddprun::exit_code::kUsage;
+    const std::string name = ddprun::env::Hostname();
+    const int code = Print(ddprun::launcher::DoctorUsageErrorJson(name, message).dump(2) + "\n",
+                           ddprun::exit_code::kUsage);
+    return code;
+  };
+  for (auto it = options.begin(); it != program; ++it) {
+    if (it->rfind("--json=", 0) == 0) {
+      return refuse(*it + ": --json takes no value: give --json alone to print the checks as JSON");
     }
   }
-  // Given twice is given, as argparse takes a repeated flag.
-  const auto json = std::remove(options.begin(), options.end(), "--json");
-  const bool as_json = json != options.end();
-  options.erase(json, options.end());
   auto report = ddprun::launcher::RunDoctor(options, environ, host);
-  if (!report.ok()) {
-    std::fprintf(stderr, "ddprun doctor: %s\n", report.status().message().c_str());
-    return ddprun::exit_code::kUsage;
-  }
+  if (!report.ok()) return refuse(report.status().message());
   const int code = report->failed ? 1 : 0;
   if (as_json) {
     return Print(

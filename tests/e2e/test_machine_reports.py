@@ -236,6 +236,28 @@ def test_doctor_json_matches_its_schema_and_exit_code(how):
     assert any(c["check"].startswith("RLIMIT_NPROC") for c in doc["checks"])
 
 
+@pytest.mark.parametrize("bad", [["--nproc_per_node=abc"], ["--bogus"], ["--json=yes"],
+                                 ["--nnodes=3", "--node_rank=7"]],
+                         ids=["value", "unknown", "json-value", "node-rank"])
+def test_doctor_json_refusing_its_options_still_prints_a_document(bad):
+    """`doctor --json` given a bad option printed the refusal on stderr only: a script that
+    parses stdout got nothing to parse. It gets a document of the same schema with the reason."""
+    r = subprocess.run([str(DDPRUN), "doctor", "--json", *bad], env=base_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r
+    doc = json.loads(r.stdout)
+    validator("doctor").validate(doc)
+    assert doc["failed"] is True and doc["checks"] == [], doc
+    assert doc["usage_error"] and doc["usage_error"] in r.stderr, (doc, r.stderr)
+    assert bad[-1].split("=")[0] in doc["usage_error"], doc
+
+
+def test_doctor_without_json_refuses_in_text_only():
+    r = subprocess.run([str(DDPRUN), "doctor", "--bogus"], env=base_env(),
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "" and "--bogus" in r.stderr, r
+
+
 def test_schemas_are_documented():
     text = (SOURCE / "docs" / "machine-reports.md").read_text()
     for name in ("event", "incident", "doctor"):

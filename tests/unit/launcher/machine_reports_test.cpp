@@ -94,5 +94,14 @@ TEST_CASE("DoctorJson lists every check with its status") {
   CHECK(doc["failed"] == true);
 }
 
+TEST_CASE("DoctorUsageErrorJson carries the refusal and no checks") {
+  const json doc = DoctorUsageErrorJson("node0", "unknown option --bogus");
+  CHECK(doc["schema"] == kDoctorSchema);
+  CHECK(doc["usage_error"] == "unknown option --bogus");
+  CHECK(doc["failed"] == true);
+  CHECK(doc["checks"].empty());
+  CHECK_FALSE(doc.contains("nproc_per_node"));
+}
+
 }  // namespace
 }  // namespace ddprun::launcher
