@@ -32,9 +32,27 @@ std::optional<NetAddress> GlooDefaultAddress(const std::string& hostname) {
   return std::nullopt;
 }
 
+namespace {
+
+bool Loopback6(const in6_addr& a) {
+  return IN6_IS_ADDR_LOOPBACK(&a) || (IN6_IS_ADDR_V4MAPPED(&a) && a.s6_addr[12] == 127);
+}
+
+}  // namespace
+
 bool IsLoopback(const NetAddress& address) {
   if (address.family == AF_INET) return address.text.rfind("127.", 0) == 0;
-  return address.text == "::1";
+  return LoopbackName(address.text);
+}
+
+bool LoopbackName(const std::string& host) {
+  if (host == "localhost" || host.rfind("127.", 0) == 0) return true;
+  std::string literal = host;
+  if (literal.size() > 2 && literal.front() == '[' && literal.back() == ']') {
+    literal = literal.substr(1, literal.size() - 2);
+  }
+  in6_addr a{};
+  return inet_pton(AF_INET6, literal.c_str(), &a) == 1 && Loopback6(a);
 }
 
 bool OnlyLoopback(const std::string& host) {
@@ -46,7 +64,7 @@ bool OnlyLoopback(const std::string& host) {
       if ((ntohl(in->sin_addr.s_addr) >> 24) != 127) return false;
     } else if (a->ai_family == AF_INET6) {
       const auto* in6 = reinterpret_cast<const sockaddr_in6*>(a->ai_addr);
-      if (!IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr)) return false;
+      if (!Loopback6(in6->sin6_addr)) return false;
     }
   }
   return true;

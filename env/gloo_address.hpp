@@ -24,8 +24,13 @@ namespace ddprun::env {
 // As Gloo chooses it; nullopt when no address of `hostname` binds.
 std::optional<NetAddress> GlooDefaultAddress(const std::string& hostname);
 
-// 127.0.0.0/8 or ::1.
+// 127.0.0.0/8, ::1 or ::ffff:127.x.y.z, in any spelling.
 bool IsLoopback(const NetAddress& address);
+
+// `host` names this host's loopback without resolving it: "localhost", an
+// address of 127.0.0.0/8, or ::1 in any spelling ("0:0:0:0:0:0:0:1",
+// "[::1]", "::ffff:127.0.0.1").
+bool LoopbackName(const std::string& host);
 
 // Every address `host` resolves to is loopback ("localhost", "127.0.0.1"): a
 // store there is reached from this host only, so every node of its job runs

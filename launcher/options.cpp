@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "base/parse.hpp"
+#include "env/gloo_address.hpp"
 #include "env/names.hpp"
 #include "env/slurm.hpp"
 #include "env/worker_env.hpp"
@@ -70,11 +71,6 @@ Status ApplyEventLog(const RawOptions& raw, LaunchConfig& c) {
   return Status::Ok();
 }
 
-// A name of this host's loopback, told without resolving it.
-bool LoopbackName(const std::string& host) {
-  return host == "localhost" || host == "::1" || host == "[::1]" || host.rfind("127.", 0) == 0;
-}
-
 Status ApplyRendezvous(const RawOptions& raw, ParsedCommandLine& parsed) {
   LaunchConfig& c = parsed.config;
   if (auto v = raw.Get("nnodes")) {
@@ -137,7 +133,7 @@ Status ApplyRendezvous(const RawOptions& raw, ParsedCommandLine& parsed) {
     // torchrun drops a --master_addr there too, without a word: a host name given for the
     // store is said to be unused (attack 108: doctor passed an address the job never used).
     if (auto v = raw.Said("master_addr");
-        v && implicit_standalone && !c.standalone && !LoopbackName(*v)) {
+        v && implicit_standalone && !c.standalone && !env::LoopbackName(*v)) {
       parsed.warnings.push_back(raw.SaidAs("master_addr", *v) +
                                 " has no effect in a single-node job without --master_port, as "
                                 "under torchrun: its store is on localhost at a free port (give "

@@ -25,6 +25,22 @@ TEST_CASE("gloo address: loopback is 127.0.0.0/8 and ::1") {
   CHECK(IsLoopback({AF_INET6, "::1"}));
   CHECK_FALSE(IsLoopback({AF_INET, "10.0.0.5"}));
   CHECK_FALSE(IsLoopback({AF_INET6, "fe80::1"}));
+  CHECK(IsLoopback({AF_INET6, "0:0:0:0:0:0:0:1"}));
+  CHECK(IsLoopback({AF_INET6, "::ffff:127.0.0.1"}));
+  CHECK_FALSE(IsLoopback({AF_INET6, "::ffff:10.0.0.1"}));
+}
+
+TEST_CASE("LoopbackName tells loopback in every spelling, without resolving") {
+  for (const char* host :
+       {"localhost", "127.0.0.1", "127.1", "::1", "[::1]", "0:0:0:0:0:0:0:1",
+        "0000:0000:0000:0000:0000:0000:0000:0001", "[0::1]", "::ffff:127.0.0.1"}) {
+    CAPTURE(host);
+    CHECK(LoopbackName(host));
+  }
+  for (const char* host : {"node1", "10.0.0.1", "::2", "fe80::1", "[::1", "::ffff:10.0.0.1", ""}) {
+    CAPTURE(host);
+    CHECK_FALSE(LoopbackName(host));
+  }
 }
 
 TEST_CASE("gloo address: the interfaces to choose are up, running and reachable from elsewhere") {
