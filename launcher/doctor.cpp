@@ -385,11 +385,15 @@ std::optional<LimitCheck> EndpointCheck(const LaunchConfig& c) {
   }
   std::string host = c.master_addr;
   int port = c.master_port.value_or(29500);
-  if (!c.rdzv_endpoint.empty()) {
-    const int default_port = c.rdzv_backend == "c10d" ? 29400 : port;
-    if (!rendezvous::SplitHostPort(c.rdzv_endpoint, default_port, &host, &port).ok()) {
-      return std::nullopt;  // the parser already refused it
+  if (c.rdzv_backend == "static") {
+    // As the launch reads it: an endpoint without a port takes --master_port's, or is refused.
+    if (Status s = StaticStoreAddress(c, &host, &port); !s.ok()) {
+      return LimitCheck{"rendezvous " + c.rdzv_endpoint, CheckStatus::kFail, s.message(),
+                        "give --rdzv_endpoint=HOST:PORT"};
     }
+  } else if (!c.rdzv_endpoint.empty() &&
+             !rendezvous::SplitHostPort(c.rdzv_endpoint, 29400, &host, &port).ok()) {
+    return std::nullopt;  // the parser already refused it
   }
   if (port == 0) return std::nullopt;  // a single-node store on a free port (--standalone)
   const std::string name = "rendezvous " + rendezvous::HostPort(host, port);

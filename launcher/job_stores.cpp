@@ -302,11 +302,19 @@ Status StaticStoreAddress(const LaunchConfig& c, std::string* host, int* port) {
   *host = c.master_addr;
   *port = c.master_port.value_or(kDefaultStaticPort);
   // As torchrun: a static job's --rdzv_endpoint, when given, is where the store is.
-  if (!c.rdzv_endpoint.empty()) {
-    if (Status s = rendezvous::SplitHostPort(c.rdzv_endpoint, *port, host, port); !s.ok()) {
-      return InvalidArgument("invalid --rdzv_endpoint=" + c.rdzv_endpoint + ": " + s.message());
-    }
+  if (c.rdzv_endpoint.empty()) return Status::Ok();
+  if (Status s = rendezvous::SplitHostPort(c.rdzv_endpoint, -1, host, port); !s.ok()) {
+    return InvalidArgument("invalid --rdzv_endpoint=" + c.rdzv_endpoint + ": " + s.message());
   }
+  if (*port != -1) return Status::Ok();
+  // Without a port: --master_port's when given. torchrun refuses it ("Port is
+  // absent in endpoint"); 29500 taken without a word would be a guess.
+  if (!c.master_port) {
+    return InvalidArgument("--rdzv_endpoint=" + c.rdzv_endpoint +
+                           " has no port, and the static backend's store needs one: give "
+                           "--rdzv_endpoint=HOST:PORT (or --master_port=PORT)");
+  }
+  *port = *c.master_port;
   return Status::Ok();
 }
 

@@ -223,5 +223,27 @@ TEST_CASE("rdzv_conf: each backend reads its own keys, as torchrun") {
   REQUIRE(notices.size() == 1);
   CHECK(Contains(notices[0], "last_call_timeout=1 has no effect with the static backend"));
 }
+
+TEST_CASE("a static --rdzv_endpoint without a port takes --master_port's, or is refused") {
+  LaunchConfig c;
+  c.rdzv_backend = "static";
+  c.rdzv_endpoint = "node0:1234";
+  std::string host;
+  int port = 0;
+  REQUIRE(StaticStoreAddress(c, &host, &port).ok());
+  CHECK((host == "node0" && port == 1234));
+  c.master_port = 777;  // the endpoint's port wins
+  REQUIRE(StaticStoreAddress(c, &host, &port).ok());
+  CHECK(port == 1234);
+  c.rdzv_endpoint = "node0";
+  REQUIRE(StaticStoreAddress(c, &host, &port).ok());
+  CHECK((host == "node0" && port == 777));
+  // torchrun: "Port is absent in endpoint"; it was 29500 without a word.
+  c.master_port.reset();
+  const Status s = StaticStoreAddress(c, &host, &port);
+  REQUIRE_FALSE(s.ok());
+  CHECK(Contains(s.message(), "--rdzv_endpoint=node0 has no port"));
+  CHECK(Contains(s.message(), "give --rdzv_endpoint=HOST:PORT (or --master_port=PORT)"));
+}
 }  // namespace
 }  // namespace ddprun::launcher
