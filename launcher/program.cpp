@@ -313,9 +313,16 @@ StatusOr<Program> ResolveProgram(const LaunchConfig& c, const env::Environ& envi
                                                        TextWithoutInterpreter(c.program))))) {
     return UnderPython(c, environ, self_exe);
   }
-  std::string lookup =
-      (exists && c.program.find('/') == std::string::npos) ? "./" + c.program : c.program;
+  // A bare name in this directory is the script torchrun would give Python
+  // (./train); with --no_python it is looked up on PATH only, as torchrun's
+  // execvp does: a bash/ folder here must not hide /usr/bin/bash (attack 115).
+  const bool bare = c.program.find('/') == std::string::npos;
+  const std::string lookup = (exists && bare && !c.no_python) ? "./" + c.program : c.program;
   auto path = FindExecutable(lookup, env::Lookup(environ, "PATH").value_or("/usr/bin:/bin"));
+  if (!path.ok() && exists && bare && c.no_python && CheckExecutable("./" + c.program).ok()) {
+    return NotFound(path.status().message() + ": --no_python looks a bare name up on PATH only, " +
+                    "as torchrun does; ./" + c.program + " runs the one in this directory");
+  }
   if (!path.ok()) return path.status();
   Program p{{*path}, c.program, "", ""};
   p.argv.insert(p.argv.end(), c.program_args.begin(), c.program_args.end());

@@ -105,6 +105,28 @@ def test_program_not_on_path_exits_127():
     assert "ddprun-no-such-program-xyz" in r.stderr, r
 
 
+@pytest.mark.parametrize("here", ["directory", "executable"])
+def test_no_python_looks_a_bare_name_up_on_path_only_as_torchrun(tmp_path, here):
+    """`--no_python bash` in a directory holding a bash/ folder was refused (126), and a file
+    ./bash there ran instead of /usr/bin/bash (attack 115): torchrun's execvp searches PATH."""
+    if here == "directory":
+        (tmp_path / "sh").mkdir()
+    else:
+        write_script(tmp_path, "sh", "#!/bin/sh\necho the-local-one\n")
+    r = run_ddprun(["--no_python", "sh", "-c", "echo ran-$$RANK"], cwd=tmp_path)
+    assert r.rc == 0 and "ran-0" in r.stdout and "the-local-one" not in r.stdout, r
+
+
+def test_no_python_with_a_name_only_here_says_how_to_run_it(tmp_path):
+    write_script(tmp_path, "ddprun-only-here-xyz", "#!/bin/sh\necho hi\n")
+    r = run_ddprun(["--no_python", "ddprun-only-here-xyz"], cwd=tmp_path)
+    assert r.rc == 127 and "hi" not in r.stdout, r
+    assert "./ddprun-only-here-xyz runs the one in this directory" in r.stderr, r
+    # Without --no_python, as torchrun gives the name to Python: the file here.
+    r = run_ddprun(["ddprun-only-here-xyz"], cwd=tmp_path)
+    assert r.rc == 0 and "hi" in r.stdout, r
+
+
 def test_directory_as_program_exits_126(tmp_path):
     r = run_ddprun(["--no_python", tmp_path])
     assert r.rc == 126, r
