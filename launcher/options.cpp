@@ -100,19 +100,29 @@ Status ApplyRendezvous(const RawOptions& raw, ParsedCommandLine& parsed) {
     if (!n.ok()) return n.status();
     c.node_rank = static_cast<int>(*n);
   }
-  for (const char* name : {"master_addr", "local_addr"}) {
+  std::string addresses[2];
+  for (int i : {0, 1}) {
+    const char* name = i == 0 ? "master_addr" : "local_addr";
     auto v = raw.Get(name);
+    if (!v) continue;
     // An empty --local_addr is not given, as torchrun takes it (--local_addr=$NODE_IP unset).
-    if (v && v->empty() && std::string_view(name) == "local_addr") continue;
-    if (v && !rendezvous::IsHost(*v)) return Bad(name, *v, "a host name or an IP address");
+    if (v->empty() && i == 1) continue;
+    // An IPv6 address in brackets, as torchrun's reference gives it ([::1]):
+    // the address is what is inside (MASTER_ADDR=::1, as torchrun's workers see).
+    addresses[i] = *v;
+    if (v->size() > 2 && v->front() == '[' && v->back() == ']' &&
+        v->find(':') != std::string::npos) {
+      addresses[i] = v->substr(1, v->size() - 2);
+    }
+    if (!rendezvous::IsHost(addresses[i])) return Bad(name, *v, "a host name or an IP address");
   }
-  if (auto v = raw.Get("master_addr")) c.master_addr = *v;
+  if (raw.Get("master_addr")) c.master_addr = addresses[0];
   if (auto v = raw.Get("master_port")) {
     auto n = ParseInt("master_port", *v, 0, 65535, "a port number from 0 to 65535");
     if (!n.ok()) return n.status();
     if (*n != 0) c.master_port = static_cast<int>(*n);
   }
-  if (auto v = raw.Get("local_addr"); v && !v->empty()) c.local_addr = *v;
+  if (!addresses[1].empty()) c.local_addr = addresses[1];
   // torchrun 2.12: --standalone, and a single-node static job without an
   // endpoint or a master port, become c10d on localhost:0 with a random id.
   const bool implicit_standalone = c.rdzv_backend == "static" && c.rdzv_endpoint.empty() &&

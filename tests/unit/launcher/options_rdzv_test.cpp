@@ -224,6 +224,20 @@ TEST_CASE("rdzv_conf: each backend reads its own keys, as torchrun") {
   CHECK(Contains(notices[0], "last_call_timeout=1 has no effect with the static backend"));
 }
 
+TEST_CASE("an IPv6 --master_addr or --local_addr in brackets is the address inside") {
+  auto p = Parse({"--master_addr=[::1]", "--master_port=1234", "--local_addr=[fe80::1%eth0]", "t"});
+  REQUIRE(p.ok());
+  CHECK(p->config.master_addr == "::1");
+  CHECK(p->config.local_addr == "fe80::1%eth0");
+  p = Parse({"--master_addr=::1", "--master_port=1234", "t"});
+  REQUIRE(p.ok());
+  CHECK(p->config.master_addr == "::1");
+  for (const char* bad : {"--master_addr=[node1]", "--master_addr=[::1", "--local_addr=[]"}) {
+    CAPTURE(bad);
+    CHECK(Contains(Error({bad, "--master_port=1234", "t"}), "a host name or an IP address"));
+  }
+}
+
 TEST_CASE("a static --rdzv_endpoint without a port takes --master_port's, or is refused") {
   LaunchConfig c;
   c.rdzv_backend = "static";
