@@ -168,11 +168,15 @@ json IncidentJson(const IncidentFacts& f) {
   return j;
 }
 
+std::string JsonText(const json& doc) {
+  return doc.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
+}
+
 Status WriteJsonFile(const std::string& path, const json& doc) {
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << doc.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
+    out << JsonText(doc);
     out.close();
     if (!out) {
       const int err = errno;

@@ -68,7 +68,11 @@ struct IncidentFacts {
 // incident.json's document.
 nlohmann::ordered_json IncidentJson(const IncidentFacts& f);
 
-// Writes `doc` (indented) to `path` through a temporary file and rename.
+// `doc` indented, a newline after; bytes that are not UTF-8 (a path, an
+// environment value) are written as U+FFFD, never an exception.
+std::string JsonText(const nlohmann::ordered_json& doc);
+
+// Writes `doc` (JsonText) to `path` through a temporary file and rename.
 Status WriteJsonFile(const std::string& path, const nlohmann::ordered_json& doc);
 
 // `ddprun doctor --json`.

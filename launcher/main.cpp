@@ -184,6 +184,9 @@ int Print(const std::string& text, int code) {
 // 0 when nothing fails, 1 otherwise, 2 on bad options.
 int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ,
            const ddprun::launcher::HostCounts& host) {
+  using ddprun::launcher::DoctorJson;
+  using ddprun::launcher::DoctorUsageErrorJson;
+  using ddprun::launcher::JsonText;
   // Given twice is given, as argparse takes a repeated flag.
   const auto end = std::find(options.begin(), options.end(), "--");
   const auto json = std::remove(options.begin(), end, "--json");
@@ -195,10 +198,8 @@ int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ
   const auto refuse = [&](const std::string& message) {
     std::fprintf(stderr, "ddprun doctor: %s\n", message.c_str());
     if (!as_json) return ddprun::exit_code::kUsage;
-    const std::string name = ddprun::env::Hostname();
-    const int code = Print(ddprun::launcher::DoctorUsageErrorJson(name, message).dump(2) + "\n",
-                           ddprun::exit_code::kUsage);
-    return code;
+    return Print(JsonText(DoctorUsageErrorJson(ddprun::env::Hostname(), message)),
+                 ddprun::exit_code::kUsage);
   };
   for (auto it = options.begin(); it != program; ++it) {
     if (it->rfind("--json=", 0) == 0) {
@@ -209,12 +210,9 @@ int Doctor(std::vector<std::string> options, const ddprun::env::Environ& environ
   if (!report.ok()) return refuse(report.status().message());
   const int code = report->failed ? 1 : 0;
   if (as_json) {
-    return Print(
-        ddprun::launcher::DoctorJson(report->host, report->nproc_per_node,
-                                     report->threads_per_worker, report->checks, report->failed)
-                .dump(2) +
-            "\n",
-        code);
+    return Print(JsonText(DoctorJson(report->host, report->nproc_per_node,
+                                     report->threads_per_worker, report->checks, report->failed)),
+                 code);
   }
   return Print(report->text, code);
 }

@@ -252,6 +252,24 @@ def test_doctor_json_refusing_its_options_still_prints_a_document(bad):
     assert bad[-1].split("=")[0] in doc["usage_error"], doc
 
 
+@pytest.mark.parametrize("where", ["log_dir", "env", "usage_error"])
+def test_doctor_json_stays_valid_with_bytes_that_are_not_utf8(tmp_path, where):
+    """A --log_dir, OMP_NUM_THREADS or refused option holding a byte that is not UTF-8 crashed
+    `doctor --json` ("internal error: [json.exception.type_error.316]", nothing on stdout)."""
+    args, env = [os.fsencode(DDPRUN), b"doctor", b"--json"], base_env()
+    if where == "log_dir":
+        args.append(b"--log_dir=" + os.fsencode(tmp_path) + b"/x\xff")
+    elif where == "env":
+        env = {**env, "OMP_NUM_THREADS": os.fsdecode(b"\xff")}
+    else:
+        args.append(b"--role=\xff\xfe bad")
+    r = subprocess.run(args, env=env, capture_output=True, timeout=60)
+    assert "internal error" not in r.stderr.decode(errors="replace"), r
+    assert r.returncode == (2 if where == "usage_error" else 0) or \
+        (where != "usage_error" and r.returncode == 1), r
+    validator("doctor").validate(json.loads(r.stdout))
+
+
 def test_doctor_without_json_refuses_in_text_only():
     r = subprocess.run([str(DDPRUN), "doctor", "--bogus"], env=base_env(),
                        capture_output=True, text=True, timeout=60)
