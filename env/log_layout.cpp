@@ -4,7 +4,11 @@
 #include <stdlib.h>
 #include <sys/statvfs.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <system_error>
 #include <vector>
@@ -15,13 +19,49 @@ namespace ddprun::env {
 
 namespace fs = std::filesystem;
 
-std::string TempDirectory(const std::string& tmpdir) {
-  if (tmpdir.empty()) return "/tmp";
+namespace {
+
+// Why `dir` cannot hold temporary files, or "" when it can.
+std::string Unusable(const std::string& dir) {
+  struct stat st {};
+  if (stat(dir.c_str(), &st) != 0) return std::strerror(errno);
+  if (!S_ISDIR(st.st_mode)) return "not a directory";
+  if (access(dir.c_str(), W_OK | X_OK) != 0) return std::strerror(errno);
+  return "";
+}
+
+std::string Absolute(const std::string& tmpdir) {
   std::error_code ec;
   std::string root = fs::absolute(tmpdir, ec).lexically_normal().string();
   if (ec) return tmpdir;
   while (root.size() > 1 && root.back() == '/') root.pop_back();
   return root;
+}
+
+}  // namespace
+
+std::string TempDirectory(const std::string& tmpdir) {
+  if (tmpdir.empty()) return "/tmp";
+  std::string root = Absolute(tmpdir);
+  if (Unusable(root).empty()) return root;
+  // As Python's tempfile.gettempdir: the first of these that takes a file.
+  for (const char* fallback : {"/tmp", "/var/tmp", "/usr/tmp"}) {
+    if (Unusable(fallback).empty()) return fallback;
+  }
+  return root;  // none: the error names TMPDIR's
+}
+
+std::optional<std::string> TempDirectoryProblem(const std::string& tmpdir) {
+  if (tmpdir.empty()) return std::nullopt;
+  const std::string why = Unusable(Absolute(tmpdir));
+  if (why.empty()) return std::nullopt;
+  const std::string used = TempDirectory(tmpdir);
+  return "TMPDIR=" + tmpdir + " is no writable directory (" + why + "): " +
+         (used == Absolute(tmpdir)
+              ? std::string("nor is /tmp, /var/tmp or /usr/tmp")
+              : "ddprun's temporary files (the logs without --log_dir, heartbeat and timer "
+                "files) go under " +
+                    used + ", as Python's tempfile falls back; the workers get TMPDIR as it is");
 }
 
 namespace {

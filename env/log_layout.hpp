@@ -9,6 +9,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 
 #include "base/status.hpp"
@@ -19,7 +20,13 @@ namespace ddprun::env {
 // from the current directory, as Python's tempfile does: the workers are
 // given paths under it (TORCHELASTIC_ERROR_FILE, the heartbeat and timer
 // files) and may change directory.
+// One that does not exist or cannot be written falls back as Python's
+// tempfile.gettempdir does (/tmp, /var/tmp, /usr/tmp).
 std::string TempDirectory(const std::string& tmpdir);
+
+// What is wrong with TMPDIR's value `tmpdir` and where ddprun's temporary
+// files go instead; nullopt when it is unset or usable.
+std::optional<std::string> TempDirectoryProblem(const std::string& tmpdir);
 
 class LogLayout {
  public:

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "env/log_layout.hpp"
 #include "env/names.hpp"
 #include "launcher/option_table.hpp"
 #include "launcher/raw_options.hpp"
@@ -81,6 +82,9 @@ Status CheckCombinations(const env::Environ& environ, ParsedCommandLine& parsed)
           " turns PyTorch's flight recorder off: --hang_detect=torch then sees no collective and "
           "finds no hang; unset it (ddprun sets 2000) or give a size above 0");
     }
+  }
+  if (auto problem = env::TempDirectoryProblem(env::Lookup(environ, "TMPDIR").value_or(""))) {
+    parsed.warnings.push_back(*problem);
   }
   // A misspelt PET_ variable would quietly leave its option at the default.
   for (const auto& [key, value] : environ) {

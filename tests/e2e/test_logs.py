@@ -517,13 +517,18 @@ def test_every_teed_console_line_begins_with_its_prefix(tmp_path):
     assert out.count("[default0]:\r[default0]:redrawn\n") == 1, repr(out)
 
 
-def test_a_missing_tmpdir_is_named_with_the_fix(tmp_path):
-    r = run_ddprun(["--nproc_per_node=1", *sh("true")],
-                   env=base_env(TMPDIR=str(tmp_path / "missing")))
-    assert r.rc != 0, r
-    assert (f"the logs' temporary directory: create {tmp_path / 'missing'}/ddprun_XXXXXX: "
-            "No such file or directory: make TMPDIR an existing writable directory, "
-            "or give --log_dir") in r.stderr, r.stderr
+def test_a_missing_tmpdir_falls_back_to_tmp_as_pythons_tempfile_and_says_so(tmp_path):
+    """A stale TMPDIR stopped the launch (attack 115): torchrun, through Python's tempfile,
+    falls back to /tmp. The workers still get TMPDIR as it is."""
+    missing = tmp_path / "missing"
+    script = 'echo "tmpdir=$TMPDIR"; echo "err=$TORCHELASTIC_ERROR_FILE"'
+    r = run_ddprun(["--nproc_per_node=1", *sh(script)], env=base_env(TMPDIR=str(missing)))
+    assert r.rc == 0, r
+    assert (f"TMPDIR={missing} is no writable directory (No such file or directory): ddprun's "
+            "temporary files (the logs without --log_dir, heartbeat and timer files) go under "
+            "/tmp, as Python's tempfile falls back") in r.stderr, r.stderr
+    assert f"tmpdir={missing}\n" in r.stdout, r
+    assert re.search(r"^err=/tmp/ddprun_\w+/", r.stdout, re.M), r
 
 
 def test_a_progress_bar_left_unfinished_by_a_failed_worker_is_ended_before_the_report(tmp_path):

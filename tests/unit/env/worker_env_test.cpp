@@ -185,6 +185,22 @@ TEST_CASE("a log directory that exists but takes no run directory says what to d
   CHECK(m.find(": choose a writable directory") != std::string::npos);
 }
 
+TEST_CASE("a TMPDIR that is no writable directory falls back as Python's tempfile does") {
+  CHECK(TempDirectory("") == "/tmp");
+  CHECK_FALSE(TempDirectoryProblem("").has_value());
+  CHECK(TempDirectory("/tmp/") == "/tmp");
+  CHECK_FALSE(TempDirectoryProblem("/tmp").has_value());
+  // A stale one (a finished job's): /tmp, said so; it stopped the launch.
+  CHECK(TempDirectory("/no/such/dir") == "/tmp");
+  auto problem = TempDirectoryProblem("/no/such/dir");
+  REQUIRE(problem.has_value());
+  CHECK(problem->find("TMPDIR=/no/such/dir is no writable directory (No such file or directory)") ==
+        0);
+  CHECK(problem->find("go under /tmp, as Python's tempfile falls back") != std::string::npos);
+  CHECK(TempDirectory("/etc/hostname") == "/tmp");
+  CHECK(TempDirectoryProblem("/etc/hostname")->find("(not a directory)") != std::string::npos);
+}
+
 TEST_CASE("an unset OMP_NUM_THREADS shares the allowed CPUs out among the workers") {
   GroupInfo g = Group();  // 4 workers
   g.allowed_cpus = 8;
