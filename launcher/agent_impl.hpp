@@ -5,6 +5,7 @@
 // Not thread-safe: the agent's thread.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -75,8 +76,8 @@ class Agent {
   // recorded: long enough for the coordinator to find a lost node (keep-alive
   // limit plus one beat), and for that node's agent to record its own cause.
   std::chrono::milliseconds PeerSettle() const {
-    return std::chrono::duration_cast<std::chrono::milliseconds>(
-        stores_.settings.keep_alive_interval * (stores_.settings.keep_alive_max_attempt + 1));
+    const auto& s = stores_.settings;
+    return std::min(s.KeepAliveLimit() + s.keep_alive_interval, s.kLongestWait);
   }
   // What the catalogue may name beyond the worker's text (supervisor/explain.hpp).
   supervisor::ExplainContext ExplainFacts() const {

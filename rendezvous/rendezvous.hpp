@@ -39,9 +39,16 @@ struct RendezvousSettings {
   std::chrono::milliseconds last_call_timeout{30000};
   std::chrono::milliseconds keep_alive_interval{5000};
   int keep_alive_max_attempt = 3;
+  // The longest wait a setting gives (10^9 s, as the option check allows):
+  // a product of two settings saturates there, for the clock's nanoseconds
+  // overflow at 9.2e9 s (attack 114: 1e9 s x 10 attempts took every node for
+  // silent at once, and no round formed).
+  static constexpr std::chrono::milliseconds kLongestWait{std::chrono::seconds(1000000000)};
   // How long an agent may be silent before the others take it for lost.
   std::chrono::milliseconds KeepAliveLimit() const {
-    return keep_alive_interval * keep_alive_max_attempt;
+    const int attempts = keep_alive_max_attempt < 1 ? 1 : keep_alive_max_attempt;
+    if (keep_alive_interval.count() > kLongestWait.count() / attempts) return kLongestWait;
+    return keep_alive_interval * attempts;
   }
   std::chrono::milliseconds read_timeout{60000};
   // How long an agent waits for the store to come up at its start: the

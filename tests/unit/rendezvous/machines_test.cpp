@@ -52,6 +52,21 @@ TEST_CASE("machines: a failure restarts both nodes with the same restart count")
   CHECK(r1.round.restart_count == 1);
 }
 
+TEST_CASE("machines: the longest keep-alive limit the options allow still forms a round") {
+  // 1e9 s x 10 attempts passed the clock's nanoseconds: every node was silent at once and no
+  // round ever formed (attack 114).
+  RendezvousSettings huge;
+  huge.keep_alive_interval = std::chrono::seconds(1000000000);
+  huge.keep_alive_max_attempt = 1 << 20;
+  CHECK(huge.KeepAliveLimit() == RendezvousSettings::kLongestWait);
+  TwoAgents t(0, huge);
+  auto [s0, s1] = t.Until();
+  CHECK(s0.kind == ActionKind::kStartWorkers);
+  CHECK(s1.kind == ActionKind::kStartWorkers);
+  RendezvousSettings usual;
+  CHECK(usual.KeepAliveLimit() == std::chrono::seconds(15));
+}
+
 TEST_CASE("machines: signalled while a restart's round forms, an agent says what ended the last") {
   // Attack 95: a node's workers died of another's failure (victims), the job waited to restart,
   // and SIGTERM came: its report named its own victim alone. The exit carries the recorded end

@@ -24,7 +24,8 @@ struct TwoAgents {
   std::optional<CoordinatorMachine> coordinator;
   Time now = Time(std::chrono::hours(1));
 
-  explicit TwoAgents(int max_restarts) {
+  // `base`: the settings beyond the job's (keep-alive, timeouts).
+  explicit TwoAgents(int max_restarts, RendezvousSettings base = {}) : rdzv(std::move(base)) {
     rdzv.run_id = "t";
     rdzv.min_nodes = rdzv.max_nodes = 2;
     rdzv.max_restarts = max_restarts;
