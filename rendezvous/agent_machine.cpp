@@ -109,6 +109,15 @@ std::string Joined(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings&
 
 std::string JoinTimeoutReport(Kv& kv, const RendezvousKeys& keys, const RendezvousSettings& s,
                               const JobRecord& rec, int round) {
+  // Static (its ranks exclusive) names its own setting, "timeout", and has no
+  // minimum to lower (attack 114: a static user was told to raise join_timeout).
+  if (s.exclusive_ranks) {
+    return "rendezvous round " + std::to_string(round) + " timed out after " +
+           DurationText(s.join_timeout) +
+           " (--rdzv_conf timeout): " + Joined(kv, keys, s, rec, round) +
+           "; start the missing nodes (the same store address, each with its own --node_rank), "
+           "or raise timeout in --rdzv_conf";
+  }
   return "rendezvous round " + std::to_string(round) + " timed out after " +
          DurationText(s.join_timeout) + " (join_timeout): " + Joined(kv, keys, s, rec, round) +
          "; start the missing nodes (the same --rdzv_endpoint and --rdzv_id), give --nnodes a "
@@ -342,7 +351,7 @@ Action AgentMachine::WaitRound(Kv& kv, const JobRecord& rec, Time now) {
                                 "; it re-forms with this node once every member "
                                 "answers"
                           : "waiting for a place in the job: " + running) +
-                     "; join_timeout ends the wait in " + DurationText(left);
+                     "; " + s_.rdzv.JoinTimeoutName() + " ends the wait in " + DurationText(left);
     }
     return wait;
   }

@@ -61,6 +61,8 @@ struct RendezvousSettings {
   // has been silent for the keep-alive limit (killed, then started again).
   // The coordinator counts an arrival only while it holds its rank's claim.
   bool exclusive_ranks = false;
+  // The --rdzv_conf key a user gives for join_timeout: static reads "timeout".
+  const char* JoinTimeoutName() const { return exclusive_ranks ? "timeout" : "join_timeout"; }
   // --max_restarts, the job's: failures end a round with one used (and the
   // job when none is left), as does a loss that leaves fewer than min_nodes.
   int max_restarts = 0;

@@ -548,9 +548,10 @@ namespace ddprun::rendezvous {
 namespace {
 
 // What an agent says while round 0 forms: 2 of 3 nodes joined, asking for `ranks`.
-std::string Forming(std::vector<int> ranks) {
+std::string Forming(std::vector<int> ranks, bool exclusive_ranks = false) {
   LocalStore store;
   RendezvousSettings rdzv;
+  rdzv.exclusive_ranks = exclusive_ranks;
   rdzv.run_id = "t";
   rdzv.min_nodes = rdzv.max_nodes = 3;
   std::vector<LocalStore::Handle> kvs;
@@ -579,6 +580,16 @@ TEST_CASE("machines: a forming round names missing node ranks only when they are
   CHECK(twice.find("2 of at least 3 nodes joined") != std::string::npos);
   CHECK(twice.find("missing node ranks") == std::string::npos);
   CHECK(Forming({1, -1}).find("missing node ranks") == std::string::npos);
+}
+
+TEST_CASE("machines: a static round's timeout names static's own setting and advice") {
+  // A static user was told to "raise join_timeout" and lower --nnodes's minimum (attack 114).
+  const std::string timed_out = Forming({0, 2}, true);
+  CHECK(timed_out.find("(--rdzv_conf timeout): 2 of at least 3 nodes joined") != std::string::npos);
+  CHECK(timed_out.find("or raise timeout in --rdzv_conf") != std::string::npos);
+  CHECK(timed_out.find("join_timeout") == std::string::npos);
+  CHECK(timed_out.find("lower minimum") == std::string::npos);
+  CHECK(Forming({0, 2}).find("raise join_timeout in --rdzv_conf") != std::string::npos);
 }
 
 }  // namespace
