@@ -51,7 +51,7 @@ std::optional<Supervisor::ConsoleBlock> Supervisor::BlockedOnConsole(pid_t pid, 
   return std::nullopt;
 }
 
-bool Supervisor::LookForConsoleWait(SteadyTime now) {
+bool Supervisor::LookForConsoleWait(SteadyTime now, bool held_otherwise) {
   const std::vector<WorkerRecord>& workers = running_->workers();
   std::optional<size_t> waiting;
   std::string what;
@@ -86,8 +86,9 @@ bool Supervisor::LookForConsoleWait(SteadyTime now) {
   }
   if (!waiting) {
     if (console_told_) {
-      spdlog::info("the console reads again after {:.1f} s; the hang limits count again",
-                   Seconds(now - console_wait_since_));
+      spdlog::info(
+          "the console reads again after {:.1f} s{}", Seconds(now - console_wait_since_),
+          held_otherwise ? "; the job still waits (see above)" : "; the hang limits count again");
     }
     console_waiting_ = console_told_ = false;
     console_held_ = HeldWorker{};

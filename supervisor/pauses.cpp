@@ -68,9 +68,9 @@ void Supervisor::CatchUpPauses() {
       break;
     }
   }
-  const bool console_wait = LookForConsoleWait(now);
   std::vector<HeldWorker> elsewhere;
   if (peers_.held_elsewhere) elsewhere = peers_.held_elsewhere();
+  const bool console_wait = LookForConsoleWait(now, stopped != nullptr || !elsewhere.empty());
   const PauseLook look =
       pauses_.Look(now, stopped != nullptr || console_wait || !elsewhere.empty());
   // Told when seen stopped at two looks in a row: a whole job continued

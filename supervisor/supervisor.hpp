@@ -214,8 +214,10 @@ class Supervisor {
   // A worker that waits for the console now (console_wait.cpp): its output
   // held by ddprun, or a thread of it blocked writing to ddprun's own stdout
   // or stderr (inherited). Tells the user when one has waited a while, and
-  // when the console reads again; returns whether one waits.
-  bool LookForConsoleWait(SteadyTime now);
+  // when the console reads again (and whether the hang limits count again:
+  // not while `held_otherwise`, a worker stopped here or anything elsewhere);
+  // returns whether one waits.
+  bool LookForConsoleWait(SteadyTime now, bool held_otherwise);
   struct ConsoleBlock {
     int fd = -1;    // the console's descriptor it writes to
     pid_t pid = 0;  // the worker, or a process of its own it waits for

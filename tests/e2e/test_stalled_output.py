@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import textwrap
+import threading
 import time
 
 import pytest
@@ -283,6 +284,60 @@ def test_a_worker_blocked_on_the_console_itself_is_not_hung(tmp_path, how, waits
         assert numbers == list(range(1, len(numbers) + 1))
     else:
         assert len(out_text) == 3000000 + len(b"\nDONE\n")
+
+
+# Rank 0 prints for 9 s; rank 1 notes its pid, then prints a line every 0.2 s.
+PRINTER_AND_STOPPED = textwrap.dedent("""\
+    import os, sys, time
+    rank = int(os.environ["RANK"])
+    if rank == 1:
+        with open(os.path.join(os.environ["OUT_DIR"], "pid1.tmp"), "w") as f:
+            f.write(str(os.getpid()))
+        os.replace(os.path.join(os.environ["OUT_DIR"], "pid1.tmp"),
+                   os.path.join(os.environ["OUT_DIR"], "pid1"))
+    start, n = time.time(), 0
+    while time.time() - start < 9:
+        n += 1
+        print(f"rank {rank} line {n} " + "x" * 80, flush=True)
+        if rank == 1:
+            time.sleep(0.2)
+    """)
+
+
+def test_the_console_reading_again_while_a_rank_is_stopped_says_the_job_still_waits(tmp_path):
+    """Rank 0 waits for a console nobody reads, rank 1 is stopped (SIGSTOP) meanwhile; the console
+    reads again while rank 1 is still stopped. It said "the hang limits count again", which was
+    not so: rank 1 still held the job."""
+    script = tmp_path / "two.py"
+    script.write_text(PRINTER_AND_STOPPED)
+    proc = subprocess.Popen([str(DDPRUN), "--nproc_per_node=2", "--hang_detect=output",
+                             "--hang_timeout=3", "--no_python", PYTHON, str(script)],
+                            env=base_env(OUT_DIR=str(tmp_path)), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        assert wait_file(tmp_path / "pid1", 30), "rank 1 did not start"
+        pid1 = int((tmp_path / "pid1").read_text())
+        time.sleep(1.0)
+        os.kill(pid1, signal.SIGSTOP)
+        time.sleep(3.0)  # the console stalls (nobody reads stdout) with rank 1 stopped
+        drained = []
+        reader = threading.Thread(target=lambda: drained.append(proc.stdout.read()))
+        reader.start()
+        time.sleep(3.0)  # the console reads again; rank 1 still stopped
+        os.kill(pid1, signal.SIGCONT)
+        err = proc.stderr.read().decode(errors="replace")
+        proc.wait(timeout=60)
+        reader.join(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-3000:]
+    m = re.search(r"the console reads again after [\d.]+ s(.*)", err)
+    assert m, err[-3000:]
+    assert m.group(1) == "; the job still waits (see above)", err[-3000:]
+    assert re.search(rf"pid {pid1} runs again after [\d.]+ s stopped; the hang limits count again",
+                     err), err[-3000:]
 
 
 # Each rank writes numbered lines to stdout and stderr in turn, with one write(2) per line.
