@@ -96,6 +96,25 @@ std::optional<BlockedCall> ParseBlockedCall(std::string_view syscall) {
     case SYS_wait4:
     case SYS_waitid:
       return BlockedCall{BlockedCall::kWaitChild, -1};
+    case SYS_read:
+    case SYS_readv:
+    case SYS_pread64:
+    case SYS_preadv:
+    case SYS_recvfrom:
+    case SYS_recvmsg:
+    case SYS_ppoll:
+    case SYS_pselect6:
+    case SYS_epoll_pwait:
+#ifdef SYS_poll  // not on every architecture (aarch64 has only the p- forms)
+    case SYS_poll:
+#endif
+#ifdef SYS_select
+    case SYS_select:
+#endif
+#ifdef SYS_epoll_wait
+    case SYS_epoll_wait:
+#endif
+      return BlockedCall{BlockedCall::kWaitInput, -1};
     default:
       return std::nullopt;
   }
@@ -126,10 +145,11 @@ std::pair<pid_t, char> StoppedInTree(pid_t root, size_t limit) {
   std::vector<pid_t> queue{root};
   for (size_t i = 0; i < queue.size() && i < limit; ++i) {
     if (const char state = StoppedState(queue[i]); state != 0) return {queue[i], state};
-    // The children of a process doing its own work (DataLoader workers, helpers) are not
-    // where it waits: only a wrapper's are followed.
+    // The children of a process doing its own work (computing, in a collective) are not
+    // where it waits: only those of one that waits for a child or for input (a wrapper, a
+    // relay of a child's output, mp.spawn, a loop waiting for DataLoader workers).
     const std::optional<BlockedCall> blocked = ReadBlockedCall(queue[i]);
-    if (!blocked || blocked->kind != BlockedCall::kWaitChild) continue;
+    if (!blocked || blocked->kind == BlockedCall::kWrite) continue;
     for (const pid_t child : ChildrenOf(queue[i])) queue.push_back(child);
   }
   return {0, 0};

@@ -41,6 +41,7 @@ std::optional<Supervisor::ConsoleBlock> Supervisor::BlockedOnConsole(pid_t pid, 
       }
       continue;
     }
+    if (call->kind != env::BlockedCall::kWrite) continue;
     struct stat st {};
     const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(call->fd);
     if (stat(path.c_str(), &st) != 0) continue;

@@ -21,6 +21,7 @@
 #include <sstream>
 #include <system_error>
 #include <thread>
+#include <tuple>
 
 #include "base/format.hpp"
 #include "base/read_file.hpp"
@@ -345,10 +346,12 @@ RankDump CollectRankDump(const DumpTarget& target, std::chrono::milliseconds too
   const std::string pid = std::to_string(target.pid);
   // /proc first: while a tool is attached, every thread shows "t (tracing stop)".
   d.proc_state = FormatProcState(target.pid);
-  for (pid_t p : {target.pid, target.python_pid}) {
-    if (p == 0 || d.stopped != 0) continue;
-    d.stopped = env::StoppedState(p);
-    if (d.stopped != 0) d.stopped_pid = p;
+  // The rank, or a process below it that it waits for (a wrapper's program,
+  // a relayed child, an mp.spawn child), as the pause watch finds it.
+  std::tie(d.stopped_pid, d.stopped) = env::StoppedInTree(target.pid);
+  if (d.stopped == 0 && target.python_pid != 0) {
+    d.stopped = env::StoppedState(target.python_pid);
+    d.stopped_pid = d.stopped != 0 ? target.python_pid : 0;
   }
   // The recorder before the tools, which take seconds: every rank's at about
   // the same moment (one thread per rank), while they may still run.

@@ -85,7 +85,7 @@ void Supervisor::CatchUpPauses() {
     const std::string which =
         stopped_pid == stopped->pid
             ? ""
-            : " runs its program as pid " + std::to_string(stopped_pid) + ", which";
+            : " waits for pid " + std::to_string(stopped_pid) + " below it, which";
     spdlog::info(
         "rank {} (local_rank {}, pid {}){} is {}: the job waits for it{}, so the hang limits and "
         "file timers do not count the time until it runs again",

@@ -6,10 +6,13 @@ import pty
 import re
 import signal
 import subprocess
+import textwrap
 import threading
 import time
 
-from conftest import DDPRUN, base_env, freeze_job, sh, wait_for
+import pytest
+
+from conftest import DDPRUN, PYTHON, base_env, freeze_job, sh, wait_for
 
 # A worker that beats every 0.2 s for about 5 s of running, then exits 0.
 BEATING = sh('i=0; while [ $i -lt 25 ]; do touch "$DDPRUN_HEARTBEAT_FILE"; sleep 0.2; '
@@ -97,8 +100,50 @@ def test_a_worker_whose_program_is_stopped_under_a_wrapper_is_not_hung(launch, t
     assert p.wait(timeout=60) == 0, p.output()
     err = p.stderr()
     assert "hung" not in err, p.output()
-    assert (f"pid {wrappers[1]}) runs its program as pid {program}, which is stopped by a signal "
+    assert (f"pid {wrappers[1]}) waits for pid {program} below it, which is stopped by a signal "
             f"(SIGSTOP)") in err, p.output()
+
+
+# Rank 1 runs the beating loop as a child: it relays its output line by line (blocked in read),
+# or waits polling the child's pipe (as torch.multiprocessing.spawn waits on its children).
+RELAY = textwrap.dedent("""\
+    import os, select, subprocess, sys
+    loop = ('i=0; while [ $i -lt 25 ]; do touch "$DDPRUN_HEARTBEAT_FILE"; echo beat $i; '
+            'sleep 0.2; i=$((i+1)); done')
+    child = subprocess.Popen(["/bin/sh", "-c", loop], stdout=subprocess.PIPE)
+    with open(os.path.join(os.environ["OUT_DIR"], f"child.{os.environ['RANK']}"), "w") as f:
+        f.write(str(child.pid))
+    if os.environ["HOW"] == "poll":
+        while select.select([child.stdout], [], [])[0] and child.stdout.readline():
+            pass
+    else:
+        for line in child.stdout:
+            sys.stdout.write(line.decode())
+    sys.exit(child.wait())
+    """)
+
+
+@pytest.mark.parametrize("how", ["read", "poll"])
+def test_a_worker_whose_child_is_stopped_while_it_relays_or_polls_is_not_hung(launch, tmp_path,
+                                                                              how):
+    """Attack 116: only a wrapper blocked in wait4 was looked into; a relay reading its child's
+    output, or a parent polling its pipes (mp.spawn), had its stopped child's time counted: the
+    job was declared hung (exit 124) and the verdict blamed the collective."""
+    script = tmp_path / "relay.py"
+    script.write_text(RELAY)
+    p = launch(["--nproc_per_node=2", "--hang_timeout=2", "--no_python", PYTHON, str(script)],
+               env=base_env(HOW=how, OUT_DIR=str(tmp_path)))
+    child = int(wait_for(lambda: (tmp_path / "child.1").exists() and
+                         (tmp_path / "child.1").read_text(), timeout=30, what="rank 1's child"))
+    time.sleep(1)
+    os.kill(child, signal.SIGSTOP)
+    time.sleep(5)
+    os.kill(child, signal.SIGCONT)
+    assert p.wait(timeout=60) == 0, p.output()
+    err = p.stderr()
+    assert "hung" not in err, p.output()
+    assert re.search(rf"\(local_rank 1, pid \d+\) waits for pid {child} below it, which is "
+                     r"stopped by a signal \(SIGSTOP\)", err), p.output()
 
 
 def test_a_stopped_worker_is_continued_when_the_group_stops_so_it_sees_sigterm(launch):
