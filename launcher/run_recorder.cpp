@@ -123,6 +123,10 @@ ExitClass RunRecorder::SignalClass(int sig) const {
 
 ExitClass RunRecorder::Classify(const rendezvous::Action& exit, int exit_code) const {
   if (exit_code == 0) return ExitClass::kSucceeded;
+  // Ended by the signal (its exit code, 128+N): the class says so, as the exit
+  // code does, whatever failed before it (a hang being dumped, a failure
+  // stopping); root_cause and hang still tell that (attack 116: "hang", 143).
+  if (signal_ != 0 && exit_code == 128 + signal_) return SignalClass(signal_);
   if (exit.failed) {
     switch (exit.root_cause.cls) {
       case rendezvous::FailureClass::kWorker:

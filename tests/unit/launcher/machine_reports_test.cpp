@@ -68,6 +68,26 @@ TEST_CASE("RunRecorder classifies the end and writes incident.json only when it 
     CHECK(doc["attempt"] == 1);
     CHECK(doc["hints"][0]["cause"] == "cause");
   }
+  SUBCASE("a job ended by a signal after a hang was found is signalled, the hang its root cause") {
+    RunRecorder r;
+    REQUIRE(r.Start(c, "./train", "host-a", "", false).ok());
+    exit.failed = true;
+    exit.root_cause.cls = rendezvous::FailureClass::kHang;
+    exit.root_cause.rank = 1;
+    r.Signal(SIGTERM);
+    const std::string path = r.Finish(exit, 143, 0, dir, {}, "", "");
+    std::ifstream in(path);
+    const json doc = json::parse(in);
+    CHECK(doc["class"] == "signalled");
+    CHECK(doc["exit_code"] == 143);
+    CHECK(doc["root_cause"]["class"] == "hang");
+    // Exit 124 (the hang's, the signal came after the end was decided): hang.
+    RunRecorder later;
+    REQUIRE(later.Start(c, "./train", "host-a", "", false).ok());
+    later.Signal(SIGTERM);
+    std::ifstream in2(later.Finish(exit, 124, 0, dir, {}, "", ""));
+    CHECK(json::parse(in2)["class"] == "hang");
+  }
   SUBCASE("exit 2 without a failure is a usage error; no log directory, no file") {
     RunRecorder r;
     REQUIRE(r.Start(c, "./train", "host-a", "", false).ok());
