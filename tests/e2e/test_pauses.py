@@ -81,6 +81,19 @@ def test_a_stopped_worker_pauses_the_hang_limits_of_the_job(launch):
     assert f"pid {workers[1]} runs again after" in err, p.output()
 
 
+def stopped_for_5_s_then_done(p, pid):
+    """Stops `pid` (below a worker of ddprun `p`, --hang_timeout=2) a second from now for 5 s;
+    the job must end well, with no hang: returns ddprun's stderr."""
+    time.sleep(1)
+    os.kill(pid, signal.SIGSTOP)
+    time.sleep(5)
+    os.kill(pid, signal.SIGCONT)
+    assert p.wait(timeout=60) == 0, p.output()
+    err = p.stderr()
+    assert "hung" not in err, p.output()
+    return err
+
+
 def test_a_worker_whose_program_is_stopped_under_a_wrapper_is_not_hung(launch, tmp_path):
     # Attack 79: a wrapper script that runs the trainer without exec; the trainer stopped (a
     # debugger) was declared hung and the job killed: only the wrapper's state was looked at.
@@ -93,13 +106,7 @@ def test_a_worker_whose_program_is_stopped_under_a_wrapper_is_not_hung(launch, t
     program = wait_for(lambda: [int(c) for c in open(
         f"/proc/{wrappers[1]}/task/{wrappers[1]}/children").read().split()], timeout=20,
                        what="rank 1's program")[0]
-    time.sleep(1)
-    os.kill(program, signal.SIGSTOP)
-    time.sleep(5)
-    os.kill(program, signal.SIGCONT)
-    assert p.wait(timeout=60) == 0, p.output()
-    err = p.stderr()
-    assert "hung" not in err, p.output()
+    err = stopped_for_5_s_then_done(p, program)
     assert (f"pid {wrappers[1]}) waits for pid {program} below it, which is stopped by a signal "
             f"(SIGSTOP)") in err, p.output()
 
@@ -135,13 +142,7 @@ def test_a_worker_whose_child_is_stopped_while_it_relays_or_polls_is_not_hung(la
                env=base_env(HOW=how, OUT_DIR=str(tmp_path)))
     child = int(wait_for(lambda: (tmp_path / "child.1").exists() and
                          (tmp_path / "child.1").read_text(), timeout=30, what="rank 1's child"))
-    time.sleep(1)
-    os.kill(child, signal.SIGSTOP)
-    time.sleep(5)
-    os.kill(child, signal.SIGCONT)
-    assert p.wait(timeout=60) == 0, p.output()
-    err = p.stderr()
-    assert "hung" not in err, p.output()
+    err = stopped_for_5_s_then_done(p, child)
     assert re.search(rf"\(local_rank 1, pid \d+\) waits for pid {child} below it, which is "
                      r"stopped by a signal \(SIGSTOP\)", err), p.output()
 
