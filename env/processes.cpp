@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -10,8 +11,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "base/read_file.hpp"
 #include "base/unique_fd.hpp"
@@ -102,6 +105,8 @@ std::optional<BlockedCall> ParseBlockedCall(std::string_view syscall) {
     case SYS_preadv:
     case SYS_recvfrom:
     case SYS_recvmsg:
+      if (a[0] > static_cast<unsigned long long>(INT_MAX)) return std::nullopt;
+      return BlockedCall{BlockedCall::kWaitInput, static_cast<int>(a[0])};
     case SYS_ppoll:
     case SYS_pselect6:
     case SYS_epoll_pwait:
@@ -141,16 +146,90 @@ std::optional<BlockedCall> ReadBlockedCall(pid_t pid, pid_t tid) {
   return ParseBlockedCall(std::string_view(buf, static_cast<size_t>(n)));
 }
 
+namespace {
+
+using FileKey = std::pair<dev_t, ino_t>;
+constexpr int kMaxFds = 4096;  // a look stays cheap
+
+// The access mode (O_RDONLY, O_WRONLY, O_RDWR) of `pid`'s descriptor
+// `name`, from fdinfo's "flags:" (octal); -1 when it is gone.
+int AccessMode(const std::string& proc, const char* name) {
+  const std::string info = ReadSmallFile(proc + "/fdinfo/" + name, 256);
+  const size_t at = info.find("flags:");
+  if (at == std::string::npos) return -1;
+  return static_cast<int>(std::strtoul(info.c_str() + at + 6, nullptr, 8) & O_ACCMODE);
+}
+
+// The files (pipes, FIFOs, sockets...) behind `pid`'s descriptor `fd`, or
+// behind every one it holds open for reading when `fd` is -1 (what poll may
+// wait on; not its output, which a child it started shares).
+std::set<FileKey> FilesOf(pid_t pid, int fd) {
+  std::set<FileKey> files;
+  const std::string dir = "/proc/" + std::to_string(pid) + "/fd/";
+  struct stat st {};
+  if (fd >= 0) {
+    if (stat((dir + std::to_string(fd)).c_str(), &st) == 0) files.emplace(st.st_dev, st.st_ino);
+    return files;
+  }
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return files;
+  for (int n = 0; n < kMaxFds; ++n) {
+    const dirent* e = readdir(d);
+    if (e == nullptr) break;
+    if (e->d_name[0] == '.') continue;
+    const int mode = AccessMode("/proc/" + std::to_string(pid), e->d_name);
+    if (mode != O_RDONLY && mode != O_RDWR) continue;
+    if (stat((dir + e->d_name).c_str(), &st) == 0) files.emplace(st.st_dev, st.st_ino);
+  }
+  closedir(d);
+  return files;
+}
+
+// Whether `pid` holds one of `files` open for writing: it may be what a
+// process reading them waits for (the write end of its output pipe).
+bool WritesToAny(pid_t pid, const std::set<FileKey>& files) {
+  const std::string proc = "/proc/" + std::to_string(pid);
+  DIR* d = opendir((proc + "/fd").c_str());
+  if (d == nullptr) return false;
+  bool writes = false;
+  for (int n = 0; n < kMaxFds && !writes; ++n) {
+    const dirent* e = readdir(d);
+    if (e == nullptr) break;
+    if (e->d_name[0] == '.') continue;
+    struct stat st {};
+    if (stat((proc + "/fd/" + e->d_name).c_str(), &st) != 0 ||
+        files.count({st.st_dev, st.st_ino}) == 0) {
+      continue;
+    }
+    const int mode = AccessMode(proc, e->d_name);
+    writes = mode == O_WRONLY || mode == O_RDWR;
+  }
+  closedir(d);
+  return writes;
+}
+
+}  // namespace
+
 std::pair<pid_t, char> StoppedInTree(pid_t root, size_t limit) {
   std::vector<pid_t> queue{root};
   for (size_t i = 0; i < queue.size() && i < limit; ++i) {
     if (const char state = StoppedState(queue[i]); state != 0) return {queue[i], state};
     // The children of a process doing its own work (computing, in a collective) are not
-    // where it waits: only those of one that waits for a child or for input (a wrapper, a
-    // relay of a child's output, mp.spawn, a loop waiting for DataLoader workers).
+    // where it waits: only those of one that waits for a child (a wrapper), or for input
+    // that a child may write (a relay of its output, mp.spawn's pipes, DataLoader workers).
     const std::optional<BlockedCall> blocked = ReadBlockedCall(queue[i]);
     if (!blocked || blocked->kind == BlockedCall::kWrite) continue;
-    for (const pid_t child : ChildrenOf(queue[i])) queue.push_back(child);
+    const std::vector<pid_t> children = ChildrenOf(queue[i]);
+    if (children.empty()) continue;
+    // A child stopped beside a read of something it does not write is no pause: the reader
+    // may be hung for its own reasons (attack 118: a stopped helper hid a real hang).
+    std::set<FileKey> inputs;
+    if (blocked->kind == BlockedCall::kWaitInput) inputs = FilesOf(queue[i], blocked->fd);
+    for (const pid_t child : children) {
+      if (blocked->kind == BlockedCall::kWaitChild || WritesToAny(child, inputs)) {
+        queue.push_back(child);
+      }
+    }
   }
   return {0, 0};
 }

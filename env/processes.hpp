@@ -44,7 +44,7 @@ struct BlockedCall {
   // kWaitInput: read, recv, poll, select, epoll_wait (a relay of a child's
   // output, torch.multiprocessing.spawn waiting on its children's pipes).
   enum Kind { kWrite, kWaitChild, kWaitInput } kind = kWrite;
-  int fd = -1;  // kWrite
+  int fd = -1;  // kWrite; kWaitInput: the one read (read, recv), -1 for poll and the like
 };
 // nullopt when it is in no such call (running, another call, malformed).
 std::optional<BlockedCall> ParseBlockedCall(std::string_view syscall);
@@ -58,8 +58,10 @@ std::vector<pid_t> ChildrenOf(pid_t pid, pid_t tid = 0);
 // (StoppedState), with that state; {0, 0} when none is. A worker that runs
 // its program under a wrapper (a shell script without exec) is stopped when
 // that program is. Only the children of a process that waits for them
-// (wait4, waitid) or for input (a relay reading its child's output, mp.spawn
-// polling its children's pipes) are looked at, at most `limit` processes:
+// (wait4, waitid), or for input that they write (a relay reading its
+// child's output, mp.spawn polling its children's pipes: the child holds the
+// pipe read, or one of those polled, open for writing) are looked at, at
+// most `limit` processes:
 // two reads per worker otherwise (the pause watch looks twice a second).
 std::pair<pid_t, char> StoppedInTree(pid_t root, size_t limit = 64);
 // The threads of `pid` (/proc/<pid>/task), its main thread first, at most

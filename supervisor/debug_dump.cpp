@@ -426,8 +426,13 @@ std::string FormatSummary(const DumpRequest& request, const std::vector<RankDump
   for (const RankDump& d : dumps) {
     if (d.stopped == 0) continue;
     const std::string pid = std::to_string(d.stopped_pid);
-    text += "rank " + std::to_string(d.target.rank) + " (pid " + pid + ") was " +
-            env::WhyStopped(d.stopped) +
+    // The rank itself, or a process below it that it waits for (attack 118: the child's pid
+    // was given as the rank's).
+    const std::string who = d.stopped_pid == d.target.pid
+                                ? " (pid " + pid + ") was "
+                                : " (pid " + std::to_string(d.target.pid) + ") waits for pid " +
+                                      pid + " below it, which was ";
+    text += "rank " + std::to_string(d.target.rank) + who + env::WhyStopped(d.stopped) +
             " as the dump began: the ranks in a collective with it wait for it (" +
             (d.stopped == 't' ? "the debugger's continue" : "kill -CONT " + pid) +
             " lets it run)\n";

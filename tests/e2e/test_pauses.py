@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from conftest import DDPRUN, PYTHON, base_env, freeze_job, sh, wait_for
+from conftest import DDPRUN, PYTHON, base_env, freeze_job, run_ddprun, sh, wait_for
 
 # A worker that beats every 0.2 s for about 5 s of running, then exits 0.
 BEATING = sh('i=0; while [ $i -lt 25 ]; do touch "$DDPRUN_HEARTBEAT_FILE"; sleep 0.2; '
@@ -145,6 +145,35 @@ def test_a_worker_whose_child_is_stopped_while_it_relays_or_polls_is_not_hung(la
     err = stopped_for_5_s_then_done(p, child)
     assert re.search(rf"\(local_rank 1, pid \d+\) waits for pid {child} below it, which is "
                      r"stopped by a signal \(SIGSTOP\)", err), p.output()
+
+
+@pytest.mark.parametrize("blocked", ["read", "poll"])
+def test_a_stopped_helper_beside_a_real_hang_does_not_hide_it(tmp_path, blocked):
+    """Attack 118: rank 1 stops a helper of its own, then hangs waiting for input the helper
+    does not write (a FIFO, a socket); its wait was taken for the helper's and the job held
+    for ever. The hang is found at --hang_timeout."""
+    script = tmp_path / "w.py"
+    script.write_text(textwrap.dedent("""\
+        import os, select, signal, socket, subprocess, sys, time
+        beat = os.environ["DDPRUN_HEARTBEAT_FILE"]
+        for _ in range(3):
+            os.utime(beat) if os.path.exists(beat) else open(beat, "a").close()
+            time.sleep(0.2)
+        if os.environ["RANK"] == "1":
+            helper = subprocess.Popen(["sleep", "60"])
+            os.kill(helper.pid, signal.SIGSTOP)
+            a, b = socket.socketpair()
+            if sys.argv[1] == "poll":
+                select.select([a], [], [])
+            else:
+                a.recv(1)
+        time.sleep(30)
+        """))
+    r = run_ddprun(["--nproc_per_node=2", "--hang_timeout=3", "--no_python", PYTHON, script,
+                    blocked], timeout=60)
+    assert r.rc == 124, r
+    assert re.search(r"rank 1 \(local_rank 1, pid \d+\) hung: no heartbeat", r.stderr), r
+    assert "below it, which is stopped" not in r.stderr, r
 
 
 def test_a_stopped_worker_is_continued_when_the_group_stops_so_it_sees_sigterm(launch):
