@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +58,14 @@ void UseTheCpusOpenBlasKernels(char** argv) {
   if (better.empty()) return;
   setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
   setenv(kChose, chosen.c_str(), 1);
+  // By its own path, not /proc/self/exe: the process keeps its name (comm
+  // "train", not "exe") for ps, pgrep and the tests that look for it.
+  char self[PATH_MAX];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n > 0) {
+    self[n] = '\0';
+    if (access(self, X_OK) == 0) execv(self, argv);  // (not when replaced: " (deleted)")
+  }
   execv("/proc/self/exe", argv);
   const int err = errno;
   unsetenv("OPENBLAS_CORETYPE");
